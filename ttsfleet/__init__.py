@@ -1,0 +1,17 @@
+"""ttsfleet: cluster operations for autoregressive TTS inference on mixed GPU fleets.
+
+The core (this package's own modules) is shared by every component:
+
+* :mod:`ttsfleet.catalog` — GPU classes, serving defaults, capacity curves;
+* :mod:`ttsfleet.metrics` — the metric contract (every Prometheus name and label);
+* :mod:`ttsfleet.config` — pydantic config models used on the wire and in code;
+* :mod:`ttsfleet.policy` — the pure decision functions (autoscaling, fill admission/eviction);
+* :mod:`ttsfleet.sim` — the fleet simulator, an adapter over the policy.
+
+Components, each in its own top-level folder and importable as ``ttsfleet.<component>``:
+``operator`` (kopf), ``inference`` (DualAR TTS server), ``kernels`` (FP8 GEMMs), ``fill_jobs``
+(checkpointable cleaning jobs), ``slurm`` (partitions, fill agent, exporter). Dependencies point
+one way: components import the core, never the reverse.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,96 @@
+"""Config models shared by every component (pydantic, camelCase on the wire).
+
+The same models back the operator's CRD schemas, the Slurm agent's flags and the simulator's
+options, so a knob means the same thing everywhere. Field names are snake_case in Python and
+camelCase in manifests (``minReplicas``); both spellings are accepted on input.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+
+class WireModel(BaseModel):
+    """Base for models that appear in manifests: camelCase aliases, unknown fields rejected."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid",
+                              frozen=True)
+
+
+class AutoscaleConfig(WireModel):
+    """Autoscaling targets for one TTSDeployment (all pools share them)."""
+
+    target_in_flight_per_replica: float = Field(
+        default=40.0, gt=0,
+        description="In-flight requests one reference replica (the fastest GPU class) should carry;"
+                    " slower classes get a proportionally smaller target.")
+    ttfa_p99_slo_s: float = Field(default=0.5, gt=0, description="time-to-first-audio p99 SLO")
+    stable_window_s: float = Field(default=60.0, gt=0,
+                                   description="load is averaged over this window")
+    panic_window_s: float = Field(default=15.0, gt=0,
+                                  description="short window that detects bursts")
+    panic_threshold: float = Field(default=1.5, gt=1.0,
+                                   description="enter panic when the panic-window load needs this "
+                                               "many times the ready capacity")
+    scale_down_stabilization_s: float = Field(
+        default=300.0, ge=0, description="scale down only to the highest recommendation seen in "
+                                         "this window")
+    max_scale_up_rate: float = Field(default=4.0, gt=1.0,
+                                     description="at most this many times the ready replicas")
+    max_scale_down_rate: float = Field(default=2.0, gt=1.0,
+                                       description="at least ready/rate replicas are kept")
+    queue_depth_per_replica: float = Field(
+        default=4.0, ge=0, description="queued requests per replica that count as SLO pressure")
+
+    @model_validator(mode="after")
+    def _windows(self) -> AutoscaleConfig:
+        if self.panic_window_s > self.stable_window_s:
+            raise ValueError("panicWindowS must not exceed stableWindowS")
+        return self
+
+
+class PoolSpec(WireModel):
+    """One GPU pool of a TTSDeployment: a GPU class and its replica bounds."""
+
+    name: str = Field(default="", pattern=r"^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+                      description="pool name; defaults to the GPU class")
+    gpu_class: str = Field(description="catalog name: h200 | rtx5090 | rtx6000pro")
+    min_replicas: int = Field(default=1, ge=0)
+    max_replicas: int = Field(default=8, ge=0)
+    weight: float = Field(default=1.0, gt=0, description="share of the load this pool takes")
+    target_in_flight_per_replica: float | None = Field(
+        default=None, gt=0, description="override the class-scaled target for this pool")
+
+    @model_validator(mode="after")
+    def _bounds(self) -> PoolSpec:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(
+                f"minReplicas ({self.min_replicas}) > maxReplicas ({self.max_replicas})")
+        return self
+
+    @property
+    def key(self) -> str:
+        return self.name or self.gpu_class
+
+
+class FillPolicyConfig(WireModel):
+    """How idle GPUs are filled and handed back."""
+
+    min_free_gpus: int = Field(default=0, ge=0,
+                               description="GPUs per class always left empty for inference")
+    headroom_fraction: float = Field(
+        default=0.0, ge=0, le=1,
+        description="extra empty GPUs as a fraction of the GPUs inference holds")
+    eviction_deadline_s: float = Field(
+        default=120.0, gt=0,
+        description="how far ahead the forecast looks: grace period plus pod start")
+    forecast_window_s: float = Field(default=300.0, gt=0,
+                                     description="history used to estimate the demand trend")
+    max_fill_gpus: int | None = Field(default=None, ge=0,
+                                      description="cap on GPUs running fill work per class")
+    hold_while_training_pending: bool = Field(
+        default=True, description="admit no fill while training jobs wait for GPUs")
+    grace_period_s: float = Field(default=30.0, gt=0,
+                                  description="SIGTERM to SIGKILL for fill pods and jobs")
+    checkpoint_interval_s: float = Field(default=60.0, gt=0)

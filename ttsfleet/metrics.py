@@ -1,0 +1,224 @@
+"""The metric contract: every Prometheus metric ttsfleet exposes, defined exactly once.
+
+Exporters (inference server, fill jobs, operator, Slurm exporter, simulator) create their
+collectors through :func:`make_collectors`, dashboards and alert rules refer to the names in
+:data:`CONTRACT`, and tests check that nothing outside this module invents a metric name. A new
+metric is one :class:`MetricSpec` line below.
+
+Names follow Prometheus conventions: a ``ttsfleet_`` prefix, base units (seconds, bytes), and
+``_total`` on counters (prometheus-client appends it; ``name`` here is the base name).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+
+MetricType = Literal["counter", "gauge", "histogram", "info"]
+
+PREFIX = "ttsfleet_"
+
+#: Buckets for time-to-first-audio and other sub-second latencies (seconds).
+LATENCY_BUCKETS = (0.025, 0.05, 0.075, 0.1, 0.125, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5,
+                   2.0, 3.0, 5.0, 10.0)
+#: Buckets for whole-request durations (seconds).
+DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 120.0)
+#: Buckets for real-time factor (generation time / audio duration; < 1 is faster than real time).
+RTF_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 5.0)
+#: Buckets for decode batch sizes.
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128)
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """One metric: its full name, type, help text, labels and (for histograms) buckets."""
+
+    name: str
+    type: MetricType
+    help: str
+    labels: tuple[str, ...] = ()
+    buckets: tuple[float, ...] | None = None
+    component: str = "core"
+
+    @property
+    def exposed_names(self) -> tuple[str, ...]:
+        """Series names as Prometheus sees them (counters gain ``_total``, histograms parts)."""
+        if self.type == "counter":
+            return (self.name + "_total",)
+        if self.type == "histogram":
+            return (self.name + "_bucket", self.name + "_sum", self.name + "_count")
+        if self.type == "info":
+            return (self.name + "_info",)
+        return (self.name,)
+
+
+def _m(component: str, name: str, type_: MetricType, help_: str, labels: Iterable[str] = (),
+       buckets: tuple[float, ...] | None = None) -> MetricSpec:
+    return MetricSpec(PREFIX + name, type_, help_, tuple(labels), buckets, component)
+
+
+# Shared label names. Keeping them in one place keeps joins in PromQL possible.
+L_GPU_CLASS = "gpu_class"
+L_DEPLOYMENT = "deployment"
+L_NAMESPACE = "namespace"
+L_POOL = "pool"
+L_WORKLOAD = "workload"  # inference | training | fill | idle
+L_REASON = "reason"
+L_JOB = "fill_job"
+L_STAGE = "stage"
+L_PARTITION = "partition"
+L_STATUS = "status"
+L_DIRECTION = "direction"  # up | down | none
+L_MODEL = "model"
+
+WORKLOAD_CLASSES = ("inference", "training", "fill", "idle")
+
+CONTRACT_LIST: tuple[MetricSpec, ...] = (
+    # --- inference server (one replica) -------------------------------------------------------
+    _m("inference", "inference_requests_in_flight", "gauge",
+       "Requests admitted and not yet finished (decoding or prefilling).", [L_MODEL]),
+    _m("inference", "inference_queue_depth", "gauge",
+       "Requests waiting for a decode slot.", [L_MODEL]),
+    _m("inference", "inference_running_batch_size", "gauge",
+       "Requests in the current decode batch.", [L_MODEL]),
+    _m("inference", "inference_batch_size", "histogram",
+       "Decode batch size per decode step.", [L_MODEL], BATCH_BUCKETS),
+    _m("inference", "inference_frames", "counter",
+       "Audio frames decoded (one slow step plus its codebooks; 21.53 frames = 1 s).", [L_MODEL]),
+    _m("inference", "inference_requests", "counter",
+       "Finished requests by HTTP status code.", [L_MODEL, L_STATUS]),
+    _m("inference", "inference_errors", "counter",
+       "Requests that failed, by reason.", [L_MODEL, L_REASON]),
+    _m("inference", "inference_ttfa_seconds", "histogram",
+       "Time to first audio: request arrival to the first audio chunk sent.", [L_MODEL],
+       LATENCY_BUCKETS),
+    _m("inference", "inference_request_duration_seconds", "histogram",
+       "Request arrival to the last audio byte sent.", [L_MODEL], DURATION_BUCKETS),
+    _m("inference", "inference_realtime_factor", "histogram",
+       "Generation wall time divided by generated audio duration.", [L_MODEL], RTF_BUCKETS),
+    _m("inference", "inference_kv_slots_used", "gauge",
+       "KV cache slots in use.", [L_MODEL]),
+    _m("inference", "inference_kv_slots_total", "gauge",
+       "KV cache slots available (max running requests).", [L_MODEL]),
+    _m("inference", "inference_ready", "gauge",
+       "1 while the replica accepts traffic, 0 while starting or draining.", [L_MODEL]),
+    _m("inference", "inference_build", "info",
+       "Model, GPU class, quantization and cuda_graph_max_bs of this replica."),
+    # --- fill jobs -----------------------------------------------------------------------------
+    _m("fill", "fill_items_processed", "counter",
+       "Manifest items finished (accepted or rejected).", [L_JOB]),
+    _m("fill", "fill_items_rejected", "counter",
+       "Items rejected by a cleaning stage, by reason.", [L_JOB, L_REASON]),
+    _m("fill", "fill_items_lost", "counter",
+       "Items whose committed output was lost or duplicated (must stay 0).", [L_JOB]),
+    _m("fill", "fill_audio_seconds_processed", "counter",
+       "Seconds of input audio processed.", [L_JOB]),
+    _m("fill", "fill_checkpoints", "counter",
+       "Checkpoints written.", [L_JOB]),
+    _m("fill", "fill_last_checkpoint_timestamp_seconds", "gauge",
+       "Unix time of the last checkpoint written.", [L_JOB]),
+    _m("fill", "fill_seconds_since_checkpoint", "gauge",
+       "Seconds since the last checkpoint (work at risk on SIGKILL).", [L_JOB]),
+    _m("fill", "fill_preemptions_survived", "counter",
+       "Preemptions (SIGTERM/SIGUSR1/SIGINT or restarts after SIGKILL) this job resumed from.",
+       [L_JOB]),
+    _m("fill", "fill_stage_seconds", "histogram",
+       "Time spent per item in each cleaning stage.", [L_JOB, L_STAGE], DURATION_BUCKETS),
+    _m("fill", "fill_items_total_in_manifest", "gauge",
+       "Items in this job's manifest shard.", [L_JOB]),
+    # --- operator ------------------------------------------------------------------------------
+    _m("operator", "operator_replicas_desired", "gauge",
+       "Replicas the autoscaler wants per deployment pool.", [L_NAMESPACE, L_DEPLOYMENT, L_POOL,
+                                                              L_GPU_CLASS]),
+    _m("operator", "operator_replicas_ready", "gauge",
+       "Ready replicas per deployment pool.", [L_NAMESPACE, L_DEPLOYMENT, L_POOL, L_GPU_CLASS]),
+    _m("operator", "operator_scaling_decisions", "counter",
+       "Autoscaling decisions by direction and reason.", [L_NAMESPACE, L_DEPLOYMENT, L_POOL,
+                                                          L_DIRECTION, L_REASON]),
+    _m("operator", "operator_fill_pods_running", "gauge",
+       "Fill pods running per GPU class.", [L_GPU_CLASS]),
+    _m("operator", "operator_fill_evictions", "counter",
+       "Fill pods evicted to make room for inference, by reason.", [L_GPU_CLASS, L_REASON]),
+    _m("operator", "operator_fill_admissions", "counter",
+       "Fill pods started on idle GPUs.", [L_GPU_CLASS]),
+    _m("operator", "operator_eviction_stuck", "gauge",
+       "Fill pods still terminating past their grace period.", [L_GPU_CLASS]),
+    _m("operator", "operator_reconcile_errors", "counter",
+       "Reconcile failures by resource kind.", ["kind"]),
+    # --- GPU allocation by workload (operator, Slurm exporter and simulator all export it) ----
+    _m("core", "gpus", "gauge",
+       "GPUs by class and the workload holding them (inference|training|fill|idle).",
+       [L_GPU_CLASS, L_WORKLOAD]),
+    _m("core", "gpus_active", "gauge",
+       "GPUs with work running, by class and workload (an inference replica with a request "
+       "in flight, a running fill or training job).", [L_GPU_CLASS, L_WORKLOAD]),
+    _m("core", "gpus_total", "gauge", "GPUs in the fleet by class.", [L_GPU_CLASS]),
+    # --- Slurm exporter ------------------------------------------------------------------------
+    _m("slurm", "slurm_gpus_allocated", "gauge",
+       "GPUs allocated to running jobs, per partition and GPU class.", [L_PARTITION, L_GPU_CLASS]),
+    _m("slurm", "slurm_gpus_idle", "gauge",
+       "GPUs configured but not allocated, per GPU class.", [L_GPU_CLASS]),
+    _m("slurm", "slurm_jobs_pending", "gauge", "Pending jobs per partition.", [L_PARTITION]),
+    _m("slurm", "slurm_jobs_running", "gauge", "Running jobs per partition.", [L_PARTITION]),
+    _m("slurm", "slurm_preemptions", "counter",
+       "Jobs preempted (seen leaving RUNNING for PREEMPTED/REQUEUED).", [L_PARTITION]),
+    _m("slurm", "slurm_requeues", "counter", "Job requeues observed.", [L_PARTITION]),
+    _m("slurm", "slurm_fill_submissions", "counter",
+       "Fill shards submitted by the fill agent.", [L_GPU_CLASS]),
+    _m("slurm", "slurm_up", "gauge", "1 when the last Slurm query succeeded."),
+)
+
+CONTRACT: dict[str, MetricSpec] = {m.name: m for m in CONTRACT_LIST}
+if len(CONTRACT) != len(CONTRACT_LIST):  # pragma: no cover - guarded by tests too
+    raise RuntimeError("duplicate metric name in the contract")
+
+
+def spec(name: str) -> MetricSpec:
+    """Look up a metric by full name (``ttsfleet_...``) or by name without the prefix."""
+    key = name if name.startswith(PREFIX) else PREFIX + name
+    try:
+        return CONTRACT[key]
+    except KeyError:
+        raise KeyError(f"metric {key!r} is not in the ttsfleet metric contract") from None
+
+
+def all_exposed_names() -> set[str]:
+    """Every series name the contract allows (for checking dashboards and rules)."""
+    return {n for m in CONTRACT_LIST for n in m.exposed_names}
+
+
+@dataclass
+class Collectors:
+    """prometheus-client collectors for one component, keyed by short name (no prefix)."""
+
+    registry: CollectorRegistry
+    by_name: dict[str, Counter | Gauge | Histogram | Info] = field(default_factory=dict)
+
+    def __getitem__(self, short: str) -> Counter | Gauge | Histogram | Info:
+        return self.by_name[short.removeprefix(PREFIX)]
+
+
+def make_collectors(component: str | Iterable[str],
+                    registry: CollectorRegistry | None = None) -> Collectors:
+    """Create the collectors of ``component`` (or several) from the contract in a registry."""
+    comps = {component} if isinstance(component, str) else set(component)
+    registry = registry if registry is not None else CollectorRegistry()
+    out = Collectors(registry=registry)
+    for m in CONTRACT_LIST:
+        if m.component not in comps:
+            continue
+        short = m.name.removeprefix(PREFIX)
+        if m.type == "counter":
+            c = Counter(m.name, m.help, m.labels, registry=registry)
+        elif m.type == "gauge":
+            c = Gauge(m.name, m.help, m.labels, registry=registry)
+        elif m.type == "histogram":
+            c = Histogram(m.name, m.help, m.labels, registry=registry,
+                          buckets=m.buckets or Histogram.DEFAULT_BUCKETS)
+        else:
+            c = Info(m.name, m.help, m.labels, registry=registry)
+        out.by_name[short] = c
+    return out
