@@ -30,6 +30,7 @@ def _register() -> None:
     from ttsfleet.fill_jobs.cli import app as fill_app
     from ttsfleet.inference.cli import register as register_inference
     from ttsfleet.kernels.cli import app as kernels_app
+    from ttsfleet.observability.cli import app as dashboards_app
     from ttsfleet.operator.cli import app as operator_app
     from ttsfleet.slurm.cli import app as slurm_app
 
@@ -37,6 +38,7 @@ def _register() -> None:
     app.add_typer(slurm_app, name="slurm", help="Slurm partitions, fill agent and exporter.")
     app.add_typer(operator_app, name="operator", help="The Kubernetes operator (kopf).")
     app.add_typer(kernels_app, name="kernels", help="FP8 kernels: checks and benchmarks.")
+    app.add_typer(dashboards_app, name="dashboards", help="Grafana dashboards and Prometheus rules.")
     register_inference(app)
 
 
