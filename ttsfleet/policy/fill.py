@@ -26,13 +26,17 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ttsfleet.config import FillPolicyConfig
 
 
-@dataclass(frozen=True)
-class FillJobView:
-    """A running fill job (pod or Slurm job) as the policy sees it."""
+class FillJobView(NamedTuple):
+    """A running fill job (pod or Slurm job) as the policy sees it.
+
+    A NamedTuple rather than a dataclass: immutable like the rest of the observation, and cheap
+    enough that the simulator can build hundreds per decision at the operator's cadence.
+    """
 
     id: str
     gpus: int = 1

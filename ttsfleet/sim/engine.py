@@ -1,0 +1,531 @@
+"""The simulation loop: a fluid model of the fleet at 1 s resolution, the policy at its cadence.
+
+Only the policy decides. Every ``policy_interval_s`` the loop builds the same observations the
+operator builds (per-pool traffic signals, per-class GPU state), calls
+:func:`ttsfleet.policy.decide_replicas` and :func:`ttsfleet.policy.plan_fill`, and carries out
+the decisions with the delays real clusters have: an inference pod holds its GPU for
+``model_load_s`` before it serves, a fill job needs ``start_s`` before it works and ``stop_s`` to
+checkpoint and free its GPU after SIGTERM. Between decisions, the "scheduler" part of the loop
+only places pods that are already wanted onto GPUs that are free (inference first, then
+training), like kube-scheduler and slurmctld would.
+
+Traffic is modelled as a fluid per pool: arrivals join a queue, are admitted into free decode
+slots (``max_running_requests`` per replica), and complete at the per-request frame rate the
+class's capacity curve gives for the current concurrency. Time to first audio is the curve's
+value at that concurrency plus the queueing delay.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ttsfleet.catalog import GpuCatalog
+from ttsfleet.policy import (
+    AutoscaleState,
+    ClassObservation,
+    DeploymentSignals,
+    FillJobView,
+    PoolSignals,
+    decide_replicas,
+    forecast_demand,
+    plan_fill,
+    pool_targets,
+    split_load,
+)
+from ttsfleet.sim.scenario import Scenario
+from ttsfleet.sim.trace import Trace
+
+WORKLOADS = ("inference", "training", "fill", "idle")
+LUT_STEPS = 4  # concurrency lookup table resolution: 1/4 request
+
+
+@dataclass
+class _Pool:
+    key: str
+    gpu_class: str
+    target: float
+    max_running: int
+    fps_lut: list[float]
+    ttfa_lut: list[float]
+    peak_fps: float
+    load_s: float
+    ready: int = 0
+    starting: list[float] = field(default_factory=list)  # ready_at times
+    pending: int = 0
+    desired: int = 0
+    in_flight: float = 0.0
+    in_flight_obs: float = 0.0  # in flight during the last second (before its completions)
+    queue: float = 0.0
+    recent_ttfa: list[tuple[float, float]] = field(default_factory=list)
+
+    @property
+    def held(self) -> int:
+        return self.ready + len(self.starting)
+
+
+@dataclass
+class _FillJob:
+    id: str
+    gpu_class: str
+    state: str  # starting | running | terminating
+    run_start: float = 0.0
+
+
+@dataclass
+class _Class:
+    name: str
+    total: int
+    fill_jobs: dict[str, _FillJob] = field(default_factory=dict)
+    fill_starting: int = 0
+    fill_running: int = 0
+    fill_terminating: int = 0
+    train_running: int = 0
+    train_pending: list = field(default_factory=list)  # [(submit_s, gpus, duration, idx)]
+    demand_history: list[tuple[float, float]] = field(default_factory=list)
+
+    @property
+    def fill_held(self) -> int:
+        return self.fill_starting + self.fill_running + self.fill_terminating
+
+
+@dataclass
+class SimResult:
+    """Totals and per-minute series of one run."""
+
+    scenario: Scenario
+    fill_enabled: bool
+    seconds: int
+    gpu_seconds: dict[str, dict[str, float]]  # class -> workload -> allocated GPU-seconds
+    active_seconds: dict[str, dict[str, float]]  # class -> workload -> active GPU-seconds
+    work_seconds: dict[str, float]  # class -> load-weighted GPU-seconds of work
+    ttfa_s: np.ndarray  # per (pool, second) time to first audio
+    ttfa_w: np.ndarray  # weights (arrivals)
+    slo_violation_minutes: int
+    requests: float
+    frames: float
+    scale_events: dict[str, int]
+    fill_done_s: float
+    fill_lost_s: float
+    fill_evictions: int
+    fill_admissions: int
+    training_gpu_s: float
+    training_wait_s: list[float]
+    minute_series: dict[str, np.ndarray]
+    decisions_sample: list[str]
+
+
+def _luts(catalog: GpuCatalog, gpu_class: str, max_running: int) -> tuple[list[float], list[float]]:
+    curve = catalog.get(gpu_class).capacity
+    n = max_running * LUT_STEPS + 1
+    fps = [curve.frames_per_s(i / LUT_STEPS) for i in range(n)]
+    ttfa = [curve.ttfa_s(max(i / LUT_STEPS, 1.0)) for i in range(n)]
+    return fps, ttfa
+
+
+def _weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
+    mask = weights > 0
+    if not mask.any():
+        return float("nan")
+    v, w = values[mask], weights[mask]
+    order = np.argsort(v, kind="stable")
+    cw = np.cumsum(w[order])
+    i = int(np.searchsorted(cw, q * cw[-1], side="left"))
+    return float(v[order][min(i, len(v) - 1)])
+
+
+def simulate(scenario: Scenario, trace: Trace, *, fill: bool = True, catalog: GpuCatalog | None = None,
+             progress: Callable[[int], None] | None = None) -> SimResult:
+    """Run the fleet over ``trace``; ``fill=False`` is the inference-only baseline."""
+    catalog = catalog or GpuCatalog.default()
+    scenario.check_catalog(catalog)
+    cfg = scenario.autoscale
+    fcfg = scenario.fill_policy
+    fw = scenario.fill
+    targets = pool_targets(scenario.pools, catalog, cfg)
+
+    pools: list[_Pool] = []
+    for spec in scenario.pools:
+        cls = catalog.get(spec.gpu_class)
+        mr = cls.serving.max_running_requests
+        fps, ttfa = _luts(catalog, spec.gpu_class, mr)
+        pools.append(_Pool(spec.key, spec.gpu_class, targets[spec.key], mr, fps, ttfa,
+                           cls.capacity.peak_frames_per_s, cls.model_load_s))
+    classes = {name: _Class(name, n) for name, n in scenario.fleet.items()}
+
+    # Warm start: the deployment existed before the trace begins, sized by the policy's own
+    # load split for the first second's traffic (Little's law at the target concurrency).
+    first_rate = float(trace.rate[:60].mean())
+    lut_h200 = pools[0]
+    per_req_fps = lut_h200.fps_lut[int(lut_h200.target * LUT_STEPS)] / lut_h200.target
+    warm = split_load(first_rate * float(trace.mean_frames[0]) / per_req_fps, scenario.pools, targets)
+    for p in pools:
+        room = classes[p.gpu_class].total - sum(q.held for q in pools if q.gpu_class == p.gpu_class)
+        p.ready = max(min(warm[p.key], room), 0)
+        p.desired = p.ready
+        p.in_flight = p.in_flight_obs = p.ready * p.target * 0.5
+
+    events: list[tuple[float, int, str, object]] = []  # (time, seq, kind, payload)
+    seq = 0
+
+    def push(t: float, kind: str, payload: object) -> None:
+        nonlocal seq
+        seq += 1
+        heapq.heappush(events, (t, seq, kind, payload))
+
+    training = sorted(scenario.training, key=lambda j: j.submit_s)
+    for i, j in enumerate(training):
+        push(j.submit_s, "train_submit", i)
+
+    n = trace.seconds
+    arrivals = trace.arrivals(scenario.seed)
+    mean_frames = trace.mean_frames
+    interval = max(int(round(scenario.policy_interval_s)), 1)
+    state = AutoscaleState()
+    fill_seq = 0
+    gpu_s = {c: dict.fromkeys(WORKLOADS, 0.0) for c in classes}
+    act_s = {c: dict.fromkeys(WORKLOADS, 0.0) for c in classes}
+    work_s = dict.fromkeys(classes, 0.0)
+    n_pools = len(pools)
+    ttfa_vals = np.zeros((n_pools, n), dtype=np.float32)
+    ttfa_wts = np.zeros((n_pools, n), dtype=np.float32)
+    slo = cfg.ttfa_p99_slo_s
+    minutes = (n + 59) // 60
+    series = {k: np.zeros(minutes) for k in (
+        "alloc_inference", "alloc_training", "alloc_fill", "alloc_idle", "active", "rate",
+        "ttfa_max")}
+    for p in pools:
+        series[f"replicas_{p.key}"] = np.zeros(minutes)
+    total_gpus = sum(c.total for c in classes.values())
+    requests = frames = 0.0
+    fill_done = fill_lost = 0.0
+    evictions = admissions = 0
+    scale_events = {"up": 0, "down": 0}
+    train_gpu_s = 0.0
+    train_wait: list[float] = []
+    decisions_sample: list[str] = []
+    pools_by_class: dict[str, list[_Pool]] = {c: [p for p in pools if p.gpu_class == c] for c in classes}
+    pending_work = False
+
+    def inference_held(c: str) -> int:
+        return sum(p.held for p in pools_by_class[c])
+
+    def free_gpus(c: str) -> int:
+        cl = classes[c]
+        return cl.total - inference_held(c) - cl.train_running - cl.fill_held
+
+    def place(t: float) -> bool:
+        """Put wanted pods on free GPUs: inference first, then training (FIFO)."""
+        still_pending = False
+        for c, cl in classes.items():
+            free = free_gpus(c)
+            for p in pools_by_class[c]:
+                while p.pending > 0 and free > 0:
+                    p.pending -= 1
+                    free -= 1
+                    p.starting.append(t + p.load_s)
+                    push(t + p.load_s, "ready", p)
+                if p.pending:
+                    still_pending = True
+            while cl.train_pending and cl.train_pending[0][1] <= free:
+                submit, gpus, dur, _ = cl.train_pending.pop(0)
+                free -= gpus
+                cl.train_running += gpus
+                train_wait.append(t - submit)
+                push(t + dur, "train_end", (c, gpus))
+            if cl.train_pending:
+                still_pending = True
+        return still_pending
+
+    for t in range(n):
+        # 1. events due now
+        while events and events[0][0] <= t:
+            _, _, kind, payload = heapq.heappop(events)
+            if kind == "ready":
+                p = payload  # type: ignore[assignment]
+                if p.starting:
+                    # the earliest starting replica becomes ready
+                    p.starting.sort()
+                    if p.starting[0] <= t:
+                        p.starting.pop(0)
+                        p.ready += 1
+            elif kind == "fill_running":
+                job = payload  # type: ignore[assignment]
+                if job.state == "starting" and job.id in classes[job.gpu_class].fill_jobs:
+                    cl = classes[job.gpu_class]
+                    job.state = "running"
+                    job.run_start = float(t)
+                    cl.fill_starting -= 1
+                    cl.fill_running += 1
+            elif kind == "fill_gone":
+                job = payload  # type: ignore[assignment]
+                cl = classes[job.gpu_class]
+                cl.fill_terminating -= 1
+                del cl.fill_jobs[job.id]
+                pending_work = True
+            elif kind == "train_submit":
+                j = training[payload]  # type: ignore[index]
+                classes[j.gpu_class].train_pending.append((j.submit_s, j.gpus, j.duration_s, payload))
+                pending_work = True
+            elif kind == "train_end":
+                c, gpus = payload  # type: ignore[misc]
+                classes[c].train_running -= gpus
+                pending_work = True
+        # 2. scheduler: place wanted pods on free GPUs
+        if pending_work:
+            pending_work = place(float(t))
+
+        # 3. traffic
+        a_total = arrivals[t]
+        mf = mean_frames[t]
+        requests += a_total
+        cap = [p.ready * p.target for p in pools]
+        cap_sum = sum(cap)
+        minute = t // 60
+        tmax = 0.0
+        active_total = 0.0
+        for i, p in enumerate(pools):
+            share = cap[i] / cap_sum if cap_sum > 0 else 1.0 / n_pools
+            a = a_total * share
+            p.queue += a
+            slots = p.ready * p.max_running - p.in_flight
+            if slots > 0 and p.queue > 0:
+                adm = p.queue if p.queue < slots else slots
+                p.queue -= adm
+                p.in_flight += adm
+            p.in_flight_obs = p.in_flight
+            if p.ready > 0 and p.in_flight > 0:
+                c = p.in_flight / p.ready
+                k = int(c * LUT_STEPS)
+                if k >= len(p.fps_lut):
+                    k = len(p.fps_lut) - 1
+                fps_replica = p.fps_lut[k]
+                produced = fps_replica * p.ready
+                done = produced / mf
+                if done > p.in_flight:
+                    done = p.in_flight
+                p.in_flight -= done
+                frames += produced
+                work_s[p.gpu_class] += produced / p.peak_fps
+                wait = p.queue / done if (p.queue > 0 and done > 0) else 0.0
+                ttfa = p.ttfa_lut[k] + wait
+                busy = p.in_flight + done
+                if busy > p.ready:
+                    busy = p.ready
+                act_s[p.gpu_class]["inference"] += busy
+                active_total += busy
+            else:
+                ttfa = p.ttfa_lut[LUT_STEPS] + (60.0 if p.queue > 0 else 0.0)
+            ttfa_vals[i, t] = ttfa
+            ttfa_wts[i, t] = a
+            if a > 0 and ttfa > tmax:
+                tmax = ttfa
+            p.recent_ttfa.append((ttfa, a))
+        series["rate"][minute] += a_total
+        if tmax > series["ttfa_max"][minute]:
+            series["ttfa_max"][minute] = tmax
+
+        # 4. accounting
+        for c, cl in classes.items():
+            inf = inference_held(c)
+            g = gpu_s[c]
+            g["inference"] += inf
+            g["training"] += cl.train_running
+            g["fill"] += cl.fill_held
+            g["idle"] += cl.total - inf - cl.train_running - cl.fill_held
+            a = act_s[c]
+            a["fill"] += cl.fill_running
+            a["training"] += cl.train_running
+            fill_done += cl.fill_running
+            train_gpu_s += cl.train_running
+            work_s[c] += cl.fill_running * fw.load_factor + cl.train_running * scenario.training_load_factor
+            active_total += cl.fill_running + cl.train_running
+            series["alloc_inference"][minute] += inf
+            series["alloc_training"][minute] += cl.train_running
+            series["alloc_fill"][minute] += cl.fill_held
+            series["alloc_idle"][minute] += cl.total - inf - cl.train_running - cl.fill_held
+        for p in pools:
+            series[f"replicas_{p.key}"][minute] += p.ready
+        series["active"][minute] += active_total
+
+        # 5. the policy, at the operator's cadence
+        if t % interval == 0:
+            sig = {}
+            for p in pools:
+                rt = p.recent_ttfa
+                p99 = None
+                if rt:
+                    w = sum(x[1] for x in rt)
+                    if w > 0:
+                        p99 = max(x[0] for x in rt if x[1] > 0)
+                p.recent_ttfa = []
+                sig[p.key] = PoolSignals(in_flight=p.in_flight_obs, queue_depth=p.queue,
+                                         ready_replicas=p.ready, current_replicas=p.desired,
+                                         ttfa_p99_s=p99)
+            decision, state = decide_replicas(cfg, scenario.pools, catalog, state,
+                                              DeploymentSignals(float(t), sig))
+            for p, d in zip(pools, decision.pools, strict=True):
+                if d.direction != "none":
+                    scale_events[d.direction] += 1
+                    if len(decisions_sample) < 40:
+                        decisions_sample.append(f"t={t}s {p.key}: {d.current}->{d.desired} ({d.reason}) "
+                                                f"{d.message}")
+                p.desired = d.desired
+                have = p.held + p.pending
+                if d.desired > have:
+                    p.pending += d.desired - have
+                    pending_work = True
+                elif d.desired < have:
+                    drop = have - d.desired
+                    k = min(drop, p.pending)
+                    p.pending -= k
+                    drop -= k
+                    while drop and p.starting:
+                        p.starting.sort()
+                        p.starting.pop()  # the one furthest from ready
+                        drop -= 1
+                    k = min(drop, p.ready)
+                    p.ready -= k
+                    pending_work = True
+            if fill:
+                for c, cl in classes.items():
+                    demand = inference_held(c) + sum(p.pending for p in pools_by_class[c])
+                    cl.demand_history.append((float(t), float(demand)))
+                    if len(cl.demand_history) > 64:
+                        del cl.demand_history[:-64]
+                    fc = forecast_demand(cl.demand_history, float(t), fcfg.eviction_deadline_s,
+                                         fcfg.forecast_window_s)
+                    ckpt = fcfg.checkpoint_interval_s
+                    views = tuple(
+                        FillJobView(j.id, 1,
+                                    ((t - j.run_start) % ckpt) if j.state == "running" else 0.0,
+                                    j.state == "terminating")
+                        for j in cl.fill_jobs.values())
+                    obs = ClassObservation(
+                        gpu_class=c, t=float(t), total_gpus=cl.total,
+                        inference_gpus=inference_held(c), training_gpus=cl.train_running,
+                        pending_inference_gpus=sum(p.pending for p in pools_by_class[c]),
+                        pending_training_gpus=sum(x[1] for x in cl.train_pending),
+                        fill_jobs=views, inference_forecast_gpus=fc)
+                    plan = plan_fill(fcfg, obs)
+                    for jid in plan.evict:
+                        job = cl.fill_jobs[jid]
+                        evictions += 1
+                        if job.state == "running":
+                            cl.fill_running -= 1
+                            if fw.stop_s <= fcfg.grace_period_s:
+                                fill_lost += (t - job.run_start) % fw.item_s
+                            else:
+                                fill_lost += (t - job.run_start) % ckpt
+                        else:
+                            cl.fill_starting -= 1
+                        job.state = "terminating"
+                        cl.fill_terminating += 1
+                        push(t + min(fw.stop_s, fcfg.grace_period_s), "fill_gone", job)
+                    for _ in range(plan.admit):
+                        fill_seq += 1
+                        job = _FillJob(f"{c}-fill-{fill_seq:07d}", c, "starting")
+                        cl.fill_jobs[job.id] = job
+                        cl.fill_starting += 1
+                        admissions += 1
+                        push(t + fw.start_s, "fill_running", job)
+        if progress is not None and t % 3600 == 0:
+            progress(t)
+
+    if progress is not None:
+        progress(n)
+    # per-minute averages
+    for key, arr in series.items():
+        if key == "ttfa_max":
+            continue
+        counts = np.full(minutes, 60.0)
+        counts[-1] = n - 60 * (minutes - 1)
+        series[key] = arr / counts
+    series["active_frac"] = series["active"] / total_gpus
+    # SLO violation minutes: more than 1% of a minute's requests above the SLO
+    viol = (ttfa_vals > slo).astype(np.float64) * ttfa_wts
+    per_sec_viol = viol.sum(axis=0)
+    per_sec_w = ttfa_wts.sum(axis=0)
+    pad = minutes * 60 - n
+    vm = np.pad(per_sec_viol, (0, pad)).reshape(minutes, 60).sum(axis=1)
+    wm = np.pad(per_sec_w, (0, pad)).reshape(minutes, 60).sum(axis=1)
+    slo_minutes = int(np.sum((wm > 0) & (vm > 0.01 * wm)))
+    fill_done -= fill_lost
+    return SimResult(
+        scenario=scenario, fill_enabled=fill, seconds=n, gpu_seconds=gpu_s, active_seconds=act_s,
+        work_seconds=work_s, ttfa_s=ttfa_vals.ravel(), ttfa_w=ttfa_wts.ravel(),
+        slo_violation_minutes=slo_minutes, requests=requests, frames=frames,
+        scale_events=scale_events, fill_done_s=max(fill_done, 0.0), fill_lost_s=fill_lost,
+        fill_evictions=evictions, fill_admissions=admissions, training_gpu_s=train_gpu_s,
+        training_wait_s=train_wait, minute_series=series, decisions_sample=decisions_sample)
+
+
+def summarize(r: SimResult) -> dict:
+    """The report as plain data (what ``--json`` prints)."""
+    total = {w: sum(r.gpu_seconds[c][w] for c in r.gpu_seconds) for w in WORKLOADS}
+    gpu_total = sum(total.values()) or 1.0
+    act = {w: sum(r.active_seconds[c][w] for c in r.active_seconds) for w in WORKLOADS}
+
+    def util(gs: dict[str, float], acts: dict[str, float], work: float) -> dict:
+        tot = sum(gs.values()) or 1.0
+        return {
+            "allocated": {w: round(gs[w] / tot, 4) for w in WORKLOADS},
+            "allocated_busy": round(1 - gs["idle"] / tot, 4),
+            "active": {w: round(acts[w] / tot, 4) for w in WORKLOADS if w != "idle"},
+            "active_total": round(sum(acts[w] for w in WORKLOADS if w != "idle") / tot, 4),
+            "load_weighted": round(work / tot, 4),
+        }
+
+    per_class = {c: util(r.gpu_seconds[c], r.active_seconds[c], r.work_seconds[c]) for c in r.gpu_seconds}
+    overall = util(total, act, sum(r.work_seconds.values()))
+    p50 = _weighted_quantile(r.ttfa_s, r.ttfa_w, 0.50)
+    p99 = _weighted_quantile(r.ttfa_s, r.ttfa_w, 0.99)
+    fill_h = r.fill_done_s / 3600
+    lost_h = r.fill_lost_s / 3600
+    return {
+        "mode": "policy" if r.fill_enabled else "inference-only",
+        "duration_h": round(r.seconds / 3600, 2),
+        "fleet": dict(r.scenario.fleet),
+        "gpu_hours": round(gpu_total / 3600, 1),
+        "utilization": {"overall": overall, "per_class": per_class},
+        "inference": {
+            "requests": int(r.requests),
+            "frames": int(r.frames),
+            "ttfa_p50_ms": round(p50 * 1000, 1),
+            "ttfa_p99_ms": round(p99 * 1000, 1),
+            "slo_ms": round(r.scenario.autoscale.ttfa_p99_slo_s * 1000, 1),
+            "slo_violation_minutes": r.slo_violation_minutes,
+            "scale_events": dict(r.scale_events),
+        },
+        "fill": {
+            "gpu_hours_done": round(fill_h, 1),
+            "gpu_hours_lost": round(lost_h, 3),
+            "lost_pct": round(100 * lost_h / (fill_h + lost_h), 3) if fill_h + lost_h > 0 else 0.0,
+            "evictions": r.fill_evictions,
+            "admissions": r.fill_admissions,
+        },
+        "training": {
+            "gpu_hours": round(r.training_gpu_s / 3600, 1),
+            "jobs_started": len(r.training_wait_s),
+            "mean_wait_s": round(float(np.mean(r.training_wait_s)), 1) if r.training_wait_s else 0.0,
+        },
+    }
+
+
+def check_targets(policy: dict, baseline: dict | None) -> dict[str, bool | None]:
+    """The issue's targets, evaluated on a pair of runs (None where it cannot be judged)."""
+    out: dict[str, bool | None] = {
+        "active_with_fill_ge_92pct": policy["utilization"]["overall"]["active_total"] >= 0.92,
+        "lost_fill_le_1pct": policy["fill"]["lost_pct"] <= 1.0,
+    }
+    if baseline is not None:
+        b = baseline["inference"]["ttfa_p99_ms"]
+        out["p99_ttfa_within_5pct_of_baseline"] = (
+            not math.isnan(b) and policy["inference"]["ttfa_p99_ms"] <= 1.05 * b)
+        ba = baseline["utilization"]["overall"]["active_total"]
+        out["baseline_active_near_50pct"] = 0.40 <= ba <= 0.60
+    return out

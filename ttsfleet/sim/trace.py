@@ -1,0 +1,157 @@
+"""Traffic traces for the simulator: the embedded diurnal generator and CSV loading.
+
+A trace is a request arrival rate per second (1 s resolution) plus the mean audio length of the
+requests arriving in that second (in decoded frames; 21.53 frames = 1 s of audio). The generator
+is deterministic for a seed, so the same trace always gives the same report.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ttsfleet.errors import UserError
+
+DAY_S = 86400
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Arrival rate (requests/s) and mean frames per request, one entry per second."""
+
+    rate: np.ndarray  # float64 [seconds]
+    mean_frames: np.ndarray  # float64 [seconds]
+    name: str = "trace"
+
+    def __post_init__(self) -> None:
+        if self.rate.shape != self.mean_frames.shape or self.rate.ndim != 1:
+            raise ValueError("rate and mean_frames must be 1-D arrays of equal length")
+        if len(self.rate) == 0:
+            raise UserError(f"{self.name}: trace is empty")
+        if np.any(self.rate < 0) or np.any(~np.isfinite(self.rate)):
+            raise UserError(f"{self.name}: arrival rates must be finite and >= 0")
+        if np.any(self.mean_frames <= 0):
+            raise UserError(f"{self.name}: mean frames per request must be > 0")
+
+    @property
+    def seconds(self) -> int:
+        return int(len(self.rate))
+
+    def arrivals(self, seed: int) -> np.ndarray:
+        """Poisson arrival counts per second (deterministic for the seed)."""
+        rng = np.random.default_rng(seed)
+        return rng.poisson(self.rate).astype(np.float64)
+
+
+def diurnal(days: float = 3.0, *, peak_rps: float = 1600.0, trough_ratio: float = 0.12,
+            weekend_factor: float = 0.8, burst_per_day: float = 6.0, burst_gain: tuple[float, float] =
+            (1.15, 1.45), burst_minutes: tuple[float, float] = (3.0, 20.0),
+            mean_frames: float = 220.0, peak_hour: float = 15.0, noise: float = 0.04,
+            seed: int = 7, name: str = "diurnal") -> Trace:
+    """A multi-day diurnal trace with weekday/weekend levels and random bursts.
+
+    Shape: a raised cosine with its peak at ``peak_hour`` and its trough at
+    ``trough_ratio × peak``, a slow random walk (``noise``), weekend days scaled by
+    ``weekend_factor``, and Poisson-distributed bursts that multiply the rate by a random gain
+    for a few minutes. Request length varies with the hour (longer texts at night).
+    """
+    if days <= 0:
+        raise UserError("days must be > 0")
+    if peak_rps <= 0:
+        raise UserError("peak rate must be > 0")
+    rng = np.random.default_rng(seed)
+    n = int(days * DAY_S)
+    t = np.arange(n, dtype=np.float64)
+    hour = (t / 3600.0) % 24.0
+    phase = 2 * math.pi * (hour - peak_hour) / 24.0
+    shape = trough_ratio + (1 - trough_ratio) * (0.5 + 0.5 * np.cos(phase)) ** 1.6
+    day_idx = (t // DAY_S).astype(int)
+    weekend = np.isin(day_idx % 7, (5, 6))
+    level = np.where(weekend, weekend_factor, 1.0)
+    # Slow multiplicative wander, 10-minute knots, so no two days are identical.
+    knots = int(n // 600) + 2
+    walk = np.exp(np.cumsum(rng.normal(0, noise, knots)) * 0.25)
+    walk /= walk.mean()
+    wander = np.interp(t, np.arange(knots) * 600.0, walk)
+    rate = peak_rps * shape * level * wander
+    n_bursts = rng.poisson(burst_per_day * days)
+    for _ in range(n_bursts):
+        start = int(rng.uniform(0, n))
+        length = int(rng.uniform(*burst_minutes) * 60)
+        gain = rng.uniform(*burst_gain)
+        ramp = min(60, max(length // 4, 1))
+        env = np.ones(length)
+        env[:ramp] = np.linspace(0, 1, ramp)
+        env[-ramp:] = np.minimum(env[-ramp:], np.linspace(1, 0, ramp))
+        end = min(n, start + length)
+        rate[start:end] *= 1 + (gain - 1) * env[: end - start]
+    frames = mean_frames * (1.0 + 0.25 * np.cos(2 * math.pi * (hour - 3.0) / 24.0))
+    return Trace(rate=rate, mean_frames=frames, name=name)
+
+
+def load_csv(path: str | Path, *, default_mean_frames: float = 220.0) -> Trace:
+    """Load a trace CSV.
+
+    Columns: ``t`` (seconds from the start, ascending) and either ``rate`` (requests/s from
+    this row until the next) or ``arrivals`` (requests in that second); optional
+    ``mean_frames`` (decoded frames per request) or ``text_chars`` (characters per request,
+    converted at ~0.9 frames per character, i.e. ~24 characters per second of audio).
+    Rows may be at any resolution; values hold until the next row.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"trace file not found: {p}")
+    try:
+        fh = p.open(newline="")
+    except OSError as exc:
+        raise UserError(f"cannot read trace {p}: {exc.strerror}") from None
+    with fh:
+        reader = csv.DictReader(fh)
+        cols = set(reader.fieldnames or [])
+        if "t" not in cols or not ({"rate", "arrivals"} & cols):
+            raise UserError(f"{p}: header must have 't' and 'rate' or 'arrivals' columns, "
+                            f"got {sorted(cols) or 'nothing'}")
+        ts: list[float] = []
+        rates: list[float] = []
+        frames: list[float] = []
+        for lineno, row in enumerate(reader, start=2):
+            try:
+                t = float(row["t"])
+                if "rate" in cols and row.get("rate") not in (None, ""):
+                    r = float(row["rate"])
+                else:
+                    r = float(row["arrivals"])
+                if "mean_frames" in cols and row.get("mean_frames"):
+                    f = float(row["mean_frames"])
+                elif "text_chars" in cols and row.get("text_chars"):
+                    f = float(row["text_chars"]) * 0.9
+                else:
+                    f = default_mean_frames
+            except (TypeError, ValueError):
+                raise UserError(f"{p}:{lineno}: malformed row {dict(row)!r}") from None
+            if not (math.isfinite(t) and math.isfinite(r) and math.isfinite(f)):
+                raise UserError(f"{p}:{lineno}: values must be finite")
+            if r < 0:
+                raise UserError(f"{p}:{lineno}: negative arrival rate {r}")
+            if f <= 0:
+                raise UserError(f"{p}:{lineno}: frames per request must be > 0")
+            if ts and t <= ts[-1]:
+                raise UserError(f"{p}:{lineno}: t must increase (got {t} after {ts[-1]})")
+            if t < 0:
+                raise UserError(f"{p}:{lineno}: t must be >= 0")
+            ts.append(t)
+            rates.append(r)
+            frames.append(f)
+    if not ts:
+        raise UserError(f"{p}: no data rows")
+    step = (ts[-1] - ts[-2]) if len(ts) > 1 else 1.0
+    n = int(math.ceil(ts[-1] + step))
+    idx = np.searchsorted(np.asarray(ts), np.arange(n, dtype=np.float64), side="right") - 1
+    idx = np.clip(idx, 0, len(ts) - 1)
+    rate = np.asarray(rates)[idx]
+    rate[np.arange(n) < ts[0]] = 0.0
+    return Trace(rate=rate, mean_frames=np.asarray(frames)[idx], name=p.name)
