@@ -131,7 +131,7 @@ def split_load(load: float, pools: Sequence[PoolSpec], targets: Mapping[str, flo
 
 
 def _window_mean(samples: Sequence[tuple[float, float]], now: float, window: float) -> float:
-    vals = [v for (t, v) in samples if t > now - window - 1e-9]
+    vals = [v for (t, v) in samples if t > now - window]
     return sum(vals) / len(vals) if vals else 0.0
 
 

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Install everything the test suite needs on a fresh Debian machine (system packages and Python
+# packages), then run the whole suite. This is the README's test command and what CI runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+APT_PACKAGES=(
+  slurmctld slurmd slurm-client slurmrestd munge   # a real Slurm for tests/slurm
+  prometheus                                       # prometheus + promtool for metrics/rules tests
+  espeak-ng sox ffmpeg libsndfile1                 # real speech audio for fill-job tests
+)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "== apt-get install ${missing[*]}"
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+echo "== pip install (CPU torch wheel first, so nothing pulls a CUDA build)"
+python3 -m pip install -q --disable-pip-version-check "torch==2.13.0"
+python3 -m pip install -q --disable-pip-version-check -e ".[all]"
+
+echo "== ruff"
+python3 -m ruff check .
+
+echo "== pytest"
+python3 -m pytest -q -p no:cacheprovider "$@"

@@ -1,0 +1,68 @@
+"""GPU class catalog: classes, serving defaults, capacity curves, overrides."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ttsfleet.catalog import CapacityCurve, CapacityPoint, GpuCatalog, UnknownGpuClass, cuda_graph_max_bs
+
+
+def test_classes_and_schemes():
+    cat = GpuCatalog.default()
+    assert cat.names() == ["h200", "rtx5090", "rtx6000pro"]
+    h200 = cat.get("h200")
+    assert (h200.arch, h200.quantization, h200.weight_block, h200.activation_block) == (
+        "sm_90a", "bsgemm_fp8", (128, 128), (1, 128))
+    for name in ("rtx5090", "rtx6000pro"):
+        c = cat.get(name)
+        assert (c.arch, c.quantization, c.activation_block, c.scale_format) == (
+            "sm_120a", "mxfp8", (1, 32), "ue8m0")
+    assert cat.get("rtx5090").memory_gb == 32 and cat.get("rtx6000pro").memory_gb == 96
+
+
+@pytest.mark.parametrize(("mrr", "bs"), [(1, 1), (24, 24), (64, 64), (65, 64), (256, 64)])
+def test_cuda_graph_max_bs(mrr, bs):
+    assert cuda_graph_max_bs(mrr) == bs
+    with pytest.raises(ValueError):
+        cuda_graph_max_bs(0)
+
+
+def test_seed_curves_match_source_figures():
+    cat = GpuCatalog.default()
+    h = cat.get("h200").capacity
+    assert h.frames_per_s(64) == pytest.approx(8006)
+    assert h.scaling() == pytest.approx(52, rel=0.01)
+    assert h.ttfa_s(1) == pytest.approx(0.073) and h.ttfa_s(64) == pytest.approx(0.110)
+    assert cat.get("rtx5090").capacity.frames_per_s(64) == pytest.approx(5869)
+    # monotone, interpolated between points, linear below the first point
+    xs = [h.frames_per_s(c) for c in (0.5, 1, 3, 10, 40, 64, 100)]
+    assert xs == sorted(xs)
+    assert h.frames_per_s(0.5) == pytest.approx(h.frames_per_s(1) / 2)
+
+
+def test_measured_curve_replaces_seed(tmp_path):
+    doc = {"source": "bench 2026-11-30", "points": [
+        {"concurrency": 1, "frames_per_s": 200, "ttfa_s": 0.05},
+        {"concurrency": 64, "frames_per_s": 12000, "ttfa_s": 0.09}]}
+    f = tmp_path / "curve.json"
+    f.write_text(json.dumps(doc))
+    cat = GpuCatalog.default().with_measured_file("h200", f)
+    assert cat.get("h200").capacity.frames_per_s(64) == 12000
+    assert cat.get("h200").capacity.source == "bench 2026-11-30"
+    assert GpuCatalog.default().get("h200").capacity.frames_per_s(64) == pytest.approx(8006)
+
+
+def test_unknown_class_and_bad_curves(tmp_path):
+    with pytest.raises(UnknownGpuClass, match="known: h200"):
+        GpuCatalog.default().get("a100")
+    with pytest.raises(ValueError, match="duplicate"):
+        CapacityCurve(points=(CapacityPoint(concurrency=1, frames_per_s=1, ttfa_s=1),
+                              CapacityPoint(concurrency=1, frames_per_s=2, ttfa_s=1)))
+    f = tmp_path / "cat.yaml"
+    f.write_text("classes:\n  h200:\n    model_load_s: 30\n")
+    assert GpuCatalog.from_file(f).get("h200").model_load_s == 30
+    f.write_text("nope: 1\n")
+    with pytest.raises(ValueError, match="classes"):
+        GpuCatalog.from_file(f)

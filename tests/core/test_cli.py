@@ -1,0 +1,58 @@
+"""The CLI as a user meets it: a real subprocess, real exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def run(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ttsfleet.cli", *args], capture_output=True,
+                          text=True, timeout=300, cwd=cwd)
+
+
+def test_simulate_json(tmp_path):
+    p = run("simulate", "--days", "0.25", "--peak-rps", "200", "--fleet", "h200=4,rtx5090=4",
+            "--json", "--plot", str(tmp_path / "sim.png"), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert set(doc["runs"]) == {"inference-only", "policy (inference + fill)"}
+    pol = doc["runs"]["policy (inference + fill)"]
+    assert pol["utilization"]["overall"]["active_total"] > doc["runs"]["inference-only"][
+        "utilization"]["overall"]["active_total"]
+    png = (tmp_path / "sim.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+
+def test_simulate_table_and_trace_file(tmp_path):
+    f = tmp_path / "trace.csv"
+    f.write_text("t,rate\n" + "".join(f"{i * 60},{50 + 40 * (i % 10)}\n" for i in range(120)))
+    p = run("simulate", "--trace", str(f), "--fleet", "h200=4", "--no-plot", "--quiet")
+    assert p.returncode == 0, p.stderr
+    assert "GPU utilization, active" in p.stdout and "TTFA p50 / p99" in p.stdout
+
+
+def test_bad_input_is_one_line_exit_2(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("t,rate\n0,1\n1,oops\n")
+    cases = [
+        (["simulate", "--fleet", "a100=8", "--no-plot"], "unknown GPU class 'a100'"),
+        (["simulate", "--fleet", "h200=-3", "--no-plot"], "must be >= 0"),
+        (["simulate", "--trace", str(bad), "--no-plot"], "bad.csv:3: malformed"),
+        (["simulate", "--trace", str(tmp_path / "nope.csv"), "--no-plot"], "not found"),
+        (["simulate", "--days", "-1", "--no-plot"], "--days must be > 0"),
+    ]
+    for args, msg in cases:
+        p = run(*args)
+        assert p.returncode == 2, (args, p.stderr)
+        err = p.stderr.strip()
+        assert msg in err, (args, err)
+        assert len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_help_lists_components():
+    p = run("--help")
+    assert p.returncode == 0
+    for cmd in ("simulate", "fill", "slurm", "operator", "kernels", "dashboards"):
+        assert cmd in p.stdout

@@ -1,0 +1,71 @@
+"""Packaging: components import as ttsfleet.<component>, the stdlib's operator stays itself, and a
+non-editable install works from outside the repository."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import sysconfig
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPONENTS = {"operator", "inference", "kernels", "fill_jobs", "slurm"}
+
+
+def _pyproject() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def test_every_package_folder_is_listed():
+    tool = _pyproject()["tool"]["setuptools"]
+    listed = set(tool["packages"])
+    mapping = tool["package-dir"]
+    found = set()
+    for dotted, folder in mapping.items():
+        base = ROOT / folder
+        for init in base.rglob("__init__.py"):
+            rel = init.parent.relative_to(base)
+            if "__pycache__" in rel.parts:
+                continue
+            found.add(".".join([dotted, *rel.parts]))
+    assert found <= listed, f"folders with __init__.py missing from pyproject: {sorted(found - listed)}"
+    assert {f"ttsfleet.{c}" for c in COMPONENTS} <= listed
+
+
+def test_bare_operator_is_the_stdlib_even_from_the_repo_root():
+    out = subprocess.run([sys.executable, "-c", "import operator; print(operator.__file__)"],
+                         cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+    assert Path(out).parent != ROOT / "operator" and "site-packages" not in out
+    assert Path(out).name == "operator.py"
+
+
+@pytest.mark.slow
+def test_non_editable_install_imports_from_outside_the_repo(tmp_path):
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation",
+                    "-q", "-w", str(wheels)], check=True, capture_output=True, timeout=300)
+    (wheel,) = wheels.glob("ttsfleet-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for comp in COMPONENTS:
+        assert f"ttsfleet/{comp}/__init__.py" in names
+    assert not any(n.startswith("operator/") for n in names), "bare operator package shipped"
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target),
+                    str(wheel)], check=True, capture_output=True, timeout=300)
+    # -S: no .pth processing, so the editable install of this checkout cannot leak in; the
+    # dependencies come from the real site-packages appended after the installed wheel.
+    path = f"{target}:{sysconfig.get_paths()['purelib']}"
+    code = ("import operator, ttsfleet, ttsfleet.operator, ttsfleet.fill_jobs, ttsfleet.slurm, "
+            "ttsfleet.inference, ttsfleet.kernels, ttsfleet.policy, ttsfleet.sim.engine\n"
+            "from ttsfleet.catalog import GpuCatalog\n"
+            "assert GpuCatalog.default().get('h200').serving.cuda_graph_max_bs == 64\n"
+            "assert hasattr(operator, 'itemgetter')\n"
+            "print(ttsfleet.operator.__file__)")
+    out = subprocess.run([sys.executable, "-S", "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                         env={"PYTHONPATH": path, "PATH": "/usr/bin:/bin"}, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().startswith(str(target))
