@@ -69,3 +69,15 @@ def test_non_editable_install_imports_from_outside_the_repo(tmp_path):
                          env={"PYTHONPATH": path, "PATH": "/usr/bin:/bin"}, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().startswith(str(target))
+
+
+def test_cli_startup_imports_no_heavy_component_dependencies():
+    """`pip install .` (no extras) must be enough for `ttsfleet simulate`: the CLI may not import
+    torch, kopf, fastapi, silero or the Grafana SDK until a command that needs them runs."""
+    code = ("import sys, ttsfleet.cli\n"
+            "heavy = {'torch', 'kopf', 'kubernetes', 'fastapi', 'uvicorn', 'silero_vad', 'soundfile',\n"
+            "         'grafana_foundation_sdk', 'helm_python', 'triton', 'pyloudnorm', 'scipy'}\n"
+            "print(sorted(heavy & set(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=ROOT).stdout.strip()
+    assert out == "[]", f"imported at CLI startup: {out}"

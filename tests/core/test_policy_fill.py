@@ -87,9 +87,8 @@ observations = st.builds(
         "h200", 0.0, total_gpus=total, inference_gpus=min(inf, total),
         training_gpus=min(train, max(total - min(inf, total), 0)), pending_inference_gpus=pinf,
         pending_training_gpus=ptrain, unavailable_gpus=unav,
-        fill_jobs=tuple(FillJobView(f"j{i:03d}", 1, a, i in term) for i, a in
-                        enumerate(ages[:max(total - min(inf, total) - min(train, max(total - min(inf, total), 0)),
-                                            0)])),
+        fill_jobs=tuple(FillJobView(f"j{i:03d}", 1, a, i in term) for i, a in enumerate(
+            ages[:max(total - min(inf, total) - min(train, max(total - min(inf, total), 0)), 0)])),
         inference_forecast_gpus=fc),
     st.integers(0, 64), st.integers(0, 64), st.integers(0, 16), st.integers(0, 16),
     st.integers(0, 8), st.integers(0, 4), st.lists(st.floats(0, 600), max_size=64),

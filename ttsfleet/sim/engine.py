@@ -109,6 +109,7 @@ class SimResult:
     ttfa_w: np.ndarray  # weights (arrivals)
     slo_violation_minutes: int
     requests: float
+    rejected: float
     frames: float
     scale_events: dict[str, int]
     fill_done_s: float
@@ -211,6 +212,8 @@ def simulate(scenario: Scenario, trace: Trace, *, fill: bool = True, catalog: Gp
     busy_min = np.zeros(minutes)
     total_gpus = sum(c.total for c in classes.values())
     requests = 0.0
+    rejected = 0.0
+    queue_cap = scenario.queue_per_replica
     fill_lost = 0.0
     evictions = admissions = 0
     scale_events = {"up": 0, "down": 0}
@@ -320,6 +323,10 @@ def simulate(scenario: Scenario, trace: Trace, *, fill: bool = True, catalog: Gp
         for i, p in enumerate(pools):
             a = a_total * (p.ready * p.target / cap_sum if cap_sum > 0 else 1.0 / n_pools)
             p.queue += a
+            if p.queue > p.ready * queue_cap + queue_cap:
+                # the server's bounded queue: beyond it requests get 429 + Retry-After
+                rejected += p.queue - (p.ready * queue_cap + queue_cap)
+                p.queue = p.ready * queue_cap + queue_cap
             slots = p.ready * p.max_running - p.in_flight
             if slots > 0 and p.queue > 0:
                 adm = p.queue if p.queue < slots else slots
@@ -469,7 +476,8 @@ def simulate(scenario: Scenario, trace: Trace, *, fill: bool = True, catalog: Gp
     return SimResult(
         scenario=scenario, fill_enabled=fill, seconds=n, gpu_seconds=gpu_s, active_seconds=act_s,
         work_seconds=work_s, ttfa_s=ttfa_vals.ravel(), ttfa_w=ttfa_wts.ravel(),
-        slo_violation_minutes=slo_minutes, requests=requests, frames=sum(p.frames for p in pools),
+        slo_violation_minutes=slo_minutes, requests=requests, rejected=rejected,
+        frames=sum(p.frames for p in pools),
         scale_events=scale_events, fill_done_s=max(fill_done - fill_lost, 0.0), fill_lost_s=fill_lost,
         fill_evictions=evictions, fill_admissions=admissions, training_gpu_s=train_gpu_s,
         training_wait_s=train_wait, minute_series=series, decisions_sample=decisions_sample)
@@ -505,6 +513,8 @@ def summarize(r: SimResult) -> dict:
         "utilization": {"overall": overall, "per_class": per_class},
         "inference": {
             "requests": int(r.requests),
+            "rejected_429": int(r.rejected),
+            "rejected_pct": round(100 * r.rejected / r.requests, 3) if r.requests else 0.0,
             "frames": int(r.frames),
             "ttfa_p50_ms": round(p50 * 1000, 1),
             "ttfa_p99_ms": round(p99 * 1000, 1),

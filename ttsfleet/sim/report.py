@@ -49,6 +49,8 @@ def summary_table(runs: list[tuple[str, dict]], targets: dict[str, bool | None] 
                            f"{_pct(s['utilization']['per_class'][c]['allocated_busy'])}")
     row("TTFA p50 / p99 (ms)",
         lambda s: f"{s['inference']['ttfa_p50_ms']:.0f} / {s['inference']['ttfa_p99_ms']:.0f}")
+    row("requests rejected (429)",
+        lambda s: f"{s['inference']['rejected_429']} ({s['inference']['rejected_pct']:.2f}%)")
     row("SLO-violation minutes", lambda s: str(s["inference"]["slo_violation_minutes"]))
     row("scale events up / down",
         lambda s: f"{s['inference']['scale_events']['up']} / {s['inference']['scale_events']['down']}")

@@ -56,6 +56,8 @@ class Scenario(BaseModel):
     training: list[TrainingJob] = Field(default_factory=list)
     policy_interval_s: float = Field(default=15.0, gt=0,
                                      description="operator cadence: autoscaler and fill timers")
+    queue_per_replica: int = Field(default=64, ge=0,
+                                   description="bounded server queue per replica; beyond it 429")
     training_load_factor: float = Field(default=0.95, gt=0, le=1)
     seed: int = 0
 
