@@ -50,7 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     from pydantic import ValidationError
 
     try:
-        app(args=argv, standalone_mode=False)
+        # With standalone_mode=False click returns the code of typer.Exit / ctx.exit instead of
+        # exiting; keep it, or `raise typer.Exit(1)` would end as 0.
+        rc = app(args=argv, standalone_mode=False)
     except UserError as exc:
         print(f"error: {one_line(exc)}", file=sys.stderr)
         return exc.exit_code
@@ -71,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             print("aborted", file=sys.stderr)
             return 130
         raise
-    return 0
+    return rc if isinstance(rc, int) else 0
 
 
 if __name__ == "__main__":

@@ -56,3 +56,27 @@ def test_help_lists_components():
     assert p.returncode == 0
     for cmd in ("simulate", "fill", "slurm", "operator", "kernels", "dashboards"):
         assert cmd in p.stdout
+
+
+def test_exit_codes_of_commands_survive_the_root_wrapper():
+    """typer.Exit(n) inside a command must reach the shell as n (not 0)."""
+    import typer
+
+    from ttsfleet import cli
+
+    sub = typer.Typer()
+
+    @sub.command()
+    def fail() -> None:
+        raise typer.Exit(3)
+
+    @sub.command()
+    def ok() -> None:
+        pass
+
+    cli.app.add_typer(sub, name="selftest")
+    try:
+        assert cli.main(["selftest", "fail"]) == 3
+        assert cli.main(["selftest", "ok"]) == 0
+    finally:
+        cli.app.registered_groups.pop()
