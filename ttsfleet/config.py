@@ -91,6 +91,10 @@ class FillPolicyConfig(WireModel):
                                       description="cap on GPUs running fill work per class")
     hold_while_training_pending: bool = Field(
         default=True, description="admit no fill while training jobs wait for GPUs")
+    scheduler_preempts_training: bool = Field(
+        default=False,
+        description="the scheduler preempts fill for pending training by itself (Slurm "
+                    "partition_prio): evict only for inference and headroom")
     grace_period_s: float = Field(default=30.0, gt=0,
                                   description="SIGTERM to SIGKILL for fill pods and jobs")
     checkpoint_interval_s: float = Field(default=60.0, gt=0)

@@ -129,3 +129,21 @@ def test_fill_invariants(obs, min_free, frac):
     if obs.pending_inference_gpus or obs.pending_training_gpus:
         free_after = max(usable - held, 0) - plan.reserved_gpus
         assert plan.admit <= max(free_after, 0)
+
+
+def test_queued_fill_jobs_count_as_admitted():
+    obs = ClassObservation("h200", 0, total_gpus=8, inference_gpus=2, queued_fill_jobs=4)
+    assert plan_fill(CFG, obs).admit == 2
+
+
+def test_scheduler_that_preempts_for_training_is_not_doubled():
+    obs = ClassObservation("h200", 0, total_gpus=4, pending_training_gpus=2,
+                           fill_jobs=jobs(1.0, 2.0, 3.0, 4.0))
+    assert len(plan_fill(CFG, obs).evict) == 2
+    slurm_like = FillPolicyConfig(scheduler_preempts_training=True)
+    plan = plan_fill(slurm_like, obs)
+    assert plan.evict == () and plan.admit == 0
+    # pending inference is still evicted for: no scheduler does that for us
+    obs2 = ClassObservation("h200", 0, total_gpus=4, pending_inference_gpus=1, pending_training_gpus=2,
+                            fill_jobs=jobs(1.0, 2.0, 3.0, 4.0))
+    assert plan_fill(slurm_like, obs2).evict == ("j0",)

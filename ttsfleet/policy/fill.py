@@ -59,11 +59,14 @@ class ClassObservation:
     fill_jobs: tuple[FillJobView, ...] = ()
     fill_gpus_per_job: int = 1
     fill_work_available: int | None = None  # jobs that could still start; None = unbounded
+    #: Fill jobs already waiting in the scheduler's queue (e.g. requeued after preemption): they
+    #: start on their own as GPUs free up, so admission counts them as already admitted.
+    queued_fill_jobs: int = 0
     inference_forecast_gpus: float | None = None  # inference GPUs expected at t + deadline
 
     def __post_init__(self) -> None:
         for name in ("total_gpus", "inference_gpus", "training_gpus", "pending_inference_gpus",
-                     "pending_training_gpus", "unavailable_gpus"):
+                     "pending_training_gpus", "unavailable_gpus", "queued_fill_jobs"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.fill_gpus_per_job < 1:
@@ -125,14 +128,18 @@ def plan_fill(config: FillPolicyConfig, obs: ClassObservation) -> FillPlan:
     usable = max(obs.total_gpus - obs.unavailable_gpus, 0)
     held = obs.inference_gpus + obs.training_gpus + running + terminating
     free = max(usable - held, 0)
+    # Where the scheduler itself preempts fill for pending training (Slurm's partition_prio), the
+    # policy must not evict for it too, or both evict and one job too many is lost.
+    evict_for_training = 0 if config.scheduler_preempts_training else obs.pending_training_gpus
     demand = obs.pending_inference_gpus + obs.pending_training_gpus
+    evict_demand = obs.pending_inference_gpus + evict_for_training
     headroom = headroom_gpus(config, obs)
     # Headroom can never exceed what fill could give back.
     reserved = demand + min(headroom, max(usable - obs.inference_gpus - obs.training_gpus
                                           - demand, 0))
     reasons: list[str] = []
     becoming_free = free + terminating
-    shortfall = reserved - becoming_free
+    shortfall = reserved - (demand - evict_demand) - becoming_free
     if shortfall > 0:
         victims = choose_victims(obs.fill_jobs, shortfall)
         if victims:
@@ -156,6 +163,8 @@ def plan_fill(config: FillPolicyConfig, obs: ClassObservation) -> FillPlan:
     if config.max_fill_gpus is not None:
         admit_gpus = min(admit_gpus, max(config.max_fill_gpus - running - terminating, 0))
     admit = admit_gpus // obs.fill_gpus_per_job
+    if obs.queued_fill_jobs:
+        admit = max(admit - obs.queued_fill_jobs, 0)
     if obs.fill_work_available is not None:
         admit = min(admit, obs.fill_work_available)
     if admit:

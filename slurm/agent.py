@@ -1,0 +1,190 @@
+"""The Slurm fill agent: keep idle fill-partition GPUs busy with dataset shards, never twice.
+
+Each pass reads Slurm once, builds one observation per GPU class (:mod:`ttsfleet.slurm.observe`),
+asks :func:`ttsfleet.policy.plan_fill` what to do and carries the plan out:
+
+* ``admit``: submit that many untaken shards on that class (the policy already counts the fill
+  jobs Slurm holds queued for the class: requeued jobs restart by themselves as GPUs free up);
+* ``evict``: send the warning signal (USR1 to the batch shell), the same orderly stop as a Slurm
+  preemption: the shard checkpoints, exits 99 and is requeued.
+
+Training preempts fill through Slurm itself (partition PriorityTier); while training waits the
+policy admits nothing. Shards are recorded in a :class:`~ttsfleet.slurm.ledger.Ledger` before
+submission, so no shard is submitted twice, even across agent restarts or failed submissions.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from ttsfleet.slurm.backend import JobInfo, SlurmBackend, SlurmUnavailable, SubmitRejected
+from ttsfleet.slurm.ledger import Ledger, ShardEntry
+from ttsfleet.slurm.observe import ClassState, observe_classes, take_snapshot
+from ttsfleet.slurm.sbatch import FillShardSpec, fill_submit_request, shard_of
+
+from ttsfleet.config import FillPolicyConfig
+from ttsfleet.metrics import Collectors
+from ttsfleet.policy import FillPlan, plan_fill
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PassReport:
+    """What one agent pass saw, decided and did."""
+
+    plans: dict[str, FillPlan] = field(default_factory=dict)
+    pending_fill: dict[str, int] = field(default_factory=dict)
+    submitted: list[tuple[int, str, str]] = field(default_factory=list)  # (shard, class, job id)
+    evicted: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    shards_left: int = 0
+
+    def lines(self) -> list[str]:
+        out = []
+        for cls, plan in sorted(self.plans.items()):
+            why = "; ".join(plan.reasons) or "nothing to do"
+            out.append(f"{cls}: admit={plan.admit} evict={len(plan.evict)} free={plan.free_gpus} "
+                       f"queued_fill={self.pending_fill.get(cls, 0)}: {why}")
+        out += [f"submitted shard {s} on {c} as job {j}" for s, c, j in self.submitted]
+        out += [f"signalled job {j} to checkpoint and requeue" for j in self.evicted]
+        out += [f"error: {e}" for e in self.errors]
+        out.append(f"shards not yet submitted: {self.shards_left}")
+        return out
+
+
+def checkpoint_age(spec: FillShardSpec, now: float) -> Callable[[JobInfo], float]:
+    """Seconds since a running shard last wrote its checkpoint directory (or since it started)."""
+
+    def age(job: JobInfo) -> float:
+        ref = shard_of(job)
+        newest = 0.0
+        if ref and ref.indices:
+            try:
+                newest = spec.checkpoint_file(ref.indices[0]).stat().st_mtime
+            except OSError:
+                newest = 0.0
+        since = newest or job.start_time
+        return max(now - since, 0.0) if since else 0.0
+
+    return age
+
+
+class FillAgent:
+    """Carries out :func:`plan_fill` on a Slurm cluster for one dataset's shards."""
+
+    def __init__(self, backend: SlurmBackend, spec: FillShardSpec, policy: FillPolicyConfig,
+                 ledger_path: str | Path, *, gpu_classes: list[str] | None = None,
+                 clock: Callable[[], float] = time.time, collectors: Collectors | None = None,
+                 signal_forget_s: float | None = None) -> None:
+        self.backend = backend
+        self.spec = spec
+        self.policy = policy
+        self.ledger_path = Path(ledger_path)
+        self.gpu_classes = gpu_classes
+        self.clock = clock
+        self.collectors = collectors
+        # forget an eviction once the job had its grace time plus a margin to go
+        self.signal_forget_s = signal_forget_s or (spec.grace_time_s + 60.0)
+
+    def run_once(self) -> PassReport:
+        report = PassReport()
+        ledger = Ledger.load(self.ledger_path, self.spec.name, self.spec.shard_count)
+        self.backend.ping()  # fails fast; squeue against a dead controller retries for ~10 s
+        snapshot = take_snapshot(self.backend, self.clock)
+        queued = self._reconcile(ledger, snapshot.jobs)
+        untaken = ledger.untaken(queued)
+        states = observe_classes(
+            snapshot, fill_partition=self.spec.partition, fill_gpus_per_job=self.spec.gpus,
+            seconds_since_checkpoint=checkpoint_age(self.spec, snapshot.t),
+            signalled=set(ledger.signalled), fill_work_available=len(untaken))
+        for cls, state in states.items():
+            if self.gpu_classes is not None and cls not in self.gpu_classes:
+                continue
+            plan = plan_fill(self.policy, _with_work(state, len(untaken)))
+            report.plans[cls] = plan
+            report.pending_fill[cls] = state.pending_fill_jobs
+            for job_id in plan.evict:
+                self._evict(ledger, job_id, report)
+            for _ in range(plan.admit):
+                if not untaken or report.errors:
+                    break
+                index = untaken.pop(0)
+                self._submit(ledger, index, cls, report)
+        report.shards_left = len(untaken)
+        ledger.save()
+        return report
+
+    # ---------------------------------------------------------------- steps
+    def _reconcile(self, ledger: Ledger, jobs: tuple[JobInfo, ...]) -> set[int]:
+        """Adopt queued jobs of this dataset into the ledger; return the shards they carry."""
+        queued: set[int] = set()
+        now = self.clock()
+        live = {j.job_id for j in jobs if j.active or j.waiting}
+        for job in jobs:
+            ref = shard_of(job)
+            if not ref or ref.dataset != ledger.dataset or ref.count != ledger.shard_count:
+                continue
+            for i in ref.indices:
+                queued.add(i)
+                entry = ledger.shards.get(i)
+                if entry is None or entry.state != "submitted":
+                    ledger.shards[i] = ShardEntry("submitted", job.gpu_class or "?", now, job.job_id)
+        for i, entry in list(ledger.shards.items()):
+            if entry.state == "unconfirmed" and i not in queued:
+                # Slurm was unreachable when it was submitted and the queue never showed it
+                # (finished jobs stay listed for MinJobAge): it was not submitted.
+                del ledger.shards[i]
+        for job_id, at in list(ledger.signalled.items()):
+            if job_id not in live or now - at > self.signal_forget_s:
+                del ledger.signalled[job_id]
+        return queued
+
+    def _submit(self, ledger: Ledger, index: int, cls: str, report: PassReport) -> None:
+        ledger.shards[index] = ShardEntry("submitting", cls, self.clock())
+        ledger.save()
+        request = fill_submit_request(replace(self.spec, gpu_class=cls), index)
+        try:
+            job_id = self.backend.submit(request)
+        except SubmitRejected as exc:
+            del ledger.shards[index]  # Slurm refused it: nothing was queued
+            report.errors.append(str(exc))
+            return
+        except SlurmUnavailable as exc:
+            ledger.shards[index].state = "unconfirmed"
+            report.errors.append(str(exc))
+            return
+        ledger.shards[index] = ShardEntry("submitted", cls, self.clock(), job_id)
+        ledger.save()
+        report.submitted.append((index, cls, job_id))
+        if self.collectors is not None:
+            self.collectors["slurm_fill_submissions"].labels(gpu_class=cls).inc()
+        log.info("submitted shard %d of %s on %s as job %s", index, ledger.dataset, cls, job_id)
+
+    def _evict(self, ledger: Ledger, job_id: str, report: PassReport) -> None:
+        try:
+            self.backend.cancel(job_id, signal="USR1", batch_only=True)
+        except SlurmUnavailable as exc:
+            report.errors.append(str(exc))
+            return
+        ledger.signalled[job_id] = self.clock()
+        report.evicted.append(job_id)
+
+    def run_forever(self, interval_s: float, on_pass: Callable[[PassReport], None] | None = None) -> None:
+        while True:
+            try:
+                report = self.run_once()
+            except SlurmUnavailable as exc:
+                report = PassReport(errors=[str(exc)])
+            if on_pass:
+                on_pass(report)
+            time.sleep(interval_s)
+
+
+def _with_work(state: ClassState, available: int):
+    """The class observation with the shards still available (shared across classes)."""
+    return replace(state.observation, fill_work_available=available)

@@ -1,0 +1,100 @@
+"""Fixtures for the Slurm tests: one real local cluster per session, backends, a speech corpus.
+
+The cluster (munged, slurmctld, one slurmd with 4 fake h200 GPUs, slurmrestd when installed)
+lives under a pytest temp dir on free ports; its daemons are stopped at session end by a
+finalizer and, should the run die, by the cluster's atexit hook. Each test that uses the cluster
+starts and ends with an empty queue.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from ttsfleet.slurm.backend import JobInfo
+from ttsfleet.slurm.cli_backend import CliBackend
+from ttsfleet.slurm.localcluster import LocalCluster, LocalClusterSpec, missing_binaries
+
+GRACE_TIME_S = 5
+CRED_EXPIRE_S = 5
+
+
+def _skip_reason() -> str | None:
+    if os.geteuid() != 0:
+        return "the local Slurm cluster needs root"
+    missing = missing_binaries()
+    if missing:
+        return f"Slurm/munge not installed (missing {', '.join(missing)})"
+    return None
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+    restd = shutil.which("slurmrestd") is not None or Path("/usr/sbin/slurmrestd").exists()
+    spec = LocalClusterSpec(nodes=1, cpus_per_node=8, gpus_per_node=4, gpu_class="h200",
+                            grace_time_s=GRACE_TIME_S, kill_wait_s=2, cred_expire_s=CRED_EXPIRE_S,
+                            restd=restd)
+    c = LocalCluster(tmp_path_factory.mktemp("slurm-cluster"), spec)
+    try:
+        c.start()
+    except Exception:
+        c.stop()
+        raise
+    yield c
+    c.stop()
+
+
+@pytest.fixture
+def slurm(cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalCluster]:
+    """The session cluster with an empty queue before and after the test; SLURM_CONF set."""
+    monkeypatch.setenv("SLURM_CONF", str(cluster.conf_path))
+    cluster.cancel_all_jobs()
+    yield cluster
+    cluster.cancel_all_jobs()
+
+
+@pytest.fixture
+def cli_backend(slurm: LocalCluster) -> CliBackend:
+    return CliBackend(str(slurm.conf_path))
+
+
+def wait_for(cond: Callable[[], object], timeout: float, what: str, interval: float = 0.2) -> object:
+    """Poll ``cond`` until it returns something truthy; fail the test with ``what`` on timeout."""
+    end = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > end:
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+def squeue_truth(cluster: LocalCluster) -> list[dict[str, str]]:
+    """Jobs straight from ``squeue`` text output (independent of the backends under test)."""
+    out = subprocess.run(["squeue", "-h", "-a", "-t", "all", "-o", "%i|%P|%T|%b|%r"], env=cluster.env(),
+                         capture_output=True, text=True, check=True).stdout
+    keys = ("id", "partition", "state", "tres", "reason")
+    return [dict(zip(keys, line.split("|"), strict=True)) for line in out.splitlines() if line.strip()]
+
+
+def job_by_id(jobs: list[JobInfo], job_id: str) -> JobInfo | None:
+    return next((j for j in jobs if j.job_id == job_id), None)
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 32-item espeak-ng speech manifest (the fill jobs' real input)."""
+    if shutil.which("espeak-ng") is None:
+        pytest.skip("needs espeak-ng")
+    from ttsfleet.fill_jobs.corpus import make_corpus
+
+    return make_corpus(tmp_path_factory.mktemp("corpus"), 32, seed=7)
