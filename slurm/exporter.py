@@ -64,6 +64,11 @@ class SlurmExporter:
         allocated: Counter[tuple[str, str]] = Counter()
         pending: Counter[str] = Counter()
         running: Counter[str] = Counter()
+        # Create every partition's counters at 0 before any event, so that increase() and rate()
+        # see the first preemption as a step from 0 instead of a series that is born at 1.
+        for p in sorted({p for n in nodes for p in n.partitions}):
+            c["slurm_preemptions"].labels(partition=p)
+            c["slurm_requeues"].labels(partition=p)
         for job in jobs:
             if job.active:
                 running[job.partition] += 1
