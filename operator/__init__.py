@@ -4,4 +4,15 @@ Thin adapter: it observes Kubernetes (and Prometheus), calls :mod:`ttsfleet.poli
 the decisions. May import the ttsfleet core, kopf and kubernetes; never inference or slurm.
 Imported as ``ttsfleet.operator`` (the folder is mapped by pyproject), so the stdlib's
 ``operator`` module is never shadowed.
+
+Modules, from the outside in:
+
+* ``cli`` — ``ttsfleet operator run | crds | render``; ``main`` — the process (kopf, /metrics,
+  /healthz); ``handlers`` — the kopf registry, one small handler per event; ``runtime`` — shared
+  clients, catalog, metrics.
+* ``inference`` — TTSDeployment reconcile and autoscaling step; ``fill`` — the FillJob pass.
+* Pure parts: ``models`` (CRD spec/status, the schema source), ``crds`` (schema generation),
+  ``desired`` (spec → Deployment/Service/PDB), ``fillview`` (nodes/pods → policy observations, fill
+  pods, shard accounting), ``signals`` (metrics parsing, PromQL), ``status`` (conditions),
+  ``reconcile`` (create-or-patch by diff); ``kube`` — the async REST client.
 """

@@ -1,5 +1,104 @@
-"""``ttsfleet operator ...`` commands."""
+"""``ttsfleet operator ...`` commands: run the operator, write the CRDs, render a manifest's objects.
+
+kopf, kubernetes and the controllers are imported inside the commands so ``ttsfleet --help`` and
+the other components' commands stay fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
 
 import typer
 
+from ttsfleet.errors import UserError
+
 app = typer.Typer(no_args_is_help=True)
+
+
+@app.command()
+def run(
+    metrics_port: int = typer.Option(8080, help="Prometheus /metrics port"),
+    health_port: int = typer.Option(8081, help="liveness GET /healthz port"),
+    namespace: list[str] = typer.Option([], "--namespace", "-n",
+                                        help="watch only these namespaces (repeatable); default all"),
+    autoscale_interval: float = typer.Option(15.0, help="seconds between autoscaling steps"),
+    fill_interval: float = typer.Option(10.0, help="seconds between fill controller passes"),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Run the operator (kopf). TTSFLEET_PROMETHEUS_URL switches signals to PromQL."""
+    for port in (metrics_port, health_port):
+        if not 0 < port < 65536:
+            raise UserError(f"port {port} is out of range 1-65535")
+    if metrics_port == health_port:
+        raise UserError("--metrics-port and --health-port must differ")
+    if autoscale_interval <= 0 or fill_interval <= 0:
+        raise UserError("intervals must be positive")
+    import asyncio
+    import logging
+
+    from ttsfleet.operator.main import serve
+
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    asyncio.run(serve(metrics_port=metrics_port, health_port=health_port, namespaces=namespace,
+                      autoscale_interval_s=autoscale_interval, fill_interval_s=fill_interval))
+
+
+@app.command()
+def crds(
+    out: Path = typer.Option(Path("charts/ttsfleet/crds"), help="directory for the CRD YAML files"),
+    check: bool = typer.Option(False, help="only compare; exit 1 when the files are stale"),
+) -> None:
+    """Write the TTSDeployment and FillJob CRDs generated from the operator's models."""
+    from ttsfleet.operator.crds import crd_documents, render, write_crds
+
+    if check:
+        stale = [name for name, doc in crd_documents().items()
+                 if not (out / name).exists() or (out / name).read_text() != render(doc)]
+        if stale:
+            typer.echo(f"stale: {', '.join(stale)} (run: ttsfleet operator crds --out {out})", err=True)
+            raise typer.Exit(1)
+        typer.echo("CRDs up to date")
+        return
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{out} exists and is not a directory")
+    for path in write_crds(out):
+        typer.echo(str(path))
+
+
+@app.command()
+def render(
+    manifest: Path = typer.Argument(..., help="a TTSDeployment YAML manifest"),
+) -> None:
+    """Print the Deployments, Services and PDBs the operator would create for a TTSDeployment."""
+    import yaml
+    from pydantic import ValidationError
+    from ttsfleet.operator.desired import desired_objects, name_problems
+    from ttsfleet.operator.models import TTSDeploymentSpec
+
+    from ttsfleet.catalog import GpuCatalog
+
+    if not manifest.is_file():
+        raise UserError(f"{manifest}: no such file")
+    try:
+        doc = yaml.safe_load(manifest.read_text())
+    except yaml.YAMLError as exc:
+        raise UserError(f"{manifest}: not YAML ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("kind") != "TTSDeployment":
+        raise UserError(f"{manifest}: expected a TTSDeployment manifest")
+    name = (doc.get("metadata") or {}).get("name")
+    if not name:
+        raise UserError(f"{manifest}: metadata.name is missing")
+    try:
+        spec = TTSDeploymentSpec.model_validate(doc.get("spec") or {})
+    except ValidationError as exc:
+        errs = "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors())
+        raise UserError(f"{manifest}: invalid spec: {errs}") from None
+    if problems := name_problems(name, spec):
+        raise UserError("; ".join(problems))
+    ns = (doc.get("metadata") or {}).get("namespace")
+    objs = desired_objects(name, spec, GpuCatalog.default())
+    for obj in objs:
+        if ns:
+            obj["metadata"]["namespace"] = ns
+    typer.echo(yaml.safe_dump_all(objs, sort_keys=False), nl=False)

@@ -164,3 +164,12 @@ def test_invariants_bounds_and_determinism(history, lo, span):
             assert p.reason and p.message
             assert p.direction == ("up" if p.desired > p.current else "down" if p.desired < p.current
                                    else "none")
+
+
+def test_scale_down_victims_are_the_least_busy():
+    from ttsfleet.policy import scale_down_victims
+
+    load = {"a": 5.0, "b": 0.0, "c": 2.0, "d": 0.0}
+    assert scale_down_victims(load, 2) == ("b", "d")
+    assert scale_down_victims(load, 3) == ("b", "d", "c")
+    assert scale_down_victims(load, 0) == () and scale_down_victims({}, 2) == ()

@@ -13,6 +13,7 @@ from ttsfleet.policy.autoscale import (
     ScaleDecision,
     decide_replicas,
     pool_targets,
+    scale_down_victims,
     split_load,
 )
 from ttsfleet.policy.fill import (
@@ -28,5 +29,5 @@ from ttsfleet.policy.fill import (
 __all__ = [
     "AutoscaleState", "ClassObservation", "DeploymentSignals", "FillJobView", "FillPlan",
     "PoolDecision", "PoolSignals", "ScaleDecision", "choose_victims", "decide_replicas",
-    "forecast_demand", "headroom_gpus", "plan_fill", "pool_targets", "split_load",
+    "forecast_demand", "headroom_gpus", "plan_fill", "pool_targets", "scale_down_victims", "split_load",
 ]

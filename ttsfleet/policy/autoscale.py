@@ -223,3 +223,13 @@ def decide_replicas(config: AutoscaleConfig, pools: Sequence[PoolSpec], catalog:
     decision = ScaleDecision(now, tuple(decisions), stable, panic_load, panic)
     new_state = replace(state, samples=samples, recommendations=recs, panic_until=panic_until)
     return decision, new_state
+
+
+def scale_down_victims(in_flight_by_pod: Mapping[str, float], count: int) -> tuple[str, ...]:
+    """Which replicas to remove first on scale-down: the ``count`` least busy (ties by name).
+
+    The operator marks them with a low ``controller.kubernetes.io/pod-deletion-cost`` so the
+    ReplicaSet removes them and the fewest in-flight requests have to drain.
+    """
+    ranked = sorted(in_flight_by_pod, key=lambda name: (in_flight_by_pod[name], name))
+    return tuple(ranked[:max(count, 0)])

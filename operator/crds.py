@@ -1,0 +1,169 @@
+"""CustomResourceDefinitions generated from the pydantic models in :mod:`ttsfleet.operator.models`.
+
+apiextensions/v1 wants *structural* OpenAPI v3.0 schemas: no ``$ref``, a ``type`` on every node,
+``nullable`` instead of ``anyOf [.., null]``, boolean ``exclusiveMinimum``, and never
+``properties`` together with ``additionalProperties``. :func:`structural` converts pydantic's JSON
+Schema into that form; :func:`crd_documents` wraps it into the two CRDs. The chart ships the files
+``ttsfleet operator crds --out charts/ttsfleet/crds`` writes, and a test regenerates and compares.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel
+from ttsfleet.operator.models import (
+    GROUP,
+    VERSION,
+    FillJobSpec,
+    FillJobStatus,
+    TTSDeploymentSpec,
+    TTSDeploymentStatus,
+)
+
+_DROP = {"title", "examples", "$defs", "definitions"}
+
+
+def _resolve(node: Any, defs: dict[str, Any]) -> Any:
+    if isinstance(node, list):
+        return [_resolve(x, defs) for x in node]
+    if not isinstance(node, dict):
+        return node
+    if "$ref" in node:
+        target = defs[node["$ref"].rsplit("/", 1)[-1]]
+        merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+        return _resolve(merged, defs)
+    return {k: _resolve(v, defs) for k, v in node.items()}
+
+
+def _structural(node: dict[str, Any]) -> dict[str, Any]:
+    node = dict(node)
+    for key in _DROP:
+        node.pop(key, None)
+    any_of = node.pop("anyOf", None)
+    if any_of is not None:
+        non_null = [s for s in any_of if s.get("type") != "null"]
+        if len(non_null) != 1:
+            raise ValueError(f"cannot express anyOf {any_of!r} structurally")
+        inner = _structural(non_null[0])
+        outer = {k: v for k, v in node.items() if k != "default" or v is not None}
+        node = {**inner, **outer}
+        if len(non_null) != len(any_of):
+            node["nullable"] = True
+    if "const" in node:
+        node["enum"] = [node.pop("const")]
+    for bound, plain in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        if isinstance(node.get(bound), int | float) and not isinstance(node.get(bound), bool):
+            node[plain] = node.pop(bound)
+            node[bound] = True
+    if node.get("default", 0) is None:
+        node.pop("default")
+    if isinstance(node.get("default"), dict):
+        node["default"] = {}  # the API server fills the nested defaults itself
+    if "properties" in node:
+        node["type"] = "object"
+        node["properties"] = {k: _structural(v) for k, v in node["properties"].items()}
+        if node.get("additionalProperties") is False:
+            node.pop("additionalProperties")
+    if isinstance(node.get("additionalProperties"), dict):
+        node["additionalProperties"] = _structural(node["additionalProperties"])
+    if isinstance(node.get("items"), dict):
+        node["items"] = _structural(node["items"])
+    if "enum" in node and "type" not in node:
+        node["type"] = "string"
+    return node
+
+
+def structural(model: type[BaseModel]) -> dict[str, Any]:
+    """The structural OpenAPI v3 schema of a wire model (camelCase, input mode)."""
+    raw = model.model_json_schema(by_alias=True, mode="validation")
+    defs = raw.get("$defs", {})
+    return _structural(_resolve(raw, defs))
+
+
+def _crd(kind: str, plural: str, short: list[str], spec: type[BaseModel], status: type[BaseModel],
+         columns: list[dict[str, Any]]) -> dict[str, Any]:
+    spec_schema = structural(spec)
+    spec_schema["description"] = (spec.__doc__ or "").strip().splitlines()[0]
+    status_schema = structural(status)
+    status_schema.pop("description", None)
+    status_schema.pop("required", None)
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{GROUP}",
+                     "labels": {"app.kubernetes.io/part-of": "ttsfleet"}},
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural,
+                      "singular": kind.lower(), "shortNames": short, "categories": ["ttsfleet"]},
+            "versions": [{
+                "name": VERSION,
+                "served": True,
+                "storage": True,
+                "subresources": {"status": {}},
+                "additionalPrinterColumns": columns,
+                "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "required": ["spec"],
+                    "properties": {
+                        "apiVersion": {"type": "string"},
+                        "kind": {"type": "string"},
+                        "metadata": {"type": "object"},
+                        "spec": spec_schema,
+                        "status": status_schema,
+                    },
+                }},
+            }],
+        },
+    }
+
+
+def _col(name: str, path: str, type_: str = "string", priority: int = 0) -> dict[str, Any]:
+    col: dict[str, Any] = {"name": name, "type": type_, "jsonPath": path}
+    if priority:
+        col["priority"] = priority
+    return col
+
+
+def crd_documents() -> dict[str, dict[str, Any]]:
+    """File name → CRD document, for both custom resources."""
+    ready = '.status.conditions[?(@.type=="Ready")].status'
+    ttsd = _crd("TTSDeployment", "ttsdeployments", ["ttsd"], TTSDeploymentSpec, TTSDeploymentStatus, [
+        _col("Ready", ready),
+        _col("Desired", ".status.desiredReplicas", "integer"),
+        _col("Available", ".status.readyReplicas", "integer"),
+        _col("Pools", ".status.summary"),
+        _col("Model", ".spec.model.checkpoint", priority=1),
+        _col("Age", ".metadata.creationTimestamp", "date"),
+    ])
+    fill = _crd("FillJob", "filljobs", ["fj"], FillJobSpec, FillJobStatus, [
+        _col("Done", ".status.shardsDone", "integer"),
+        _col("Shards", ".spec.shards", "integer"),
+        _col("Running", ".status.runningPods", "integer"),
+        _col("Preempted", ".status.preemptionsSurvived", "integer"),
+        _col("Complete", '.status.conditions[?(@.type=="Complete")].status'),
+        _col("Age", ".metadata.creationTimestamp", "date"),
+    ])
+    return {"ttsdeployments.ttsfleet.io.yaml": ttsd, "filljobs.ttsfleet.io.yaml": fill}
+
+
+HEADER = "# Generated by `ttsfleet operator crds` from ttsfleet/operator/models.py. Do not edit.\n"
+
+
+def render(doc: dict[str, Any]) -> str:
+    return HEADER + yaml.safe_dump(doc, sort_keys=False, width=100)
+
+
+def write_crds(out: Path) -> list[Path]:
+    """Write every CRD into ``out``; returns the paths written."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, doc in crd_documents().items():
+        path = out / name
+        path.write_text(render(doc))
+        written.append(path)
+    return written

@@ -1,0 +1,212 @@
+"""Spec → desired objects for a TTSDeployment: per pool a Deployment, a Service and a PDB.
+
+Pure functions, no I/O: the handlers adopt the returned dicts (owner references) and reconcile them
+by diff (:mod:`ttsfleet.operator.reconcile`). Serving settings per GPU class come from
+:mod:`ttsfleet.catalog`; nothing here decides replicas (the autoscaler owns ``spec.replicas``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ttsfleet.operator.models import GPU_CLASS_LABEL, TTSDeploymentSpec, TTSPool
+
+from ttsfleet.catalog import GpuCatalog
+
+INFERENCE_PORT = 8000
+INFERENCE_PRIORITY_CLASS = "ttsfleet-inference"
+MODEL_MOUNT = "/models"
+
+L_NAME = "app.kubernetes.io/name"
+L_INSTANCE = "app.kubernetes.io/instance"
+L_COMPONENT = "app.kubernetes.io/component"
+L_MANAGED_BY = "app.kubernetes.io/managed-by"
+L_DEPLOYMENT = "ttsfleet.io/deployment"
+L_POOL = "ttsfleet.io/pool"
+L_WORKLOAD = "ttsfleet.io/workload"
+MANAGED_BY = "ttsfleet-operator"
+DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
+
+#: Env var names the inference server reads (``ttsfleet.inference.server.ENV``).
+ENV_GPU_CLASS = "TTSFLEET_GPU_CLASS"
+ENV_MAX_RUNNING = "TTSFLEET_MAX_RUNNING_REQUESTS"
+ENV_CUDA_GRAPH = "TTSFLEET_CUDA_GRAPH_MAX_BS"  # informational: the server derives it itself today
+ENV_QUANT = "TTSFLEET_QUANTIZATION"
+ENV_CHECKPOINT = "TTSFLEET_CHECKPOINT"
+ENV_PORT = "TTSFLEET_PORT"
+ENV_MODEL_NAME = "TTSFLEET_MODEL_NAME"
+ENV_DRAIN_TIMEOUT = "TTSFLEET_DRAIN_TIMEOUT_S"
+
+
+def child_name(deployment: str, pool: TTSPool) -> str:
+    return f"{deployment}-{pool.key}"
+
+
+def pool_labels(deployment: str, pool: TTSPool) -> dict[str, str]:
+    """Labels on every object of one pool; the first two form the selector."""
+    return {
+        L_INSTANCE: deployment,
+        L_POOL: pool.key,
+        L_NAME: "ttsfleet-inference",
+        L_COMPONENT: "inference",
+        L_MANAGED_BY: MANAGED_BY,
+        L_DEPLOYMENT: deployment,
+        GPU_CLASS_LABEL: pool.gpu_class,
+        L_WORKLOAD: "inference",
+    }
+
+
+def selector(deployment: str, pool: TTSPool) -> dict[str, str]:
+    return {L_INSTANCE: deployment, L_POOL: pool.key}
+
+
+def quantization(spec: TTSDeploymentSpec, pool: TTSPool, catalog: GpuCatalog) -> str:
+    """``auto`` resolves to the class's scheme: bsgemm FP8 on sm_90a, mxfp8 on sm_120a."""
+    if spec.quantization != "auto":
+        return spec.quantization
+    return catalog.get(pool.gpu_class).quantization
+
+
+def serving_env(spec: TTSDeploymentSpec, pool: TTSPool, catalog: GpuCatalog,
+                model_name: str = "") -> list[dict[str, str]]:
+    pvc = spec.model.pvc
+    checkpoint = f"{MODEL_MOUNT}/{pvc[1]}".rstrip("/") if pvc else spec.model.checkpoint
+    quant = quantization(spec, pool, catalog)
+    env = [
+        {"name": ENV_PORT, "value": str(INFERENCE_PORT)},
+        {"name": ENV_GPU_CLASS, "value": pool.gpu_class},
+        {"name": ENV_MAX_RUNNING, "value": str(spec.max_running_requests(pool.gpu_class))},
+        {"name": ENV_CUDA_GRAPH, "value": str(spec.cuda_graph_max_bs(pool.gpu_class))},
+        # The server spells "no FP8" as none.
+        {"name": ENV_QUANT, "value": "none" if quant == "bf16" else quant},
+        {"name": ENV_CHECKPOINT, "value": checkpoint},
+        {"name": ENV_MODEL_NAME, "value": model_name},
+        # Exit before the kubelet's SIGKILL even if a request is still streaming.
+        {"name": ENV_DRAIN_TIMEOUT, "value": str(max(spec.serving.termination_grace_seconds - 5, 1))},
+    ]
+    ours = {e["name"] for e in env}
+    env += [{"name": e.name, "value": e.value} for e in spec.env if e.name not in ours]
+    return env
+
+
+def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
+    return {"httpGet": {"path": path, "port": "http"}, "periodSeconds": period,
+            "failureThreshold": failures, "timeoutSeconds": 2}
+
+
+def pod_template(name: str, spec: TTSDeploymentSpec, pool: TTSPool,
+                 catalog: GpuCatalog) -> dict[str, Any]:
+    res = spec.resources
+    gpus = str(res.gpus)
+    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}}]
+    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    pvc = spec.model.pvc
+    if pvc:
+        volumes.append({"name": "model", "persistentVolumeClaim": {"claimName": pvc[0], "readOnly": True}})
+        mounts.append({"name": "model", "mountPath": MODEL_MOUNT, "readOnly": True})
+    tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    tolerations += [t.model_dump(by_alias=True, exclude_defaults=True) for t in spec.tolerations]
+    serving = spec.serving
+    container = {
+        "name": "server",
+        "image": spec.image,
+        "command": ["ttsfleet", "serve"],
+        "ports": [{"name": "http", "containerPort": INFERENCE_PORT, "protocol": "TCP"}],
+        "env": serving_env(spec, pool, catalog, model_name=name),
+        "resources": {
+            "requests": {"cpu": res.cpu, "memory": res.memory, "nvidia.com/gpu": gpus},
+            "limits": {"memory": res.memory, "nvidia.com/gpu": gpus},
+        },
+        "startupProbe": _probe("/healthz", 10, max(serving.startup_seconds // 10, 1)),
+        "livenessProbe": _probe("/healthz", 10, 3),
+        "readinessProbe": _probe("/readyz", 5, 2),
+        # The endpoint leaves the Service first, then SIGTERM lets in-flight requests finish.
+        "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(serving.drain_seconds)]}}},
+        "volumeMounts": mounts,
+    }
+    return {
+        "metadata": {
+            "labels": pool_labels(name, pool),
+            "annotations": {"prometheus.io/scrape": "true", "prometheus.io/port": str(INFERENCE_PORT),
+                            "prometheus.io/path": "/metrics"},
+        },
+        "spec": {
+            "priorityClassName": INFERENCE_PRIORITY_CLASS,
+            "terminationGracePeriodSeconds": serving.drain_seconds + serving.termination_grace_seconds,
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": GPU_CLASS_LABEL, "operator": "In",
+                     "values": [catalog.get(pool.gpu_class).node_label]}]}]}}},
+            "nodeSelector": dict(spec.node_selector),
+            "tolerations": tolerations,
+            "containers": [container],
+            "volumes": volumes,
+        },
+    }
+
+
+def deployment(name: str, spec: TTSDeploymentSpec, pool: TTSPool, catalog: GpuCatalog,
+               replicas: int) -> dict[str, Any]:
+    """The pool's Deployment; ``replicas`` is only used when it is created."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": child_name(name, pool), "labels": pool_labels(name, pool)},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": selector(name, pool)},
+            "strategy": {"type": "RollingUpdate",
+                         "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "progressDeadlineSeconds": spec.serving.startup_seconds + 300,
+            "template": pod_template(name, spec, pool, catalog),
+        },
+    }
+
+
+def service(name: str, pool: TTSPool | None) -> dict[str, Any]:
+    """The pool's Service, or (``pool=None``) the deployment-wide one spanning every pool."""
+    if pool is None:
+        labels = {L_INSTANCE: name, L_NAME: "ttsfleet-inference", L_MANAGED_BY: MANAGED_BY,
+                  L_DEPLOYMENT: name}
+        sel = {L_INSTANCE: name, L_WORKLOAD: "inference"}
+        svc_name = name
+    else:
+        labels, sel, svc_name = pool_labels(name, pool), selector(name, pool), child_name(name, pool)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": svc_name, "labels": labels},
+        "spec": {"type": "ClusterIP", "selector": sel,
+                 "ports": [{"name": "http", "port": INFERENCE_PORT, "targetPort": "http",
+                            "protocol": "TCP"}]},
+    }
+
+
+def pdb(name: str, pool: TTSPool) -> dict[str, Any]:
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": child_name(name, pool), "labels": pool_labels(name, pool)},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector(name, pool)}},
+    }
+
+
+def initial_replicas(pool: TTSPool) -> int:
+    return pool.min_replicas
+
+
+def desired_objects(name: str, spec: TTSDeploymentSpec, catalog: GpuCatalog) -> list[dict[str, Any]]:
+    """Every child object of a TTSDeployment, in creation order."""
+    objs: list[dict[str, Any]] = []
+    for pool in spec.pools:
+        objs.append(deployment(name, spec, pool, catalog, initial_replicas(pool)))
+        objs.append(service(name, pool))
+        objs.append(pdb(name, pool))
+    objs.append(service(name, None))
+    return objs
+
+
+def name_problems(name: str, spec: TTSDeploymentSpec) -> list[str]:
+    """Child names must be DNS labels (Services): at most 63 characters."""
+    return [f"child name {child_name(name, p)!r} is longer than 63 characters"
+            for p in spec.pools if len(child_name(name, p)) > 63]

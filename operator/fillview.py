@@ -1,0 +1,339 @@
+"""Pure functions for the fill controller: cluster objects → policy observations, spec → fill pods.
+
+The controller lists nodes and pods; :func:`observe` turns them into one
+:class:`ttsfleet.policy.ClassObservation` per GPU class (GPUs held by inference, training and fill,
+pending demand, fill pods with their un-checkpointed work), :func:`fill_pod` builds a shard's pod,
+and :func:`account` turns this job's finished or vanished pods into shard progress. The decisions
+themselves come from :func:`ttsfleet.policy.plan_fill`.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ttsfleet.operator.desired import L_MANAGED_BY, L_WORKLOAD, MANAGED_BY
+from ttsfleet.operator.models import GPU_CLASS_LABEL, FillJobSpec
+
+from ttsfleet.exitcodes import PREEMPTED_REQUEUE
+from ttsfleet.policy import ClassObservation, FillJobView
+
+FILL_PRIORITY_CLASS = "ttsfleet-fill"
+TRAINING_PRIORITY_CLASS = "ttsfleet-training"
+L_FILLJOB = "ttsfleet.io/filljob"
+L_SHARD = "ttsfleet.io/shard"
+A_LAST_CHECKPOINT = "ttsfleet.io/last-checkpoint"
+A_CHECKPOINT_INTERVAL = "ttsfleet.io/checkpoint-interval-s"
+GPU = "nvidia.com/gpu"
+FILL_METRICS_PORT = 9400
+
+
+def parse_time(ts: str | None) -> float | None:
+    """Unix seconds of a Kubernetes timestamp (RFC 3339; naive ones are UTC); None if unparsable."""
+    if not ts:
+        return None
+    try:
+        dt = datetime.datetime.fromisoformat(ts.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=datetime.UTC)
+    return dt.timestamp()
+
+
+def pod_gpus(pod: Mapping[str, Any]) -> int:
+    total = 0
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        res = c.get("resources") or {}
+        val = (res.get("limits") or {}).get(GPU) or (res.get("requests") or {}).get(GPU) or 0
+        total += int(val)
+    return total
+
+
+def wanted_class(pod: Mapping[str, Any]) -> str | None:
+    """The GPU class a pod is pinned to (node selector, label, or required node affinity)."""
+    spec = pod.get("spec") or {}
+    if cls := (spec.get("nodeSelector") or {}).get(GPU_CLASS_LABEL):
+        return cls
+    aff = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+           .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    for term in aff.get("nodeSelectorTerms") or []:
+        for expr in term.get("matchExpressions") or []:
+            if expr.get("key") == GPU_CLASS_LABEL and expr.get("operator") == "In" and expr.get("values"):
+                return expr["values"][0]
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(GPU_CLASS_LABEL)
+
+
+def workload(pod: Mapping[str, Any]) -> str:
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    if labels.get(L_WORKLOAD) == "fill":
+        return "fill"
+    if labels.get(L_WORKLOAD) == "training" or \
+            (pod.get("spec") or {}).get("priorityClassName") == TRAINING_PRIORITY_CLASS:
+        return "training"
+    return "inference"
+
+
+def finished(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def seconds_since_checkpoint(pod: Mapping[str, Any], now_wall: float, interval_s: float) -> float:
+    """Work at risk: from the pod's last-checkpoint annotation, else estimated from its start time."""
+    meta = pod.get("metadata") or {}
+    ann = meta.get("annotations") or {}
+    if A_LAST_CHECKPOINT in ann:
+        try:
+            return max(now_wall - float(ann[A_LAST_CHECKPOINT]), 0.0)
+        except ValueError:
+            pass
+    started = parse_time((pod.get("status") or {}).get("startTime"))
+    if started is None:
+        return 0.0  # not started: nothing to lose
+    return max(now_wall - started, 0.0) % interval_s
+
+
+@dataclass
+class Inventory:
+    """GPUs per class from the nodes: total and unavailable (cordoned or not Ready)."""
+
+    total: dict[str, int] = field(default_factory=dict)
+    unavailable: dict[str, int] = field(default_factory=dict)
+    node_class: dict[str, str] = field(default_factory=dict)
+
+
+def inventory(nodes: Iterable[Mapping[str, Any]]) -> Inventory:
+    inv = Inventory()
+    for node in nodes:
+        meta = node.get("metadata") or {}
+        cls = (meta.get("labels") or {}).get(GPU_CLASS_LABEL)
+        if not cls:
+            continue
+        status = node.get("status") or {}
+        gpus = int((status.get("allocatable") or status.get("capacity") or {}).get(GPU, 0))
+        inv.node_class[meta["name"]] = cls
+        inv.total[cls] = inv.total.get(cls, 0) + gpus
+        ready = [c for c in status.get("conditions") or [] if c.get("type") == "Ready"]
+        down = (node.get("spec") or {}).get("unschedulable") or (ready and ready[0].get("status") != "True")
+        if down:
+            inv.unavailable[cls] = inv.unavailable.get(cls, 0) + gpus
+    return inv
+
+
+def observe(nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]], t: float,
+            now_wall: float, checkpoint_interval_s: float,
+            forecasts: Mapping[str, float | None] | None = None,
+            checkpoint_ages: Mapping[str, float] | None = None) -> dict[str, ClassObservation]:
+    """One observation per GPU class that has nodes. ``checkpoint_ages`` (``ns/name`` → seconds, as
+    the fill pods report it) wins over the annotation/start-time estimate."""
+    inv = inventory(nodes)
+    acc: dict[str, dict[str, Any]] = {c: {"inference": 0, "training": 0, "p_inference": 0,
+                                          "p_training": 0, "fill": []} for c in inv.total}
+    for pod in pods:
+        if finished(pod):
+            continue
+        gpus = pod_gpus(pod)
+        if gpus == 0:
+            continue
+        node = (pod.get("spec") or {}).get("nodeName")
+        cls = inv.node_class.get(node) if node else wanted_class(pod)
+        if cls not in acc:
+            continue
+        kind = workload(pod)
+        meta = pod["metadata"]
+        if kind == "fill":
+            # Ours: counted as holding its GPUs from creation, so admission never overshoots.
+            pid = f"{meta.get('namespace', '')}/{meta['name']}"
+            age = (checkpoint_ages or {}).get(pid)
+            if age is None:
+                age = seconds_since_checkpoint(pod, now_wall, checkpoint_interval_s)
+            acc[cls]["fill"].append(FillJobView(id=pid, gpus=gpus, seconds_since_checkpoint=age,
+                                                terminating=bool(meta.get("deletionTimestamp"))))
+        elif node:
+            acc[cls][kind] += gpus
+        else:
+            acc[cls]["p_" + kind] += gpus
+    out = {}
+    for cls, a in acc.items():
+        out[cls] = ClassObservation(
+            gpu_class=cls, t=t, total_gpus=inv.total[cls], inference_gpus=a["inference"],
+            training_gpus=a["training"], pending_inference_gpus=a["p_inference"],
+            pending_training_gpus=a["p_training"], unavailable_gpus=inv.unavailable.get(cls, 0),
+            fill_jobs=tuple(sorted(a["fill"], key=lambda j: j.id)),
+            inference_forecast_gpus=(forecasts or {}).get(cls))
+    return out
+
+
+def inference_demand(obs: ClassObservation) -> float:
+    """What the demand forecast tracks: inference GPUs held plus wanted."""
+    return float(obs.inference_gpus + obs.pending_inference_gpus)
+
+
+# --- the job's own pods ---------------------------------------------------------------------------
+
+
+def own_pods(pods: Iterable[Mapping[str, Any]], namespace: str, job: str) -> list[Mapping[str, Any]]:
+    return [p for p in pods
+            if p["metadata"].get("namespace") == namespace
+            and (p["metadata"].get("labels") or {}).get(L_FILLJOB) == job]
+
+
+def shard_of(pod: Mapping[str, Any]) -> int:
+    return int(pod["metadata"]["labels"][L_SHARD])
+
+
+def exit_code(pod: Mapping[str, Any]) -> int | None:
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        term = (cs.get("state") or {}).get("terminated") or {}
+        if "exitCode" in term:
+            return int(term["exitCode"])
+    return None
+
+
+def format_ranges(items: Iterable[int]) -> str:
+    xs = sorted(set(items))
+    out, i = [], 0
+    while i < len(xs):
+        j = i
+        while j + 1 < len(xs) and xs[j + 1] == xs[j] + 1:
+            j += 1
+        out.append(str(xs[i]) if i == j else f"{xs[i]}-{xs[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+def parse_ranges(text: str) -> set[int]:
+    out: set[int] = set()
+    for part in filter(None, (p.strip() for p in (text or "").split(","))):
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+@dataclass
+class Accounting:
+    """This job's progress after looking at its pods once."""
+
+    done: set[int]
+    failed: set[int]
+    failures: dict[str, int]
+    preemptions: int
+    lost_work_s: float
+    active: list[str]  # not finished, not gone
+    accounted: list[str]  # finished and counted: deleted next pass
+    to_delete: list[str]  # finished pods counted in an earlier pass
+    running_shards: set[int]
+
+
+def account(status: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], spec: FillJobSpec,
+            now_wall: float) -> Accounting:
+    """Fold this job's pods into its status: exit 0 = shard done, 99 = preempted (requeue),
+    anything else = a failure that may have lost the work since the last checkpoint."""
+    done = parse_ranges(status.get("completedShards", ""))
+    failed = parse_ranges(status.get("failedShards", ""))
+    failures = {str(k): int(v) for k, v in (status.get("shardFailures") or {}).items()}
+    preemptions = int(status.get("preemptionsSurvived", 0))
+    lost = float(status.get("lostWorkSeconds", 0.0))
+    previously_active = set(status.get("activePods") or [])
+    previously_accounted = set(status.get("accountedPods") or [])
+    names = {p["metadata"]["name"] for p in pods}
+    active, accounted, to_delete, running = [], [], [], set()
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        shard = shard_of(pod)
+        if not finished(pod):
+            active.append(name)
+            running.add(shard)
+            continue
+        if name in previously_accounted:
+            to_delete.append(name)
+            continue
+        accounted.append(name)
+        code = exit_code(pod)
+        phase = pod["status"]["phase"]
+        if phase == "Succeeded" or code == 0:
+            done.add(shard)
+        elif code == PREEMPTED_REQUEUE:
+            preemptions += 1
+        else:
+            failures[str(shard)] = failures.get(str(shard), 0) + 1
+            lost += seconds_since_checkpoint(pod, now_wall, spec.policy.checkpoint_interval_s)
+            if failures[str(shard)] > spec.max_failures_per_shard:
+                failed.add(shard)
+    # Pods that vanished while running (evicted, preempted by the scheduler, node lost) resume
+    # from their checkpoint: a preemption survived.
+    preemptions += sum(1 for n in previously_active if n not in names)
+    running -= done
+    return Accounting(done, failed - done, failures, preemptions, lost, sorted(active), sorted(accounted),
+                      sorted(to_delete), running)
+
+
+def next_shards(spec: FillJobSpec, acc: Accounting, count: int) -> list[int]:
+    busy = acc.done | acc.failed | acc.running_shards
+    return [s for s in range(spec.shards) if s not in busy][:count]
+
+
+def pod_name(job: str, shard: int, existing: set[str]) -> str:
+    """Deterministic: the same view of the cluster always yields the same name (no duplicates)."""
+    n = 0
+    while f"{job}-{shard}-{n}" in existing:
+        n += 1
+    return f"{job}-{shard}-{n}"
+
+
+def fill_pod(job: str, namespace: str, spec: FillJobSpec, shard: int, gpu_class: str,
+             name: str) -> dict[str, Any]:
+    """The pod for one shard on one GPU class: lowest priority, never preempts, checkpoints on SIGTERM."""
+    ckpt_dir = f"{spec.checkpoint_volume.mount_path.rstrip('/')}/{job}/shard-{shard:05d}"
+    args = ["--input", spec.manifest, "--output", spec.output, "--checkpoint", ckpt_dir,
+            "--shard", f"{shard}/{spec.shards}"]
+    if spec.stages:
+        args += ["--stages", ",".join(spec.stages)]
+    args += ["--checkpoint-every-seconds", f"{spec.policy.checkpoint_interval_s:g}"]
+    volumes = [{"name": "checkpoint",
+                "persistentVolumeClaim": {"claimName": spec.checkpoint_volume.claim_name}}]
+    mounts = [{"name": "checkpoint", "mountPath": spec.checkpoint_volume.mount_path}]
+    if spec.data_volume is not None:
+        volumes.append({"name": "data", "persistentVolumeClaim": {"claimName": spec.data_volume.claim_name}})
+        mounts.append({"name": "data", "mountPath": spec.data_volume.mount_path})
+    gpus = str(spec.gpus_per_pod)
+    interval = spec.policy.checkpoint_interval_s
+    tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    tolerations += [t.model_dump(by_alias=True, exclude_defaults=True) for t in spec.tolerations]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name, "namespace": namespace,
+            "labels": {L_WORKLOAD: "fill", L_FILLJOB: job, L_SHARD: str(shard), GPU_CLASS_LABEL: gpu_class,
+                       L_MANAGED_BY: MANAGED_BY, "app.kubernetes.io/name": "ttsfleet-fill"},
+            "annotations": {A_CHECKPOINT_INTERVAL: f"{interval:g}"},
+        },
+        "spec": {
+            "priorityClassName": FILL_PRIORITY_CLASS,
+            "preemptionPolicy": "Never",
+            # The operator requeues: exit 0 = shard done, 99 = checkpointed and preempted (retry,
+            # not failure), anything else counts against maxFailuresPerShard.
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": int(spec.policy.grace_period_s),
+            "nodeSelector": {**spec.node_selector, GPU_CLASS_LABEL: gpu_class},
+            "tolerations": tolerations,
+            "containers": [{
+                "name": "fill",
+                "image": spec.image,
+                "command": list(spec.command),
+                "args": args,
+                "ports": [{"name": "metrics", "containerPort": FILL_METRICS_PORT, "protocol": "TCP"}],
+                "env": [{"name": "TTSFLEET_GPU_CLASS", "value": gpu_class},
+                        {"name": "TTSFLEET_FILL_JOB", "value": f"{job}-{shard}"},
+                        {"name": "TTSFLEET_FILL_METRICS_PORT", "value": str(FILL_METRICS_PORT)}],
+                "resources": {"requests": {"cpu": spec.resources.cpu, "memory": spec.resources.memory,
+                                           GPU: gpus},
+                              "limits": {"memory": spec.resources.memory, GPU: gpus}},
+                "volumeMounts": mounts,
+            }],
+            "volumes": volumes,
+        },
+    }

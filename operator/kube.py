@@ -1,0 +1,155 @@
+"""A small async Kubernetes REST client (httpx) for the operator's own API calls.
+
+kopf talks to the API for the watched resources; everything the handlers create, patch, list or
+delete goes through this client. It stays on the event loop (no threads), speaks only GET, POST,
+merge-PATCH and DELETE (no PUT, no server-side apply), and takes its credentials from the pod's
+service account or a kubeconfig through the official ``kubernetes`` loader.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+
+class KubeError(RuntimeError):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+
+
+def path(api_version: str, plural: str, namespace: str | None = None, name: str | None = None,
+         sub: str | None = None) -> str:
+    """REST path: ``/api/v1/...`` for the core group, ``/apis/GROUP/VERSION/...`` otherwise."""
+    base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+    parts = [base]
+    if namespace:
+        parts.append(f"namespaces/{namespace}")
+    parts.append(plural)
+    if name:
+        parts.append(name)
+    if sub:
+        parts.append(sub)
+    return "/".join(parts)
+
+
+#: kind → (apiVersion, plural) for the built-in kinds the operator touches.
+KINDS = {
+    "Deployment": ("apps/v1", "deployments"),
+    "Service": ("v1", "services"),
+    "PodDisruptionBudget": ("policy/v1", "poddisruptionbudgets"),
+    "Pod": ("v1", "pods"),
+    "Node": ("v1", "nodes"),
+    "Event": ("v1", "events"),
+}
+
+
+def obj_path(obj: dict[str, Any], *, named: bool = True) -> str:
+    api_version, plural = KINDS[obj["kind"]]
+    meta = obj["metadata"]
+    return path(api_version, plural, meta.get("namespace"), meta["name"] if named else None)
+
+
+@dataclass
+class Kube:
+    client: httpx.AsyncClient
+    token_file: Path | None = None
+
+    @classmethod
+    def from_environment(cls) -> Kube:
+        """In a pod: the service account; elsewhere: ``$KUBECONFIG`` / ``~/.kube/config``."""
+        if os.environ.get("KUBERNETES_SERVICE_HOST") and (SA_DIR / "token").exists():
+            host = os.environ["KUBERNETES_SERVICE_HOST"]
+            port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+            client = httpx.AsyncClient(base_url=f"https://{host}:{port}", verify=str(SA_DIR / "ca.crt"),
+                                       timeout=30)
+            return cls(client, SA_DIR / "token")
+        from kubernetes import client as kclient
+        from kubernetes import config as kconfig
+
+        cfg = kclient.Configuration()
+        kconfig.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None, client_configuration=cfg)
+        headers = {}
+        token = (cfg.api_key or {}).get("authorization") or (cfg.api_key or {}).get("BearerToken")
+        if token:
+            headers["Authorization"] = token if token.lower().startswith("bearer ") else f"Bearer {token}"
+        verify: Any = cfg.ssl_ca_cert or cfg.verify_ssl
+        cert = (cfg.cert_file, cfg.key_file) if cfg.cert_file else None
+        client = httpx.AsyncClient(base_url=cfg.host, headers=headers, verify=verify, cert=cert, timeout=30)
+        return cls(client)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+    async def _request(self, method: str, url: str, **kw: Any) -> httpx.Response:
+        headers = dict(kw.pop("headers", {}))
+        if self.token_file is not None:
+            headers["Authorization"] = f"Bearer {self.token_file.read_text().strip()}"
+        return await self.client.request(method, url, headers=headers, **kw)
+
+    @staticmethod
+    def _check(resp: httpx.Response) -> dict[str, Any]:
+        if resp.status_code >= 400:
+            try:
+                msg = resp.json().get("message", resp.text)
+            except ValueError:
+                msg = resp.text
+            raise KubeError(resp.status_code, str(msg)[:300])
+        return resp.json() if resp.content else {}
+
+    async def get(self, url: str) -> dict[str, Any] | None:
+        resp = await self._request("GET", url)
+        if resp.status_code == 404:
+            return None
+        return self._check(resp)
+
+    async def list(self, url: str) -> list[dict[str, Any]]:
+        """All items of a collection. No selectors: callers filter client-side."""
+        resp = await self._request("GET", url)
+        if resp.status_code == 404:
+            return []
+        return list(self._check(resp).get("items") or [])
+
+    async def create(self, url: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self._check(await self._request("POST", url, json=body))
+
+    async def patch(self, url: str, body: dict[str, Any] | list[Any]) -> dict[str, Any]:
+        ctype = "application/json-patch+json" if isinstance(body, list) else "application/merge-patch+json"
+        return self._check(await self._request("PATCH", url, json=body, headers={"Content-Type": ctype}))
+
+    async def delete(self, url: str, grace_seconds: int | None = None) -> bool:
+        """Delete (background propagation); False when it was already gone."""
+        opts: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1",
+                                "propagationPolicy": "Background"}
+        if grace_seconds is not None:
+            opts["gracePeriodSeconds"] = grace_seconds
+        resp = await self._request("DELETE", url, json=opts)
+        if resp.status_code == 404:
+            return False
+        self._check(resp)
+        return True
+
+    async def event(self, owner: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        """Post a core/v1 Event about ``owner`` (a kopf body or a plain object dict)."""
+        meta = owner["metadata"]
+        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        ns = meta.get("namespace") or "default"
+        body = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:16]}", "namespace": ns},
+            "involvedObject": {"apiVersion": owner.get("apiVersion"), "kind": owner.get("kind"),
+                               "name": meta["name"], "namespace": ns, "uid": meta.get("uid")},
+            "type": type_, "reason": reason, "message": message[:1024],
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+            "source": {"component": "ttsfleet-operator"},
+            "reportingComponent": "ttsfleet-operator", "reportingInstance": os.environ.get("HOSTNAME", ""),
+        }
+        await self.create(path("v1", "events", ns), body)

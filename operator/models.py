@@ -1,0 +1,231 @@
+"""The custom resources' spec and status as pydantic models: the single source of the CRD schemas.
+
+``ttsfleet operator crds`` renders the apiextensions/v1 schemas from these classes, and the handlers
+validate every incoming object with the very same classes, so the schema the API server enforces
+and the checks the operator runs cannot drift apart. The serving, autoscaling and fill knobs are the
+core's own :mod:`ttsfleet.config` models, embedded unchanged (the pool model only narrows the GPU
+class to the catalog's names so the schema can reject unknown classes).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import ConfigDict, Field, model_validator
+
+from ttsfleet.catalog import cuda_graph_max_bs, default_classes
+from ttsfleet.config import AutoscaleConfig, FillPolicyConfig, PoolSpec, WireModel
+
+GROUP = "ttsfleet.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+GPU_CLASS_LABEL = "ttsfleet.io/gpu-class"
+
+#: The catalog's classes, as a schema enum (a new class is one catalog entry plus `crds` re-run).
+GpuClassName = Literal[tuple(sorted(default_classes()))]  # type: ignore[valid-type]
+Quantization = Literal["auto", "bsgemm_fp8", "mxfp8", "bf16"]
+
+_QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|M|G|T)?$"
+
+
+class Toleration(WireModel):
+    """A pod toleration (the subset of core/v1 Toleration a GPU pool needs)."""
+
+    key: str = ""
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: str = ""
+    effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] = ""
+    toleration_seconds: int | None = Field(default=None, ge=0)
+
+
+class Resources(WireModel):
+    """CPU and memory per pod (requests; memory is also the limit). GPUs are whole devices."""
+
+    cpu: str = Field(default="4", pattern=_QUANTITY)
+    memory: str = Field(default="32Gi", pattern=_QUANTITY)
+    gpus: int = Field(default=1, ge=1, le=8, description="nvidia.com/gpu per pod")
+
+
+class EnvVar(WireModel):
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    value: str = ""
+
+
+class ModelSource(WireModel):
+    """Where the checkpoint lives: ``pvc://CLAIM/path`` (mounted read-only) or a URI/path."""
+
+    checkpoint: str = Field(min_length=1, pattern=r"^(pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?(/.*)?|"
+                                                    r"[a-z][a-z0-9+.-]*://.+|/.+)$",
+                            description="pvc://CLAIM/sub/path, s3://..., hf://..., or an absolute path")
+    family: str = Field(default="ttsfleet-ar", min_length=1, description="model family")
+
+    @property
+    def pvc(self) -> tuple[str, str] | None:
+        """(claim, path inside the claim) for ``pvc://`` checkpoints, else None."""
+        if not self.checkpoint.startswith("pvc://"):
+            return None
+        rest = self.checkpoint.removeprefix("pvc://")
+        claim, _, path = rest.partition("/")
+        return claim, path
+
+
+class ServingSpec(WireModel):
+    """Serving knobs; unset ones come from the GPU class in the catalog."""
+
+    max_running_requests: int | None = Field(default=None, ge=1, le=4096)
+    cuda_graph_max_bs: int | None = Field(default=None, ge=1, le=512,
+                                          description="default min(maxRunningRequests, 64)")
+    drain_seconds: int = Field(default=20, ge=0, le=600,
+                               description="preStop sleep so the endpoint leaves load balancers")
+    termination_grace_seconds: int = Field(default=90, ge=1, le=3600,
+                                           description="SIGTERM to SIGKILL: in-flight requests finish")
+    startup_seconds: int = Field(default=600, ge=10, le=7200,
+                                 description="how long weights + graph capture may take")
+
+
+class TTSPool(PoolSpec):
+    """A GPU pool: the core's PoolSpec with the GPU class narrowed to the catalog's names."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "self.minReplicas <= self.maxReplicas",
+         "message": "minReplicas must not exceed maxReplicas"}]})
+
+    gpu_class: GpuClassName = Field(description="catalog name: h200 | rtx5090 | rtx6000pro")
+
+
+class TTSDeploymentSpec(WireModel):
+    """What a TTS deployment should look like."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "!has(self.autoscale) || !has(self.autoscale.panicWindowS) || "
+                 "!has(self.autoscale.stableWindowS) || "
+                 "self.autoscale.panicWindowS <= self.autoscale.stableWindowS",
+         "message": "autoscale.panicWindowS must not exceed autoscale.stableWindowS"}]})
+
+    model: ModelSource
+    image: str = Field(min_length=1)
+    pools: list[TTSPool] = Field(min_length=1, max_length=8)
+    quantization: Quantization = Field(
+        default="auto", description="auto: bsgemm_fp8 on sm_90a classes, mxfp8 on sm_120a classes")
+    serving: ServingSpec = ServingSpec()
+    autoscale: AutoscaleConfig = AutoscaleConfig()
+    resources: Resources = Resources()
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[Toleration] = Field(default_factory=list)
+    env: list[EnvVar] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unique_pools(self) -> TTSDeploymentSpec:
+        keys = [p.key for p in self.pools]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"pool names must be unique (a pool's name defaults to its gpuClass): {keys}")
+        return self
+
+    def max_running_requests(self, gpu_class: str) -> int:
+        if self.serving.max_running_requests is not None:
+            return self.serving.max_running_requests
+        return default_classes()[gpu_class].serving.max_running_requests
+
+    def cuda_graph_max_bs(self, gpu_class: str) -> int:
+        if self.serving.cuda_graph_max_bs is not None:
+            return self.serving.cuda_graph_max_bs
+        return cuda_graph_max_bs(self.max_running_requests(gpu_class))
+
+
+class VolumeRef(WireModel):
+    """A PersistentVolumeClaim mounted into fill pods."""
+
+    claim_name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    mount_path: str = Field(pattern=r"^/.*")
+
+
+class FillJobSpec(WireModel):
+    """Preemptible, checkpointable data-cleaning work that fills idle GPUs."""
+
+    image: str = Field(min_length=1)
+    command: list[str] = Field(default_factory=lambda: ["ttsfleet", "fill", "run"], min_length=1)
+    manifest: str = Field(min_length=1, description="dataset manifest path inside the pod")
+    output: str = Field(min_length=1, description="output directory inside the pod")
+    stages: list[str] = Field(default_factory=list, description="cleaning stages; empty = all")
+    data_volume: VolumeRef | None = Field(default=None, description="PVC with manifest and output")
+    checkpoint_volume: VolumeRef = Field(description="PVC for checkpoints (one sub-dir per shard)")
+    shards: int = Field(default=1, ge=1, le=100000, description="the manifest is split in N shards")
+    gpu_classes: list[GpuClassName] = Field(min_length=1)
+    gpus_per_pod: int = Field(default=1, ge=1, le=8)
+    max_parallelism: int = Field(default=8, ge=1, le=10000)
+    max_failures_per_shard: int = Field(
+        default=3, ge=0, description="crashes (exit code other than 0 and 99) before a shard is given up")
+    policy: FillPolicyConfig = FillPolicyConfig()
+    resources: Resources = Resources(cpu="4", memory="16Gi")
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[Toleration] = Field(default_factory=list)
+
+
+# --- status -------------------------------------------------------------------------------------
+
+
+class Condition(WireModel):
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str = ""
+    message: str = ""
+    last_transition_time: str = ""
+    observed_generation: int = 0
+
+
+class PoolStatus(WireModel):
+    name: str
+    gpu_class: str
+    desired: int = 0
+    current: int = 0
+    ready: int = 0
+    quantization: str = ""
+    cuda_graph_max_bs: int = 0
+
+
+class ScalingRecord(WireModel):
+    """One autoscaling decision, kept in a short history (newest last)."""
+
+    time: str
+    pool: str
+    from_replicas: int
+    to_replicas: int
+    direction: Literal["up", "down", "none"]
+    reason: str
+    message: str = ""
+
+
+class TTSDeploymentStatus(WireModel):
+    observed_generation: int = 0
+    pools: list[PoolStatus] = Field(default_factory=list)
+    desired_replicas: int = 0
+    ready_replicas: int = 0
+    summary: str = Field(default="", description="pool:ready/desired, for kubectl get")
+    last_decisions: list[ScalingRecord] = Field(default_factory=list)
+    conditions: list[Condition] = Field(default_factory=list)
+
+
+class FillDecision(WireModel):
+    time: str
+    gpu_class: str
+    action: Literal["admit", "evict", "hold"]
+    count: int = 0
+    message: str = ""
+
+
+class FillJobStatus(WireModel):
+    observed_generation: int = 0
+    shards_total: int = 0
+    shards_done: int = 0
+    completed_shards: str = Field(default="", description="done shard indices as ranges, e.g. 0-4,7")
+    failed_shards: str = Field(default="", description="shards given up after maxFailuresPerShard")
+    shard_failures: dict[str, int] = Field(default_factory=dict)
+    running_pods: int = 0
+    active_pods: list[str] = Field(default_factory=list, description="fill pods seen last pass")
+    accounted_pods: list[str] = Field(default_factory=list,
+                                      description="finished pods already counted, deleted next pass")
+    preemptions_survived: int = 0
+    evictions: int = 0
+    lost_work_seconds: float = 0.0
+    last_decisions: list[FillDecision] = Field(default_factory=list)
+    conditions: list[Condition] = Field(default_factory=list)

@@ -1,0 +1,54 @@
+"""What the handlers share for the life of one operator process: clients, catalog, metrics, clocks.
+
+One :class:`Runtime` is built by ``ttsfleet operator run`` (or by a test) and closed over by the
+handlers in :mod:`ttsfleet.operator.handlers`; nothing lives in module globals, so several
+operators (a test and its restart) can run in one process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass, field
+
+import httpx
+from ttsfleet.operator.kube import Kube
+
+from ttsfleet.catalog import GpuCatalog
+from ttsfleet.metrics import Collectors, make_collectors
+
+ENV_PROMETHEUS_URL = "TTSFLEET_PROMETHEUS_URL"
+
+
+@dataclass
+class Runtime:
+    kube: Kube
+    http: httpx.AsyncClient
+    catalog: GpuCatalog = field(default_factory=GpuCatalog.default)
+    metrics: Collectors = field(default_factory=lambda: make_collectors(["operator", "core"]))
+    prometheus_url: str | None = None
+    autoscale_interval_s: float = 15.0
+    fill_interval_s: float = 10.0
+    retry_delay_s: float = 15.0  # a failed reconcile is retried after this long
+    fill_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    demand_history: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    inference_busy: dict[str, bool] = field(default_factory=dict)  # "ns/pod" -> request in flight
+
+    @classmethod
+    def from_environment(cls, **kw: object) -> Runtime:
+        kw.setdefault("prometheus_url", os.environ.get(ENV_PROMETHEUS_URL) or None)
+        return cls(kube=Kube.from_environment(), http=httpx.AsyncClient(timeout=10.0),
+                   **kw)  # type: ignore[arg-type]
+
+    def now(self) -> float:
+        """The policy clock: monotonic seconds from the event loop (looptime-aware in tests)."""
+        return asyncio.get_running_loop().time()
+
+    @staticmethod
+    def wall() -> float:
+        return time.time()
+
+    async def aclose(self) -> None:
+        await self.kube.aclose()
+        await self.http.aclose()
