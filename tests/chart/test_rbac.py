@@ -1,0 +1,81 @@
+"""The operator's RBAC is exactly what operator/RBAC.md says it touches: nothing missing, nothing
+more (least privilege), and the namespaced mode keeps namespaced rights inside its namespaces."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+# RBAC.md rows that the chart deliberately does not grant, with the reason.
+NOT_GRANTED = {
+    # Only for namespace *patterns*; the chart passes plain --namespace NS or runs cluster-wide.
+    ("", "namespaces"),
+}
+CLUSTER_SCOPED = {("apiextensions.k8s.io", "customresourcedefinitions"), ("", "nodes"),
+                  ("kopf.dev", "clusterkopfpeerings")}
+
+
+def documented(lib) -> set[tuple[str, str, str]]:
+    """(apiGroup, resource, verb) triples from the table in operator/RBAC.md."""
+    path = lib.REPO / "operator" / "RBAC.md"
+    if not path.exists():
+        pytest.fail("operator/RBAC.md is missing: the chart's RBAC is built from it")
+    triples = set()
+    for line in path.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 3 or not cells[0].startswith("`"):
+            continue
+        group = re.findall(r"`([^`]*)`", cells[0])[0].strip('"')
+        resources = re.findall(r"`([^`]+)`", cells[1])
+        verbs = [v.strip() for v in cells[2].split(",") if v.strip()]
+        assert resources and verbs, line
+        triples |= {(group, r, v) for r in resources for v in verbs}
+    assert len(triples) > 20, "RBAC.md table not recognised"
+    return triples
+
+
+def granted(rules) -> set[tuple[str, str, str]]:
+    return {(g, r, v) for rule in rules for g in rule["apiGroups"] for r in rule["resources"]
+            for v in rule["verbs"]}
+
+
+def test_cluster_wide_rbac_matches_the_operator_contract(render_docs, lib):
+    docs = render_docs(None)
+    (role,) = lib.by_kind(docs, "ClusterRole")
+    have = granted(role["rules"])
+    want = {t for t in documented(lib) if (t[0], t[1]) not in NOT_GRANTED}
+    assert want - have == set(), "permissions the operator needs but the chart does not grant"
+    assert have - want == set(), "permissions the chart grants beyond operator/RBAC.md"
+    assert not lib.by_kind(docs, "Role")
+
+
+def test_no_wildcards_secrets_or_escalation(render_docs, lib):
+    for values in ({}, lib.FULL_VALUES):
+        for kind in ("ClusterRole", "Role"):
+            for role in lib.by_kind(render_docs(values), kind):
+                for g, r, v in granted(role["rules"]):
+                    assert "*" not in (g, r, v)
+                    assert r not in {"secrets", "configmaps", "clusterroles", "roles",
+                                     "clusterrolebindings", "rolebindings", "serviceaccounts/token"}
+                    assert v not in {"escalate", "bind", "impersonate", "update", "deletecollection"}
+
+
+def test_namespaced_mode_confines_namespaced_rights(render_docs, lib):
+    docs = render_docs({"operator": {"watchNamespaces": ["tts-a", "tts-b"]}})
+    (cluster,) = lib.by_kind(docs, "ClusterRole")
+    assert {(g, r) for g, r, _ in granted(cluster["rules"])} <= CLUSTER_SCOPED
+    roles = lib.by_kind(docs, "Role")
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["tts-a", "tts-b"]
+    cluster_wide = granted(lib.one(render_docs(None), "ClusterRole")["rules"])
+    for role in roles:
+        assert granted(role["rules"]) | granted(cluster["rules"]) == cluster_wide
+    bindings = lib.by_kind(docs, "RoleBinding")
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["tts-a", "tts-b"]
+
+
+def test_kopf_peering_is_opt_in(render_docs, lib):
+    off = granted(lib.one(render_docs(None), "ClusterRole")["rules"])
+    on = granted(lib.one(render_docs({"rbac": {"kopfPeering": True}}), "ClusterRole")["rules"])
+    assert not any(g == "kopf.dev" for g, _, _ in off)
+    assert on - off == {("kopf.dev", "clusterkopfpeerings", v) for v in ("get", "list", "watch", "patch")}
