@@ -94,12 +94,25 @@ def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
             "failureThreshold": failures, "timeoutSeconds": 2}
 
 
+#: Every pod the operator creates runs like the chart's own: non-root (the images' UID 10001),
+#: group-writable volumes (fsGroup, so checkpoint PVCs are writable), read-only root filesystem
+#: with a writable /tmp (torch/triton caches), no privilege escalation, no capabilities.
+RUN_AS = 10001
+POD_SECURITY: dict[str, Any] = {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS,
+                                "fsGroup": RUN_AS, "seccompProfile": {"type": "RuntimeDefault"}}
+CONTAINER_SECURITY: dict[str, Any] = {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                      "capabilities": {"drop": ["ALL"]}}
+TMP_VOLUME: dict[str, Any] = {"name": "tmp", "emptyDir": {"sizeLimit": "4Gi"}}
+TMP_MOUNT: dict[str, Any] = {"name": "tmp", "mountPath": "/tmp"}
+
+
 def pod_template(name: str, spec: TTSDeploymentSpec, pool: TTSPool,
                  catalog: GpuCatalog) -> dict[str, Any]:
     res = spec.resources
     gpus = str(res.gpus)
-    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}}]
-    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}},
+                                     dict(TMP_VOLUME)]
+    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}, dict(TMP_MOUNT)]
     pvc = spec.model.pvc
     if pvc:
         volumes.append({"name": "model", "persistentVolumeClaim": {"claimName": pvc[0], "readOnly": True}})
@@ -123,6 +136,7 @@ def pod_template(name: str, spec: TTSDeploymentSpec, pool: TTSPool,
         # The endpoint leaves the Service first, then SIGTERM lets in-flight requests finish.
         "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(serving.drain_seconds)]}}},
         "volumeMounts": mounts,
+        "securityContext": dict(CONTAINER_SECURITY),
     }
     return {
         "metadata": {
@@ -132,6 +146,7 @@ def pod_template(name: str, spec: TTSDeploymentSpec, pool: TTSPool,
         },
         "spec": {
             "priorityClassName": INFERENCE_PRIORITY_CLASS,
+            "securityContext": dict(POD_SECURITY),
             "terminationGracePeriodSeconds": serving.drain_seconds + serving.termination_grace_seconds,
             "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
                 "nodeSelectorTerms": [{"matchExpressions": [

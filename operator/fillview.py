@@ -14,7 +14,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ttsfleet.operator.desired import L_MANAGED_BY, L_WORKLOAD, MANAGED_BY
+from ttsfleet.operator.desired import (
+    CONTAINER_SECURITY,
+    L_MANAGED_BY,
+    L_WORKLOAD,
+    MANAGED_BY,
+    POD_SECURITY,
+    TMP_MOUNT,
+    TMP_VOLUME,
+)
 from ttsfleet.operator.models import GPU_CLASS_LABEL, FillJobSpec
 
 from ttsfleet.exitcodes import PREEMPTED_REQUEUE
@@ -314,6 +322,7 @@ def fill_pod(job: str, namespace: str, spec: FillJobSpec, shard: int, gpu_class:
         "spec": {
             "priorityClassName": FILL_PRIORITY_CLASS,
             "preemptionPolicy": "Never",
+            "securityContext": dict(POD_SECURITY),
             # The operator requeues: exit 0 = shard done, 99 = checkpointed and preempted (retry,
             # not failure), anything else counts against maxFailuresPerShard.
             "restartPolicy": "Never",
@@ -332,8 +341,9 @@ def fill_pod(job: str, namespace: str, spec: FillJobSpec, shard: int, gpu_class:
                 "resources": {"requests": {"cpu": spec.resources.cpu, "memory": spec.resources.memory,
                                            GPU: gpus},
                               "limits": {"memory": spec.resources.memory, GPU: gpus}},
-                "volumeMounts": mounts,
+                "volumeMounts": [*mounts, dict(TMP_MOUNT)],
+                "securityContext": dict(CONTAINER_SECURITY),
             }],
-            "volumes": volumes,
+            "volumes": [*volumes, dict(TMP_VOLUME)],
         },
     }

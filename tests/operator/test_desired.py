@@ -126,3 +126,19 @@ def test_fill_pod_validates_and_checkpoints_per_shard() -> None:
     assert pod["spec"]["containers"][0]["command"] == ["ttsfleet", "fill", "run"]
     assert pod["spec"]["preemptionPolicy"] == "Never" and pod["spec"]["restartPolicy"] == "Never"
     assert pod["spec"]["terminationGracePeriodSeconds"] == 30
+
+
+def test_pods_run_hardened_with_writable_tmp() -> None:
+    """Inference and fill pods run like the chart's: non-root, read-only root, fsGroup for PVCs."""
+    inf = by("Deployment", objs(spec()))["voice-h200"]["spec"]["template"]["spec"]
+    fill = fv.fill_pod("clean", "ns1", FillJobSpec.model_validate(filljob()["spec"]), 0, "h200",
+                       "clean-0-0")["spec"]
+    for pod in (inf, fill):
+        sc = pod["securityContext"]
+        assert sc["runAsNonRoot"] and sc["runAsUser"] != 0 and sc["fsGroup"] == sc["runAsGroup"]
+        assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+        (c,) = pod["containers"]
+        assert c["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                        "capabilities": {"drop": ["ALL"]}}
+        tmp = [m for m in c["volumeMounts"] if m["mountPath"] == "/tmp"]
+        assert tmp and any(v["name"] == tmp[0]["name"] and "emptyDir" in v for v in pod["volumes"])
