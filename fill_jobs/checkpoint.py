@@ -1,0 +1,138 @@
+"""The per-shard checkpoint: the single record of what is committed.
+
+``CKPT/shard-IIII-of-NNNN.json`` says how many of the shard's items (in shard order) and how many
+output part files are committed, plus counters for ``ttsfleet fill status``. It is replaced
+atomically (:mod:`ttsfleet.fill_jobs.atomic`) after the part file it names is durable, so after a
+kill at any instant the checkpoint and the output agree; anything newer than the checkpoint is an
+orphan that the restart removes. Each shard has its own file and lock, so shards of one job can
+share the directory.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from ttsfleet.fill_jobs.atomic import remove_stale_temps, write_json_atomic
+
+from ttsfleet.errors import UserError
+
+State = Literal["running", "stopped", "complete"]
+
+
+class ShardCheckpoint(BaseModel):
+    """Progress of one shard."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    version: int = 1
+    job: str
+    manifest: str
+    manifest_sha256: str
+    shard_index: int
+    shard_count: int
+    stages: list[str]
+    config_digest: str
+    items_total: int
+    items_done: int = 0
+    parts: int = 0
+    state: State = "running"
+    accepted: int = 0
+    rejected: dict[str, int] = Field(default_factory=dict)
+    audio_seconds: float = 0.0
+    runs: int = 0
+    preemptions_survived: int = 0
+    orderly_stops: int = 0
+    hard_restarts: int = 0
+    last_stop_signal: str | None = None
+    active_seconds: float = 0.0
+    commit_seconds: float = 0.0  # part of active_seconds spent committing (the checkpoint overhead)
+    created_at: float = Field(default_factory=time.time)
+    last_checkpoint_at: float = Field(default_factory=time.time)
+    checkpoints_written: int = 0
+
+    @property
+    def shard(self) -> str:
+        return f"{self.shard_index}/{self.shard_count}"
+
+    @property
+    def rate_items_per_second(self) -> float | None:
+        return self.items_done / self.active_seconds if self.active_seconds > 0 else None
+
+    @property
+    def eta_seconds(self) -> float | None:
+        rate = self.rate_items_per_second
+        if self.state == "complete":
+            return 0.0
+        return (self.items_total - self.items_done) / rate if rate else None
+
+
+def checkpoint_path(directory: Path, shard_name: str) -> Path:
+    return directory / f"{shard_name}.json"
+
+
+def load_checkpoint(path: Path) -> ShardCheckpoint | None:
+    if not path.exists():
+        return None
+    try:
+        return ShardCheckpoint.model_validate(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, json.JSONDecodeError, ValidationError) as exc:
+        raise UserError(f"checkpoint {path} is unreadable: {str(exc).splitlines()[0]}") from None
+
+
+def save_checkpoint(path: Path, ckpt: ShardCheckpoint) -> None:
+    ckpt.last_checkpoint_at = time.time()
+    ckpt.checkpoints_written += 1
+    write_json_atomic(path, ckpt.model_dump(mode="json"))
+
+
+def load_all(directory: Path) -> list[ShardCheckpoint]:
+    """Every shard checkpoint in ``directory`` or below it, in shard order.
+
+    Below: the operator gives each shard pod its own folder (``<job>/shard-00003/``).
+    """
+    if not directory.is_dir():
+        raise UserError(f"checkpoint directory {directory} does not exist")
+    found = [c for p in sorted(directory.rglob("shard-*-of-*.json")) if (c := load_checkpoint(p))]
+    return sorted(found, key=lambda c: (c.shard_count, c.shard_index))
+
+
+class ShardLock:
+    """An exclusive ``flock`` on ``CKPT/<shard>.lock``: one process per shard at a time.
+
+    The kernel drops the lock when its holder dies (even by SIGKILL), so a restarted job gets it
+    at once; a second live process for the same shard waits ``timeout`` seconds, then gives up.
+    """
+
+    def __init__(self, directory: Path, shard_name: str, timeout: float = 30.0) -> None:
+        self.path = directory / f"{shard_name}.lock"
+        self.timeout = timeout
+        self._fd: int | None = None
+
+    def __enter__(self) -> ShardLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    os.close(self._fd)
+                    raise UserError(f"another process holds {self.path}; is this shard already "
+                                    "running?") from None
+                time.sleep(0.1)
+        remove_stale_temps(self.path.parent, self.path.stem)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None

@@ -1,0 +1,43 @@
+"""The stop request: SIGTERM, SIGUSR1 and SIGINT set a flag the job loop polls.
+
+Installed first thing in ``ttsfleet fill run`` (before torch and the manifest load), so a
+preemption that arrives during start-up still ends in an orderly stop with exit code 99 instead
+of the signal's default action.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+
+
+class StopFlag:
+    """Set by the stop signals; the loop polls it and waits on it instead of sleeping."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.signal_name: str | None = None
+
+    def __call__(self, signum: int, _frame: object) -> None:
+        if not self.event.is_set():
+            self.signal_name = signal.Signals(signum).name
+        self.event.set()
+
+    def is_set(self) -> bool:
+        return self.event.is_set()
+
+    def install(self) -> StopFlag:
+        """Route the stop signals to this flag (main thread only)."""
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, self)
+        return self
+
+    @staticmethod
+    def ignore_from_now() -> None:
+        """Ignore stop signals once the exit code is decided: a SIGTERM during interpreter
+        shutdown would otherwise turn exit 0 or 99 into death by signal (Python restores the
+        default handlers as it finalizes, but leaves ignored signals ignored)."""
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)

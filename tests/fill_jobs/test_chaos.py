@@ -1,0 +1,88 @@
+"""Chaos: SIGTERM and SIGKILL at seeded random instants, restarting each time.
+
+The final output (manifest and every audio file) must equal an uninterrupted run's byte for
+byte, with each item exactly once, and the checkpoint must account for every interruption.
+The 20-kill run uses the fast stages (process start-up dominates: torch is not loaded); a shorter
+run with the default stages (``TTSFLEET_CHAOS_KILLS``, default 5) shows that VAD, loudness and the
+duplicate index resume identically.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from ttsfleet.fill_jobs.checkpoint import load_all
+
+from ttsfleet.exitcodes import PREEMPTED_REQUEUE
+
+pytestmark = [pytest.mark.audio, pytest.mark.slow]
+
+
+def interrupt_repeatedly(cli, manifest: Path, dirs, args: tuple[str, ...], n: int,
+                         rng: random.Random, max_delay: float) -> tuple[int, int]:
+    """Start the job and stop it ``n`` times at random instants; returns (SIGTERMs, SIGKILLs)."""
+    terms = kills = 0
+    while terms + kills < n:
+        proc = cli.start(manifest, dirs, *args)
+        started = cli.wait_for_event(proc, "started")
+        assert started["items_done"] < started["items_total"], "finished before enough interruptions"
+        sig = rng.choice([signal.SIGTERM, signal.SIGKILL])
+        time.sleep(rng.uniform(0.0, max_delay))
+        proc.send_signal(sig)
+        code = proc.wait(timeout=60)
+        proc.stderr.close()
+        proc.stdout.close()
+        if code == PREEMPTED_REQUEUE:
+            terms += 1
+        elif code == -signal.SIGKILL:
+            kills += 1
+        elif code == 0:
+            pytest.fail(f"the job finished after {terms + kills} interruptions: give it more work")
+        else:
+            pytest.fail(f"unexpected exit {code} after {sig.name}")
+    return terms, kills
+
+
+def check_against_reference(cli, dirs, reference, expected: dict, terms: int, kills: int) -> None:
+    assert cli.output_tree(dirs.output) == cli.output_tree(reference.output)
+    rows = cli.manifest_rows(dirs.output)
+    assert sorted(r["id"] for r in rows) == sorted(expected)
+    assert [r["position"] for r in rows] == list(range(len(expected)))
+    (ckpt,) = load_all(dirs.checkpoint)
+    assert ckpt.state == "complete"
+    assert ckpt.preemptions_survived == terms + kills
+    assert ckpt.orderly_stops == terms and ckpt.hard_restarts == kills
+
+
+@pytest.fixture(scope="module")
+def fast_mixed_reference(cli, mixed_corpus, tmp_path_factory):
+    base = tmp_path_factory.mktemp("fast-mixed-ref")
+    ref = cli.JobDirs(base / "out", base / "ckpt")
+    proc = cli.run(mixed_corpus[0], ref, "--stages", "decode,hash")
+    assert proc.returncode == 0, proc.stderr
+    return ref
+
+
+def test_twenty_random_kills_fast_stages(cli, mixed_corpus, fast_mixed_reference, dirs) -> None:
+    manifest, expected = mixed_corpus
+    args = ("--stages", "decode,hash", "--item-delay-seconds", "0.25", "--checkpoint-every-items", "3")
+    terms, kills = interrupt_repeatedly(cli, manifest, dirs, args, 22, random.Random(20261130), 0.5)
+    assert terms and kills
+    final = cli.run(manifest, dirs, *args)
+    assert final.returncode == 0, final.stderr
+    check_against_reference(cli, dirs, fast_mixed_reference, expected, terms, kills)
+
+
+def test_random_kills_default_stages(cli, mixed_corpus, mixed_reference, dirs) -> None:
+    manifest, expected = mixed_corpus
+    args = ("--item-delay-seconds", "0.2", "--checkpoint-every-items", "2")
+    n = int(os.environ.get("TTSFLEET_CHAOS_KILLS", "5"))  # 20+ in a nightly run; each costs a torch start
+    terms, kills = interrupt_repeatedly(cli, manifest, dirs, args, n, random.Random(7), min(1.0, 6 / n))
+    final = cli.run(manifest, dirs, *args)
+    assert final.returncode == 0, final.stderr
+    check_against_reference(cli, dirs, mixed_reference, expected, terms, kills)
