@@ -1,0 +1,91 @@
+"""Public FP8 ops: argument checks, then Triton (sm_90) or the torch reference.
+
+Why the checks live here and not in the kernels: a kernel given a wrong shape reads out of bounds
+or garbage silently; one readable ``ValueError`` at the call is cheaper than a wrong waveform.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from . import dispatch
+from .layout import BS_BLOCK, MX_BLOCK, QuantizedWeight
+from .reference import (
+    linear_fp8_ref,
+    quantize_activation_ref,
+    quantize_weight_ref,
+    swiglu_mlp_fp8_ref,
+)
+
+_X_DTYPES = (torch.bfloat16, torch.float32, torch.float16)
+
+
+def quantize_weight(w: Tensor, scheme: str) -> QuantizedWeight:
+    """Offline / load-time quantizer (torch ops on ``w``'s device; not on the decode path)."""
+    return quantize_weight_ref(w, scheme)
+
+
+def quantize_activation(x: Tensor, block: int = BS_BLOCK) -> tuple[Tensor, Tensor]:
+    """``x [..., K]`` -> ``(fp8 [..., K], scales [..., ceil(K/block)])``, one launch on sm_90.
+
+    block 128: float32 scales (bsgemm); block 32: uint8 UE8M0 (mxfp8). Scales are row-major.
+    """
+    if block not in (BS_BLOCK, MX_BLOCK):
+        raise ValueError(f"activation block must be {BS_BLOCK} or {MX_BLOCK}, got {block}")
+    if x.dtype not in _X_DTYPES or x.dim() < 1 or x.shape[-1] == 0:
+        raise ValueError(f"x must be a nonempty bf16/fp16/fp32 [..., K], got {x.dtype} {list(x.shape)}")
+    if dispatch.use_triton(x):
+        from .triton_quant import quantize_activation_triton
+
+        return quantize_activation_triton(x, block)
+    return quantize_activation_ref(x, block)
+
+
+def _check_linear(x: Tensor, qw: QuantizedWeight, bias: Tensor | None) -> None:
+    if not isinstance(qw, QuantizedWeight):
+        raise ValueError(f"expected a QuantizedWeight, got {type(qw).__name__}")
+    if x.dtype not in _X_DTYPES:
+        raise ValueError(f"x must be bf16, fp16 or fp32, got {x.dtype}")
+    if x.dim() < 1 or x.shape[-1] != qw.shape[1]:
+        raise ValueError(f"x [..., {x.shape[-1] if x.dim() else '?'}] does not match weight K={qw.shape[1]}")
+    if x.device != qw.qweight.device:
+        raise ValueError(f"x on {x.device} but weight on {qw.qweight.device}")
+    if bias is not None and (tuple(bias.shape) != (qw.shape[0],) or bias.device != x.device):
+        raise ValueError(
+            f"bias must be [{qw.shape[0]}] on {x.device}, got {tuple(bias.shape)} on {bias.device}")
+
+
+def linear_fp8(x: Tensor, qw: QuantizedWeight, bias: Tensor | None = None) -> Tensor:
+    """``x [..., K] @ W.T (+ bias)`` -> ``[..., N]`` in ``x.dtype``; activations quantized on the fly."""
+    _check_linear(x, qw, bias)
+    if x.numel() == 0:
+        return x.new_empty(*x.shape[:-1], qw.shape[0])
+    if dispatch.use_triton(x):
+        from .triton_gemm import linear_fp8_triton
+
+        return linear_fp8_triton(x, qw, bias)
+    return linear_fp8_ref(x, qw, bias)
+
+
+def swiglu_mlp_fp8(x: Tensor, gate_up: QuantizedWeight, down: QuantizedWeight) -> Tensor:
+    """``down(silu(x @ w1.T) * (x @ w3.T))``; gate_up rows: first F = w1 (gate), next F = w3 (up)."""
+    if gate_up.scheme != down.scheme:
+        raise ValueError(f"gate_up is {gate_up.scheme} but down is {down.scheme}")
+    two_f, d = gate_up.shape
+    if two_f % 2 or down.shape != (d, two_f // 2):
+        raise ValueError(
+            f"gate_up {list(gate_up.shape)} and down {list(down.shape)} are not [2F, D] and [D, F]")
+    _check_linear(x, gate_up, None)
+    if down.qweight.device != x.device:
+        raise ValueError(f"down weight on {down.qweight.device} but x on {x.device}")
+    if x.numel() == 0:
+        return x.new_empty(x.shape)
+    if dispatch.use_triton(x):
+        from .triton_mlp import swiglu_mlp_fp8_triton
+
+        return swiglu_mlp_fp8_triton(x, gate_up, down)
+    return swiglu_mlp_fp8_ref(x, gate_up, down)
+
+
+__all__ = ["quantize_weight", "quantize_activation", "linear_fp8", "swiglu_mlp_fp8"]
