@@ -1,0 +1,377 @@
+"""The Fish "modded DAC" codec: reference audio → prompt codes (voice cloning), codes → 44.1 kHz audio.
+
+Why it lives here and not behind a library: the released ``codec.pth`` needs the reference's exact
+causal padding, weight-norm folding, L2-normalised nearest-code search and bf16 RoPE in its window
+transformers; and the server needs a *streaming* decoder (frame by frame, same samples as a
+one-shot decode), which the reference does not offer. Codes are ``[num_codebooks, T]``: row 0 from
+the semantic codebook, rows 1.. from the residual codebooks; one frame = ``frame_length`` samples.
+
+API::
+
+    codec = load_codec("tiny" | "/path/to/codec.pth", device="cpu")
+    codec.sample_rate, codec.frame_length, codec.num_codebooks
+    codes = codec.encode(wave: np.ndarray float32 mono, sr: int)   # LongTensor[num_codebooks, T]
+    wave = codec.decode(codes)                                      # np.ndarray float32 [T * frame_length]
+    s = codec.stream_decoder(); s.push(codes[:, i:j]) -> np.ndarray; s.flush() -> np.ndarray
+
+``tiny``: the golden fixture's tiny codec sizes (``codec_tiny.json``, shipped) with deterministic
+random weights; its 10 codebooks (64 semantic codes, 16 residual) match the tiny DualAR model.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ttsfleet.errors import UserError
+
+from .codec_layers import (
+    CausalConv,
+    CausalTransConv,
+    ConvNeXt,
+    ResidualUnit,
+    SeqBlock,
+    Snake,
+    WindowTransformer,
+    run,
+)
+
+_TINY_JSON = Path(__file__).with_name("codec_tiny.json")
+
+# The released S2 / S1 codec (fish_speech/configs/modded_dac_vq.yaml).
+RELEASED_CONFIG: dict[str, Any] = {
+    "sample_rate": 44100, "encoder_dim": 64, "encoder_rates": [2, 4, 8, 8], "decoder_dim": 1536,
+    "decoder_rates": [8, 8, 4, 2], "encoder_transformer_layers": [0, 0, 0, 4],
+    "decoder_transformer_layers": [4, 0, 0, 0],
+    "transformer_general_config": {"block_size": 16384, "n_local_heads": -1, "head_dim": 64,
+                                   "rope_base": 10000, "norm_eps": 1e-5},
+    "quantizer": {
+        "input_dim": 1024, "n_codebooks": 9, "codebook_size": 1024, "codebook_dim": 8,
+        "downsample_factor": [2, 2], "semantic_codebook_size": 4096,
+        "pre_module_and_post_module": {
+            "causal": True, "window_size": 128, "input_dim": 1024,
+            "config": {"block_size": 4096, "n_layer": 8, "n_head": 16, "dim": 1024, "intermediate_size": 3072,
+                       "head_dim": 64, "rope_base": 10000, "norm_eps": 1e-5},
+        },
+    },
+}
+
+
+@dataclass(frozen=True)
+class CodecConfig:
+    raw: dict[str, Any] = field(default_factory=lambda: RELEASED_CONFIG)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.raw[key]
+
+    @property
+    def quantizer(self) -> dict[str, Any]:
+        return self.raw["quantizer"]
+
+    @property
+    def hop_length(self) -> int:
+        return int(np.prod(self.raw["encoder_rates"]))
+
+    @property
+    def frame_length(self) -> int:
+        return self.hop_length * int(np.prod(self.quantizer["downsample_factor"]))
+
+    @property
+    def latent_dim(self) -> int:
+        return self.raw.get("latent_dim") or self.raw["encoder_dim"] * 2 ** len(self.raw["encoder_rates"])
+
+
+class VQ(nn.Module):
+    """One codebook: 1×1 in/out projections, nearest code by L2-normalised distance."""
+
+    def __init__(self, dim: int, size: int, cdim: int) -> None:
+        super().__init__()
+        self.in_proj = nn.Conv1d(dim, cdim, 1)
+        self.out_proj = nn.Conv1d(cdim, dim, 1)
+        self.codebook = nn.Embedding(size, cdim)
+
+    def quantize(self, z: Tensor) -> tuple[Tensor, Tensor]:
+        z_e = self.in_proj(z)
+        b = z_e.shape[0]
+        enc = F.normalize(z_e.transpose(1, 2).reshape(-1, z_e.shape[1]))
+        cb = F.normalize(self.codebook.weight)
+        dist = enc.pow(2).sum(1, keepdim=True) - 2 * enc @ cb.t() + cb.pow(2).sum(1, keepdim=True).t()
+        idx = (-dist).max(1)[1].view(b, -1)
+        z_q = self.codebook(idx).transpose(1, 2)
+        z_q = z_e + (z_q - z_e)
+        return self.out_proj(z_q), idx
+
+    def decode(self, idx: Tensor) -> Tensor:
+        return self.out_proj(self.codebook(idx).transpose(1, 2))
+
+
+class RVQ(nn.Module):
+    def __init__(self, dim: int, n: int, size: int, cdim: int) -> None:
+        super().__init__()
+        self.quantizers = nn.ModuleList(VQ(dim, size, cdim) for _ in range(n))
+
+    def quantize(self, z: Tensor) -> tuple[Tensor, Tensor]:
+        z_q: Tensor | float = 0.0
+        residual, codes = z, []
+        for q in self.quantizers:
+            zi, idx = q.quantize(residual)
+            z_q = z_q + zi
+            residual = residual - zi
+            codes.append(idx)
+        return z_q, torch.stack(codes, dim=1)
+
+    def decode(self, codes: Tensor) -> Tensor:
+        z: Tensor | float = 0.0
+        for i, q in enumerate(self.quantizers):
+            z = z + q.decode(codes[:, i])
+        return z
+
+
+def _window_transformer(spec: dict[str, Any]) -> WindowTransformer:
+    c = spec["config"]
+    return WindowTransformer(spec["input_dim"], c["dim"], c["n_layer"], c["n_head"], c["head_dim"],
+                             c["intermediate_size"], c["norm_eps"], c["rope_base"], c["block_size"],
+                             spec.get("window_size"))
+
+
+class Quantizer(nn.Module):
+    def __init__(self, q: dict[str, Any]) -> None:
+        super().__init__()
+        d = q["input_dim"]
+        self.semantic_quantizer = RVQ(d, 1, q["semantic_codebook_size"], q["codebook_dim"])
+        self.quantizer = RVQ(d, q["n_codebooks"], q["codebook_size"], q["codebook_dim"])
+        f = q["downsample_factor"]
+        self.downsample = nn.ModuleList(
+            nn.ModuleList([CausalConv(d, d, k, stride=k), ConvNeXt(d)]) for k in f)
+        self.upsample = nn.ModuleList(
+            nn.ModuleList([CausalTransConv(d, d, k, k), ConvNeXt(d)]) for k in f[::-1])
+        spec = q["pre_module_and_post_module"]
+        self.pre_module = _window_transformer(spec)
+        self.post_module = _window_transformer(spec)
+
+    def encode(self, z: Tensor) -> Tensor:
+        for conv, nx in self.downsample:
+            z = nx(conv(z))
+        z = self.pre_module(z)
+        sem_z, sem_codes = self.semantic_quantizer.quantize(z)
+        _, codes = self.quantizer.quantize(z - sem_z)
+        return torch.cat([sem_codes, codes], dim=1)
+
+    def decode(self, codes: Tensor, st: dict | None = None) -> Tensor:
+        sem = codes[:, :1].clamp(0, self.semantic_quantizer.quantizers[0].codebook.num_embeddings - 1)
+        res = codes[:, 1:].clamp(0, self.quantizer.quantizers[0].codebook.num_embeddings - 1)
+        z = self.semantic_quantizer.decode(sem) + self.quantizer.decode(res)
+        z = self.post_module(z, st)
+        for conv, nx in self.upsample:
+            z = nx(conv(z, st), st)
+        return z
+
+
+def _encoder_block(dim: int, stride: int, n_t: int, g: dict[str, Any]) -> SeqBlock:
+    mods: list[nn.Module] = [ResidualUnit(dim // 2, d) for d in (1, 3, 9)]
+    mods += [Snake(dim // 2), CausalConv(dim // 2, dim, 2 * stride, stride=stride)]
+    if n_t:
+        mods.append(WindowTransformer(dim, dim, n_t, dim // 64, g["head_dim"], dim * 3, g["norm_eps"],
+                                      g["rope_base"], g["block_size"], 512))
+    return SeqBlock(mods)
+
+
+class Encoder(nn.Module):
+    def __init__(self, cfg: CodecConfig) -> None:
+        super().__init__()
+        d = cfg["encoder_dim"]
+        g = cfg["transformer_general_config"]
+        mods: list[nn.Module] = [CausalConv(1, d, 7)]
+        for stride, n_t in zip(cfg["encoder_rates"], cfg["encoder_transformer_layers"], strict=True):
+            d *= 2
+            mods.append(_encoder_block(d, stride, n_t, g))
+        mods += [Snake(d), CausalConv(d, cfg.latent_dim, 3)]
+        self.block = nn.ModuleList(mods)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return run(self.block, x)
+
+
+class Decoder(nn.Module):
+    def __init__(self, cfg: CodecConfig) -> None:
+        super().__init__()
+        ch = cfg["decoder_dim"]
+        mods: list[nn.Module] = [CausalConv(cfg.latent_dim, ch, 7)]
+        out = ch
+        for i, stride in enumerate(cfg["decoder_rates"]):
+            cin, out = ch // 2**i, ch // 2 ** (i + 1)
+            mods.append(SeqBlock([Snake(cin), CausalTransConv(cin, out, 2 * stride, stride),
+                                  *[ResidualUnit(out, d) for d in (1, 3, 9)]]))
+        mods += [Snake(out), CausalConv(out, 1, 7), nn.Tanh()]
+        self.model = nn.ModuleList(mods)
+
+    def forward(self, z: Tensor, st: dict | None = None) -> Tensor:
+        return run(self.model, z, st)
+
+
+class Codec(nn.Module):
+    """Encoder + downsampling residual VQ + causal decoder, at ``sample_rate`` Hz."""
+
+    def __init__(self, cfg: CodecConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.encoder = Encoder(cfg)
+        self.quantizer = Quantizer(cfg.quantizer)
+        self.decoder = Decoder(cfg)
+        self.sample_rate = int(cfg["sample_rate"])
+        self.frame_length = cfg.frame_length
+        self.num_codebooks = 1 + int(cfg.quantizer["n_codebooks"])
+
+    @property
+    def device(self) -> torch.device:
+        return self.decoder.model[0].conv.weight.device
+
+    @torch.inference_mode()
+    def encode(self, wave: np.ndarray, sr: int) -> Tensor:
+        """Mono float audio at ``sr`` Hz -> ``LongTensor[num_codebooks, ceil(len / frame_length)]``."""
+        x = np.asarray(wave, dtype=np.float32)
+        if x.ndim == 2:
+            x = x.mean(axis=1) if x.shape[1] <= 8 else x.mean(axis=0)
+        if x.ndim != 1 or x.size == 0:
+            raise ValueError(f"wave must be non-empty mono audio, got shape {np.shape(wave)}")
+        if sr != self.sample_rate:
+            from math import gcd
+
+            from scipy.signal import resample_poly
+
+            g = gcd(int(sr), self.sample_rate)
+            x = resample_poly(x, self.sample_rate // g, int(sr) // g).astype(np.float32)
+        t = torch.from_numpy(x).to(self.device)[None, None]
+        pad = -t.shape[-1] % self.frame_length
+        t = F.pad(t, (0, pad))
+        return self.quantizer.encode(self.encoder(t))[0].cpu()
+
+    def _check_codes(self, codes: Tensor) -> Tensor:
+        codes = torch.as_tensor(codes)
+        if codes.dim() != 2 or codes.shape[0] != self.num_codebooks:
+            raise ValueError(f"codes must be [{self.num_codebooks}, T], got {tuple(codes.shape)}")
+        return codes.to(self.device, torch.long)[None]
+
+    @torch.inference_mode()
+    def decode(self, codes: Tensor) -> np.ndarray:
+        """``[num_codebooks, T]`` -> float32 waveform of ``T * frame_length`` samples."""
+        c = self._check_codes(codes)
+        if c.shape[-1] == 0:
+            return np.zeros(0, dtype=np.float32)
+        wave = self.decoder(self.quantizer.decode(c))
+        return wave[0, 0].float().cpu().numpy()
+
+    def stream_decoder(self) -> CodecStream:
+        return CodecStream(self)
+
+
+class CodecStream:
+    """Frame-by-frame decoding with carried causal state; concatenated chunks equal :meth:`Codec.decode`."""
+
+    def __init__(self, codec: Codec) -> None:
+        self.codec = codec
+        self.state: dict = {}
+
+    @torch.inference_mode()
+    def push(self, codes: Tensor) -> np.ndarray:
+        c = self.codec._check_codes(codes)
+        if c.shape[-1] == 0:
+            return np.zeros(0, dtype=np.float32)
+        wave = self.codec.decoder(self.codec.quantizer.decode(c, self.state), self.state)
+        return wave[0, 0].float().cpu().numpy()
+
+    def flush(self) -> np.ndarray:
+        """Nothing is held back: the decoder is causal, every pushed frame is already complete."""
+        self.state = {}
+        return np.zeros(0, dtype=np.float32)
+
+
+# ----------------------------------------------------------------------------- loading
+def _fold_weight_norm(sd: dict[str, Tensor]) -> dict[str, Tensor]:
+    """``g * v / ||v||`` (norm over all dims but 0) for both PyTorch weight-norm layouts."""
+    out: dict[str, Tensor] = {}
+    pairs = {".parametrizations.weight.original0": ".parametrizations.weight.original1",
+             ".weight_g": ".weight_v"}
+    for k, v in sd.items():
+        done = False
+        for gk, vk in pairs.items():
+            if k.endswith(gk):
+                base = k[: -len(gk)]
+                vv = sd[base + vk].float()
+                norm = vv.pow(2).sum(dim=tuple(range(1, vv.dim())), keepdim=True).sqrt()
+                out[base + ".weight"] = v.float() * vv / norm
+                done = True
+            elif k.endswith(vk):
+                done = True
+        if not done:
+            out[k] = v
+    return out
+
+
+def _init_random_(codec: Codec, seed: int) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in codec.named_parameters():
+            if name.endswith("alpha") or "norm" in name.rsplit(".", 2)[-2]:
+                p.fill_(1.0) if name.endswith(("alpha", "weight")) else p.zero_()
+            elif name.endswith("gamma"):
+                p.fill_(0.1)
+            elif name.endswith("bias"):
+                p.zero_()
+            elif "codebook" in name:
+                p.copy_(torch.randn(p.shape, generator=gen))
+            else:
+                fan_in = p[0].numel() if p.dim() > 1 else p.numel()
+                p.copy_(torch.randn(p.shape, generator=gen) / fan_in ** 0.5)
+        # Random residual stacks grow the signal ~30x; scale the output conv so tiny audio sits near
+        # -15 dBFS instead of saturating the tanh.
+        codec.decoder.model[-2].conv.weight.mul_(0.015)
+
+
+def codec_config_for(path: Path) -> CodecConfig:
+    side = path.with_name("codec_config.json")
+    if side.exists():
+        return CodecConfig(json.loads(side.read_text()))
+    return CodecConfig(RELEASED_CONFIG)
+
+
+def load_codec(name_or_path: str | Path = "tiny", device: str | torch.device = "cpu",
+               dtype: torch.dtype = torch.float32, seed: int = 0) -> Codec:
+    """``"tiny"`` (random weights, fixture sizes) or a ``codec.pth`` (config from a ``codec_config.json``
+    beside it, else the released sizes). Mismatched keys fail listing missing / unexpected / mis-shaped."""
+    if str(name_or_path) == "tiny":
+        codec = Codec(CodecConfig(json.loads(_TINY_JSON.read_text())))
+        _init_random_(codec, seed)
+        return codec.to(device=device, dtype=dtype).eval().requires_grad_(False)
+    path = Path(name_or_path)
+    if path.is_dir():
+        path = path / "codec.pth"
+    if not path.exists():
+        raise UserError(f"codec checkpoint {path} does not exist")
+    raw: Any = torch.load(path, map_location="cpu", weights_only=True)
+    if isinstance(raw, dict) and "state_dict" in raw:
+        raw = raw["state_dict"]
+    if any(k.startswith("generator.") for k in raw):
+        raw = {k[len("generator."):]: v for k, v in raw.items() if k.startswith("generator.")}
+    sd = _fold_weight_norm(raw)
+    codec = Codec(codec_config_for(path))
+    expected = {k: tuple(v.shape) for k, v in codec.state_dict().items()}
+    missing = sorted(set(expected) - set(sd))
+    unexpected = sorted(set(sd) - set(expected))
+    bad = sorted(f"{k} ({list(sd[k].shape)} vs {list(expected[k])})" for k in set(sd) & set(expected)
+                 if tuple(sd[k].shape) != expected[k])
+    if missing or unexpected or bad:
+        msg = [f"codec checkpoint {path} does not match its config:"]
+        for label, keys in (("missing", missing), ("unexpected", unexpected), ("mis-shaped", bad)):
+            if keys:
+                msg.append(f"  {label} ({len(keys)}): " + ", ".join(keys[:40]))
+        raise UserError("\n".join(msg))
+    codec.load_state_dict(sd, strict=True)
+    return codec.to(device=device, dtype=dtype).eval().requires_grad_(False)

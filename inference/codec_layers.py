@@ -1,0 +1,220 @@
+"""Causal, streamable layers of the modded-DAC codec (convs, transposed convs, Snake, window attention).
+
+Why every layer takes an optional ``st`` (stream state) dict: the codec decoder is causal end to
+end, so decoding frame by frame with carried state (conv history, transposed-conv overlap tails,
+attention KV within the window, absolute RoPE positions) gives the same samples as decoding the
+whole code sequence at once. ``st=None`` is the one-shot path with the reference's zero padding.
+Module and parameter names mirror the released ``codec.pth`` so it loads without renaming.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .model_layers import RMSNorm, apply_rope, rope_table
+
+State = dict | None
+
+
+class Snake(nn.Module):
+    """``x + sin(alpha x)^2 / alpha`` per channel."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.alpha = nn.Parameter(torch.ones(1, channels, 1))
+
+    def forward(self, x: Tensor, st: State = None) -> Tensor:
+        return x + (self.alpha + 1e-9).reciprocal() * torch.sin(self.alpha * x).pow(2)
+
+
+class CausalConv(nn.Module):
+    """Left-padded conv (``k_eff - stride`` zeros, right-padded to whole output frames)."""
+
+    def __init__(self, cin: int, cout: int, kernel: int, dilation: int = 1, stride: int = 1,
+                 groups: int = 1) -> None:
+        super().__init__()
+        self.conv = nn.Conv1d(cin, cout, kernel, stride=stride, dilation=dilation, groups=groups)
+        self.stride = stride
+        self.k_eff = (kernel - 1) * dilation + 1
+        self.pad = self.k_eff - stride
+
+    def forward(self, x: Tensor, st: State = None) -> Tensor:
+        if st is None:
+            length = x.shape[-1]
+            n_frames = (length - self.k_eff + self.pad) / self.stride + 1
+            extra = (math.ceil(n_frames) - 1) * self.stride + (self.k_eff - self.pad) - length
+            return self.conv(F.pad(x, (self.pad, extra)))
+        if self.stride != 1:
+            raise ValueError("streaming supports stride-1 convs only")
+        buf = st.get(self)
+        if buf is None:
+            buf = x.new_zeros(x.shape[0], x.shape[1], self.pad)
+        xx = torch.cat([buf, x], dim=-1)
+        st[self] = xx[..., xx.shape[-1] - self.pad:]
+        return self.conv(xx)
+
+
+class CausalTransConv(nn.Module):
+    """Transposed conv whose last ``kernel - stride`` samples are cut (they await the next input)."""
+
+    def __init__(self, cin: int, cout: int, kernel: int, stride: int) -> None:
+        super().__init__()
+        self.conv = nn.ConvTranspose1d(cin, cout, kernel, stride=stride)
+        self.stride, self.kernel = stride, kernel
+
+    def forward(self, x: Tensor, st: State = None) -> Tensor:
+        ov = self.kernel - self.stride
+        y = F.conv_transpose1d(x, self.conv.weight, None, stride=self.stride)
+        if st is not None and ov > 0:
+            tail = st.get(self)
+            if tail is not None:
+                y = torch.cat([y[..., :ov] + tail, y[..., ov:]], dim=-1)
+            st[self] = y[..., y.shape[-1] - ov:]
+        y = y[..., : y.shape[-1] - ov]
+        return y + self.conv.bias[None, :, None]
+
+
+class ResidualUnit(nn.Module):
+    def __init__(self, dim: int, dilation: int) -> None:
+        super().__init__()
+        self.block = nn.ModuleList([Snake(dim), CausalConv(dim, dim, 7, dilation=dilation), Snake(dim),
+                                    CausalConv(dim, dim, 1)])
+
+    def forward(self, x: Tensor, st: State = None) -> Tensor:
+        y = x
+        for m in self.block:
+            y = m(y, st)
+        return x + y
+
+
+class ConvNeXt(nn.Module):
+    """Causal depthwise conv → LayerNorm → MLP (GELU) → layer scale, residual."""
+
+    def __init__(self, dim: int, mlp_ratio: float = 4.0) -> None:
+        super().__init__()
+        self.dwconv = CausalConv(dim, dim, 7, groups=dim)
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.pwconv1 = nn.Linear(dim, int(mlp_ratio * dim))
+        self.pwconv2 = nn.Linear(int(mlp_ratio * dim), dim)
+        self.gamma = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: Tensor, st: State = None) -> Tensor:
+        y = self.dwconv(x, st).transpose(1, 2)
+        y = self.pwconv2(F.gelu(self.pwconv1(self.norm(y))))
+        return x + (self.gamma * y).transpose(1, 2)
+
+
+class _LayerScale(nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.gamma = nn.Parameter(torch.full((dim,), 1e-2))
+
+
+class _Attn(nn.Module):
+    def __init__(self, dim: int, n_head: int, head_dim: int) -> None:
+        super().__init__()
+        self.n_head, self.head_dim = n_head, head_dim
+        self.wqkv = nn.Linear(dim, 3 * n_head * head_dim, bias=False)
+        self.wo = nn.Linear(n_head * head_dim, dim, bias=False)
+
+
+class _FFN(nn.Module):
+    def __init__(self, dim: int, hidden: int) -> None:
+        super().__init__()
+        self.w1 = nn.Linear(dim, hidden, bias=False)
+        self.w3 = nn.Linear(dim, hidden, bias=False)
+        self.w2 = nn.Linear(hidden, dim, bias=False)
+
+
+class _TBlock(nn.Module):
+    def __init__(self, dim: int, n_head: int, head_dim: int, hidden: int, eps: float) -> None:
+        super().__init__()
+        self.attention = _Attn(dim, n_head, head_dim)
+        self.feed_forward = _FFN(dim, hidden)
+        self.attention_norm = RMSNorm(dim, eps)
+        self.ffn_norm = RMSNorm(dim, eps)
+        self.attention_layer_scale = _LayerScale(dim)
+        self.ffn_layer_scale = _LayerScale(dim)
+
+
+class WindowTransformer(nn.Module):
+    """Causal transformer attending to the last ``window`` positions; channels-first in and out."""
+
+    def __init__(self, input_dim: int, dim: int, n_layer: int, n_head: int, head_dim: int, hidden: int,
+                 eps: float, rope_base: float, block_size: int, window: int | None) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(_TBlock(dim, n_head, head_dim, hidden, eps) for _ in range(n_layer))
+        self.norm = RMSNorm(dim, eps)
+        self.input_proj = nn.Linear(input_dim, dim) if input_dim != dim else None
+        self.output_proj = nn.Linear(dim, input_dim) if input_dim != dim else None
+        self.window, self.rope_base, self.head_dim = window, rope_base, head_dim
+        self.register_buffer("rope", rope_table(block_size, head_dim, rope_base), persistent=False)
+
+    def _table(self, n: int) -> Tensor:
+        if n > self.rope.shape[0]:  # the reference would fail past block_size; extend the same formula
+            self.rope = rope_table(max(n, 2 * self.rope.shape[0]), self.head_dim, self.rope_base).to(
+                self.rope.device)
+        return self.rope
+
+    def forward(self, x: Tensor, st: State = None) -> Tensor:
+        x = x.transpose(1, 2)
+        if self.input_proj is not None:
+            x = self.input_proj(x)
+        b, t, _ = x.shape
+        p0 = 0 if st is None else st.get((self, "pos"), 0)
+        pos = torch.arange(p0, p0 + t, device=x.device)
+        rope = self._table(p0 + t)[pos][None]
+        for layer in self.layers:
+            a = layer.attention
+            h = layer.attention_norm(x)
+            q, k, v = a.wqkv(h).split(a.n_head * a.head_dim, dim=-1)
+            q = apply_rope(q.view(b, t, a.n_head, a.head_dim), rope)
+            k = apply_rope(k.view(b, t, a.n_head, a.head_dim), rope)
+            v = v.view(b, t, a.n_head, a.head_dim)
+            kpos = pos
+            if st is not None and (layer, "kv") in st:
+                ck, cv, cpos = st[(layer, "kv")]
+                k, v, kpos = torch.cat([ck, k], 1), torch.cat([cv, v], 1), torch.cat([cpos, pos])
+            mask = kpos[None, :] <= pos[:, None]
+            if self.window is not None:
+                mask &= kpos[None, :] > pos[:, None] - self.window
+            if st is not None:
+                keep = k.shape[1] if self.window is None else min(k.shape[1], self.window - 1)
+                n_keys = k.shape[1]
+                st[(layer, "kv")] = (k[:, n_keys - keep:], v[:, n_keys - keep:], kpos[n_keys - keep:])
+            y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                               attn_mask=mask[None, None])
+            y = a.wo(y.transpose(1, 2).reshape(b, t, -1))
+            x = x + y * layer.attention_layer_scale.gamma
+            f = layer.feed_forward
+            hf = layer.ffn_norm(x)
+            x = x + f.w2(F.silu(f.w1(hf)) * f.w3(hf)) * layer.ffn_layer_scale.gamma
+        if st is not None:
+            st[(self, "pos")] = p0 + t
+        x = self.norm(x)
+        if self.output_proj is not None:
+            x = self.output_proj(x)
+        return x.transpose(1, 2)
+
+
+def run(seq: nn.ModuleList, x: Tensor, st: State = None) -> Tensor:
+    """Apply stream-aware modules in order (``nn.Tanh`` and other plain modules take no state)."""
+    for m in seq:
+        x = m(x, st) if isinstance(m, (Snake, CausalConv, CausalTransConv, ResidualUnit, ConvNeXt,
+                                       WindowTransformer, SeqBlock)) else m(x)
+    return x
+
+
+class SeqBlock(nn.Module):
+    """A named ``block`` list run in order (mirrors the reference's ``nn.Sequential`` key names)."""
+
+    def __init__(self, modules: list[nn.Module]) -> None:
+        super().__init__()
+        self.block = nn.ModuleList(modules)
+
+    def forward(self, x: Tensor, st: State = None) -> Tensor:
+        return run(self.block, x, st)

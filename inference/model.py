@@ -1,0 +1,302 @@
+"""The Fish Speech DualAR model (S2 Pro / S1-mini layouts) with a static, slot-based KV cache.
+
+Why slots: the engine batches many requests that started at different times. Every request owns a
+slot of a preallocated cache (static shapes → CUDA-graph capture up to ``cuda_graph_max_bs``), and
+one :meth:`DualARModel.decode_step` advances any set of slots by exactly one audio frame.
+
+One frame = sample the main token from the slot's pending slow logits (restricted to the semantic
+ids + ``<|im_end|>``), run the fast transformer over the codebooks (position 0 = slow hidden state,
+position k = embedding of code k-1; its KV resets every frame), then one slow step on the new frame
+so the slot holds the next logits.
+
+API (the engine / server build on exactly this)::
+
+    from ttsfleet.inference.loader import load_model, load_codec, load_tokenizer
+    model = load_model("tiny" | "s1-mini" | "s2-pro" | "/path/to/checkpoint_dir", device="cpu",
+                       dtype=torch.float32, quantize="none" | "bsgemm_fp8" | "mxfp8" | "auto", seed=0)
+    model.config            # DualARConfig: num_codebooks, codebook_size, semantic_begin_id,
+                            # semantic_end_id, im_end_id, vocab_size, max_seq_len, ...
+    cache = model.new_cache(max_slots: int, max_seq_len: int)      # static KV cache + per-slot state
+    model.prefill(cache, slot: int, prompt: LongTensor[1 + num_codebooks, T]) -> None
+    frames = model.decode_step(cache, slots: LongTensor[bs], sampling: SamplingBatch,
+                               window: IntTensor[bs, W, num_codebooks]) -> LongTensor[bs, 1 + num_codebooks]
+        # row b = [main_token, cb0..cb{n-1}] for slots[b]; main_token == im_end_id: request finished.
+        # window: int32 previous frames' codes (newest last, entries < 0 = empty), maintained by the
+        # engine with ttsfleet.kernels.prev_tokens_shift_(window, frames[:, 1:].int()).
+    model.release(cache, slot)
+    cache.length(slot)      # tokens held by the slot; the engine must stop a request before
+                            # cache.max_seq_len (positions past it are clamped, not raised, so that
+                            # decode_step stays graph-capturable).
+
+CUDA graphs: ``decode_step`` has static shapes for a fixed ``bs`` and never syncs with the host; capture
+it with static ``slots`` / ``window`` / ``SamplingBatch`` tensors (refresh them with ``copy_``). Slow-model
+decode attention reads the cache in place through ``slots`` up to each slot's length
+(:mod:`ttsfleet.inference.decode_attention`, Triton on CUDA).
+
+Also (used by tests and tools): :meth:`DualARModel.forward_slow` (no cache, full logits + hand-off
+hidden state) and :meth:`DualARModel.fast_logits` (teacher-forced fast transformer).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .decode_attention import decode_attention
+from .model_config import DualARConfig
+from .model_layers import Block, Linear, RMSNorm, attend, rope_table
+from .sampling import SamplingBatch, sample, sample_main
+
+
+@dataclass
+class KVCache:
+    """Static per-slot state. ``k``/``v``: ``[n_layer, max_slots, max_seq_len, n_kv, head_dim]``."""
+
+    k: Tensor
+    v: Tensor
+    lengths: Tensor  # int64 [max_slots]: next position to write
+    steps: Tensor  # int64 [max_slots]: frames decoded (sampling counter)
+    pending_logits: Tensor  # float32 [max_slots, num_semantic + 1]
+    pending_hidden: Tensor  # [max_slots, fast_dim]
+
+    @property
+    def max_slots(self) -> int:
+        return int(self.k.shape[1])
+
+    @property
+    def max_seq_len(self) -> int:
+        return int(self.k.shape[2])
+
+    def length(self, slot: int) -> int:
+        return int(self.lengths[slot])
+
+
+class DualARModel(nn.Module):
+    """Slow transformer over text/semantic tokens + fast transformer over the codebooks of a frame.
+
+    Parameter names follow the S1 flat checkpoint layout (the loader maps S2 names onto them).
+    """
+
+    def __init__(self, config: DualARConfig) -> None:
+        super().__init__()
+        c = self.config = config
+        self.embeddings = nn.Embedding(c.vocab_size, c.dim)
+        self.codebook_embeddings = nn.Embedding(c.codebook_size * c.num_codebooks, c.dim)
+        self.layers = nn.ModuleList(
+            Block(c.dim, c.n_head, c.n_local_heads, c.head_dim, c.intermediate_size, c.attention_qk_norm,
+                  c.norm_eps) for _ in range(c.n_layer))
+        self.norm = RMSNorm(c.dim, c.norm_eps)
+        self.output = None if c.tie_word_embeddings else Linear(c.dim, c.vocab_size)
+        self.fast_project_in = Linear(c.dim, c.fast_dim, bias=True) if c.has_fast_project_in else None
+        self.fast_embeddings = nn.Embedding(c.codebook_size, c.fast_dim)
+        self.fast_layers = nn.ModuleList(
+            Block(c.fast_dim, c.fast_n_head, c.fast_n_local_heads, c.fast_head_dim, c.fast_intermediate_size,
+                  c.fast_attention_qk_norm, c.norm_eps) for _ in range(c.n_fast_layer))
+        self.fast_norm = RMSNorm(c.fast_dim, c.norm_eps)
+        self.fast_output = Linear(c.fast_dim, c.codebook_size)
+        self.register_buffer("rope", rope_table(c.max_seq_len, c.head_dim, c.rope_base), persistent=False)
+        self.register_buffer("fast_rope", rope_table(c.num_codebooks, c.fast_head_dim, c.fast_rope_base),
+                             persistent=False)
+        self.register_buffer("main_head", torch.empty(0), persistent=False)
+        self.register_buffer("fast_head", torch.empty(0), persistent=False)
+        self.quantization = "none"
+
+    # ----------------------------------------------------------------- set-up
+    def finalize(self) -> None:
+        """After weights are loaded: float32 copies of the two sampling heads.
+
+        Only the 4097 LM-head rows of the semantic ids + ``<|im_end|>`` can ever be sampled, so the slow
+        step computes just them (exact). Both heads run in float32 even for a bf16 model: bf16 logits of
+        magnitude ~30 are spaced 0.125 apart, which turns near-ties into rounding coin flips.
+        """
+        c = self.config
+        w = self.embeddings.weight if self.output is None else self.output.weight
+        rows = torch.cat([w[c.semantic_begin_id:c.semantic_end_id + 1], w[c.im_end_id:c.im_end_id + 1]], 0)
+        self.main_head = rows.detach().float().clone()
+        self.fast_head = self.fast_output.weight.detach().float().clone()
+
+    def quantize_(self, scheme: str) -> None:
+        """Quantize every block's projections (slow and fast) to FP8 once; heads/embeddings stay dense."""
+        if scheme == "none":
+            return
+        for blk in [*self.layers, *self.fast_layers]:
+            blk.quantize_(scheme)
+        self.quantization = scheme
+
+    @property
+    def device(self) -> torch.device:
+        return self.embeddings.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embeddings.weight.dtype
+
+    def new_cache(self, max_slots: int, max_seq_len: int) -> KVCache:
+        c = self.config
+        if max_seq_len > c.max_seq_len:
+            raise ValueError(f"max_seq_len {max_seq_len} exceeds the model's {c.max_seq_len}")
+        dev, dt = self.device, self.dtype
+        shape = (c.n_layer, max_slots, max_seq_len, c.n_local_heads, c.head_dim)
+        return KVCache(
+            k=torch.zeros(shape, device=dev, dtype=dt), v=torch.zeros(shape, device=dev, dtype=dt),
+            lengths=torch.zeros(max_slots, device=dev, dtype=torch.int64),
+            steps=torch.zeros(max_slots, device=dev, dtype=torch.int64),
+            pending_logits=torch.zeros(max_slots, c.num_semantic + 1, device=dev, dtype=torch.float32),
+            pending_hidden=torch.zeros(max_slots, c.fast_dim, device=dev, dtype=dt),
+        )
+
+    def release(self, cache: KVCache, slot: int) -> None:
+        cache.lengths[slot] = 0
+        cache.steps[slot] = 0
+        cache.pending_logits[slot] = 0
+
+    # ----------------------------------------------------------------- slow model
+    def embed(self, tokens: Tensor) -> Tensor:
+        """``tokens [B, 1 + ncb, T]`` -> ``[B, T, dim]``: token embedding + codebook sum at audio tokens."""
+        c = self.config
+        main, codes = tokens[:, 0], tokens[:, 1:]
+        offs = torch.arange(c.num_codebooks, device=tokens.device, dtype=codes.dtype)[None, :, None]
+        codes = codes.clamp(0, c.codebook_size - 1) + offs * c.codebook_size
+        vq = self.codebook_embeddings(codes).sum(dim=1)
+        is_audio = ((main >= c.semantic_begin_id) & (main <= c.semantic_end_id))[..., None]
+        x = self.embeddings(main) + torch.where(is_audio, vq, torch.zeros_like(vq))
+        if c.scale_codebook_embeddings:
+            x = torch.where(is_audio, x / math.sqrt(c.num_codebooks + 1), x)
+        return x
+
+    def _ffn_block(self, blk: Block, h: Tensor) -> Tensor:
+        return h + blk.feed_forward(blk.ffn_norm(h))
+
+    def _hand_off(self, h: Tensor) -> tuple[Tensor, Tensor]:
+        """Last pre-norm hidden ``[..., dim]`` -> (normed, hidden handed to the fast model)."""
+        normed = self.norm(h)
+        to_fast = normed if self.config.fast_input_post_norm else h
+        if self.fast_project_in is not None:
+            to_fast = self.fast_project_in(to_fast)
+        return normed, to_fast
+
+    def _lm_head(self, normed: Tensor) -> Tensor:
+        w = self.embeddings.weight if self.output is None else None
+        return F.linear(normed, w) if w is not None else self.output(normed)
+
+    def forward_slow(self, tokens: Tensor) -> tuple[Tensor, Tensor]:
+        """No cache: ``tokens [B, 1 + ncb, T]`` -> (logits ``[B, T, vocab]``, to-fast ``[B, T, fdim]``)."""
+        t = tokens.shape[-1]
+        x = self.embed(tokens)
+        rope = self.rope[:t][None]
+        for blk in self.layers:
+            q, k, v = blk.attention.qkv(blk.attention_norm(x), rope)
+            x = x + blk.attention.wo(attend(q, k, v, None, causal=True))
+            x = self._ffn_block(blk, x)
+        normed, to_fast = self._hand_off(x)
+        return self._lm_head(normed).float(), to_fast
+
+    @torch.inference_mode()
+    def prefill(self, cache: KVCache, slot: int, prompt: Tensor) -> None:
+        """Run ``prompt [1 + ncb, T]`` from position 0 into ``slot``; keep its last logits / hidden."""
+        if prompt.dim() != 2 or prompt.shape[0] != 1 + self.config.num_codebooks:
+            n = self.config.num_codebooks
+            raise ValueError(f"prompt must be [1 + {n}, T], got {tuple(prompt.shape)}")
+        t = prompt.shape[1]
+        if t < 1 or t >= cache.max_seq_len:
+            raise ValueError(f"prompt length {t} must be in [1, {cache.max_seq_len})")
+        tokens = prompt.to(self.device, torch.int64)[None]
+        x = self.embed(tokens)
+        rope = self.rope[:t][None]
+        for i, blk in enumerate(self.layers):
+            q, k, v = blk.attention.qkv(blk.attention_norm(x), rope)
+            cache.k[i, slot, :t] = k[0]
+            cache.v[i, slot, :t] = v[0]
+            x = x + blk.attention.wo(attend(q, k, v, None, causal=True))
+            x = self._ffn_block(blk, x)
+        normed, to_fast = self._hand_off(x[:, -1])
+        cache.pending_logits[slot] = F.linear(normed.float(), self.main_head)[0]
+        cache.pending_hidden[slot] = to_fast[0]
+        cache.lengths[slot] = t
+        cache.steps[slot] = 0
+
+    def _slow_step(self, cache: KVCache, slots: Tensor, frame: Tensor) -> None:
+        """One slow position for each row: ``frame [bs, 1 + ncb]`` appended at the slot's length."""
+        s = cache.max_seq_len
+        pos = cache.lengths[slots].clamp(max=s - 1)
+        x = self.embed(frame[:, :, None])  # [bs, 1, dim]
+        rope = self.rope[pos][:, None]  # [bs, 1, D/2, 2]
+        n_keys = pos + 1
+        for i, blk in enumerate(self.layers):
+            q, k, v = blk.attention.qkv(blk.attention_norm(x), rope)
+            cache.k[i].index_put_((slots, pos), k[:, 0])
+            cache.v[i].index_put_((slots, pos), v[:, 0])
+            y = decode_attention(q[:, 0], cache.k[i], cache.v[i], slots, n_keys)
+            x = x + blk.attention.wo(y.reshape(y.shape[0], 1, -1))
+            x = self._ffn_block(blk, x)
+        normed, to_fast = self._hand_off(x[:, 0])
+        cache.pending_logits[slots] = F.linear(normed.float(), self.main_head)
+        cache.pending_hidden[slots] = to_fast
+        cache.lengths[slots] = pos + 1
+
+    # ----------------------------------------------------------------- fast model
+    def _fast_layers_step(self, x: Tensor, pos: int, fk: Tensor, fv: Tensor) -> Tensor:
+        """One fast position ``x [bs, 1, fast_dim]`` at ``pos`` with the frame-local KV ``fk``/``fv``."""
+        n = self.config.num_codebooks
+        rope = self.fast_rope[pos:pos + 1][None]
+        mask = (torch.arange(n, device=x.device) <= pos)[None, None, None, :]
+        for i, blk in enumerate(self.fast_layers):
+            q, k, v = blk.attention.qkv(blk.attention_norm(x), rope)
+            fk[i][:, pos] = k[:, 0]
+            fv[i][:, pos] = v[:, 0]
+            x = x + blk.attention.wo(attend(q, fk[i], fv[i], mask))
+            x = self._ffn_block(blk, x)
+        return x
+
+    def fast_logits(self, hidden: Tensor, codes: Tensor) -> Tensor:
+        """Teacher-forced fast model: ``hidden [B, fast_dim]``, ``codes [B, ncb]`` -> ``[B, ncb, cb_size]``.
+
+        Position 0 is ``hidden``, position k the embedding of ``codes[:, k-1]``.
+        """
+        n = self.config.num_codebooks
+        x = torch.cat([hidden[:, None].to(self.dtype), self.fast_embeddings(codes[:, : n - 1])], dim=1)
+        rope = self.fast_rope[:n][None]
+        for blk in self.fast_layers:
+            q, k, v = blk.attention.qkv(blk.attention_norm(x), rope)
+            x = x + blk.attention.wo(attend(q, k, v, None, causal=True))
+            x = self._ffn_block(blk, x)
+        return F.linear(self.fast_norm(x).float(), self.fast_head)
+
+    def _fast_decode(self, hidden: Tensor, cb0: Tensor, sampling: SamplingBatch, window: Tensor | None,
+                     step: Tensor) -> Tensor:
+        c = self.config
+        bs, n = hidden.shape[0], c.num_codebooks
+        shape = (c.n_fast_layer, bs, n, c.fast_n_local_heads, c.fast_head_dim)
+        fk = torch.zeros(shape, device=hidden.device, dtype=self.dtype)
+        fv = torch.zeros_like(fk)
+        self._fast_layers_step(hidden[:, None].to(self.dtype), 0, fk, fv)
+        codes = [cb0]
+        for k in range(1, n):
+            x = self._fast_layers_step(self.fast_embeddings(codes[-1])[:, None], k, fk, fv)
+            logits = F.linear(self.fast_norm(x[:, 0]).float(), self.fast_head)
+            win = None if window is None else window[:, :, k]
+            codes.append(sample(logits, sampling, step, draw=1 + k, window=win))
+        return torch.stack(codes, dim=1)
+
+    # ----------------------------------------------------------------- decode
+    @torch.inference_mode()
+    def decode_step(self, cache: KVCache, slots: Tensor, sampling: SamplingBatch,
+                    window: Tensor | None = None) -> Tensor:
+        """Advance each slot by one frame; returns ``[bs, 1 + ncb]`` int64 ``[main, cb0..]`` rows."""
+        c = self.config
+        slots = slots.to(self.device, torch.int64)
+        step = cache.steps[slots]
+        win0 = None if window is None else window[:, :, 0]
+        idx = sample_main(cache.pending_logits[slots], sampling, step, win0, end_index=c.num_semantic)
+        is_end = idx == c.num_semantic
+        cb0 = torch.where(is_end, torch.zeros_like(idx), idx)
+        main = torch.where(is_end, torch.full_like(idx, c.im_end_id), idx + c.semantic_begin_id)
+        codes = self._fast_decode(cache.pending_hidden[slots], cb0, sampling, window, step)
+        frame = torch.cat([main[:, None], codes], dim=1)
+        self._slow_step(cache, slots, frame)
+        cache.steps[slots] = step + 1
+        return frame

@@ -1,0 +1,157 @@
+"""DualAR building blocks with the reference numerics: RMSNorm, interleaved RoPE, GQA, SwiGLU.
+
+Why these are hand-written instead of taken from a library: the published checkpoints were trained
+with GPT-J-style *interleaved* RoPE pairs (not HF ``rotate_half``) whose cos/sin table is rounded to
+bf16, RMSNorm computed in float32, per-head q/k RMSNorm before RoPE on the slow model only. Getting
+any of these subtly different gives plausible but audibly wrong audio, so each is explicit here.
+Linear layers can be swapped for FP8 (``ttsfleet.kernels``) once, at load time.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+class RMSNorm(nn.Module):
+    """``x / rms(x) * weight`` computed in float32, cast back to the input dtype before the weight."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        xf = x.float()
+        y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return y.type_as(x) * self.weight
+
+
+def rope_table(n_pos: int, head_dim: int, base: float) -> Tensor:
+    """``[n_pos, head_dim // 2, 2]`` (cos, sin) in **bf16**, as the reference stores it."""
+    inv = 1.0 / (base ** (torch.arange(0, head_dim, 2)[: head_dim // 2].float() / head_dim))
+    ang = torch.outer(torch.arange(n_pos, dtype=torch.float32), inv)
+    cis = torch.polar(torch.ones_like(ang), ang)
+    return torch.stack([cis.real, cis.imag], dim=-1).to(torch.bfloat16)
+
+
+def apply_rope(x: Tensor, table: Tensor) -> Tensor:
+    """Rotate interleaved pairs ``(x[2i], x[2i+1])`` of ``x [B, T, H, D]`` by ``table [B|1, T, D/2, 2]``.
+
+    Computed in float32 (the bf16 table is promoted), returned in ``x.dtype``.
+    """
+    xs = x.float().reshape(*x.shape[:-1], -1, 2)
+    t = table.unsqueeze(2)  # [B, T, 1, D/2, 2]
+    c, s = t[..., 0], t[..., 1]
+    x0, x1 = xs[..., 0], xs[..., 1]
+    out = torch.stack([x0 * c - x1 * s, x1 * c + x0 * s], dim=-1)
+    return out.flatten(-2).type_as(x)
+
+
+class Linear(nn.Module):
+    """``nn.Linear`` whose weight can be replaced by an FP8 :class:`QuantizedWeight` at load time."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = False) -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.weight = nn.Parameter(torch.empty(out_features, in_features))
+        self.bias = nn.Parameter(torch.zeros(out_features)) if bias else None
+        self.qweight = None  # ttsfleet.kernels.QuantizedWeight once quantized
+
+    def quantize_(self, scheme: str) -> None:
+        from ttsfleet.kernels import quantize_weight
+
+        self.qweight = quantize_weight(self.weight.data, scheme)
+        self.weight = None
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.qweight is not None:
+            from ttsfleet.kernels import linear_fp8
+
+            return linear_fp8(x, self.qweight, self.bias)
+        return F.linear(x, self.weight, self.bias)
+
+
+class FeedForward(nn.Module):
+    """SwiGLU ``w2(silu(w1 x) * w3 x)``; FP8 runs the fused kernel with rows ``[w1; w3]``."""
+
+    def __init__(self, dim: int, hidden: int) -> None:
+        super().__init__()
+        self.w1 = Linear(dim, hidden)
+        self.w3 = Linear(dim, hidden)
+        self.w2 = Linear(hidden, dim)
+        self.gate_up_q = None
+        self.down_q = None
+
+    def quantize_(self, scheme: str) -> None:
+        from ttsfleet.kernels import quantize_weight
+
+        self.gate_up_q = quantize_weight(torch.cat([self.w1.weight.data, self.w3.weight.data], 0), scheme)
+        self.down_q = quantize_weight(self.w2.weight.data, scheme)
+        self.w1.weight = self.w3.weight = self.w2.weight = None
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.gate_up_q is not None:
+            from ttsfleet.kernels import swiglu_mlp_fp8
+
+            return swiglu_mlp_fp8(x, self.gate_up_q, self.down_q)
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class Attention(nn.Module):
+    """Fused-QKV GQA projections; the KV cache and score computation live in the model."""
+
+    def __init__(self, dim: int, n_head: int, n_kv: int, head_dim: int, qk_norm: bool, eps: float) -> None:
+        super().__init__()
+        self.n_head, self.n_kv, self.head_dim = n_head, n_kv, head_dim
+        self.wqkv = Linear(dim, (n_head + 2 * n_kv) * head_dim)
+        self.wo = Linear(n_head * head_dim, dim)
+        self.qk_norm = qk_norm
+        if qk_norm:
+            self.q_norm = RMSNorm(head_dim, eps)
+            self.k_norm = RMSNorm(head_dim, eps)
+
+    def qkv(self, x: Tensor, rope: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """``x [B, T, dim]`` -> q ``[B, T, H, D]``, k, v ``[B, T, KV, D]`` (q/k normed and rotated)."""
+        b, t, _ = x.shape
+        hd = self.head_dim
+        q, k, v = self.wqkv(x).split([self.n_head * hd, self.n_kv * hd, self.n_kv * hd], dim=-1)
+        q = q.view(b, t, self.n_head, hd)
+        k = k.view(b, t, self.n_kv, hd)
+        v = v.view(b, t, self.n_kv, hd)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        return apply_rope(q, rope), apply_rope(k, rope), v
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool = False) -> Tensor:
+    """GQA attention: q ``[B, T, H, D]``, k/v ``[B, S, KV, D]``, bool mask ``[B, 1, T, S]`` (True = keep).
+
+    Returns ``[B, T, H * D]``. KV head j serves query heads ``j*g .. j*g+g-1`` (reference grouping).
+    """
+    qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    g = qh.shape[1] // kh.shape[1]
+    if g > 1:
+        kh = kh.repeat_interleave(g, dim=1)
+        vh = vh.repeat_interleave(g, dim=1)
+    y = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, is_causal=causal and mask is None)
+    b, h, t, d = y.shape
+    return y.transpose(1, 2).reshape(b, t, h * d)
+
+
+class Block(nn.Module):
+    """Pre-norm block parameters: ``attention``, ``feed_forward``, ``attention_norm``, ``ffn_norm``."""
+
+    def __init__(self, dim: int, n_head: int, n_kv: int, head_dim: int, hidden: int, qk_norm: bool,
+                 eps: float) -> None:
+        super().__init__()
+        self.attention = Attention(dim, n_head, n_kv, head_dim, qk_norm, eps)
+        self.feed_forward = FeedForward(dim, hidden)
+        self.attention_norm = RMSNorm(dim, eps)
+        self.ffn_norm = RMSNorm(dim, eps)
+
+    def quantize_(self, scheme: str) -> None:
+        self.attention.wqkv.quantize_(scheme)
+        self.attention.wo.quantize_(scheme)
+        self.feed_forward.quantize_(scheme)

@@ -1,0 +1,179 @@
+"""Text tokenizers for DualAR prompts: HF ``tokenizer.json`` (S2), ``tokenizer.tiktoken`` (S1), tiny.
+
+Why one small interface: the prompt builder only needs ``encode`` with special tokens recognised
+inside the text (``<|im_start|>``, ``<|speaker:0|>``, ...) and the ids of a few specials.
+
+The ``tiny`` tokenizer is byte-level and deterministic, and fits the tiny model's 584-id vocab:
+specials at 0..16 (``<|im_start|>`` 10, ``<|im_end|>`` 11, ``<|voice|>`` 12), ``<|speaker:N|>`` at
+20+N (N < 8), UTF-8 bytes at 100..355, ``<|semantic:i|>`` at 500+i (i < 64).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from pathlib import Path
+from typing import Protocol
+
+from ttsfleet.errors import UserError
+
+IM_START, IM_END, VOICE = "<|im_start|>", "<|im_end|>", "<|voice|>"
+_FISH_PATTERN = "|".join([
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)", r"\p{P}", r"[^\r\n\p{L}\p{N}]?\p{L}+", r"\p{N}",
+    r" ?[^\s\p{L}\p{N}]+[\r\n]*", r"\s*[\r\n]+", r"\s+(?!\S)", r"\s+",
+])
+_FISH_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|pad|>", IM_START, IM_END, "<|phoneme_start|>",
+                  "<|phoneme_end|>", "<|tool_call_start|>", "<|tool_call_end|>", "<|text|>", VOICE,
+                  "<|interleave|>"]
+
+
+class Tokenizer(Protocol):
+    im_start_id: int
+    im_end_id: int
+    voice_id: int
+    semantic_begin_id: int
+    semantic_end_id: int
+
+    def encode(self, text: str) -> list[int]: ...
+    def decode(self, ids: list[int]) -> str: ...
+    def token_id(self, token: str) -> int: ...
+
+
+class _Base:
+    def _init_ids(self) -> None:
+        self.im_start_id = self.token_id(IM_START)
+        self.im_end_id = self.token_id(IM_END)
+        self.voice_id = self.token_id(VOICE)
+        self.semantic_begin_id = self.token_id("<|semantic:0|>")
+        n = 0
+        while self._has(f"<|semantic:{n + 1}|>"):
+            n += 1
+        self.semantic_end_id = self.semantic_begin_id + n
+
+    def _has(self, token: str) -> bool:
+        try:
+            self.token_id(token)
+            return True
+        except KeyError:
+            return False
+
+    def token_id(self, token: str) -> int:
+        raise NotImplementedError
+
+
+class TinyTokenizer(_Base):
+    """Byte-level tokenizer for the ``tiny`` model (see module docstring for the id layout)."""
+
+    BYTE_OFFSET = 100
+    SEMANTIC_BEGIN = 500
+    NUM_SEMANTIC = 64
+
+    def __init__(self) -> None:
+        self.specials = {"<|begin_of_text|>": 0, "<|end_of_text|>": 1, "<|pad|>": 2, IM_START: 10, IM_END: 11,
+                         VOICE: 12, "<|text|>": 13, "<|interleave|>": 14, "<|phoneme_start|>": 15,
+                         "<|phoneme_end|>": 16}
+        self.specials.update({f"<|speaker:{i}|>": 20 + i for i in range(8)})
+        self.specials.update({f"<|semantic:{i}|>": self.SEMANTIC_BEGIN + i for i in range(self.NUM_SEMANTIC)})
+        self._inv = {v: k for k, v in self.specials.items()}
+        self._split = re.compile("(" + "|".join(re.escape(s) for s in self.specials) + ")")
+        self._init_ids()
+
+    def token_id(self, token: str) -> int:
+        return self.specials[token]
+
+    def encode(self, text: str) -> list[int]:
+        out: list[int] = []
+        for part in self._split.split(text):
+            if part in self.specials:
+                out.append(self.specials[part])
+            elif part:
+                out.extend(self.BYTE_OFFSET + b for b in part.encode("utf-8"))
+        return out
+
+    def decode(self, ids: list[int]) -> str:
+        buf = bytearray()
+        text = []
+        for i in ids:
+            if self.BYTE_OFFSET <= i < self.BYTE_OFFSET + 256:
+                buf.append(i - self.BYTE_OFFSET)
+                continue
+            text.append(buf.decode("utf-8", errors="replace"))
+            buf.clear()
+            text.append(self._inv.get(i, ""))
+        text.append(buf.decode("utf-8", errors="replace"))
+        return "".join(text)
+
+
+class HFTokenizer(_Base):
+    """``tokenizer.json`` through the HF ``tokenizers`` library (S2 Pro)."""
+
+    def __init__(self, path: Path) -> None:
+        from tokenizers import Tokenizer as _Tok
+
+        self._tok = _Tok.from_file(str(path))
+        self._init_ids()
+
+    def token_id(self, token: str) -> int:
+        i = self._tok.token_to_id(token)
+        if i is None:
+            raise KeyError(token)
+        return i
+
+    def encode(self, text: str) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self._tok.decode(ids, skip_special_tokens=False)
+
+
+class TiktokenTokenizer(_Base):
+    """``tokenizer.tiktoken`` (S1): BPE ranks, then the Fish special tokens appended after them.
+
+    A ``special_tokens.json`` beside the file, when present, gives the special ids explicitly.
+    """
+
+    def __init__(self, path: Path, num_semantic: int = 4096) -> None:
+        import tiktoken
+
+        ranks: dict[bytes, int] = {}
+        for line in path.read_text().splitlines():
+            if line.strip():
+                tok, rank = line.split()
+                ranks[base64.b64decode(tok)] = int(rank)
+        side = path.parent / "special_tokens.json"
+        if side.exists():
+            specials = {str(k): int(v) for k, v in json.loads(side.read_text()).items()}
+        else:
+            names = _FISH_SPECIALS + [f"<|semantic:{i}|>" for i in range(num_semantic)]
+            specials = {n: len(ranks) + i for i, n in enumerate(names)}
+        self.specials = specials
+        self._enc = tiktoken.Encoding(name=path.stem, pat_str=_FISH_PATTERN, mergeable_ranks=ranks,
+                                      special_tokens=specials)
+        self._init_ids()
+
+    def token_id(self, token: str) -> int:
+        return self.specials[token]
+
+    def encode(self, text: str) -> list[int]:
+        return self._enc.encode(text, allowed_special="all", disallowed_special=())
+
+    def decode(self, ids: list[int]) -> str:
+        return self._enc.decode(ids)
+
+
+def load_tokenizer(name_or_dir: str | Path) -> Tokenizer:
+    """``"tiny"`` or a checkpoint directory holding ``tokenizer.json`` or ``tokenizer.tiktoken``."""
+    if str(name_or_dir) == "tiny":
+        return TinyTokenizer()
+    d = Path(name_or_dir)
+    if d.is_file():
+        d = d.parent
+    try:
+        if (d / "tokenizer.json").exists():
+            return HFTokenizer(d / "tokenizer.json")
+        if (d / "tokenizer.tiktoken").exists():
+            return TiktokenTokenizer(d / "tokenizer.tiktoken")
+    except KeyError as exc:
+        raise UserError(f"tokenizer in {d} lacks the special token {exc}") from None
+    raise UserError(f"no tokenizer.json or tokenizer.tiktoken in {d}")

@@ -1,0 +1,47 @@
+"""Fixtures for the DualAR model / codec / tokenizer tests: golden fixture paths and tiny models."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "fish-golden"
+
+
+@pytest.fixture(scope="session")
+def golden_dir() -> Path:
+    return GOLDEN
+
+
+@pytest.fixture(scope="session")
+def golden() -> Callable[[str], dict[str, Any]]:
+    """``golden("s2-tiny")`` -> that fixture's golden.json."""
+    return lambda name: json.loads((GOLDEN / name / "golden.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def tiny_model():
+    from ttsfleet.inference.loader import load_model
+
+    return load_model("tiny")
+
+
+@pytest.fixture(scope="session")
+def tiny_tok():
+    from ttsfleet.inference.loader import load_tokenizer
+
+    return load_tokenizer("tiny")
+
+
+@pytest.fixture(autouse=True)
+def _few_threads():
+    # 2 shared cores: keep torch from oversubscribing them.
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
