@@ -1,7 +1,101 @@
-"""``ttsfleet serve`` and ``ttsfleet bench serve``."""
+"""``ttsfleet serve`` and ``ttsfleet bench serve``.
+
+Flags override the ``TTSFLEET_*`` environment the operator sets (see
+:data:`ttsfleet.inference.server.ENV`); heavy imports (torch, fastapi) stay inside the commands.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
 
 import typer
+
+from ttsfleet.errors import UserError
+
+bench_app = typer.Typer(help="Load generators and benchmarks against running services.", no_args_is_help=True)
+
+
+def serve(
+    host: str = typer.Option(None, help="Bind address (env TTSFLEET_HOST, default 0.0.0.0)."),
+    port: int = typer.Option(None, help="Port (env TTSFLEET_PORT, default 8000)."),
+    checkpoint: str = typer.Option(None, help="Checkpoint directory, or 'tiny' (deterministic random "
+                                   "weights, noise-like audio, CPU) (env TTSFLEET_CHECKPOINT)."),
+    model_name: str = typer.Option(None, help="Model label in metrics (env TTSFLEET_MODEL_NAME)."),
+    gpu_class: str = typer.Option(None, help="GPU class from the catalog (h200, rtx5090, ...) "
+                                  "(env TTSFLEET_GPU_CLASS)."),
+    quantization: str = typer.Option(None, help="auto | none | bsgemm_fp8 | mxfp8 "
+                                     "(env TTSFLEET_QUANTIZATION)."),
+    max_running_requests: int = typer.Option(None, help="Decode slots (env TTSFLEET_MAX_RUNNING_REQUESTS)."),
+    max_queue: int = typer.Option(None, help="Waiting requests before 429 (env TTSFLEET_MAX_QUEUE)."),
+    cuda_graph_max_bs: int = typer.Option(None, help="Largest captured decode batch; default "
+                                          "min(max_running_requests, 64) (env TTSFLEET_CUDA_GRAPH_MAX_BS)."),
+    device: str = typer.Option(None, help="auto | cpu | cuda[:N] (env TTSFLEET_DEVICE)."),
+    api_key: list[str] = typer.Option(None, help="Accepted Bearer key (repeatable) (env TTSFLEET_API_KEYS, "
+                                      "comma-separated)."),
+    references_dir: str = typer.Option(None, help="Where reference voices persist "
+                                       "(env TTSFLEET_REFERENCES_DIR)."),
+    max_text_chars: int = typer.Option(None, help="Longest accepted text (env TTSFLEET_MAX_TEXT_CHARS)."),
+    max_new_tokens: int = typer.Option(None, help="Cap on frames per segment (env TTSFLEET_MAX_NEW_TOKENS)."),
+    drain_grace_s: float = typer.Option(None, help="After SIGTERM, keep answering 503 at least this long "
+                                        "(env TTSFLEET_DRAIN_GRACE_S)."),
+    drain_timeout_s: float = typer.Option(None, help="After SIGTERM, exit after this long even if busy "
+                                          "(env TTSFLEET_DRAIN_TIMEOUT_S)."),
+    seed: int = typer.Option(None, help="Weight seed of the tiny model (env TTSFLEET_SEED)."),
+    log_level: str = typer.Option("info", help="debug | info | warning | error."),
+) -> None:
+    """Serve text-to-speech over HTTP (Fish Audio /v1/tts, OpenAI /v1/audio/speech, /metrics)."""
+    from ttsfleet.inference.server import ServeConfig, run
+
+    if log_level not in ("debug", "info", "warning", "error"):
+        raise UserError(f"log level {log_level!r} is not debug, info, warning or error")
+    cfg = ServeConfig.from_env(
+        host=host, port=port, checkpoint=checkpoint, model_name=model_name, gpu_class=gpu_class,
+        quantization=quantization, max_running_requests=max_running_requests, max_queue=max_queue,
+        cuda_graph_max_bs=cuda_graph_max_bs,
+        device=device, api_keys=tuple(api_key) if api_key else None, references_dir=references_dir,
+        max_text_chars=max_text_chars, max_new_tokens=max_new_tokens, drain_grace_s=drain_grace_s,
+        drain_timeout_s=drain_timeout_s, seed=seed)
+    code = run(cfg, log_level=log_level)
+    if code:
+        raise typer.Exit(code)
+
+
+@bench_app.command("serve")
+def bench_serve(
+    url: str = typer.Option("http://127.0.0.1:8000", help="Base URL of a running server."),
+    concurrency: str = typer.Option("1,4,16,64", help="Comma-separated concurrency levels."),
+    requests: int = typer.Option(0, help="Requests per level (0 = 2 x concurrency, at least 4)."),
+    text: str = typer.Option("The quick brown fox jumps over the lazy dog.", help="Text of every request."),
+    max_new_tokens: int = typer.Option(128, help="Frames per request at most."),
+    fmt: str = typer.Option("pcm", "--format", help="Response format (pcm is cheapest to encode)."),
+    api_key: str = typer.Option(None, help="Bearer key if the server requires one."),
+    out: Path = typer.Option(None, help="Directory for bench.json and bench.png."),
+    timeout_s: float = typer.Option(300.0, help="Per-request timeout."),
+    seed: int = typer.Option(1, help="Base sampling seed (request i uses seed + i)."),
+) -> None:
+    """Drive a running server at several concurrencies; report frames/s and time to first audio."""
+    from ttsfleet.inference.bench import BenchConfig, print_table, run_bench, write_outputs
+
+    try:
+        levels = sorted({int(x) for x in concurrency.split(",") if x.strip()})
+    except ValueError:
+        raise UserError(f"--concurrency {concurrency!r} must be comma-separated integers") from None
+    if not levels or levels[0] < 1:
+        raise UserError("--concurrency needs at least one level >= 1")
+    if fmt not in ("wav", "pcm", "mp3", "opus"):
+        raise UserError(f"--format {fmt!r} is not wav, pcm, mp3 or opus")
+    if max_new_tokens < 1 or requests < 0:
+        raise UserError("--max-new-tokens must be >= 1 and --requests >= 0")
+    cfg = BenchConfig(url=url.rstrip("/"), levels=levels, requests=requests, text=text,
+                      max_new_tokens=max_new_tokens, fmt=fmt, api_key=api_key, timeout_s=timeout_s, seed=seed)
+    result = run_bench(cfg)
+    print_table(result)
+    if out is not None:
+        paths = write_outputs(result, out)
+        typer.echo("wrote " + ", ".join(str(p) for p in paths))
 
 
 def register(root: typer.Typer) -> None:
     """Add this component's commands to the root CLI."""
+    root.command("serve")(serve)
+    root.add_typer(bench_app, name="bench", help="Load generators and benchmarks.")

@@ -1,0 +1,210 @@
+"""Audio in and out of the server: encode float32 chunks to wav / pcm / mp3 / opus as they decode,
+and decode uploaded reference audio.
+
+Encoders are incremental so a streamed response can send bytes as soon as frames decode: WAV and
+PCM are written directly, MP3 (LAME) and Ogg/Opus go through libsndfile (python-soundfile) writing
+into an in-memory sink whose new bytes are drained after every chunk. Header patches that libsndfile
+makes at close (it seeks back to byte 0) are kept for whole responses and dropped for streamed ones,
+where those bytes are already on the wire; decoders do not need them.
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+import struct
+import subprocess
+from fractions import Fraction
+
+import numpy as np
+
+#: Streamed WAV files carry this "unknown" size in their RIFF and data headers.
+_UNKNOWN_SIZE = 0xFFFFFFFF
+
+
+def wav_header(sample_rate: int, num_samples: int | None, channels: int = 1) -> bytes:
+    """A 16-bit PCM WAV header; ``num_samples=None`` writes the streaming (unknown length) form."""
+    block = 2 * channels
+    data_size = _UNKNOWN_SIZE if num_samples is None else num_samples * block
+    riff_size = _UNKNOWN_SIZE if num_samples is None else 36 + data_size
+    return (b"RIFF" + struct.pack("<I", riff_size) + b"WAVE"
+            + b"fmt " + struct.pack("<IHHIIHH", 16, 1, channels, sample_rate, sample_rate * block, block, 16)
+            + b"data" + struct.pack("<I", data_size))
+
+
+def to_int16(x: np.ndarray) -> bytes:
+    return (np.clip(x, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
+
+
+class Resampler:
+    """Rational resampling per chunk (scipy's polyphase filter), also used for prosody speed."""
+
+    def __init__(self, src_rate: int, dst_rate: int, speed: float = 1.0):
+        ratio = Fraction(dst_rate, 1) / (Fraction(src_rate, 1) * Fraction(speed).limit_denominator(100))
+        ratio = ratio.limit_denominator(1000)
+        self.up, self.down = ratio.numerator, ratio.denominator
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        if self.up == self.down or x.size == 0:
+            return x.astype(np.float32, copy=False)
+        from scipy.signal import resample_poly
+
+        return resample_poly(x, self.up, self.down).astype(np.float32)
+
+
+class _Sink(io.RawIOBase):
+    """A seekable in-memory file for libsndfile; ``drain()`` returns bytes appended since last time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.buf = bytearray()
+        self.pos = 0
+        self.sent = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def write(self, b) -> int:  # type: ignore[override]
+        data = bytes(b)
+        end = self.pos + len(data)
+        if end > len(self.buf):
+            self.buf.extend(b"\0" * (end - len(self.buf)))
+        self.buf[self.pos:end] = data
+        self.pos = end
+        return len(data)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self.pos, 2: len(self.buf)}[whence]
+        self.pos = base + offset
+        return self.pos
+
+    def tell(self) -> int:
+        return self.pos
+
+    def read(self, n: int = -1) -> bytes:
+        return b""
+
+    def drain(self) -> bytes:
+        out = bytes(self.buf[self.sent:])
+        self.sent = len(self.buf)
+        return out
+
+
+class AudioEncoder:
+    """Incremental encoder for one response: ``push(chunk)`` → bytes to send, ``finish()`` → the tail.
+
+    For whole (non-streamed) responses call :meth:`encode_all` instead, which writes exact headers.
+    """
+
+    def __init__(self, fmt: str, sample_rate: int, src_rate: int, *, mp3_bitrate: int = 128,
+                 opus_bitrate: int = -1000, volume_db: float = 0.0, speed: float = 1.0):
+        if fmt not in ("wav", "pcm", "mp3", "opus", "flac"):
+            raise ValueError(f"unknown format {fmt!r}")
+        self.fmt = fmt
+        self.sample_rate = sample_rate
+        self.gain = float(10 ** (volume_db / 20.0))
+        self.resample = Resampler(src_rate, sample_rate, speed)
+        self.samples_out = 0
+        self._mp3_bitrate = mp3_bitrate
+        self._opus_bitrate = opus_bitrate
+        self._sink: _Sink | None = None
+        self._sf = None
+        self._started = False
+
+    def _open_sndfile(self) -> None:
+        import soundfile as sf
+
+        self._sink = _Sink()
+        if self.fmt == "mp3":
+            # libsndfile maps compression level linearly onto LAME's CBR bitrate (0 → 320 kbps).
+            level = min(max(1.0 - self._mp3_bitrate / 320.0, 0.0), 0.95)
+            self._sf = sf.SoundFile(self._sink, "w", samplerate=self.sample_rate, channels=1, format="MP3",
+                                    subtype="MPEG_LAYER_III", compression_level=level,
+                                    bitrate_mode="CONSTANT")
+        elif self.fmt == "opus":
+            kw = {}
+            if self._opus_bitrate > 0:  # -1000 = libopus' automatic bitrate
+                kw["compression_level"] = min(max(1.0 - self._opus_bitrate / 262000.0, 0.0), 0.95)
+            self._sf = sf.SoundFile(self._sink, "w", samplerate=self.sample_rate, channels=1, format="OGG",
+                                    subtype="OPUS", **kw)
+        else:  # flac
+            self._sf = sf.SoundFile(self._sink, "w", samplerate=self.sample_rate, channels=1, format="FLAC",
+                                    subtype="PCM_16")
+
+    def _prep(self, chunk: np.ndarray) -> np.ndarray:
+        x = np.asarray(chunk, dtype=np.float32).reshape(-1)
+        if self.gain != 1.0:
+            x = x * self.gain
+        x = np.clip(self.resample(x), -1.0, 1.0)
+        self.samples_out += x.size
+        return x
+
+    def push(self, chunk: np.ndarray) -> bytes:
+        """Encode one chunk of source-rate float32 audio; returns the bytes ready to send."""
+        x = self._prep(chunk)
+        head = b""
+        if not self._started:
+            self._started = True
+            if self.fmt == "wav":
+                head = wav_header(self.sample_rate, None)
+            elif self.fmt in ("mp3", "opus", "flac"):
+                self._open_sndfile()
+        if self.fmt in ("wav", "pcm"):
+            return head + to_int16(x)
+        assert self._sf is not None and self._sink is not None
+        if x.size:
+            self._sf.write(x)
+        return self._sink.drain()
+
+    def finish(self) -> bytes:
+        """Flush the encoder; returns the last bytes of a streamed response."""
+        if not self._started:
+            self.push(np.zeros(0, np.float32))
+            if self.fmt == "wav":
+                return wav_header(self.sample_rate, None)
+        if self._sf is None or self._sink is None:
+            return b""
+        self._sf.close()
+        return self._sink.drain()
+
+    def encode_all(self, audio: np.ndarray) -> bytes:
+        """Encode a whole response with exact headers (sizes, LAME tag)."""
+        x = self._prep(audio)
+        if self.fmt == "pcm":
+            return to_int16(x)
+        if self.fmt == "wav":
+            return wav_header(self.sample_rate, x.size) + to_int16(x)
+        self._started = True
+        self._open_sndfile()
+        assert self._sf is not None and self._sink is not None
+        if x.size:
+            self._sf.write(x)
+        self._sf.close()
+        return bytes(self._sink.buf)
+
+
+def decode_audio(data: bytes) -> tuple[np.ndarray, int]:
+    """Decode uploaded audio (wav, flac, mp3, ogg; anything ffmpeg reads) to mono float32."""
+    import soundfile as sf
+
+    if not data:
+        raise ValueError("audio is empty")
+    try:
+        x, sr = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
+        return x.mean(axis=1).astype(np.float32), int(sr)
+    except Exception:  # libsndfile does not know it: try ffmpeg
+        pass
+    ffmpeg = shutil.which("ffmpeg")
+    if ffmpeg is None:
+        raise ValueError("audio could not be decoded (unsupported format)")
+    proc = subprocess.run([ffmpeg, "-hide_banner", "-loglevel", "error", "-i", "pipe:0", "-f", "f32le",
+                           "-ac", "1", "-ar", "44100", "pipe:1"], input=data, capture_output=True, timeout=60)
+    if proc.returncode != 0 or not proc.stdout:
+        raise ValueError("audio could not be decoded (unsupported or corrupt)")
+    return np.frombuffer(proc.stdout, dtype="<f4").astype(np.float32), 44100

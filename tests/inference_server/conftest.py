@@ -1,0 +1,133 @@
+"""Fixtures for the inference server tests: real ``ttsfleet serve`` subprocesses on free 127.0.0.1 ports.
+
+Every test talks HTTP to a running server with the embedded ``tiny`` model (deterministic random
+weights on CPU), decodes the audio it returns, and leaves no process behind. The main server is
+shared by the session (it needs an API key, so auth is exercised on every call); tests that kill
+or overload a server start their own.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+API_KEY = "test-key-123"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class ServerProc:
+    """A ``ttsfleet serve`` subprocess and how to reach it."""
+
+    proc: subprocess.Popen
+    port: int
+    log_path: Path
+    api_key: str | None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def client(self, auth: bool = True, timeout: float = 120.0) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {self.api_key}"} if auth and self.api_key else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+
+    def async_client(self, timeout: float = 120.0) -> httpx.AsyncClient:
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        return httpx.AsyncClient(base_url=self.url, headers=headers, timeout=timeout,
+                                 limits=httpx.Limits(max_connections=64))
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+def start_server(log_dir: Path, *args: str, api_key: str | None = None, env: dict[str, str] | None = None,
+                 wait_ready: bool = True) -> ServerProc:
+    """Start ``python -m ttsfleet.cli serve`` on a free port and wait until /readyz says 200."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "ttsfleet.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
+           "--checkpoint", "tiny", "--device", "cpu", "--log-level", "warning", *args]
+    if api_key:
+        cmd += ["--api-key", api_key]
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    for var in [v for v in full_env if v.startswith("TTSFLEET_") and v not in (env or {})]:
+        del full_env[var]  # the tests decide the configuration
+    log_path = log_dir / f"server-{port}.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env)
+    server = ServerProc(proc, port, log_path, api_key)
+    if wait_ready:
+        deadline = time.monotonic() + 90
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited with {proc.returncode}:\n{server.log()}")
+            try:
+                if httpx.get(f"{server.url}/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                server.stop()
+                raise RuntimeError(f"server not ready after 90 s:\n{server.log()}")
+            time.sleep(0.2)
+    return server
+
+
+@pytest.fixture(scope="session")
+def server_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """Start extra servers; all of them are stopped at the end of the session."""
+    started: list[ServerProc] = []
+    log_dir = tmp_path_factory.mktemp("server-logs")
+
+    def factory(*args: str, **kw) -> ServerProc:
+        s = start_server(log_dir, *args, **kw)
+        started.append(s)
+        return s
+
+    yield factory
+    for s in started:
+        s.stop()
+
+
+@pytest.fixture(scope="session")
+def server(server_factory, tmp_path_factory: pytest.TempPathFactory) -> ServerProc:
+    """The shared server: tiny model, 8 slots, an API key and a references directory."""
+    refs = tmp_path_factory.mktemp("references")
+    return server_factory("--max-running-requests", "8", "--max-queue", "32", "--max-text-chars", "250",
+                          "--references-dir", str(refs), api_key=API_KEY)
+
+
+@pytest.fixture()
+def port_picker():
+    """A free 127.0.0.1 port per call."""
+    return free_port
+
+
+@pytest.fixture()
+def client(server: ServerProc) -> Iterator[httpx.Client]:
+    with server.client() as c:
+        yield c

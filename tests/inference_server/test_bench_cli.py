@@ -1,0 +1,57 @@
+"""``ttsfleet bench serve`` against the running tiny server, and the serve CLI's bad-input exits."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import matplotlib.image as mpimg
+import pytest
+
+
+def _cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("TTSFLEET_")}
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-m", "ttsfleet.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=full_env)
+
+
+def test_bench_serve_writes_table_json_png(server, tmp_path):
+    out = tmp_path / "bench"
+    proc = _cli("bench", "serve", "--url", server.url, "--concurrency", "1,4", "--requests", "4",
+                "--max-new-tokens", "12", "--api-key", server.api_key, "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "frames/s" in proc.stdout and "scaling" in proc.stdout
+    report = json.loads((out / "bench.json").read_text())
+    assert [lv["concurrency"] for lv in report["levels"]] == [1, 4]
+    for lv in report["levels"]:
+        assert lv["errors"] == 0 and lv["requests"] == 4
+        assert lv["frames_per_s"] > 0 and lv["per_request_frames_per_s"] > 0
+        assert 0 < lv["ttfa_p50_s"] <= lv["ttfa_p99_s"]
+    assert report["scaling"] > 0
+    assert report["server"]["build"]["model"] == "tiny"
+    # points load as a measured capacity curve
+    from ttsfleet.catalog import GpuCatalog
+
+    cat = GpuCatalog.default().with_measured_file("h200", out / "bench.json")
+    assert cat.get("h200").capacity.max_concurrency == 4
+    img = mpimg.imread(out / "bench.png")
+    assert img.shape[0] > 100 and img.shape[1] > 100
+
+
+@pytest.mark.parametrize("args, env, needle", [
+    (["serve", "--port", "70000"], {}, "port"),
+    (["serve", "--gpu-class", "tpu9"], {}, "unknown GPU class"),
+    (["serve", "--quantization", "int3"], {}, "quantization"),
+    (["serve", "--checkpoint", "/does/not/exist"], {}, "checkpoint"),
+    (["serve"], {"TTSFLEET_MAX_RUNNING_REQUESTS": "lots"}, "TTSFLEET_MAX_RUNNING_REQUESTS"),
+    (["bench", "serve", "--concurrency", "a,b"], {}, "--concurrency"),
+    (["bench", "serve", "--url", "http://127.0.0.1:9", "--concurrency", "1"], {}, "cannot reach"),
+])
+def test_cli_bad_input_exits_2(args, env, needle):
+    proc = _cli(*args, env=env)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert needle in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -1,0 +1,45 @@
+"""Serving configuration: defaults < TTSFLEET_* environment (what the operator sets) < CLI flags."""
+
+from __future__ import annotations
+
+import pytest
+from ttsfleet.inference.server import ENV, ServeConfig
+
+from ttsfleet.catalog import GpuCatalog, cuda_graph_max_bs
+from ttsfleet.errors import UserError
+
+
+def test_operator_environment_is_read():
+    env = {ENV["port"]: "8000", ENV["gpu_class"]: "h200", ENV["max_running_requests"]: "48",
+           ENV["quantization"]: "auto", ENV["checkpoint"]: "tiny", ENV["model_name"]: "voice-a",
+           ENV["drain_timeout_s"]: "25", ENV["api_keys"]: "k1, k2,,", ENV["cuda_graph_max_bs"]: "48"}
+    cfg = ServeConfig.from_env(env)
+    assert cfg.port == 8000 and cfg.max_running_requests == 48 and cfg.model_name == "voice-a"
+    assert cfg.quantization == GpuCatalog.default().get("h200").quantization == "bsgemm_fp8"
+    assert cfg.cuda_graph_max_bs == cuda_graph_max_bs(48) == 48
+    assert cfg.max_queue == 4 * 48 and cfg.drain_timeout_s == 25.0 and cfg.api_keys == ("k1", "k2")
+
+
+def test_flags_override_env_and_catalog_defaults():
+    env = {ENV["gpu_class"]: "rtx5090", ENV["max_running_requests"]: "8"}
+    cfg = ServeConfig.from_env(env, max_running_requests=100, quantization="none")
+    assert cfg.max_running_requests == 100 and cfg.cuda_graph_max_bs == 64 and cfg.quantization == "none"
+    cat = ServeConfig.from_env({ENV["gpu_class"]: "rtx5090"})
+    rtx = GpuCatalog.default().get("rtx5090")
+    assert cat.max_running_requests == rtx.serving.max_running_requests
+    assert cat.quantization == "mxfp8" and cat.cuda_graph_max_bs == rtx.serving.cuda_graph_max_bs
+    assert ServeConfig.from_env({}).port == 8000 and ServeConfig.from_env({}).checkpoint == "tiny"
+
+
+@pytest.mark.parametrize("env", [
+    {ENV["max_running_requests"]: "-3"},
+    {ENV["max_running_requests"]: "4", ENV["cuda_graph_max_bs"]: "8"},
+    {ENV["port"]: "http"},
+    {ENV["gpu_class"]: "a100-imaginary"},
+    {ENV["quantization"]: "fp4"},
+    {ENV["device"]: "tpu"},
+    {ENV["drain_grace_s"]: "soon"},
+])
+def test_bad_configuration_is_a_user_error(env):
+    with pytest.raises(UserError):
+        ServeConfig.from_env(env)

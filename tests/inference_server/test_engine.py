@@ -1,0 +1,137 @@
+"""The engine in-process on the tiny model and codec: continuous batching, padding, limits, slots."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+import torch
+from ttsfleet.inference.codec import load_codec
+from ttsfleet.inference.engine import Engine, EngineConfig, EngineOverloaded, GenerationRequest, PromptTooLong
+from ttsfleet.inference.loader import load_model
+from ttsfleet.inference.prompt import build_prompt
+from ttsfleet.inference.sampling import SamplingParams
+from ttsfleet.inference.tokenizer import load_tokenizer
+
+from ttsfleet.metrics import make_collectors, spec
+
+
+@pytest.fixture(scope="module")
+def parts():
+    torch.set_num_threads(1)
+    model = load_model("tiny")
+    return model, load_codec("tiny"), load_tokenizer("tiny")
+
+
+def _run(parts, cfg: EngineConfig, seeds: list[int], max_new: int = 16):
+    model, codec, tok = parts
+    prompt = build_prompt(tok, model.config, "Engine test sentence.")
+    metrics = make_collectors("inference")
+    eng = Engine(model, codec, cfg, metrics, "tiny")
+    eng.start()
+
+    async def main():
+        loop = asyncio.get_running_loop()
+
+        async def one(seed):
+            req = GenerationRequest(prompt=prompt, sampling=SamplingParams(seed=seed), max_new_tokens=max_new,
+                                    first_chunk_frames=1, chunk_frames=4)
+            h = eng.submit(req, loop)
+            codes, audio = [], 0
+            while True:
+                ev = await h.next()
+                if ev.kind == "audio":
+                    codes.append(ev.codes)
+                    audio += ev.audio.size
+                elif ev.kind == "done":
+                    c = np.concatenate(codes, axis=1) if codes else np.zeros((10, 0), np.int64)
+                    return c, audio, ev.reason
+                else:
+                    raise AssertionError(ev.reason)
+
+        return await asyncio.gather(*(one(s) for s in seeds))
+
+    try:
+        out = asyncio.run(main())
+    finally:
+        eng.stop()
+    return eng, out, metrics
+
+
+def test_continuous_batching_is_batch_invariant_and_padding_neutral(parts):
+    seeds = [11, 12, 13, 14, 15]
+    cfg = EngineConfig(max_running_requests=4, max_queue=8, cuda_graph_max_bs=4)
+    eng, batched, metrics = _run(parts, cfg, seeds)
+    # more requests than slots: they queued, joined the batch as slots freed, and all finished
+    total = sum(c.shape[1] for c, _, _ in batched)
+    assert eng.stats.frames == total
+    assert eng.stats.steps < total  # several rows per decode step
+    assert len(eng.free_slots) == 4 and not eng.running and not eng.waiting
+    assert eng.window_buf.dtype == torch.int32 and tuple(eng.window_buf.shape[1:]) == (16, 10)
+    frame_len = parts[1].frame_length
+    for codes, audio, reason in batched:
+        assert reason in ("stop", "length")
+        assert codes.shape[1] <= 16 and (reason == "stop" or codes.shape[1] == 16)
+        assert audio == codes.shape[1] * frame_len  # every frame became exactly one frame of audio
+    rows = metrics.registry.get_sample_value(spec("inference_batch_size").name + "_sum", {"model": "tiny"})
+    assert rows == total + sum(1 for _, _, r in batched if r == "stop")  # EOS rows also took a step
+
+    single = EngineConfig(max_running_requests=1, max_queue=8, cuda_graph_max_bs=1)
+    _, alone, _ = _run(parts, single, seeds[:2])
+    _, padded, _ = _run(parts, EngineConfig(max_running_requests=3, max_queue=8, cuda_graph_max_bs=3,
+                                            pad_to_buckets=True), seeds)
+    for (a, _, _), (b, _, _) in zip(batched[:2], alone, strict=True):
+        assert np.array_equal(a, b)
+    for (a, _, _), (b, _, _) in zip(batched, padded, strict=True):
+        assert np.array_equal(a, b)
+
+
+def test_limits(parts):
+    model, codec, tok = parts
+    eng = Engine(model, codec, EngineConfig(max_running_requests=2, max_queue=1, cuda_graph_max_bs=2))
+    assert eng.check_prompt(100, 10_000) == model.config.max_seq_len - 100
+    with pytest.raises(PromptTooLong):
+        eng.check_prompt(model.config.max_seq_len, 1)
+    assert eng.padded_size(3) == 3  # padding off on CPU
+    eng.cfg.pad_to_buckets = True
+    assert [eng.padded_size(b) for b in (1, 2)] == [1, 2]
+    from ttsfleet.inference.engine import batch_buckets
+
+    assert batch_buckets(64) == [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64]
+    assert batch_buckets(20) == [1, 2, 4, 8, 16, 20]
+    # submissions microseconds apart: no request can finish in between, so the bound is exact
+    prompt = build_prompt(tok, model.config, "x")
+
+    async def fill():
+        loop = asyncio.get_running_loop()
+        req = lambda: GenerationRequest(prompt=prompt, sampling=SamplingParams(seed=1), max_new_tokens=50)  # noqa: E731
+        eng.start()
+        for _ in range(3):  # 2 slots + 1 queued
+            eng.submit(req(), loop)
+        with pytest.raises(EngineOverloaded):
+            eng.submit(req(), loop)
+
+    try:
+        asyncio.run(fill())
+    finally:
+        eng.stop()
+
+
+@pytest.mark.gpu
+def test_cuda_graph_replay_matches_eager_decoding():
+    """On a GPU: captured decode graphs give the same frames as eager decoding, request by request."""
+    model = load_model("tiny", device="cuda", dtype=torch.bfloat16)
+    parts = (model, load_codec("tiny", device="cuda"), load_tokenizer("tiny"))
+    seeds = [21, 22, 23, 24, 25, 26]
+    results = {}
+    for graphs in (False, True):
+        cfg = EngineConfig(max_running_requests=4, max_queue=8, cuda_graph_max_bs=4, device="cuda",
+                           pad_to_buckets=True, cuda_graphs=graphs)
+        eng, out, _ = _run(parts, cfg, seeds)
+        assert (eng.graphs is not None) == graphs
+        if graphs:
+            assert sorted(eng.graphs.graphs) == [1, 2, 4]
+        results[graphs] = out
+    for (a, _, ra), (b, _, rb) in zip(results[False], results[True], strict=True):
+        assert ra == rb and np.array_equal(a, b)

@@ -1,0 +1,115 @@
+"""/healthz, /readyz and /metrics; a real Prometheus scrapes the server and sees the contract's series."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from ttsfleet.metrics import CONTRACT_LIST, spec
+
+INFERENCE = [m for m in CONTRACT_LIST if m.component == "inference"]
+
+
+def _scrape(client) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for fam in text_string_to_metric_families(client.get("/metrics").text):
+        for s in fam.samples:
+            out.setdefault(s.name, []).append(s)
+    return out
+
+
+def test_probes(client):
+    assert client.get("/healthz").json()["status"] == "ok"
+    assert client.get("/v1/health").status_code == 200
+    ready = client.get("/readyz")
+    assert ready.status_code == 200 and ready.json()["ready"] is True
+
+
+def test_metrics_follow_the_contract(client):
+    before = _scrape(client)
+    frames_name = spec("inference_frames").exposed_names[0]
+    f0 = sum(s.value for s in before.get(frames_name, []))
+    resp = client.post("/v1/tts", json={"text": "metrics please", "format": "pcm", "max_new_tokens": 12,
+                                        "seed": 21})
+    assert resp.status_code == 200
+    client.post("/v1/tts", json={"text": ""})  # one 400
+    after = _scrape(client)
+    names = set(after)
+    for m in INFERENCE:
+        if m.type in ("counter", "histogram") and m.labels:
+            continue  # labelled series appear once observed; checked below
+        assert set(m.exposed_names) & names, f"{m.name} missing from /metrics"
+    for short in ("inference_ttfa_seconds", "inference_request_duration_seconds", "inference_realtime_factor",
+                  "inference_batch_size"):
+        assert set(spec(short).exposed_names) <= names, short
+    frames = sum(s.value for s in after[frames_name]) - f0
+    fps = float(resp.headers["x-frames-per-second"])
+    audio_frames = len(resp.content) / 2 / int(resp.headers["x-sample-rate"]) * fps
+    assert frames >= round(audio_frames) >= 1  # other tests may run too, never fewer
+    statuses = {s.labels["status"] for s in after[spec("inference_requests").exposed_names[0]]}
+    assert {"200", "400"} <= statuses
+    slots = after[spec("inference_kv_slots_total").name][0].value
+    assert slots == 8
+    assert after[spec("inference_ready").name][0].value == 1
+    info = after[spec("inference_build").exposed_names[0]][0].labels
+    assert info["cuda_graph_max_bs"] == "8" and info["model"] == "tiny"
+
+
+def _wait_query(base: str, query: str, pred, timeout: float = 40.0) -> list:
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            r = httpx.get(f"{base}/api/v1/query", params={"query": query}, timeout=5).json()
+            last = r
+            if r.get("status") == "success" and pred(r["data"]["result"]):
+                return r["data"]["result"]
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"prometheus query {query!r} never matched; last answer {last}")
+
+
+@pytest.mark.prometheus
+@pytest.mark.skipif(shutil.which("prometheus") is None, reason="needs the prometheus binary")
+def test_real_prometheus_scrapes_server(server, client, tmp_path, port_picker):
+    port = port_picker()
+    cfg = tmp_path / "prometheus.yml"
+    cfg.write_text(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+        "scrape_configs:\n  - job_name: ttsfleet-inference\n    scrape_interval: 1s\n"
+        f"    static_configs:\n      - targets: ['127.0.0.1:{server.port}']\n")
+    with open(tmp_path / "prometheus.log", "wb") as log:
+        argv = ["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{port}"]
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for i in range(3):
+            body = {"text": f"scrape me {i}", "format": "pcm", "max_new_tokens": 8, "seed": i}
+            assert client.post("/v1/tts", json=body).status_code == 200
+        up = _wait_query(base, 'up{job="ttsfleet-inference"}', lambda r: r and r[0]["value"][1] == "1")
+        assert up[0]["metric"]["instance"] == f"127.0.0.1:{server.port}"
+        ok = spec("inference_requests").exposed_names[0]
+        reqs = _wait_query(base, f'sum({ok}{{status="200"}})', lambda r: r and float(r[0]["value"][1]) >= 3)
+        assert float(reqs[0]["value"][1]) >= 3
+        slots = _wait_query(base, spec("inference_kv_slots_total").name, lambda r: bool(r))
+        assert float(slots[0]["value"][1]) == 8
+        ttfa = spec("inference_ttfa_seconds").name
+        hist = _wait_query(base, f"sum({ttfa}_count)", lambda r: r and float(r[0]["value"][1]) >= 3)
+        assert float(hist[0]["value"][1]) >= 3
+        for short in ("inference_requests_in_flight", "inference_queue_depth", "inference_running_batch_size",
+                      "inference_kv_slots_used", "inference_ready"):
+            assert _wait_query(base, spec(short).name, lambda r: bool(r)), short
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
