@@ -73,6 +73,8 @@ def test_scale_up_rate_limit():
     d, _ = step(AutoscaleState(), 0, in_flight=4000, ready=2, current=2)
     assert d.pools[0].desired == max(math.ceil(2 * CFG.max_scale_up_rate), 2 + 4)
     assert "capped" in d.pools[0].message
+    # what the load needs beyond this step is reported, for fill eviction ahead of need
+    assert d.pools[0].needed == H200.max_replicas
 
 
 def test_scale_down_is_stabilized_then_halves_at_most():

@@ -66,6 +66,9 @@ class PoolDecision:
     direction: str  # up | down | none
     reason: str  # short label: load | panic | slo | queue | stabilized | min | max | steady
     message: str
+    #: Replicas the load needs before the scale-up rate limit and scale-down stabilization
+    #: (within min/max). Fill eviction plans for it, so GPUs are free before later steps need them.
+    needed: int = 0
 
 
 @dataclass(frozen=True)
@@ -188,6 +191,7 @@ def decide_replicas(config: AutoscaleConfig, pools: Sequence[PoolSpec], catalog:
                 reason, msg = "queue", (f"queue depth {s.queue_depth:.0f} > "
                                         f"{config.queue_depth_per_replica:g}/replica")
         # Scale-up rate limit.
+        needed = min(max(want, p.min_replicas), p.max_replicas)
         up_cap = max(math.ceil(max(ready, 1) * config.max_scale_up_rate), ready + 4)
         if want > up_cap:
             want = up_cap
@@ -218,7 +222,8 @@ def decide_replicas(config: AutoscaleConfig, pools: Sequence[PoolSpec], catalog:
         direction = "up" if want > current else "down" if want < current else "none"
         if direction == "none" and reason == "load":
             reason = "steady"
-        decisions.append(PoolDecision(p.key, p.gpu_class, current, want, direction, reason, msg))
+        decisions.append(PoolDecision(p.key, p.gpu_class, current, want, direction, reason, msg,
+                                      needed=max(needed, want)))
 
     decision = ScaleDecision(now, tuple(decisions), stable, panic_load, panic)
     new_state = replace(state, samples=samples, recommendations=recs, panic_until=panic_until)

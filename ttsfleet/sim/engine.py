@@ -398,6 +398,10 @@ def simulate(scenario: Scenario, trace: Trace, *, fill: bool = True, catalog: Gp
                         del cl.demand_history[0]
                     fc = forecast_demand(cl.demand_history, float(t), fcfg.eviction_deadline_s,
                                          fcfg.forecast_window_s)
+                    # what the load already needs beyond the rate-limited step counts as demand
+                    # within the deadline: evict ahead of the autoscaler's next steps
+                    needed = sum(d.needed for d in decision.pools if d.gpu_class == c)
+                    fc = max(fc or 0.0, float(needed))
                     views = tuple([
                         FillJobView(j.id, 1,
                                     ((t - j.run_start) % ckpt) if j.state == "running" else 0.0,
