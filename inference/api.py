@@ -147,19 +147,10 @@ class SpeechRequest(BaseModel):
                           max_new_tokens=self.max_new_tokens, seed=self.seed)
 
 
-class AddReference(BaseModel):
-    """Body of ``POST /v1/references/add``."""
-
-    model_config = ConfigDict(extra="ignore")
+class AddReference(ReferenceAudio):
+    """Body of ``POST /v1/references/add``: a reference voice plus the id it is stored under."""
 
     id: str
-    audio: bytes
-    text: str
-
-    @field_validator("audio", mode="before")
-    @classmethod
-    def _decode_audio(cls, v: Any) -> bytes:
-        return audio_bytes(v)
 
     @field_validator("id")
     @classmethod
