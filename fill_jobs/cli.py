@@ -57,7 +57,7 @@ def run(
     try:
         code = run_job(opts, stop)
     finally:
-        stop.ignore_from_now()
+        stop.ignore_at_exit()
     if code:
         raise SystemExit(code)
 

@@ -41,3 +41,19 @@ class StopFlag:
         default handlers as it finalizes, but leaves ignored signals ignored)."""
         for sig in STOP_SIGNALS:
             signal.signal(sig, signal.SIG_IGN)
+
+    @classmethod
+    def ignore_at_exit(cls) -> None:
+        """Ignore stop signals from interpreter shutdown on (atexit), not at once.
+
+        Ignoring them at once would leak into an embedding process: SIG_IGN is inherited by
+        every child it starts later, and a shell started with USR1 ignored cannot trap it (this
+        broke a wrapper test that ran after an in-process ``fill run``). Until exit, this flag's
+        own handler stays installed and only records the signal, so the decided exit code
+        stands.
+        """
+        if not getattr(cls, "_atexit_registered", False):
+            import atexit
+
+            atexit.register(cls.ignore_from_now)
+            cls._atexit_registered = True

@@ -188,3 +188,19 @@ def test_merge_refuses_unfinished_jobs(cli, clean_corpus, dirs) -> None:
     proc = subprocess.run([sys.executable, "-m", "ttsfleet.cli", "fill", "merge", "--output",
                            str(dirs.output)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "shards [1] of 2 are not finished" in proc.stderr
+
+
+@pytest.mark.audio
+def test_in_process_run_leaves_no_ignored_signals_behind(clean_corpus: Path, dirs) -> None:
+    """An embedding process (a test, an agent) that runs the job in-process must not inherit
+    SIG_IGN for the stop signals: children it starts later would be unable to trap them."""
+    from ttsfleet.cli import main
+
+    assert main(["fill", "run", "--input", str(clean_corpus), "--output", str(dirs.output),
+                 "--checkpoint", str(dirs.checkpoint), "--stages", "decode,hash"]) == 0
+    for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
+        assert signal.getsignal(sig) is not signal.SIG_IGN
+    # a shell started now can still trap USR1
+    out = subprocess.run(["bash", "-c", "trap 'echo trapped; exit 7' USR1; kill -USR1 $$; sleep 5"],
+                         capture_output=True, text=True, timeout=20)
+    assert out.returncode == 7 and "trapped" in out.stdout

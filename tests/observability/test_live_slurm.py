@@ -99,13 +99,13 @@ def test_slurm_exporter_scraped_live(tmp_path: Path) -> None:
             assert _vec(got["{{partition}}|Running jobs per partition"], "partition") == \
                 {"train": 1, "fill": 2}
             assert _vec(got["up|Exporter up"], None) == {"": 1}
-            # The requeue happened before the first scrape, so the series start at 1 and the
-            # 10-minute increase reads 0 (an exporter that created its counters at 0 would show 1).
+            # The exporter creates every partition's counters (at 0 before any event); the requeue
+            # happened before the first scrape, so the 10-minute increase still reads 0 here.
             for key in ("{{partition}} preempted|Preemptions and requeues (10 min)",
                         "{{partition}} requeued|Preemptions and requeues (10 min)"):
-                assert _vec(got[key], "partition") == {"fill": 0.0}
+                assert _vec(got[key], "partition") == {"fill": 0.0, "train": 0.0}
             raw = _vec(prom.query("ttsfleet_slurm_requeues_total", now), "partition")
-            assert raw == {"fill": 1.0}
+            assert raw == {"fill": 1.0, "train": 0.0}
             # The shipped recording rules, evaluated live on the exporter's fleet gauges.
             ratio = _vec(prom.query("ttsfleet:gpu_utilization_allocated:ratio", now), "gpu_class")
             assert ratio == {"h200": pytest.approx(3 / 4), "rtx5090": pytest.approx(1 / 2)}
