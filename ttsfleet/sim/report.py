@@ -20,6 +20,14 @@ from ttsfleet.sim.engine import SimResult
 
 TARGET_ACTIVE = 0.92
 
+#: Short labels for the targets of :func:`ttsfleet.sim.engine.check_targets`.
+TARGET_LABELS = {
+    "active_with_fill_ge_92pct": "target: ≥ 92% active",
+    "lost_fill_le_1pct": "target: fill lost ≤ 1%",
+    "p99_ttfa_within_5pct_of_baseline": "target: p99 TTFA ≤ base +5%",
+    "baseline_active_near_50pct": "target: baseline ≈ 50%",
+}
+
 
 def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
@@ -57,12 +65,12 @@ def summary_table(runs: list[tuple[str, dict]], targets: dict[str, bool | None] 
     row("fill GPU-hours done", lambda s: f"{s['fill']['gpu_hours_done']:.1f}")
     row("fill GPU-hours lost", lambda s: f"{s['fill']['gpu_hours_lost']:.2f} ({s['fill']['lost_pct']:.2f}%)")
     row("fill preemptions", lambda s: str(s["fill"]["evictions"]))
-    row("training GPU-hours (mean wait s)",
+    row("training GPU-h (mean wait s)",
         lambda s: f"{s['training']['gpu_hours']:.1f} ({s['training']['mean_wait_s']:.0f})")
     if targets:
         for k, v in targets.items():
             mark = "n/a" if v is None else ("[green]met[/green]" if v else "[red]missed[/red]")
-            table.add_row(f"target: {k}", *([""] * (len(runs) - 1)), mark)
+            table.add_row(TARGET_LABELS.get(k, f"target: {k}"), *([""] * (len(runs) - 1)), mark)
     return table
 
 
