@@ -41,6 +41,9 @@ def serve(
     drain_timeout_s: float = typer.Option(None, help="After SIGTERM, exit after this long even if busy "
                                           "(env TTSFLEET_DRAIN_TIMEOUT_S)."),
     seed: int = typer.Option(None, help="Weight seed of the tiny model (env TTSFLEET_SEED)."),
+    prefill_chunk_tokens: int = typer.Option(None, help="Longest prompt piece prefilled between two decode "
+                                             "steps; longer prompts are prefilled in chunks, 0 = whole "
+                                             "prompts (env TTSFLEET_PREFILL_CHUNK_TOKENS, default 256)."),
     log_level: str = typer.Option("info", help="debug | info | warning | error."),
 ) -> None:
     """Serve text-to-speech over HTTP (Fish Audio /v1/tts, OpenAI /v1/audio/speech, /metrics)."""
@@ -54,7 +57,7 @@ def serve(
         cuda_graph_max_bs=cuda_graph_max_bs,
         device=device, api_keys=tuple(api_key) if api_key else None, references_dir=references_dir,
         max_text_chars=max_text_chars, max_new_tokens=max_new_tokens, drain_grace_s=drain_grace_s,
-        drain_timeout_s=drain_timeout_s, seed=seed)
+        drain_timeout_s=drain_timeout_s, seed=seed, prefill_chunk_tokens=prefill_chunk_tokens)
     code = run(cfg, log_level=log_level)
     if code:
         raise typer.Exit(code)

@@ -3,14 +3,23 @@
 Why this shape (sglang's scheduler style): all batch state — ``waiting`` (admitted, no KV slot yet),
 ``running`` (holding a slot, decoding one frame per step) and finished — lives in the engine
 thread and is mutated only there. HTTP handlers talk to it through a thread-safe inbox and get
-results back on their own asyncio queue, so no lock guards model state. Every loop iteration:
+results back on their own asyncio queue, so no lock guards model state. A request moves
+``waiting`` → ``prefilling`` (holds a KV slot, prompt partly prefilled) → ``running`` → finished.
+Every loop iteration:
 
-1. ingest new requests and cancellations from the inbox;
-2. admit waiting requests into free KV slots and prefill them, separately from decode: at most
-   ``prefill_token_budget`` prompt tokens (but always one prompt) between two decode steps, so a
-   burst of arrivals or a long prompt delays the running batch by a bounded amount (the model's
-   ``prefill`` takes a whole prompt, so one prompt is never split);
-3. run one decode step over the whole running batch — new requests join as soon as a slot frees;
+1. ingest new requests and cancellations from the inbox; free the slots of cancelled requests
+   (waiting, mid-prefill or running);
+2. chunked prefill, separately from decode: continue the requests already prefilling (in
+   turn), then move waiting requests into free KV slots, spending at most
+   ``prefill_token_budget`` prompt tokens between two decode steps. A prompt is fed to
+   ``model.prefill`` in chunks of at most ``prefill_chunk_tokens`` that continue its slot where the
+   previous chunk stopped; each request advances by at most one chunk per iteration, and the last
+   chunk of the iteration may be cut short by the budget. So a long prompt (a voice-cloning reference
+   of hundreds of frames) is spread over several iterations and delays each decode step of the
+   running batch by a bounded amount. ``prefill_chunk_tokens = 0`` turns chunking off: whole
+   prompts, always at least one per iteration, more while they fit the budget;
+3. a request whose last chunk ran joins the running batch, and one decode step runs over the whole
+   running batch — new requests join as soon as a slot frees and their prompt is in;
 4. shift each row's ``previous_tokens`` window (int32 ``[bs, W, cw]``, contract enforced by
    :func:`ttsfleet.kernels.prev_tokens_shift_`), retire rows on EOS or ``max_new_tokens``.
 
@@ -104,6 +113,7 @@ class _Running:
     req: GenerationRequest
     handle: RequestHandle
     slot: int = -1
+    prefilled: int = 0  # prompt tokens already in the slot (chunked prefill)
     generated: int = 0
     pending: list[np.ndarray] = field(default_factory=list)  # codes not yet sent to the codec
     chunks_sent: int = 0
@@ -115,7 +125,10 @@ class EngineConfig:
     max_queue: int = 64
     cuda_graph_max_bs: int = 16
     max_seq_len: int | None = None
-    prefill_token_budget: int = 1024  # prompt tokens prefilled per loop iteration (at least one prompt)
+    prefill_token_budget: int = 1024  # prompt tokens prefilled per loop iteration (>= 1)
+    #: Largest prompt piece one ``model.prefill`` call runs; a longer prompt is prefilled over several
+    #: loop iterations, one chunk per iteration, with decode steps in between. 0 = whole prompts.
+    prefill_chunk_tokens: int = 256
     window: int = DEFAULT_WINDOW
     device: str = "cpu"
     #: Pad each decode batch up to the next captured size (CUDA graphs); padded rows use a scratch slot.
@@ -143,6 +156,8 @@ class _Stats:
         self.running = 0
         self.frames = 0
         self.steps = 0
+        self.prefill_chunks = 0  # model.prefill calls
+        self.prefill_tokens = 0
 
 
 class Engine:
@@ -174,7 +189,10 @@ class Engine:
         self.slots_buf = torch.zeros(self.static_bs, dtype=torch.long, device=self.device)
         self.buckets = batch_buckets(config.cuda_graph_max_bs)
         self.graphs: _DecodeGraphs | None = None
+        if config.prefill_token_budget < 1 or config.prefill_chunk_tokens < 0:
+            raise ValueError("prefill_token_budget must be >= 1 and prefill_chunk_tokens >= 0")
         self.waiting: deque[_Running] = deque()
+        self.prefilling: deque[_Running] = deque()  # hold a slot, prompt not fully prefilled yet
         self.running: list[_Running] = []
         self.stats = _Stats()
         self._inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
@@ -264,7 +282,7 @@ class Engine:
             if self.cfg.cuda_graphs:
                 self.graphs = _DecodeGraphs.capture(self)
             while not self._stop.is_set():
-                idle = not self.running and not self.waiting
+                idle = not self.running and not self.waiting and not self.prefilling
                 self._ingest(block=idle)
                 self._drop_cancelled()
                 self._admit()
@@ -274,7 +292,7 @@ class Engine:
         except Exception as exc:  # a bug, not bad input: fail everyone loudly, mark not alive
             log.exception("engine loop died")
             self._dead = f"engine failed: {type(exc).__name__}: {exc}"
-            for st in list(self.running) + list(self.waiting):
+            for st in list(self.running) + list(self.prefilling) + list(self.waiting):
                 st.handle.post(Event("error", reason=self._dead))
         finally:
             self._drain_inbox_on_exit()
@@ -311,6 +329,16 @@ class Engine:
                 else:
                     keep.append(st)
             self.waiting = keep
+        if any(st.handle.cancelled.is_set() for st in self.prefilling):
+            keep = deque()
+            for st in self.prefilling:
+                if st.handle.cancelled.is_set():
+                    self._free_slot(st.slot)
+                    self._dequeued()
+                    st.handle.post(Event("done", reason="cancelled"))
+                else:
+                    keep.append(st)
+            self.prefilling = keep
         for i in reversed(range(len(self.running))):
             st = self.running[i]
             if st.handle.cancelled.is_set():
@@ -320,36 +348,85 @@ class Engine:
         with self._admit_lock:
             self._queued -= 1
 
+    def _free_slot(self, slot: int) -> None:
+        self.model.release(self.cache, slot)
+        self.free_slots.append(slot)
+
     def _admit(self) -> None:
-        """Move waiting requests into free slots and prefill them, within the token budget."""
+        """Chunked prefill within the token budget: continue prefilling requests, then start waiting ones.
+
+        Each request advances by at most one chunk per call; one whose whole prompt is in joins the
+        running batch (and so the decode step that follows).
+        """
         budget = self.cfg.prefill_token_budget
-        admitted = 0
-        while self.waiting and self.free_slots and len(self.running) < self.static_bs:
-            st = self.waiting[0]
-            plen = int(st.req.prompt.shape[-1])
-            if admitted and plen > budget:
-                break  # the rest waits for the next iteration; decode keeps going meanwhile
-            self.waiting.popleft()
-            slot = self.free_slots.popleft()
-            st.slot = slot
-            try:
-                self.model.prefill(self.cache, slot, st.req.prompt.to(self.device))
-            except Exception as exc:
-                log.exception("prefill failed")
-                self.model.release(self.cache, slot)
-                self.free_slots.append(slot)
-                self._dequeued()
-                st.handle.post(Event("error", reason=f"prefill failed: {type(exc).__name__}: {exc}"))
-                continue
-            row = len(self.running)
-            self.running.append(st)
-            self.window_buf[row].fill_(-1)
-            self.slots_buf[row] = slot
-            with self._admit_lock:
-                self._queued -= 1
-                self.stats.running = len(self.running)
-            budget -= plen
-            admitted += 1
+        chunk = self.cfg.prefill_chunk_tokens
+        if chunk <= 0:  # chunking off: whole prompts, at least one per iteration
+            admitted = 0
+            while self.waiting and self.free_slots and len(self.running) < self.static_bs:
+                plen = int(self.waiting[0].req.prompt.shape[-1])
+                if admitted and plen > budget:
+                    break  # the rest waits for the next iteration; decode keeps going meanwhile
+                st = self.waiting.popleft()
+                st.slot = self.free_slots.popleft()
+                if self._prefill_chunk(st, plen):
+                    self._join(st)
+                    budget -= plen
+                    admitted += 1
+            return
+        for _ in range(len(self.prefilling)):  # in turn; each one advances by one chunk at most
+            if budget <= 0:
+                return
+            st = self.prefilling.popleft()
+            n = min(chunk, budget, int(st.req.prompt.shape[-1]) - st.prefilled)
+            budget -= n
+            self._advance(st, n)
+        while (budget > 0 and self.waiting and self.free_slots
+               and len(self.running) + len(self.prefilling) < self.static_bs):
+            st = self.waiting.popleft()
+            st.slot = self.free_slots.popleft()
+            n = min(chunk, budget, int(st.req.prompt.shape[-1]))
+            budget -= n
+            self._advance(st, n)
+
+    def _advance(self, st: _Running, n: int) -> None:
+        """Prefill ``st``'s next ``n`` prompt tokens; then it joins the batch or waits for its next chunk."""
+        if not self._prefill_chunk(st, n):
+            return
+        if self._prefill_done(st):
+            self._join(st)
+        else:
+            self.prefilling.append(st)
+
+    @staticmethod
+    def _prefill_done(st: _Running) -> bool:
+        return st.prefilled >= int(st.req.prompt.shape[-1])
+
+    def _prefill_chunk(self, st: _Running, n: int) -> bool:
+        """Prefill the next ``n`` prompt tokens of ``st`` into its slot; on failure end it with an error."""
+        start = st.prefilled
+        try:
+            piece = st.req.prompt[:, start:start + n].to(self.device)
+            self.model.prefill(self.cache, st.slot, piece, start=start)
+        except Exception as exc:
+            log.exception("prefill failed")
+            self._free_slot(st.slot)
+            self._dequeued()
+            st.handle.post(Event("error", reason=f"prefill failed: {type(exc).__name__}: {exc}"))
+            return False
+        st.prefilled = start + n
+        self.stats.prefill_chunks += 1
+        self.stats.prefill_tokens += n
+        return True
+
+    def _join(self, st: _Running) -> None:
+        """A fully prefilled request takes the next decode batch row."""
+        row = len(self.running)
+        self.running.append(st)
+        self.window_buf[row].fill_(-1)
+        self.slots_buf[row] = st.slot
+        with self._admit_lock:
+            self._queued -= 1
+            self.stats.running = len(self.running)
 
     def padded_size(self, bs: int) -> int:
         """The static batch size a step of ``bs`` rows runs at (itself beyond the largest bucket)."""
@@ -415,8 +492,7 @@ class Engine:
             self._codec_q.put(("drop", st.handle))
         else:
             self._send_codes(st, final=True, reason=reason)
-        self.model.release(self.cache, st.slot)
-        self.free_slots.append(st.slot)
+        self._free_slot(st.slot)
         last = len(self.running) - 1
         if row != last:  # swap-remove: move the last row into the hole
             self.running[row] = self.running[last]

@@ -17,7 +17,15 @@ API (the engine / server build on exactly this)::
     model.config            # DualARConfig: num_codebooks, codebook_size, semantic_begin_id,
                             # semantic_end_id, im_end_id, vocab_size, max_seq_len, ...
     cache = model.new_cache(max_slots: int, max_seq_len: int)      # static KV cache + per-slot state
-    model.prefill(cache, slot: int, prompt: LongTensor[1 + num_codebooks, T]) -> None
+    model.prefill(cache, slot: int, prompt: LongTensor[1 + num_codebooks, T], start: int | None = None)
+        # Chunked prefill: writes K/V at positions start .. start+T-1 (start defaults to
+        # cache.length(slot), i.e. 0 for a fresh or released slot; start=0 restarts the slot) and
+        # attends causally to everything the slot already holds. Feeding a prompt as consecutive
+        # chunks (prompt[:, :a], prompt[:, a:b], ...) leaves the slot's K/V, length and pending
+        # logits/hidden as one call with the whole prompt does (up to float rounding); each chunk
+        # updates the pending logits/hidden from its last position, so only the final chunk's matter.
+        # start > cache.length(slot) (a hole) or start + T >= cache.max_seq_len (no room left for
+        # the first decoded frame) raises ValueError; nothing is clamped.
     frames = model.decode_step(cache, slots: LongTensor[bs], sampling: SamplingBatch,
                                window: IntTensor[bs, W, num_codebooks]) -> LongTensor[bs, 1 + num_codebooks]
         # row b = [main_token, cb0..cb{n-1}] for slots[b]; main_token == im_end_id: request finished.
@@ -25,8 +33,8 @@ API (the engine / server build on exactly this)::
         # engine with ttsfleet.kernels.prev_tokens_shift_(window, frames[:, 1:].int()).
     model.release(cache, slot)
     cache.length(slot)      # tokens held by the slot; the engine must stop a request before
-                            # cache.max_seq_len (positions past it are clamped, not raised, so that
-                            # decode_step stays graph-capturable).
+                            # cache.max_seq_len (decode positions past it are clamped, not raised, so
+                            # that decode_step stays graph-capturable; prefill raises instead).
 
 CUDA graphs: ``decode_step`` has static shapes for a fixed ``bs`` and never syncs with the host; capture
 it with static ``slots`` / ``window`` / ``SamplingBatch`` tensors (refresh them with ``copy_``). Slow-model
@@ -196,28 +204,56 @@ class DualARModel(nn.Module):
         return self._lm_head(normed).float(), to_fast
 
     @torch.inference_mode()
-    def prefill(self, cache: KVCache, slot: int, prompt: Tensor) -> None:
-        """Run ``prompt [1 + ncb, T]`` from position 0 into ``slot``; keep its last logits / hidden."""
-        if prompt.dim() != 2 or prompt.shape[0] != 1 + self.config.num_codebooks:
-            n = self.config.num_codebooks
+    def prefill(self, cache: KVCache, slot: int, prompt: Tensor, start: int | None = None) -> None:
+        """Run ``prompt [1 + ncb, T]`` into ``slot`` at positions ``start .. start+T-1``.
+
+        ``start`` defaults to the slot's current length (0 for a fresh slot), so a long prompt can be
+        fed as consecutive chunks; each chunk attends causally to everything before it in the slot.
+        The slot keeps the last position's logits / hidden state, so after the final chunk it is in
+        the same state as after a one-shot prefill of the whole prompt. ``start == 0`` resets the
+        slot's sampling counter.
+        """
+        n = self.config.num_codebooks
+        if prompt.dim() != 2 or prompt.shape[0] != 1 + n:
             raise ValueError(f"prompt must be [1 + {n}, T], got {tuple(prompt.shape)}")
-        t = prompt.shape[1]
-        if t < 1 or t >= cache.max_seq_len:
-            raise ValueError(f"prompt length {t} must be in [1, {cache.max_seq_len})")
+        if not 0 <= slot < cache.max_slots:
+            raise ValueError(f"slot {slot} is not in [0, {cache.max_slots})")
+        t = int(prompt.shape[1])
+        if t < 1:
+            raise ValueError("prompt chunk is empty")
+        if start is None or start != 0:  # (start == 0 needs no device -> host read of the length)
+            held = cache.length(slot)
+            start = held if start is None else int(start)
+            if not 0 <= start <= held:
+                raise ValueError(f"prefill start {start} must be in [0, {held}]: slot {slot} holds {held} "
+                                 "tokens")
+        end = start + t
+        if end >= cache.max_seq_len:
+            raise ValueError(f"prefill of positions [{start}, {end}) overflows the cache: the prompt must "
+                             f"end before max_seq_len {cache.max_seq_len} (one position is kept for the "
+                             "first decoded frame)")
         tokens = prompt.to(self.device, torch.int64)[None]
         x = self.embed(tokens)
-        rope = self.rope[:t][None]
+        rope = self.rope[start:end][None]
+        if start:  # query i (position start+i) sees keys 0 .. start+i
+            keys = torch.arange(end, device=self.device)
+            mask = (keys[None, :] <= torch.arange(start, end, device=self.device)[:, None])[None, None]
         for i, blk in enumerate(self.layers):
             q, k, v = blk.attention.qkv(blk.attention_norm(x), rope)
-            cache.k[i, slot, :t] = k[0]
-            cache.v[i, slot, :t] = v[0]
-            x = x + blk.attention.wo(attend(q, k, v, None, causal=True))
+            cache.k[i, slot, start:end] = k[0]
+            cache.v[i, slot, start:end] = v[0]
+            if start:
+                y = attend(q, cache.k[i, slot, None, :end], cache.v[i, slot, None, :end], mask)
+            else:
+                y = attend(q, k, v, None, causal=True)
+            x = x + blk.attention.wo(y)
             x = self._ffn_block(blk, x)
         normed, to_fast = self._hand_off(x[:, -1])
         cache.pending_logits[slot] = F.linear(normed.float(), self.main_head)[0]
         cache.pending_hidden[slot] = to_fast[0]
-        cache.lengths[slot] = t
-        cache.steps[slot] = 0
+        cache.lengths[slot] = end
+        if start == 0:
+            cache.steps[slot] = 0
 
     def _slow_step(self, cache: KVCache, slots: Tensor, frame: Tensor) -> None:
         """One slow position for each row: ``frame [bs, 1 + ncb]`` appended at the slot's length."""

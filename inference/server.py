@@ -63,6 +63,7 @@ ENV = {
     "seed": "TTSFLEET_SEED",
     "cpu_threads": "TTSFLEET_CPU_THREADS",
     "cuda_graphs": "TTSFLEET_CUDA_GRAPHS",
+    "prefill_chunk_tokens": "TTSFLEET_PREFILL_CHUNK_TOKENS",
 }
 
 
@@ -90,6 +91,7 @@ class ServeConfig:
     cpu_threads: int = 1  # torch threads when serving on CPU (1 avoids OpenMP oversubscription)
     cuda_graph_max_bs: int = 0  # 0 = ttsfleet.catalog.cuda_graph_max_bs(max_running_requests)
     cuda_graphs: bool = True  # capture decode graphs when serving on CUDA
+    prefill_chunk_tokens: int = 256  # prompt tokens per prefill chunk (0 = whole prompts, no chunking)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **flags: Any) -> "ServeConfig":
@@ -153,6 +155,8 @@ class ServeConfig:
             raise UserError(f"port {self.port} is out of range")
         if self.cpu_threads < 0:
             raise UserError("cpu_threads must be >= 0")
+        if self.prefill_chunk_tokens < 0:
+            raise UserError("prefill_chunk_tokens must be >= 0 (0 = no chunking)")
         if self.max_text_chars < 1 or self.max_new_tokens < 1:
             raise UserError("max_text_chars and max_new_tokens must be >= 1")
         if self.checkpoint != "tiny" and not Path(self.checkpoint).is_dir():
@@ -262,7 +266,8 @@ class ServerState:
                 max_running_requests=cfg.max_running_requests, max_queue=cfg.max_queue,
                 cuda_graph_max_bs=cfg.cuda_graph_max_bs, device=device,
                 pad_to_buckets=device.startswith("cuda"), cpu_threads=threads,
-                cuda_graphs=device.startswith("cuda") and cfg.cuda_graphs))
+                cuda_graphs=device.startswith("cuda") and cfg.cuda_graphs,
+                prefill_chunk_tokens=cfg.prefill_chunk_tokens))
             self.engine.start()
             self._warm_up()  # first kernels, allocator and codec state: not on a user's request
             self.engine.attach_metrics(self.metrics, self.label)

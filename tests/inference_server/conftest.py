@@ -115,10 +115,13 @@ def server_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
 
 @pytest.fixture(scope="session")
 def server(server_factory, tmp_path_factory: pytest.TempPathFactory) -> ServerProc:
-    """The shared server: tiny model, 8 slots, an API key and a references directory."""
+    """The shared server: tiny model, 8 slots, an API key and a references directory.
+
+    Prompts are prefilled in chunks of 32 tokens, so every HTTP test also runs chunked prefill.
+    """
     refs = tmp_path_factory.mktemp("references")
     return server_factory("--max-running-requests", "8", "--max-queue", "32", "--max-text-chars", "250",
-                          "--references-dir", str(refs), api_key=API_KEY)
+                          "--references-dir", str(refs), "--prefill-chunk-tokens", "32", api_key=API_KEY)
 
 
 @pytest.fixture()

@@ -45,6 +45,7 @@ def test_bench_serve_writes_table_json_png(server, tmp_path):
     (["serve", "--port", "70000"], {}, "port"),
     (["serve", "--gpu-class", "tpu9"], {}, "unknown GPU class"),
     (["serve", "--quantization", "int3"], {}, "quantization"),
+    (["serve", "--prefill-chunk-tokens", "-5"], {}, "prefill_chunk_tokens"),
     (["serve", "--checkpoint", "/does/not/exist"], {}, "checkpoint"),
     (["serve"], {"TTSFLEET_MAX_RUNNING_REQUESTS": "lots"}, "TTSFLEET_MAX_RUNNING_REQUESTS"),
     (["bench", "serve", "--concurrency", "a,b"], {}, "--concurrency"),

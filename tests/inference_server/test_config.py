@@ -31,6 +31,14 @@ def test_flags_override_env_and_catalog_defaults():
     assert ServeConfig.from_env({}).port == 8000 and ServeConfig.from_env({}).checkpoint == "tiny"
 
 
+def test_prefill_chunk_tokens_from_env_and_flag():
+    assert ENV["prefill_chunk_tokens"] == "TTSFLEET_PREFILL_CHUNK_TOKENS"
+    assert ServeConfig.from_env({}).prefill_chunk_tokens == 256
+    env = {ENV["prefill_chunk_tokens"]: "64"}
+    assert ServeConfig.from_env(env).prefill_chunk_tokens == 64
+    assert ServeConfig.from_env(env, prefill_chunk_tokens=0).prefill_chunk_tokens == 0  # 0 = no chunking
+
+
 @pytest.mark.parametrize("env", [
     {ENV["max_running_requests"]: "-3"},
     {ENV["max_running_requests"]: "4", ENV["cuda_graph_max_bs"]: "8"},
@@ -39,6 +47,7 @@ def test_flags_override_env_and_catalog_defaults():
     {ENV["quantization"]: "fp4"},
     {ENV["device"]: "tpu"},
     {ENV["drain_grace_s"]: "soon"},
+    {ENV["prefill_chunk_tokens"]: "-1"},
 ])
 def test_bad_configuration_is_a_user_error(env):
     with pytest.raises(UserError):

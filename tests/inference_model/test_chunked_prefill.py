@@ -1,0 +1,144 @@
+"""Chunked prefill: a prompt fed to a slot in pieces leaves the slot exactly as a one-shot prefill does."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from ttsfleet.inference.loader import load_model
+from ttsfleet.inference.prompt import build_prompt
+from ttsfleet.inference.sampling import SamplingBatch, SamplingParams
+
+#: Uneven chunkings; the last part is whatever is left of the prompt.
+CHUNKINGS = [(1,), (3, 5, 1), (7,), (2, 1, 4, 6), (13,)]
+
+
+def _chunked(model, cache, slot: int, prompt: torch.Tensor, sizes: tuple[int, ...], explicit: bool) -> int:
+    """Prefill ``prompt`` into ``slot`` as chunks of ``sizes`` (+ the rest); returns the number of calls."""
+    pos, calls = 0, 0
+    t = prompt.shape[1]
+    for n in [*sizes, t]:
+        n = min(n, t - pos)
+        if n <= 0:
+            break
+        start = pos if explicit else None
+        model.prefill(cache, slot, prompt[:, pos:pos + n], start=start)
+        pos += n
+        calls += 1
+        assert cache.length(slot) == pos
+    assert pos == t
+    return calls
+
+
+def _greedy(model, cache, slot: int, n: int) -> list[list[int]]:
+    greedy = SamplingBatch.from_params([SamplingParams(temperature=0.0)])
+    return [model.decode_step(cache, torch.tensor([slot]), greedy)[0].tolist() for _ in range(n)]
+
+
+def _check_same_as_one_shot(model, prompt: torch.Tensor, frames: int) -> list[list[int]]:
+    s = min(256, model.config.max_seq_len)
+    one = model.new_cache(2, s)
+    model.prefill(one, 1, prompt)
+    t = prompt.shape[1]
+    expected = _greedy(model, one, 1, frames)
+    one = model.new_cache(2, s)
+    model.prefill(one, 1, prompt)
+    for i, sizes in enumerate(CHUNKINGS):
+        cache = model.new_cache(3, s)
+        # the neighbouring slot holds another prompt: chunks must only read their own slot
+        model.prefill(cache, 0, prompt.flip(1))
+        calls = _chunked(model, cache, 2, prompt, sizes, explicit=bool(i % 2))
+        assert calls >= min(len(sizes), t)
+        torch.testing.assert_close(cache.pending_logits[2], one.pending_logits[1], atol=2e-5, rtol=1e-5)
+        torch.testing.assert_close(cache.pending_hidden[2], one.pending_hidden[1], atol=2e-5, rtol=1e-5)
+        torch.testing.assert_close(cache.k[:, 2, :t], one.k[:, 1, :t], atol=2e-5, rtol=1e-5)
+        torch.testing.assert_close(cache.v[:, 2, :t], one.v[:, 1, :t], atol=2e-5, rtol=1e-5)
+        assert int(cache.steps[2]) == 0
+        assert _greedy(model, cache, 2, frames) == expected, sizes
+    return expected
+
+
+def test_chunked_prefill_matches_one_shot_tiny(tiny_model, tiny_tok) -> None:
+    cfg = tiny_model.config
+    assert tiny_model.dtype == torch.float32
+    gen = torch.Generator().manual_seed(3)
+    codes = torch.randint(0, cfg.codebook_size, (cfg.num_codebooks, 12), generator=gen)
+    prompt = build_prompt(tiny_tok, cfg, "A longer sentence to chunk.", references=[(codes, "a reference")])
+    assert prompt.shape[1] > 40
+    _check_same_as_one_shot(tiny_model, prompt, frames=6)
+
+
+@pytest.mark.parametrize("name", ["s2-tiny", "s1-tiny"])
+def test_chunked_prefill_matches_golden(name: str, golden, golden_dir) -> None:
+    g = golden(name)
+    model = load_model(golden_dir / name, config_overrides={"im_end_id": g["im_end_id"]})
+    assert model.dtype == torch.float32
+    prompt = torch.tensor(g["prompt"])
+    frames = _check_same_as_one_shot(model, prompt, frames=len(g.get("greedy_frames", [0] * 8)))
+    if "greedy_frames" in g:
+        assert frames == g["greedy_frames"]
+    # and the chunked slot still matches the reference's own last logits
+    c = model.config
+    cache = model.new_cache(1, 64)
+    _chunked(model, cache, 0, prompt, (4, 3, 2), explicit=False)
+    full = torch.tensor(g["prefill_last_logits"])
+    allowed = torch.cat([full[c.semantic_begin_id:c.semantic_end_id + 1], full[c.im_end_id:c.im_end_id + 1]])
+    torch.testing.assert_close(cache.pending_logits[0], allowed, atol=g["tolerance"]["abs"],
+                               rtol=g["tolerance"]["rel"])
+
+
+def test_chunked_prefill_in_a_decoding_batch(tiny_model, tiny_tok) -> None:
+    """Chunks of one slot interleaved with decode steps of another leave both as if run alone."""
+    m, cfg = tiny_model, tiny_model.config
+    short = build_prompt(tiny_tok, cfg, "short")
+    long = build_prompt(tiny_tok, cfg, "a much longer request that arrives later " * 2)
+    greedy = SamplingBatch.from_params([SamplingParams(temperature=0.0)])
+    alone = m.new_cache(2, 256)
+    m.prefill(alone, 0, short)
+    m.prefill(alone, 1, long)
+    starts = range(0, long.shape[1], 17)
+    assert len(starts) >= 3
+    exp_short = [m.decode_step(alone, torch.tensor([0]), greedy)[0].tolist() for _ in starts]
+    exp_long = [m.decode_step(alone, torch.tensor([1]), greedy)[0].tolist() for _ in range(4)]
+    cache = m.new_cache(2, 256)
+    m.prefill(cache, 0, short)
+    got_short = []
+    for pos in starts:
+        m.prefill(cache, 1, long[:, pos:pos + 17])
+        got_short.append(m.decode_step(cache, torch.tensor([0]), greedy)[0].tolist())
+    got_long = [m.decode_step(cache, torch.tensor([1]), greedy)[0].tolist() for _ in range(4)]
+    assert got_short == exp_short and got_long == exp_long
+
+
+def test_prefill_start_restarts_and_rejects_holes_and_overflow(tiny_model, tiny_tok) -> None:
+    m, cfg = tiny_model, tiny_model.config
+    p = build_prompt(tiny_tok, cfg, "hello there")
+    t = p.shape[1]
+    ref = m.new_cache(1, 256)
+    m.prefill(ref, 0, p)
+    cache = m.new_cache(1, 256)
+    m.prefill(cache, 0, p[:, :5])
+    m.prefill(cache, 0, p.flip(1))  # continues after the first 5 tokens
+    assert cache.length(0) == 5 + t
+    m.prefill(cache, 0, p, start=0)  # start=0: a one-shot prefill again
+    assert cache.length(0) == t
+    torch.testing.assert_close(cache.pending_logits[0], ref.pending_logits[0], atol=0, rtol=0)
+    with pytest.raises(ValueError, match="start"):
+        m.prefill(cache, 0, p[:, :2], start=t + 1)  # would leave a hole
+    with pytest.raises(ValueError, match="start"):
+        m.prefill(cache, 0, p[:, :2], start=-1)
+    small = m.new_cache(1, 32)
+    m.prefill(small, 0, torch.zeros(11, 20, dtype=torch.long))
+    with pytest.raises(ValueError, match="overflow"):
+        m.prefill(small, 0, torch.zeros(11, 13, dtype=torch.long))  # 20 + 13 > 32
+    with pytest.raises(ValueError, match="overflow"):
+        m.prefill(small, 0, torch.zeros(11, 12, dtype=torch.long))  # 32: no room for a decoded frame
+    with pytest.raises(ValueError, match="overflow"):
+        m.prefill(small, 0, torch.zeros(11, 40, dtype=torch.long), start=0)
+    assert small.length(0) == 20  # a rejected chunk changes nothing
+    m.prefill(small, 0, torch.zeros(11, 11, dtype=torch.long), start=0)  # fits from 0
+    m.prefill(small, 0, torch.zeros(11, 20, dtype=torch.long))
+    assert small.length(0) == 31
+    with pytest.raises(ValueError):
+        m.prefill(small, 0, torch.zeros(11, 0, dtype=torch.long))
+    with pytest.raises(ValueError):
+        m.prefill(small, 1, torch.zeros(11, 2, dtype=torch.long))
