@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from ttsfleet.errors import UserError
+from ttsfleet.sim.scenario import DEFAULT_FLEET
 
 
 def register(root: typer.Typer) -> None:
@@ -20,7 +21,8 @@ def register(root: typer.Typer) -> None:
                                   "Default: the embedded diurnal trace."),
         days: float = typer.Option(3.0, help="length of the embedded trace, days"),
         peak_rps: float = typer.Option(1200.0, help="peak request rate of the embedded trace"),
-        fleet: str = typer.Option("h200=32,rtx5090=32", help="GPU classes and counts"),
+        fleet: str = typer.Option(",".join(f"{k}={v}" for k, v in DEFAULT_FLEET.items()),
+                                  help="GPU classes and counts"),
         no_fill: bool = typer.Option(False, "--no-fill",
                                      help="only the inference-only baseline (no fill jobs)"),
         baseline: bool = typer.Option(True, "--baseline/--no-baseline",

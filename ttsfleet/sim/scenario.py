@@ -13,6 +13,9 @@ from ttsfleet.catalog import GpuCatalog
 from ttsfleet.config import AutoscaleConfig, FillPolicyConfig, PoolSpec
 from ttsfleet.errors import UserError
 
+#: The embedded default fleet of `ttsfleet simulate`.
+DEFAULT_FLEET = {"h200": 32, "rtx5090": 32}
+
 
 class TrainingJob(BaseModel):
     """A training job: arrives at ``submit_s``, needs ``gpus`` of a class for ``duration_s``."""
@@ -47,11 +50,8 @@ class Scenario(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    fleet: dict[str, int] = Field(default_factory=lambda: {"h200": 32, "rtx5090": 32})
-    pools: list[PoolSpec] = Field(default_factory=lambda: [
-        PoolSpec(gpu_class="h200", min_replicas=2, max_replicas=32, weight=0.6),
-        PoolSpec(gpu_class="rtx5090", min_replicas=2, max_replicas=32, weight=0.4),
-    ])
+    fleet: dict[str, int] = Field(default_factory=lambda: dict(DEFAULT_FLEET))
+    pools: list[PoolSpec] = Field(default_factory=lambda: default_pools_for(DEFAULT_FLEET))
     autoscale: AutoscaleConfig = AutoscaleConfig()
     fill_policy: FillPolicyConfig = FillPolicyConfig()
     fill: FillWorkload = FillWorkload()
