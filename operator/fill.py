@@ -67,8 +67,12 @@ async def fill_pass(rt: Runtime, body: Any, status: Any) -> dict[str, Any]:
         forecasts = {}
         for cls, obs in base.items():
             _record_demand(rt, t, cls, fv.inference_demand(obs), policy.forecast_window_s)
-            forecasts[cls] = forecast_demand(rt.demand_history[cls], t, policy.eviction_deadline_s,
-                                             policy.forecast_window_s)
+            trend = forecast_demand(rt.demand_history[cls], t, policy.eviction_deadline_s,
+                                    policy.forecast_window_s)
+            # What the autoscalers already know the load needs beyond their rate-limited steps
+            # (as the simulator does): evict ahead of the next scale-up steps, not at them.
+            needed = sum(n.get(cls, 0) for n in rt.inference_needed.values())
+            forecasts[cls] = max(trend or 0.0, float(needed)) if trend is not None or needed else None
         observations = fv.observe(nodes, pods, t, wall, policy.checkpoint_interval_s, forecasts, ages)
         pods_by_id = {f"{p['metadata'].get('namespace', '')}/{p['metadata']['name']}": p for p in pods}
         decisions: list[dict[str, Any]] = []

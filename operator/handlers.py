@@ -82,6 +82,7 @@ def build_registry(rt: Runtime) -> kopf.OperatorRegistry:
 
     @kopf.on.delete(*TTSD, id="cleanup", registry=registry)
     async def ttsd_delete(body: kopf.Body, **_: Any) -> None:
+        rt.inference_needed.pop(f"{body['metadata'].get('namespace')}/{body['metadata']['name']}", None)
         await inference.delete_children(rt, body, body.get("spec"))
 
     @kopf.timer(*FILLJOB, id="fill", interval=rt.fill_interval_s, registry=registry)

@@ -243,6 +243,10 @@ async def autoscale(rt: Runtime, body: Any, status: Any, mem: Memory) -> dict[st
             ttfa_p99_s=measures[p.key].ttfa_p99_s)
         for p in spec.pools})
     decision, mem.state = decide_replicas(spec.autoscale, spec.pools, rt.catalog, mem.state, signals)
+    needed: dict[str, int] = {}
+    for pd in decision.pools:
+        needed[pd.gpu_class] = needed.get(pd.gpu_class, 0) + pd.needed * spec.resources.gpus
+    rt.inference_needed[f"{namespace}/{name}"] = needed
     records = []
     now = st.now_iso()
     for pd in decision.pools:

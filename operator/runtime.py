@@ -33,6 +33,9 @@ class Runtime:
     retry_delay_s: float = 15.0  # a failed reconcile is retried after this long
     fill_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     demand_history: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    #: GPUs per class each TTSDeployment's load needs beyond its rate-limited step
+    #: ("ns/name" -> class -> GPUs, from PoolDecision.needed): the fill controller evicts ahead of it.
+    inference_needed: dict[str, dict[str, int]] = field(default_factory=dict)
     inference_busy: dict[str, bool] = field(default_factory=dict)  # "ns/pod" -> request in flight
 
     @classmethod

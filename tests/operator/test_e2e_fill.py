@@ -164,3 +164,21 @@ async def test_rising_inference_demand_evicts_ahead_of_need(cluster, make_runtim
         await wait_for(lambda: len(fill_pods(cluster)) < 7)
         decisions = live(cluster, FILLJOB, "ns1", "clean")["status"]["lastDecisions"]
         assert any("forecast" in d["message"] for d in decisions if d["action"] == "evict")
+
+
+async def test_autoscaler_need_beyond_its_step_evicts_ahead(cluster, make_runtime):
+    """What a TTSDeployment's load needs beyond the rate-limited step (PoolDecision.needed) is
+    evicted for before the next step asks for it, as in the simulator."""
+    await cluster.post("/api/v1/nodes", json=node("gpu-a", "h200", gpus=8))
+    rt = make_runtime(fill_interval_s=5.0)
+    async with running_operator(rt):
+        job = filljob(shards=20)
+        job["spec"]["policy"]["forecastWindowS"] = 1  # no trend: only the autoscaler's need counts
+        await cluster.post("/apis/ttsfleet.io/v1alpha1/namespaces/ns1/filljobs", json=job)
+        await wait_for(lambda: len(fill_pods(cluster)) == 8)
+        rt.inference_needed["ns1/voice"] = {"h200": 3}  # as the autoscale timer records it
+        await wait_for(lambda: len(fill_pods(cluster)) == 5)
+        decisions = live(cluster, FILLJOB, "ns1", "clean")["status"]["lastDecisions"]
+        assert any(d["action"] == "evict" for d in decisions)
+        rt.inference_needed.pop("ns1/voice")
+        await wait_for(lambda: len(fill_pods(cluster)) == 8)  # the need went away: refilled
