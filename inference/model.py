@@ -5,9 +5,9 @@ slot of a preallocated cache (static shapes → CUDA-graph capture up to ``cuda_
 one :meth:`DualARModel.decode_step` advances any set of slots by exactly one audio frame.
 
 One frame = sample the main token from the slot's pending slow logits (restricted to the semantic
-ids + ``<|im_end|>``), run the fast transformer over the codebooks (position 0 = slow hidden state,
-position k = embedding of code k-1; its KV resets every frame), then one slow step on the new frame
-so the slot holds the next logits.
+ids + ``<|im_end|>``, see "Main-token head" below), run the fast transformer over the codebooks
+(position 0 = slow hidden state, position k = embedding of code k-1; its KV resets every frame), then
+one slow step on the new frame so the slot holds the next logits.
 
 API (the engine / server build on exactly this)::
 
@@ -41,7 +41,21 @@ it with static ``slots`` / ``window`` / ``SamplingBatch`` tensors (refresh them 
 decode attention reads the cache in place through ``slots`` up to each slot's length
 (:mod:`ttsfleet.inference.decode_attention`, Triton on CUDA).
 
-Also (used by tests and tools): :meth:`DualARModel.forward_slow` (no cache, full logits + hand-off
+Main-token head: only ``n_allowed = num_semantic + 1`` rows of the slow LM head can ever be sampled
+(4,097 of S2 Pro's 155,776), so :meth:`DualARModel.finalize` copies them once into a contiguous float32
+``model.main_head [n_allowed, dim]`` (rows of the untied ``output`` weight, else of the tied
+embedding) and prefill / decode compute only those logits (S2 Pro: 4097 x 2560 x 4 B = 42 MB read
+per slow step instead of 155776 x 2560 x 2 B = 798 MB for the whole bf16 vocab). Row order, which is
+also the column order of ``cache.pending_logits`` and the index the sampler's noise is keyed by:
+``i < num_semantic`` is semantic code ``i`` (token ``semantic_begin_id + i``), row ``num_semantic`` is
+``<|im_end|>``. ``model.main_head_ids`` (int64 ``[n_allowed]``) maps a row back to its token id, and
+``model.main_head[i] == lm_head_weight[main_head_ids[i]]`` exactly. The head stays float32 under FP8
+quantization, like the fast head (bf16/FP8 logits turn near-ties into rounding coin flips).
+``model.restrict_main_head = False`` switches prefill / decode to the reference path (whole-vocab
+logits, then the allowed columns: the same as masking the rest to -inf) for tests; it gives the same
+tokens.
+
+Also (used by tests and tools): :meth:`DualARModel.forward_slow` (no cache, full-vocab logits + hand-off
 hidden state) and :meth:`DualARModel.fast_logits` (teacher-forced fast transformer).
 """
 
@@ -68,7 +82,7 @@ class KVCache:
     v: Tensor
     lengths: Tensor  # int64 [max_slots]: next position to write
     steps: Tensor  # int64 [max_slots]: frames decoded (sampling counter)
-    pending_logits: Tensor  # float32 [max_slots, num_semantic + 1]
+    pending_logits: Tensor  # float32 [max_slots, num_semantic + 1], columns = main-head rows
     pending_hidden: Tensor  # [max_slots, fast_dim]
 
     @property
@@ -110,21 +124,26 @@ class DualARModel(nn.Module):
         self.register_buffer("fast_rope", rope_table(c.num_codebooks, c.fast_head_dim, c.fast_rope_base),
                              persistent=False)
         self.register_buffer("main_head", torch.empty(0), persistent=False)
+        self.register_buffer("main_head_ids", torch.empty(0, dtype=torch.int64), persistent=False)
         self.register_buffer("fast_head", torch.empty(0), persistent=False)
         self.quantization = "none"
+        self.restrict_main_head = True  # False: reference path over the whole vocab (tests only)
 
     # ----------------------------------------------------------------- set-up
     def finalize(self) -> None:
-        """After weights are loaded: float32 copies of the two sampling heads.
+        """After weights are loaded (before quantization): float32 copies of the two sampling heads.
 
-        Only the 4097 LM-head rows of the semantic ids + ``<|im_end|>`` can ever be sampled, so the slow
-        step computes just them (exact). Both heads run in float32 even for a bf16 model: bf16 logits of
-        magnitude ~30 are spaced 0.125 apart, which turns near-ties into rounding coin flips.
+        Only the LM-head rows of the semantic ids + ``<|im_end|>`` can ever be sampled, so the slow
+        step computes just them (exact): ``main_head [n_allowed, dim]`` holds the rows of the token ids
+        ``main_head_ids = [semantic_begin_id .. semantic_end_id, im_end_id]`` in that order. Both heads
+        run in float32 even for a bf16 model: bf16 logits of magnitude ~30 are spaced 0.125 apart,
+        which turns near-ties into rounding coin flips.
         """
         c = self.config
-        w = self.embeddings.weight if self.output is None else self.output.weight
-        rows = torch.cat([w[c.semantic_begin_id:c.semantic_end_id + 1], w[c.im_end_id:c.im_end_id + 1]], 0)
-        self.main_head = rows.detach().float().clone()
+        ids = torch.cat([torch.arange(c.semantic_begin_id, c.semantic_end_id + 1),
+                         torch.tensor([c.im_end_id])]).to(self.device, torch.int64)
+        self.main_head_ids = ids
+        self.main_head = self._lm_head_weight().detach().index_select(0, ids).float().contiguous()
         self.fast_head = self.fast_output.weight.detach().float().clone()
 
     def quantize_(self, scheme: str) -> None:
@@ -187,9 +206,20 @@ class DualARModel(nn.Module):
             to_fast = self.fast_project_in(to_fast)
         return normed, to_fast
 
+    def _lm_head_weight(self) -> Tensor:
+        """The full-vocab LM head ``[vocab, dim]``: the tied embedding or the untied ``output`` weight."""
+        return self.embeddings.weight if self.output is None else self.output.weight
+
     def _lm_head(self, normed: Tensor) -> Tensor:
         w = self.embeddings.weight if self.output is None else None
         return F.linear(normed, w) if w is not None else self.output(normed)
+
+    def _main_logits(self, normed: Tensor) -> Tensor:
+        """Float32 main-token logits ``[..., n_allowed]`` (columns in ``main_head_ids`` order)."""
+        if self.restrict_main_head:
+            return F.linear(normed.float(), self.main_head)
+        full = F.linear(normed.float(), self._lm_head_weight().float())  # [..., vocab]
+        return full.index_select(-1, self.main_head_ids)
 
     def forward_slow(self, tokens: Tensor) -> tuple[Tensor, Tensor]:
         """No cache: ``tokens [B, 1 + ncb, T]`` -> (logits ``[B, T, vocab]``, to-fast ``[B, T, fdim]``)."""
@@ -249,7 +279,7 @@ class DualARModel(nn.Module):
             x = x + blk.attention.wo(y)
             x = self._ffn_block(blk, x)
         normed, to_fast = self._hand_off(x[:, -1])
-        cache.pending_logits[slot] = F.linear(normed.float(), self.main_head)[0]
+        cache.pending_logits[slot] = self._main_logits(normed)[0]
         cache.pending_hidden[slot] = to_fast[0]
         cache.lengths[slot] = end
         if start == 0:
@@ -270,7 +300,7 @@ class DualARModel(nn.Module):
             x = x + blk.attention.wo(y.reshape(y.shape[0], 1, -1))
             x = self._ffn_block(blk, x)
         normed, to_fast = self._hand_off(x[:, 0])
-        cache.pending_logits[slots] = F.linear(normed.float(), self.main_head)
+        cache.pending_logits[slots] = self._main_logits(normed)
         cache.pending_hidden[slots] = to_fast
         cache.lengths[slots] = pos + 1
 
@@ -328,9 +358,9 @@ class DualARModel(nn.Module):
         step = cache.steps[slots]
         win0 = None if window is None else window[:, :, 0]
         idx = sample_main(cache.pending_logits[slots], sampling, step, win0, end_index=c.num_semantic)
-        is_end = idx == c.num_semantic
+        is_end = idx == c.num_semantic  # main-head row -> codebook-0 code (end: 0) and token id
         cb0 = torch.where(is_end, torch.zeros_like(idx), idx)
-        main = torch.where(is_end, torch.full_like(idx, c.im_end_id), idx + c.semantic_begin_id)
+        main = self.main_head_ids[idx]
         codes = self._fast_decode(cache.pending_hidden[slots], cb0, sampling, window, step)
         frame = torch.cat([main[:, None], codes], dim=1)
         self._slow_step(cache, slots, frame)
