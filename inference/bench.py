@@ -204,23 +204,22 @@ def write_outputs(report: dict[str, Any], out: Path) -> list[Path]:
     jpath.write_text(json.dumps(report, indent=2) + "\n")
     lv = report["levels"]
     cs = [x["concurrency"] for x in lv]
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
-    a.plot(cs, [x["frames_per_s"] for x in lv], "o-", label="aggregate")
-    a.plot(cs, [x["per_request_frames_per_s"] for x in lv], "s--", label="per request")
-    a.set_xscale("log", base=2)
-    a.set_xticks(cs, [str(c) for c in cs])
-    a.set_xlabel("concurrency")
-    a.set_ylabel("frames/s")
-    a.legend()
-    a.set_title("throughput")
-    b.plot(cs, [x["ttfa_p50_s"] * 1000 for x in lv], "o-", label="p50")
-    b.plot(cs, [x["ttfa_p99_s"] * 1000 for x in lv], "s--", label="p99")
-    b.set_xscale("log", base=2)
-    b.set_xticks(cs, [str(c) for c in cs])
-    b.set_xlabel("concurrency")
-    b.set_ylabel("time to first audio (ms)")
-    b.legend()
-    b.set_title("time to first audio")
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    panels = (
+        ("throughput", "frames/s", (("aggregate", "frames_per_s", 1), ("per request",
+                                                                       "per_request_frames_per_s", 1))),
+        ("time to first audio", "time to first audio (ms)", (("p50", "ttfa_p50_s", 1000),
+                                                             ("p99", "ttfa_p99_s", 1000))),
+    )
+    for ax, (title, ylabel, lines) in zip(axes, panels, strict=True):
+        for (label, key, scale), style in zip(lines, ("o-", "s--"), strict=True):
+            ax.plot(cs, [x[key] * scale for x in lv], style, label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(cs, [str(c) for c in cs])
+        ax.set_xlabel("concurrency")
+        ax.set_ylabel(ylabel)
+        ax.legend()
+        ax.set_title(title)
     fig.suptitle(f"{report['date']} — {report['machine'].get('cpu_model', report['machine']['processor'])}",
                  fontsize=8)
     fig.tight_layout()

@@ -14,7 +14,8 @@ class UserError(Exception):
 
 
 def one_line(exc: BaseException) -> str:
-    """The first line of an exception message, suitable for a terminal."""
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0] if "\n" not in text else " ".join(
-        line.strip() for line in text.splitlines() if line.strip())[:500]
+    """An exception message on one line for a terminal: multi-line messages are joined (at most
+    500 characters)."""
+    lines = [line.strip() for line in (str(exc).strip() or type(exc).__name__).splitlines()]
+    lines = [line for line in lines if line]
+    return lines[0] if len(lines) == 1 else " ".join(lines)[:500]

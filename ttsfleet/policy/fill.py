@@ -86,10 +86,6 @@ class FillPlan:
     headroom_gpus: int
     reasons: tuple[str, ...]
 
-    @property
-    def idle_after(self) -> int:
-        return self.free_gpus
-
 
 def fill_gpus(jobs: Sequence[FillJobView], *, terminating: bool) -> int:
     return sum(j.gpus for j in jobs if j.terminating == terminating)

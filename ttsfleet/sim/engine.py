@@ -94,6 +94,10 @@ class _Class:
     def fill_held(self) -> int:
         return self.fill_starting + self.fill_running + self.fill_terminating
 
+    def idle(self, inference_gpus: int) -> int:
+        """GPUs nothing holds, given the GPUs inference holds in this class."""
+        return self.total - inference_gpus - self.train_running - self.fill_held
+
 
 @dataclass
 class SimResult:
@@ -225,7 +229,7 @@ def simulate(scenario: Scenario, trace: Trace, *, fill: bool = True, catalog: Gp
     last_acc = 0
 
     def inference_held(c: str) -> int:
-        return sum(p.ready + len(p.starting) for p in pools_by_class[c])
+        return sum(p.held for p in pools_by_class[c])
 
     def accumulate(t: int) -> None:
         """Add GPU-time of the holdings in force since the last change."""
@@ -239,7 +243,7 @@ def simulate(scenario: Scenario, trace: Trace, *, fill: bool = True, catalog: Gp
             g["inference"] += inf * dt
             g["training"] += cl.train_running * dt
             g["fill"] += cl.fill_held * dt
-            g["idle"] += (cl.total - inf - cl.train_running - cl.fill_held) * dt
+            g["idle"] += cl.idle(inf) * dt
             a = act_s[c]
             a["fill"] += cl.fill_running * dt
             a["training"] += cl.train_running * dt
@@ -251,7 +255,7 @@ def simulate(scenario: Scenario, trace: Trace, *, fill: bool = True, catalog: Gp
         """Put wanted pods on free GPUs: inference first, then training (FIFO)."""
         still_pending = False
         for c, cl in classes.items():
-            free = cl.total - inference_held(c) - cl.train_running - cl.fill_held
+            free = cl.idle(inference_held(c))
             for p in pools_by_class[c]:
                 while p.pending > 0 and free > 0:
                     p.pending -= 1
@@ -442,7 +446,7 @@ def simulate(scenario: Scenario, trace: Trace, *, fill: bool = True, catalog: Gp
                 snap["alloc_inference"][minute] += inf
                 snap["alloc_training"][minute] += cl.train_running
                 snap["alloc_fill"][minute] += cl.fill_held
-                snap["alloc_idle"][minute] += cl.total - inf - cl.train_running - cl.fill_held
+                snap["alloc_idle"][minute] += cl.idle(inf)
                 snap["fill_running"][minute] += cl.fill_running
                 snap["training_running"][minute] += cl.train_running
             for p in pools:
