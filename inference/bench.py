@@ -177,7 +177,7 @@ def print_table(report: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=f"ttsfleet bench serve — {report['server']['url']}")
+    t = Table(title=report["source"])
     for col in ("c", "requests", "errors", "frames/s", "per-req frames/s", "TTFA p50 ms", "TTFA p99 ms",
                 "duration p50 s"):
         t.add_column(col, justify="right")
@@ -220,8 +220,8 @@ def write_outputs(report: dict[str, Any], out: Path) -> list[Path]:
         ax.set_ylabel(ylabel)
         ax.legend()
         ax.set_title(title)
-    fig.suptitle(f"{report['date']} — {report['machine'].get('cpu_model', report['machine']['processor'])}",
-                 fontsize=8)
+    where = report.get("device") or report["machine"].get("cpu_model", report["machine"]["processor"])
+    fig.suptitle(f"{report['source']} — {report['date']} — {where}", fontsize=8)
     fig.tight_layout()
     fig.savefig(ppath, dpi=100)
     plt.close(fig)

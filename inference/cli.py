@@ -7,10 +7,18 @@ Flags override the ``TTSFLEET_*`` environment the operator sets (see
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from ttsfleet.errors import UserError
+
+
+def print_table(report: dict) -> None:
+    from ttsfleet.inference.bench import print_table as show
+
+    show(report)
+
 
 bench_app = typer.Typer(help="Load generators and benchmarks against running services.", no_args_is_help=True)
 
@@ -77,14 +85,9 @@ def bench_serve(
     seed: int = typer.Option(1, help="Base sampling seed (request i uses seed + i)."),
 ) -> None:
     """Drive a running server at several concurrencies; report frames/s and time to first audio."""
-    from ttsfleet.inference.bench import BenchConfig, print_table, run_bench, write_outputs
+    from ttsfleet.inference.bench import BenchConfig, run_bench, write_outputs
 
-    try:
-        levels = sorted({int(x) for x in concurrency.split(",") if x.strip()})
-    except ValueError:
-        raise UserError(f"--concurrency {concurrency!r} must be comma-separated integers") from None
-    if not levels or levels[0] < 1:
-        raise UserError("--concurrency needs at least one level >= 1")
+    levels = _levels(concurrency)
     if fmt not in ("wav", "pcm", "mp3", "opus"):
         raise UserError(f"--format {fmt!r} is not wav, pcm, mp3 or opus")
     if max_new_tokens < 1 or requests < 0:
@@ -96,6 +99,87 @@ def bench_serve(
     if out is not None:
         paths = write_outputs(result, out)
         typer.echo("wrote " + ", ".join(str(p) for p in paths))
+
+
+def _levels(concurrency: str) -> list[int]:
+    try:
+        levels = sorted({int(x) for x in concurrency.split(",") if x.strip()})
+    except ValueError:
+        raise UserError(f"--concurrency {concurrency!r} must be comma-separated integers") from None
+    if not levels or levels[0] < 1:
+        raise UserError("--concurrency needs at least one level >= 1")
+    return levels
+
+
+@bench_app.command("engine")
+def bench_engine(
+    checkpoint: str = typer.Option("s2-pro", help="Model preset (random weights) or checkpoint directory."),
+    codec: str = typer.Option("s2-pro", help="Codec preset / codec.pth, or 'none' for a codes-only engine."),
+    device: str = typer.Option("cuda", help="torch device."),
+    quantize: str = typer.Option("auto", help="none | bsgemm_fp8 | mxfp8 | auto."),
+    concurrency: str = typer.Option("1,2,4,8,16,32,64", help="Comma-separated concurrency levels."),
+    prompt_tokens: int = typer.Option(512, help="Prompt length of every request."),
+    frames: int = typer.Option(128, help="Frames every request decodes (end-of-speech ignored)."),
+    requests: int = typer.Option(0, help="Requests per level (0 = 2 x concurrency, at least 4)."),
+    prefill_chunk_tokens: int = typer.Option(0, help="Prefill chunk size in tokens (0 = whole prompts)."),
+    breakdown: bool = typer.Option(True, help="Also time the decode step and its parts per batch size."),
+    out: Path = typer.Option(None, help="Directory for bench.json, bench.csv and bench.png."),
+) -> None:
+    """The decode engine in process under closed-loop load: frames/s, TTFA, step breakdown."""
+    from ttsfleet.inference.bench import write_outputs
+    from ttsfleet.inference.bench_engine import (
+        EngineBenchConfig,
+        print_breakdown,
+        run_engine_bench,
+        write_csv,
+    )
+
+    levels = _levels(concurrency)
+    if prompt_tokens < 1 or frames < 1 or requests < 0 or prefill_chunk_tokens < 0:
+        raise UserError("--prompt-tokens and --frames must be >= 1; --requests, --prefill-chunk-tokens >= 0")
+    cfg = EngineBenchConfig(checkpoint=checkpoint, codec=codec, device=device, quantize=quantize,
+                            levels=levels, prompt_tokens=prompt_tokens, frames=frames, requests=requests,
+                            max_running_requests=max(64, levels[-1]), breakdown=breakdown,
+                            prefill_chunk_tokens=prefill_chunk_tokens)
+
+    def progress(lv: Any) -> None:
+        typer.echo(f"c={lv.concurrency}: {lv.frames_per_s:.0f} frames/s, "
+                   f"TTFA p50 {lv.ttfa_p50_s * 1000:.0f} ms", err=True)
+
+    result = run_engine_bench(cfg, progress=progress)
+    print_table(result)
+    print_breakdown(result)
+    if out is not None:
+        paths = [*write_outputs(result, out), write_csv(result, out)]
+        typer.echo("wrote " + ", ".join(str(p) for p in paths))
+
+
+@bench_app.command("check")
+def bench_check(
+    baseline: Path = typer.Argument(..., help="Frozen baseline bench.json."),
+    result: Path = typer.Argument(..., help="A new bench.json."),
+    tolerance: float = typer.Option(0.05, help="Allowed drop below the baseline (0.05 = 5%)."),
+) -> None:
+    """Performance gate: exit 1 when frames/s at any baseline concurrency drops beyond the tolerance."""
+    import json
+
+    from ttsfleet.inference.bench_engine import regressions
+
+    reports = []
+    for path in (baseline, result):
+        try:
+            reports.append(json.loads(path.read_text()))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise UserError(f"cannot read bench report {path}: {exc}") from None
+    try:
+        found = regressions(*reports, tolerance=tolerance)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    for line in found:
+        typer.echo(f"REGRESSION {line}")
+    if found:
+        raise typer.Exit(1)
+    typer.echo(f"ok: every baseline concurrency within {tolerance:.0%} of {baseline}")
 
 
 def register(root: typer.Typer) -> None:

@@ -342,12 +342,18 @@ def codec_config_for(path: Path) -> CodecConfig:
     return CodecConfig(RELEASED_CONFIG)
 
 
+#: Random-weight codecs by name: the fixture's ``tiny`` and the released sizes (``s2-pro``, benchmarks).
+RANDOM_PRESETS = ("tiny", "s2-pro")
+
+
 def load_codec(name_or_path: str | Path = "tiny", device: str | torch.device = "cpu",
                dtype: torch.dtype = torch.float32, seed: int = 0) -> Codec:
-    """``"tiny"`` (random weights, fixture sizes) or a ``codec.pth`` (config from a ``codec_config.json``
-    beside it, else the released sizes). Mismatched keys fail listing missing / unexpected / mis-shaped."""
-    if str(name_or_path) == "tiny":
-        codec = Codec(CodecConfig(json.loads(_TINY_JSON.read_text())))
+    """``"tiny"`` / ``"s2-pro"`` (random weights; fixture / released sizes) or a ``codec.pth`` (config
+    from a ``codec_config.json`` beside it, else the released sizes). Mismatched keys fail listing
+    missing / unexpected / mis-shaped."""
+    if str(name_or_path) in RANDOM_PRESETS:
+        spec = json.loads(_TINY_JSON.read_text()) if str(name_or_path) == "tiny" else RELEASED_CONFIG
+        codec = Codec(CodecConfig(spec))
         _init_random_(codec, seed)
         return codec.to(device=device, dtype=dtype).eval().requires_grad_(False)
     path = Path(name_or_path)

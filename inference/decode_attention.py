@@ -10,6 +10,7 @@ a CUDA graph. CPU (and any failure to import Triton) uses the torch reference be
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 import torch.nn.functional as F
@@ -42,12 +43,16 @@ def _build_kernel():  # noqa: ANN202 - returns a triton.JITFunction
 
     @triton.jit
     def _kernel(q_ptr, k_ptr, v_ptr, o_ptr, slots_ptr, len_ptr, scale,
-                sq_b, sq_h, sk_slot, sk_pos, sk_head, so_b, so_h,
-                G: tl.constexpr, BLOCK_G: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr):
+                sq_b, sq_h, sk_slot, sk_pos, sk_head, so_b, so_h, s_len,
+                G: tl.constexpr, BLOCK_G: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr,
+                SLOT_IS_ROW: tl.constexpr, KEYS_BOUND: tl.constexpr):
         b = tl.program_id(0)
         kvh = tl.program_id(1)
-        slot = tl.load(slots_ptr + b).to(tl.int64)
-        n_keys = tl.load(len_ptr + b).to(tl.int32)
+        if SLOT_IS_ROW:  # noqa: SIM108 - Triton code
+            slot = b.to(tl.int64)
+        else:
+            slot = tl.load(slots_ptr + b).to(tl.int64)
+        n_keys = tl.load(len_ptr + b * s_len).to(tl.int32)
         gi = tl.arange(0, BLOCK_G)
         di = tl.arange(0, D)
         heads = kvh * G + gi
@@ -57,7 +62,9 @@ def _build_kernel():  # noqa: ANN202 - returns a triton.JITFunction
         l_i = tl.zeros([BLOCK_G], tl.float32)
         acc = tl.zeros([BLOCK_G, D], tl.float32)
         base = slot * sk_slot + kvh * sk_head
-        for start in range(0, n_keys, BLOCK_N):
+        # KEYS_BOUND > 0 (Triton's interpreter, which cannot loop to a loaded bound): walk the whole
+        # cache length; the masks make the extra blocks no-ops.
+        for start in range(0, KEYS_BOUND if KEYS_BOUND > 0 else n_keys, BLOCK_N):
             ni = start + tl.arange(0, BLOCK_N)
             nmask = ni < n_keys
             offs = base + ni[:, None].to(tl.int64) * sk_pos + di[None, :]
@@ -79,8 +86,11 @@ def _build_kernel():  # noqa: ANN202 - returns a triton.JITFunction
 
 
 def _triton_ok(q: Tensor) -> bool:
-    if q.device.type != "cuda" or q.dtype not in (torch.bfloat16, torch.float16):
-        return False
+    from .fused import fused_enabled
+
+    half = (torch.bfloat16, torch.float16)
+    if not fused_enabled(q) or q.dtype not in (half if q.is_cuda else (*half, torch.float32)):
+        return False  # (float32 on CUDA would run tf32 dots: not the reference's numerics)
     d = q.shape[-1]
     if d < 16 or d & (d - 1):
         return False
@@ -91,22 +101,31 @@ def _triton_ok(q: Tensor) -> bool:
     return True
 
 
-def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor, lengths: Tensor) -> Tensor:
-    """Dispatch: Triton on CUDA (bf16/fp16, power-of-two head_dim), else :func:`decode_attention_ref`."""
+def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor | None,
+                     lengths: Tensor) -> Tensor:
+    """Dispatch: Triton on CUDA (power-of-two head_dim), else :func:`decode_attention_ref`.
+
+    ``slots`` None: row b reads cache slot b (the fast model's frame-local cache). ``lengths`` may hold
+    one value for every row (shape ``[1]``).
+    """
     global _KERNEL
+    bs = q.shape[0]
     if not _triton_ok(q) or not (k_cache.is_contiguous() and v_cache.is_contiguous()):
-        return decode_attention_ref(q, k_cache, v_cache, slots, lengths)
+        rows = torch.arange(bs, device=q.device) if slots is None else slots
+        return decode_attention_ref(q, k_cache, v_cache, rows, lengths.expand(bs))
     if _KERNEL is None:
         _KERNEL = _build_kernel()
-    bs, h, d = q.shape
+    h, d = q.shape[1:]
     kv = k_cache.shape[2]
     g = h // kv
     q = q.contiguous()
     out = torch.empty_like(q)
     _KERNEL[(bs, kv)](
-        q, k_cache, v_cache, out, slots, lengths, 1.0 / math.sqrt(d),
+        q, k_cache, v_cache, out, lengths if slots is None else slots, lengths, 1.0 / math.sqrt(d),
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        out.stride(0), out.stride(1),
-        G=g, BLOCK_G=max(16, 1 << (g - 1).bit_length()), D=d, BLOCK_N=64,
+        out.stride(0), out.stride(1), 0 if lengths.numel() == 1 else lengths.stride(0),
+        G=g, BLOCK_G=max(16, 1 << (g - 1).bit_length()), D=d, BLOCK_N=64 if k_cache.shape[1] > 16 else 16,
+        SLOT_IS_ROW=slots is None,
+        KEYS_BOUND=k_cache.shape[1] if os.environ.get("TRITON_INTERPRET") == "1" else 0,
     )
     return out

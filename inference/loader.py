@@ -132,8 +132,9 @@ def _check_keys(model: DualARModel, sd: dict[str, Tensor], source: str) -> None:
 # A trained model decides with wide margins; ``tiny-fp8`` imitates one (see _make_confident_) and halves
 # the residual-branch outputs (wo, w2). Measured on its gate prompt: smallest top-2 gap ~9 logits, FP8
 # vs bf16 logit difference <= 1.5, f32 vs bf16 <= 0.3 (a random tiny: gaps down to ~0.06).
-PRESET_RESIDUAL_SCALE = {"tiny-fp8": 0.5}
-CONFIDENT_PRESETS = {"tiny-fp8"}
+# ``s2-pro-gate`` is the same imitation at S2 Pro's shape, for the FP8 = bf16 gate on the GPU.
+PRESET_RESIDUAL_SCALE = {"tiny-fp8": 0.5, "s2-pro-gate": 0.5}
+CONFIDENT_PRESETS = {"tiny-fp8", "s2-pro-gate"}
 
 
 def _make_confident_(model: DualARModel, seed: int) -> None:

@@ -68,7 +68,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from . import fused
 from .decode_attention import decode_attention
+from .fused import fused_enabled
 from .model_config import DualARConfig
 from .model_layers import Block, Linear, RMSNorm, attend, rope_table
 from .sampling import SamplingBatch, sample, sample_main
@@ -126,6 +128,7 @@ class DualARModel(nn.Module):
         self.register_buffer("main_head", torch.empty(0), persistent=False)
         self.register_buffer("main_head_ids", torch.empty(0, dtype=torch.int64), persistent=False)
         self.register_buffer("fast_head", torch.empty(0), persistent=False)
+        self.register_buffer("fast_positions", torch.empty(0, dtype=torch.int64), persistent=False)
         self.quantization = "none"
         self.restrict_main_head = True  # False: reference path over the whole vocab (tests only)
 
@@ -145,6 +148,7 @@ class DualARModel(nn.Module):
         self.main_head_ids = ids
         self.main_head = self._lm_head_weight().detach().index_select(0, ids).float().contiguous()
         self.fast_head = self.fast_output.weight.detach().float().clone()
+        self.fast_positions = torch.arange(c.num_codebooks + 1, device=self.device)
 
     def quantize_(self, scheme: str) -> None:
         """Quantize every block's projections (slow and fast) to FP8 once; heads/embeddings stay dense."""
@@ -201,10 +205,12 @@ class DualARModel(nn.Module):
     def _hand_off(self, h: Tensor) -> tuple[Tensor, Tensor]:
         """Last pre-norm hidden ``[..., dim]`` -> (normed, hidden handed to the fast model)."""
         normed = self.norm(h)
+        return normed, self.fast_input(h, normed)
+
+    def fast_input(self, h: Tensor, normed: Tensor) -> Tensor:
+        """What the fast model gets from the slow one: S2 the normed hidden, S1 the pre-norm one."""
         to_fast = normed if self.config.fast_input_post_norm else h
-        if self.fast_project_in is not None:
-            to_fast = self.fast_project_in(to_fast)
-        return normed, to_fast
+        return self.fast_project_in(to_fast) if self.fast_project_in is not None else to_fast
 
     def _lm_head_weight(self) -> Tensor:
         """The full-vocab LM head ``[vocab, dim]``: the tied embedding or the untied ``output`` weight."""
@@ -214,7 +220,7 @@ class DualARModel(nn.Module):
         w = self.embeddings.weight if self.output is None else None
         return F.linear(normed, w) if w is not None else self.output(normed)
 
-    def _main_logits(self, normed: Tensor) -> Tensor:
+    def main_logits(self, normed: Tensor) -> Tensor:
         """Float32 main-token logits ``[..., n_allowed]`` (columns in ``main_head_ids`` order)."""
         if self.restrict_main_head:
             return F.linear(normed.float(), self.main_head)
@@ -263,6 +269,10 @@ class DualARModel(nn.Module):
                              f"end before max_seq_len {cache.max_seq_len} (one position is kept for the "
                              "first decoded frame)")
         tokens = prompt.to(self.device, torch.int64)[None]
+        if fused_enabled(tokens):
+            h, normed = fused.prefill(self, cache, slot, tokens, start)
+            self._finish_prefill(cache, slot, h, normed, start, end)
+            return
         x = self.embed(tokens)
         rope = self.rope[start:end][None]
         if start:  # query i (position start+i) sees keys 0 .. start+i
@@ -279,7 +289,14 @@ class DualARModel(nn.Module):
             x = x + blk.attention.wo(y)
             x = self._ffn_block(blk, x)
         normed, to_fast = self._hand_off(x[:, -1])
-        cache.pending_logits[slot] = self._main_logits(normed)[0]
+        self._finish_prefill(cache, slot, x[:, -1], normed, start, end, to_fast)
+
+    def _finish_prefill(self, cache: KVCache, slot: int, h: Tensor, normed: Tensor, start: int, end: int,
+                        to_fast: Tensor | None = None) -> None:
+        """Store the last prompt position's logits / hand-off state; ``h`` pre-norm, ``normed`` after."""
+        if to_fast is None:
+            to_fast = self.fast_input(h, normed)
+        cache.pending_logits[slot] = self.main_logits(normed)[0]
         cache.pending_hidden[slot] = to_fast[0]
         cache.lengths[slot] = end
         if start == 0:
@@ -300,7 +317,7 @@ class DualARModel(nn.Module):
             x = x + blk.attention.wo(y.reshape(y.shape[0], 1, -1))
             x = self._ffn_block(blk, x)
         normed, to_fast = self._hand_off(x[:, 0])
-        cache.pending_logits[slots] = self._main_logits(normed)
+        cache.pending_logits[slots] = self.main_logits(normed)
         cache.pending_hidden[slots] = to_fast
         cache.lengths[slots] = pos + 1
 
@@ -357,12 +374,21 @@ class DualARModel(nn.Module):
         slots = slots.to(self.device, torch.int64)
         step = cache.steps[slots]
         win0 = None if window is None else window[:, :, 0]
-        idx = sample_main(cache.pending_logits[slots], sampling, step, win0, end_index=c.num_semantic)
+        fused_path = fused_enabled(cache.pending_logits)
+        pick_main = fused.sample_main_fused if fused_path else sample_main
+        idx = pick_main(cache.pending_logits[slots], sampling, step, win0, end_index=c.num_semantic)
         is_end = idx == c.num_semantic  # main-head row -> codebook-0 code (end: 0) and token id
         cb0 = torch.where(is_end, torch.zeros_like(idx), idx)
         main = self.main_head_ids[idx]
-        codes = self._fast_decode(cache.pending_hidden[slots], cb0, sampling, window, step)
+        hidden = cache.pending_hidden[slots]
+        if fused_path:
+            codes = fused.fast_decode(self, hidden, cb0, sampling, window, step)
+        else:
+            codes = self._fast_decode(hidden, cb0, sampling, window, step)
         frame = torch.cat([main[:, None], codes], dim=1)
-        self._slow_step(cache, slots, frame)
+        if fused_path:
+            fused.slow_step(self, cache, slots, frame)
+        else:
+            self._slow_step(cache, slots, frame)
         cache.steps[slots] = step + 1
         return frame

@@ -251,7 +251,8 @@ def _tiny_fp8() -> DualARConfig:
                            fast_intermediate_size=512)
 
 
-PRESETS = {"tiny": _tiny, "tiny-fp8": _tiny_fp8, "s2-pro": _s2_pro, "s1-mini": _s1_mini}
+PRESETS = {"tiny": _tiny, "tiny-fp8": _tiny_fp8, "s2-pro": _s2_pro, "s2-pro-gate": _s2_pro,
+           "s1-mini": _s1_mini}
 
 
 def preset(name: str) -> DualARConfig:

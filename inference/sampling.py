@@ -24,6 +24,10 @@ from torch import Tensor
 
 _M32 = 0xFFFFFFFF
 
+#: Largest ``top_k`` the fused sampler (:mod:`ttsfleet.inference.triton_decode`) handles exactly: it
+#: filters only the row's best ``TOPK_CAP`` logits. Rows beyond it take the reference sampler.
+TOPK_CAP = 64
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -51,6 +55,11 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature <= 0 or self.top_k == 1
 
+    @property
+    def fusable(self) -> bool:
+        """The fused sampler gives this request exactly the reference's tokens (top-k within the cap)."""
+        return self.greedy or 1 <= self.top_k <= TOPK_CAP
+
 
 @dataclass
 class SamplingBatch:
@@ -65,6 +74,8 @@ class SamplingBatch:
     ras_window: Tensor  # int64
     ras_temperature: Tensor  # float32
     ras_top_p: Tensor  # float32
+    #: Host-side: every row is :attr:`SamplingParams.fusable` (the fused kernel may sample this batch).
+    fusable: bool = False
 
     @classmethod
     def from_params(cls, params: Sequence[SamplingParams], device: torch.device | str = "cpu",
@@ -84,11 +95,16 @@ class SamplingBatch:
             top_k=t("top_k", torch.int64), repetition_penalty=t("repetition_penalty", torch.float32),
             seed=t("seed", torch.int64), ras=t("ras", torch.bool), ras_window=t("ras_window", torch.int64),
             ras_temperature=t("ras_temperature", torch.float32), ras_top_p=t("ras_top_p", torch.float32),
+            fusable=all(p.fusable for p in rows),
         )
+
+    def tensors(self) -> dict[str, Tensor]:
+        """The per-row tensors by field name (what a CUDA graph's static copy refreshes)."""
+        return {k: v for k, v in self.__dict__.items() if isinstance(v, Tensor)}
 
     def copy_(self, other: SamplingBatch) -> SamplingBatch:
         """In-place copy of ``other``'s rows (same batch size): refresh a CUDA graph's static inputs."""
-        for k, v in self.__dict__.items():
+        for k, v in self.tensors().items():
             v.copy_(getattr(other, k))
         return self
 
@@ -96,7 +112,7 @@ class SamplingBatch:
         return int(self.temperature.shape[0])
 
     def index(self, rows: Tensor) -> SamplingBatch:
-        return SamplingBatch(**{k: v[rows] for k, v in self.__dict__.items()})
+        return SamplingBatch(**{k: v[rows] for k, v in self.tensors().items()}, fusable=self.fusable)
 
     @property
     def greedy(self) -> Tensor:

@@ -80,3 +80,23 @@ def test_exit_codes_of_commands_survive_the_root_wrapper():
         assert cli.main(["selftest", "ok"]) == 0
     finally:
         cli.app.registered_groups.pop()
+
+
+def test_simulate_takes_a_measured_capacity_curve(tmp_path):
+    """--measured h200=bench.json replaces the seed curve: a slower GPU keeps more of the fleet busy."""
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps({"source": "test", "points": [
+        {"concurrency": 1, "frames_per_s": 60.0, "ttfa_s": 0.05},
+        {"concurrency": 64, "frames_per_s": 1500.0, "ttfa_s": 0.2}]}))
+    common = ["simulate", "--days", "0.25", "--peak-rps", "100", "--fleet", "h200=16", "--json", "--no-plot",
+              "--quiet"]
+    busy = []
+    for extra in ([], ["--measured", f"h200={bench}"]):
+        p = run(*common, *extra, cwd=tmp_path)
+        assert p.returncode == 0, p.stderr
+        doc = json.loads(p.stdout)
+        busy.append(doc["runs"]["inference-only"]["utilization"]["overall"]["active_total"])
+    assert busy[1] > busy[0] * 1.5
+    p = run(*common, "--measured", "a100=x.json", cwd=tmp_path)
+    assert p.returncode == 2 and "--measured 'a100=x.json' must be CLASS=FILE" in p.stderr
+    assert "Traceback" not in p.stderr

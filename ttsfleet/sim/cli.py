@@ -41,6 +41,9 @@ def register(root: typer.Typer) -> None:
         checkpoint_interval: float = typer.Option(60.0, help="fill checkpoint interval, s"),
         catalog_file: Path | None = typer.Option(None, "--catalog",
                                                  help="GPU catalog overrides (YAML/JSON)"),
+        measured: list[str] = typer.Option(
+            [], "--measured", help="CLASS=bench.json: that class's capacity curve from a measured benchmark "
+            "(ttsfleet bench engine/serve), e.g. h200=benchmarks/inference_h200/baseline.json; repeatable"),
         as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
         plot_path: Path | None = typer.Option(Path("ttsfleet-simulate.png"), "--plot",
                                               help="write a PNG plot here"),
@@ -76,6 +79,15 @@ def register(root: typer.Typer) -> None:
             catalog = GpuCatalog.from_file(catalog_file) if catalog_file else GpuCatalog.default()
         except (OSError, ValueError) as exc:
             raise UserError(f"catalog {catalog_file}: {exc}") from None
+        for item in measured:
+            name, sep, path = item.partition("=")
+            if not sep or name not in catalog.classes:
+                raise UserError(f"--measured {item!r} must be CLASS=FILE with CLASS one of "
+                                f"{', '.join(catalog.classes)}")
+            try:
+                catalog = catalog.with_measured_file(name, path)
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise UserError(f"--measured {item}: {type(exc).__name__}: {exc}") from None
         fleet_map = parse_fleet(fleet, catalog)
         tr = load_csv(trace) if trace else diurnal(days, peak_rps=peak_rps, seed=trace_seed)
         sim_days = tr.seconds / 86400

@@ -1,0 +1,323 @@
+"""``ttsfleet bench engine``: the decode engine under closed-loop load, in process, plus a step breakdown.
+
+Why in process (``bench serve`` measures over HTTP): the question here is what one GPU's decode
+path delivers — aggregate and per-request frames/s, time to first audio — without a client, a
+network or an event loop in the numbers, for a model of the real shape with random weights (no
+checkpoint can be downloaded). Every request has the same prompt length and decodes exactly
+``frames`` frames (``ignore_eos``), so levels are comparable. Time to first audio is submit → first
+audio chunk out of the codec (with ``codec none``: first codes chunk out of the engine).
+
+The breakdown replays CUDA graphs of the decode step and of its parts (slow step, fast
+codebooks) at each batch size on a cache filled to ``prompt_tokens + frames / 2`` positions, so
+the report says where a step's time goes. The JSON's ``points`` are what
+:meth:`ttsfleet.catalog.GpuCatalog.with_measured_file` reads; :func:`regressions` compares a
+result with a frozen baseline (the performance gate).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .bench import Level, Sample, _pct, machine
+
+DEFAULT_LEVELS = [1, 2, 4, 8, 16, 32, 64]
+
+
+@dataclass
+class EngineBenchConfig:
+    checkpoint: str = "s2-pro"
+    codec: str = "s2-pro"  # a codec preset/path, or "none" (codes-only engine)
+    device: str = "cuda"
+    quantize: str = "auto"
+    levels: list[int] = field(default_factory=lambda: list(DEFAULT_LEVELS))
+    prompt_tokens: int = 512
+    frames: int = 128
+    requests: int = 0  # per level; 0 = max(2c, 4)
+    max_running_requests: int = 64
+    prefill_chunk_tokens: int = 0  # 0 = whole prompts
+    breakdown: bool = True
+    seed: int = 0
+
+
+# ----------------------------------------------------------------------------- set-up
+def build_engine(cfg: EngineBenchConfig) -> Any:
+    import torch
+
+    from .codec import load_codec
+    from .engine import Engine, EngineConfig
+    from .loader import load_model
+
+    cuda = cfg.device.startswith("cuda")
+    dtype = torch.bfloat16 if cuda else torch.float32
+    seq = cfg.prompt_tokens + cfg.frames + 8
+    model = load_model(cfg.checkpoint, device=cfg.device, dtype=dtype, quantize=cfg.quantize, seed=cfg.seed,
+                       max_seq_len=seq)
+    codec = None if cfg.codec == "none" else load_codec(cfg.codec, device=cfg.device, dtype=torch.float32)
+    ecfg = EngineConfig(max_running_requests=cfg.max_running_requests, max_queue=4 * cfg.max_running_requests,
+                        cuda_graph_max_bs=min(cfg.max_running_requests, 64), max_seq_len=seq,
+                        prefill_token_budget=max(cfg.prompt_tokens, 1024),
+                        prefill_chunk_tokens=cfg.prefill_chunk_tokens,
+                        device=cfg.device, pad_to_buckets=cuda, cuda_graphs=cuda)
+    return Engine(model, codec, ecfg, model_label=cfg.checkpoint)
+
+
+def _prompt(model: Any, n: int, seed: int) -> Any:
+    """A text-only prompt ``[1 + ncb, n]`` of random non-audio token ids."""
+    import torch
+
+    c = model.config
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, min(c.semantic_begin_id, c.im_end_id), (n,), generator=g)
+    return torch.cat([ids[None], torch.zeros(c.num_codebooks, n, dtype=torch.int64)])
+
+
+# ----------------------------------------------------------------------------- closed loop
+async def _request(engine: Any, cfg: EngineBenchConfig, i: int) -> Sample:
+    from .engine import GenerationRequest
+    from .sampling import SamplingParams
+
+    req = GenerationRequest(prompt=_prompt(engine.model, cfg.prompt_tokens, cfg.seed * 100_003 + i),
+                            sampling=SamplingParams(seed=cfg.seed + i), max_new_tokens=cfg.frames,
+                            ignore_eos=True)
+    t0 = time.perf_counter()
+    handle = engine.submit(req, asyncio.get_running_loop())
+    first, frames, ok = None, 0, True
+    while True:
+        ev = await handle.next()
+        if ev.kind == "audio":
+            frames += ev.frames
+            if first is None and (ev.frames or (ev.audio is not None and ev.audio.size)):
+                first = time.perf_counter()
+        elif ev.kind in ("done", "error"):
+            ok = ev.kind == "done"
+            break
+    end = time.perf_counter()
+    return Sample(ok, 200 if ok else 500, (first or end) - t0, end - t0, float(frames))
+
+
+async def _level(engine: Any, cfg: EngineBenchConfig, c: int, n: int) -> Level:
+    samples: list[Sample] = []
+    counter = iter(range(n))
+
+    async def worker() -> None:
+        for i in counter:
+            samples.append(await _request(engine, cfg, c * 1000 + i))
+
+    f0 = engine.stats.frames
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(c)))
+    wall = time.perf_counter() - t0
+    ok = [s for s in samples if s.ok]
+    frames = engine.stats.frames - f0
+    return Level(
+        concurrency=c, requests=n, errors=len(samples) - len(ok), wall_s=wall,
+        frames_per_s=frames / wall if wall > 0 else 0.0,
+        per_request_frames_per_s=float(np.mean([s.frames / s.duration_s for s in ok if s.duration_s > 0]))
+        if ok else 0.0,
+        ttfa_p50_s=_pct([s.ttfa_s for s in ok], 50), ttfa_p99_s=_pct([s.ttfa_s for s in ok], 99),
+        duration_p50_s=_pct([s.duration_s for s in ok], 50), statuses={"200": len(ok)})
+
+
+# ----------------------------------------------------------------------------- step breakdown
+def _graph_ms(fn: Any, reps: int = 20) -> float:
+    """Median GPU time of one ``fn()`` replayed from a CUDA graph (launch gaps excluded)."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        graph.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def _time_parts(model: Any, cache: Any, bs: int, context: int) -> dict[str, float]:
+    """GPU ms of one decode step at ``bs`` rows and of its slow / fast / main-sampling parts."""
+    import torch
+
+    from . import fused
+    from .sampling import SamplingBatch, SamplingParams
+
+    c, dev = model.config, model.device
+    slots = torch.arange(bs, device=dev)
+    batch = SamplingBatch.from_params([SamplingParams(seed=i) for i in range(bs)], dev)
+    window = torch.randint(0, c.codebook_size, (bs, 16, c.num_codebooks), device=dev, dtype=torch.int32)
+    frame = torch.cat([torch.full((bs, 1), c.semantic_begin_id, device=dev),
+                       torch.randint(0, c.codebook_size, (bs, c.num_codebooks), device=dev)], 1)
+    step = torch.zeros(bs, dtype=torch.int64, device=dev)
+    hidden = cache.pending_hidden[:bs].clone()
+
+    def whole() -> None:
+        cache.lengths.fill_(context)
+        model.decode_step(cache, slots, batch, window)
+
+    def slow() -> None:
+        cache.lengths.fill_(context)
+        fused.slow_step(model, cache, slots, frame)
+
+    def fast() -> None:
+        fused.fast_decode(model, hidden, frame[:, 1], batch, window, step)
+
+    def main() -> None:
+        fused.sample_main_fused(cache.pending_logits[slots], batch, step, window[:, :, 0], c.num_semantic)
+
+    parts = {name: _graph_ms(fn) for name, fn in (("step", whole), ("slow", slow), ("fast", fast),
+                                                  ("main_sample", main))}
+    parts["other"] = parts["step"] - parts["slow"] - parts["fast"] - parts["main_sample"]
+    return parts
+
+
+def step_breakdown(model: Any, batch_sizes: list[int], context: int) -> list[dict[str, float]]:
+    """Per batch size: ms per decode step and per part, each replayed from its own CUDA graph."""
+    import torch
+
+    rows = []
+    top = max(batch_sizes)
+    cache = model.new_cache(top, context + 4)
+    g = torch.Generator(device=model.device).manual_seed(0)
+    cache.k.normal_(generator=g)
+    cache.v.normal_(generator=g)
+    cache.pending_logits.normal_(generator=g)
+    cache.pending_hidden.normal_(generator=g)
+    for bs in batch_sizes:
+        parts = _time_parts(model, cache, bs, context)
+        rows.append({"batch": bs, **{f"{k}_ms": round(v, 4) for k, v in parts.items()},
+                     "frames_per_s": round(bs / parts["step"] * 1000, 1)})
+    return rows
+
+
+def codec_push_ms(codec: Any, frames: tuple[int, ...] = (2, 8, 32), reps: int = 10) -> dict[str, float]:
+    """Median wall ms of one streaming-decoder push of ``n`` frames (what one request's chunk costs)."""
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    out = {}
+    for n in frames:
+        codes = torch.randint(0, 1024, (codec.num_codebooks, n), generator=g)
+        times = []
+        for _ in range(reps + 2):
+            dec = codec.stream_decoder()
+            t = time.perf_counter()
+            dec.push(codes)
+            times.append((time.perf_counter() - t) * 1000)
+        out[f"push_{n}_frames_ms"] = round(statistics.median(times[2:]), 3)
+    return out
+
+
+# ----------------------------------------------------------------------------- run + gate
+def run_engine_bench(cfg: EngineBenchConfig, progress: Any = None) -> dict[str, Any]:
+    """Build the engine, run each level (closed loop), then the step breakdown; returns the report."""
+    import torch
+
+    t0 = time.perf_counter()
+    engine = build_engine(cfg)
+    engine.start()
+    try:
+        asyncio.run(_level(engine, EngineBenchConfig(**{**asdict(cfg), "frames": 4}), 1, 1))  # warm-up
+        setup_s = time.perf_counter() - t0
+        levels = []
+        for c in cfg.levels:
+            levels.append(asyncio.run(_level(engine, cfg, c, cfg.requests or max(2 * c, 4))))
+            if progress is not None:
+                progress(levels[-1])
+    finally:
+        engine.stop()
+    model = engine.model
+    codec_ms = codec_push_ms(engine.codec) if engine.codec is not None else {}
+    breakdown = []
+    if cfg.breakdown and str(cfg.device).startswith("cuda"):
+        del engine
+        torch.cuda.empty_cache()
+        breakdown = step_breakdown(model, sorted(set(cfg.levels)), cfg.prompt_tokens + cfg.frames // 2)
+    base = levels[0].frames_per_s
+    dev = torch.device(cfg.device)
+    return {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "quantization": model.quantization,
+        "config": asdict(cfg),
+        "setup_s": round(setup_s, 1),
+        "levels": [asdict(lv) for lv in levels],
+        "scaling": (levels[-1].frames_per_s / base) if base > 0 else None,
+        "breakdown": breakdown,
+        "codec": codec_ms,
+        "points": [{"concurrency": lv.concurrency, "frames_per_s": round(lv.frames_per_s, 3),
+                    "ttfa_s": round(lv.ttfa_p50_s, 5)} for lv in levels
+                   if lv.frames_per_s > 0 and lv.ttfa_p50_s > 0],
+        "source": f"ttsfleet bench engine --checkpoint {cfg.checkpoint} --codec {cfg.codec}",
+    }
+
+
+def regressions(baseline: dict[str, Any], result: dict[str, Any], tolerance: float = 0.05) -> list[str]:
+    """One line per concurrency where ``result`` decodes more than ``tolerance`` below ``baseline``.
+
+    Both are bench reports (``points``: concurrency, frames_per_s). A concurrency the baseline has and
+    the result lacks is a regression too (a gate that skips what it cannot see passes anything).
+    """
+    if not 0 <= tolerance < 1:
+        raise ValueError(f"tolerance must be in [0, 1), got {tolerance}")
+    got = {int(p["concurrency"]): float(p["frames_per_s"]) for p in result.get("points", [])}
+    out = []
+    for p in baseline.get("points", []):
+        c, want = int(p["concurrency"]), float(p["frames_per_s"])
+        if c not in got:
+            out.append(f"c={c}: not measured (baseline {want:.1f} frames/s)")
+        elif got[c] < want * (1 - tolerance):
+            drop = 1 - got[c] / want
+            out.append(f"c={c}: {got[c]:.1f} frames/s is {drop:.1%} below the baseline {want:.1f}")
+    if not baseline.get("points"):
+        raise ValueError("the baseline has no points")
+    return out
+
+
+def print_breakdown(report: dict[str, Any]) -> None:
+    if not report.get("breakdown"):
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="decode step, CUDA-graph replay (ms)")
+    for col in ("batch", "step", "slow", "fast", "main sample", "other", "frames/s"):
+        t.add_column(col, justify="right")
+    for r in report["breakdown"]:
+        cells = (f"{r[k]:.3f}" for k in ("step_ms", "slow_ms", "fast_ms", "main_sample_ms", "other_ms"))
+        t.add_row(str(r["batch"]), *cells, f"{r['frames_per_s']:.0f}")
+    Console().print(t)
+
+
+def write_csv(report: dict[str, Any], out: Any) -> Any:
+    """``bench.csv``: one row per level, with the step breakdown of the same batch size when measured."""
+    import csv
+    from pathlib import Path
+
+    path = Path(out) / "bench.csv"
+    steps = {r["batch"]: r for r in report.get("breakdown", [])}
+    cols = ["concurrency", "frames_per_s", "per_request_frames_per_s", "ttfa_p50_s", "ttfa_p99_s",
+            "requests", "errors", "step_ms", "slow_ms", "fast_ms", "main_sample_ms", "other_ms"]
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
+        w.writeheader()
+        for lv in report["levels"]:
+            w.writerow({**lv, **steps.get(lv["concurrency"], {})})
+    return path

@@ -1,0 +1,270 @@
+"""Triton kernels that collapse the decode step's elementwise chains into single launches.
+
+Why: one audio frame of S2 Pro runs 36 slow layers plus 4 fast layers at 10 positions, and the
+reference path spends ~100 small torch ops per slow layer, ~80 per fast layer position and ~140 per
+sampled token (measured with a dispatch counter): ~5,500 kernels per frame. Even replayed from a
+CUDA graph each costs a few microseconds, which is what a 16 ms batch-1 step was made of. These
+kernels do the same arithmetic in the reference's rounding order (float32 math, bf16 results where
+the reference rounds to bf16), so tokens match the reference path except at float near-ties:
+
+* :func:`rmsnorm` — optional residual add, then RMSNorm (1 launch instead of ~9);
+* :func:`qkv_rope_store` — split the fused QKV output, per-head q/k RMSNorm, interleaved RoPE at
+  each row's position, K/V written straight into the cache (1 launch instead of ~40);
+* :func:`sample_topk` — repetition penalty, greedy argmax, top-p/top-k/temperature, the counter-based
+  noise and the exponential race, plus S2's repetition-aware resampling for the main token
+  (2 launches + one ``torch.topk`` instead of ~140 ops per token).
+
+They run on CUDA, and on CPU tensors under ``TRITON_INTERPRET=1`` (how the tests check them without
+a GPU). Callers choose them through :mod:`ttsfleet.inference.fused`.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from .sampling import TOPK_CAP
+
+
+# ----------------------------------------------------------------------------- RMSNorm
+@triton.jit
+def _rmsnorm_kernel(x_ptr, r_ptr, w_ptr, y_ptr, h_ptr, D, eps, s_x, s_r, s_y, s_h,
+                    HAS_RES: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK)
+    m = offs < D
+    x = tl.load(x_ptr + row * s_x + offs, mask=m, other=0.0)
+    if HAS_RES:  # h = x + r, rounded to the stream's dtype like a torch add
+        r = tl.load(r_ptr + row * s_r + offs, mask=m, other=0.0)
+        x = (x.to(tl.float32) + r.to(tl.float32)).to(h_ptr.dtype.element_ty)
+        tl.store(h_ptr + row * s_h + offs, x, mask=m)
+    xf = x.to(tl.float32)
+    inv = tl.math.rsqrt(tl.sum(xf * xf, axis=0) / D + eps)
+    y = (xf * inv).to(x.dtype).to(tl.float32)  # reference: y.type_as(x) * weight
+    w = tl.load(w_ptr + offs, mask=m, other=0.0).to(tl.float32)
+    tl.store(y_ptr + row * s_y + offs, (y * w).to(y_ptr.dtype.element_ty), mask=m)
+
+
+def rmsnorm(x: Tensor, weight: Tensor, eps: float, residual: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """``x [M, D]`` (+ ``residual``) -> ``(rmsnorm(h) * weight, h)`` with ``h = x + residual`` (or ``x``)."""
+    m, d = x.shape
+    if x.stride(1) != 1 or (residual is not None and residual.stride(1) != 1):
+        raise ValueError("rmsnorm needs row-contiguous inputs")
+    out = torch.empty(m, d, device=x.device, dtype=torch.promote_types(x.dtype, weight.dtype))
+    h = torch.empty_like(x) if residual is not None else x
+    r = residual if residual is not None else x
+    _rmsnorm_kernel[(m,)](x, r, weight, out, h, d, eps, x.stride(0), r.stride(0), out.stride(0), h.stride(0),
+                          HAS_RES=residual is not None, BLOCK=triton.next_power_of_2(d),
+                          num_warps=4 if d <= 1024 else 8)
+    return out, h
+
+
+# ----------------------------------------------------------------------------- q/k norm + RoPE + KV store
+@triton.jit
+def _rope_pair(x0, x1, cos, sin, OUT_DTYPE: tl.constexpr):
+    """Interleaved-pair rotation in float32 (the bf16 table promoted), rounded like ``type_as(x)``."""
+    return (x0 * cos - x1 * sin).to(OUT_DTYPE), (x1 * cos + x0 * sin).to(OUT_DTYPE)
+
+
+@triton.jit
+def _head_norm(x0, x1, w_ptr, eps, half, D: tl.constexpr, X_DTYPE: tl.constexpr):
+    """Per-head RMSNorm over the (even, odd) halves, rounded where the reference module rounds."""
+    ss = tl.sum(x0 * x0, axis=0) + tl.sum(x1 * x1, axis=0)
+    inv = tl.math.rsqrt(ss / D + eps)
+    w0 = tl.load(w_ptr + 2 * half).to(tl.float32)
+    w1 = tl.load(w_ptr + 2 * half + 1).to(tl.float32)
+    y0 = (x0 * inv).to(X_DTYPE).to(tl.float32) * w0
+    y1 = (x1 * inv).to(X_DTYPE).to(tl.float32) * w1
+    return y0.to(X_DTYPE).to(tl.float32), y1.to(X_DTYPE).to(tl.float32)
+
+
+@triton.jit
+def _qkv_rope_store_kernel(qkv_ptr, qn_ptr, kn_ptr, rope_ptr, pos_ptr, slot_ptr, k_ptr, v_ptr, q_ptr,
+                           eps, s_qkv, pos_stride, s_kslot, s_kpos, s_khead, s_qm, s_qh,
+                           H: tl.constexpr, KV: tl.constexpr, D: tl.constexpr, QK_NORM: tl.constexpr,
+                           SLOT_IS_ROW: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    head = tl.program_id(1)
+    half = tl.arange(0, D // 2)
+    pos = tl.load(pos_ptr + row * pos_stride).to(tl.int64)
+    cos = tl.load(rope_ptr + pos * D + 2 * half).to(tl.float32)
+    sin = tl.load(rope_ptr + pos * D + 2 * half + 1).to(tl.float32)
+    out_ty = q_ptr.dtype.element_ty
+    if head < H:  # a query head: normalise, rotate, write q
+        base = qkv_ptr + row * s_qkv + head * D
+        x0 = tl.load(base + 2 * half).to(tl.float32)
+        x1 = tl.load(base + 2 * half + 1).to(tl.float32)
+        if QK_NORM:
+            x0, x1 = _head_norm(x0, x1, qn_ptr, eps, half, D, out_ty)
+        y0, y1 = _rope_pair(x0, x1, cos, sin, out_ty)
+        tl.store(q_ptr + row * s_qm + head * s_qh + 2 * half, y0)
+        tl.store(q_ptr + row * s_qm + head * s_qh + 2 * half + 1, y1)
+    else:  # a KV head: normalise + rotate k, copy v, both into the cache at (slot, pos)
+        kvh = head - H
+        if SLOT_IS_ROW:  # noqa: SIM108 - Triton code
+            slot = row
+        else:
+            slot = tl.load(slot_ptr + row).to(tl.int64)
+        dst = slot * s_kslot + pos * s_kpos + kvh * s_khead
+        kbase = qkv_ptr + row * s_qkv + (H + kvh) * D
+        x0 = tl.load(kbase + 2 * half).to(tl.float32)
+        x1 = tl.load(kbase + 2 * half + 1).to(tl.float32)
+        if QK_NORM:
+            x0, x1 = _head_norm(x0, x1, kn_ptr, eps, half, D, out_ty)
+        y0, y1 = _rope_pair(x0, x1, cos, sin, k_ptr.dtype.element_ty)
+        tl.store(k_ptr + dst + 2 * half, y0)
+        tl.store(k_ptr + dst + 2 * half + 1, y1)
+        vi = tl.arange(0, D)
+        v = tl.load(qkv_ptr + row * s_qkv + (H + KV + kvh) * D + vi)
+        tl.store(v_ptr + dst + vi, v.to(v_ptr.dtype.element_ty))
+
+
+def qkv_rope_store(qkv: Tensor, n_head: int, n_kv: int, head_dim: int, rope: Tensor, pos: Tensor,
+                   k_cache: Tensor, v_cache: Tensor, slots: Tensor | None,
+                   q_norm: Tensor | None = None, k_norm: Tensor | None = None, eps: float = 1e-6) -> Tensor:
+    """``qkv [M, (H + 2KV) D]`` -> q ``[M, H, D]``; k/v of row b go to ``cache[slots[b], pos[b]]``.
+
+    ``rope``: the bf16 ``[P, D/2, 2]`` table; ``pos``: int64 ``[M]`` or ``[1]`` (same position for all
+    rows); ``slots`` None means row b uses cache slot b. ``q_norm`` / ``k_norm``: per-head RMSNorm
+    weights (slow model) or None (fast model). Caches: ``[slots, S, KV, D]`` with contiguous heads.
+    """
+    m = qkv.shape[0]
+    for w in (q_norm, k_norm):
+        if w is not None and w.dtype != qkv.dtype:
+            raise ValueError(f"q/k norm weights are {w.dtype} but qkv is {qkv.dtype}")
+    if k_cache.stride(3) != 1 or k_cache.stride() != v_cache.stride() or qkv.stride(1) != 1:
+        raise ValueError("qkv_rope_store needs row-contiguous qkv and equally strided, head-contiguous "
+                         "caches")
+    q = torch.empty(m, n_head, head_dim, device=qkv.device, dtype=qkv.dtype)
+    norm = q_norm is not None
+    _qkv_rope_store_kernel[(m, n_head + n_kv)](
+        qkv, q_norm if norm else qkv, k_norm if norm else qkv, rope, pos, slots if slots is not None else pos,
+        k_cache, v_cache, q, eps, qkv.stride(0), 0 if pos.numel() == 1 else pos.stride(0),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), q.stride(0), q.stride(1),
+        H=n_head, KV=n_kv, D=head_dim, QK_NORM=norm, SLOT_IS_ROW=slots is None, num_warps=1)
+    return q
+
+
+# ----------------------------------------------------------------------------- sampling
+@triton.jit
+def _mix32(x):
+    """The sampler's 32-bit avalanche hash (uint32 wrap-around == the reference's ``& 0xFFFFFFFF``)."""
+    x = x ^ (x >> 16)
+    x = x * 0x7FEB352D
+    x = x ^ (x >> 15)
+    x = x * 0x2C1B3C6D
+    return x ^ (x >> 16)
+
+
+@triton.jit
+def _noise(seed, step, draw, cols):
+    x = _mix32(seed.to(tl.uint32))
+    x = _mix32(x ^ step.to(tl.uint32))
+    x = _mix32(x ^ draw.to(tl.uint32))
+    x = _mix32(_mix32(x ^ cols.to(tl.uint32)))
+    return ((x >> 8).to(tl.float32) + 0.5) * (1.0 / 16777216.0)
+
+
+@triton.jit
+def _penalty_kernel(l_ptr, win_ptr, pen_ptr, out_ptr, greedy_ptr, stat_ptr, V, s_l, s_wb, s_ww, s_o,
+                    W: tl.constexpr, HAS_WIN: tl.constexpr, BLOCK_V: tl.constexpr):
+    """Repetition penalty over the window, then the row's argmax, max and softmax denominator."""
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK_V)
+    m = offs < V
+    x = tl.load(l_ptr + row * s_l + offs, mask=m, other=float("-inf")).to(tl.float32)
+    if HAS_WIN:
+        hit = offs < 0
+        for w in range(W):
+            hit = hit | (offs == tl.load(win_ptr + row * s_wb + w * s_ww))
+        pen = tl.load(pen_ptr + row)
+        x = tl.where(hit & m, tl.where(x > 0, x / pen, x * pen), x)
+    tl.store(out_ptr + row * s_o + offs, x, mask=m)
+    tl.store(greedy_ptr + row, tl.argmax(x, axis=0).to(tl.int64))
+    mx = tl.max(x, axis=0)
+    tl.store(stat_ptr + 2 * row, mx)
+    tl.store(stat_ptr + 2 * row + 1, tl.sum(tl.exp(x - mx), axis=0))
+
+
+@triton.jit
+def _draw(vals, idx, r, kk, mx, z, temp, top_p, seed, step, draw):
+    """Top-p (untempered) -> top-k -> temperature -> softmax -> exponential race, over the sorted best K."""
+    cum = tl.cumsum(tl.exp(vals - mx) / z, axis=0)
+    keep = ((r == 0) | (cum <= top_p)) & (r < kk)
+    scaled = tl.where(keep, vals / tl.maximum(temp, 1e-5), float("-inf"))
+    e = tl.exp(scaled - tl.max(scaled, axis=0))
+    probs = e / tl.sum(e, axis=0)
+    u = _noise(seed, step, draw, idx)
+    score = tl.where(keep, probs / (-tl.log(u)), 0.0)
+    best = tl.argmax(score, axis=0)
+    return tl.sum(tl.where(r == best, idx, 0), axis=0)
+
+
+@triton.jit(do_not_specialize=["draw", "end_index"])
+def _finish_kernel(vals_ptr, idx_ptr, stat_ptr, greedy_ptr, out_ptr, step_ptr,
+                   temp_ptr, top_p_ptr, top_k_ptr, seed_ptr,
+                   ras_ptr, ras_win_ptr, ras_temp_ptr, ras_top_p_ptr, win_ptr,
+                   s_v, W, s_wb, s_ww, draw, end_index,
+                   K: tl.constexpr, BLOCK_K: tl.constexpr, RAS: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    r = tl.arange(0, BLOCK_K)
+    vals = tl.load(vals_ptr + row * s_v + r, mask=r < K, other=float("-inf")).to(tl.float32)
+    idx = tl.load(idx_ptr + row * s_v + r, mask=r < K, other=0)
+    mx = tl.load(stat_ptr + 2 * row)
+    z = tl.load(stat_ptr + 2 * row + 1)
+    seed = tl.load(seed_ptr + row)
+    step = tl.load(step_ptr + row)
+    top_k = tl.load(top_k_ptr + row)
+    kk = tl.where(top_k > 0, top_k, K)
+    temp = tl.load(temp_ptr + row)
+    greedy_id = tl.load(greedy_ptr + row)
+    greedy = (temp <= 0) | (top_k == 1)
+    normal = _draw(vals, idx, r, kk, mx, z, temp, tl.load(top_p_ptr + row), seed, step, draw)
+    normal = tl.where(greedy, greedy_id, normal)
+    if RAS:  # repetition-aware sampling: redraw hotter when the token repeats within the window
+        ras_temp = tl.load(ras_temp_ptr + row)
+        high = _draw(vals, idx, r, kk, mx, z, ras_temp, tl.load(ras_top_p_ptr + row), seed, step, draw + 1)
+        high = tl.where((ras_temp <= 0) | (top_k == 1), greedy_id, high)
+        wi = tl.arange(0, 64)
+        wm = wi < W
+        hist = tl.load(win_ptr + row * s_wb + wi * s_ww, mask=wm, other=-1).to(tl.int64)
+        recent = wm & (wi >= W - tl.load(ras_win_ptr + row))
+        in_window = tl.sum((recent & (hist == normal)).to(tl.int32), axis=0) > 0
+        use_high = (tl.load(ras_ptr + row) != 0) & ~greedy & in_window & (normal != end_index)
+        normal = tl.where(use_high, high, normal)
+    tl.store(out_ptr + row, normal)
+
+
+def sample_topk(logits: Tensor, batch, step: Tensor, draw: int, window: Tensor | None = None,  # noqa: ANN001
+                ras_end_index: int | None = None) -> Tensor:
+    """Fused :func:`ttsfleet.inference.sampling.sample` (``ras_end_index`` None) or ``sample_main``.
+
+    Exact for rows whose ``top_k`` is in ``1..TOPK_CAP`` (or greedy): the kept set is a prefix of the
+    row's best ``top_k`` logits, so only the best ``TOPK_CAP`` are sorted; the softmax denominator of
+    top-p still runs over the whole row. ``window [bs, W]`` (any strides, W <= 64): previous tokens.
+    """
+    bs, v = logits.shape
+    dev = logits.device
+    pen = torch.empty(bs, v, device=dev, dtype=torch.float32)
+    greedy = torch.empty(bs, device=dev, dtype=torch.int64)
+    stat = torch.empty(bs, 2, device=dev, dtype=torch.float32)
+    has_win = window is not None and window.shape[-1] > 0
+    w_t = window if has_win else greedy
+    w_n = int(window.shape[-1]) if has_win else 0
+    if w_n > 64:
+        raise ValueError("the fused sampler handles windows of at most 64 tokens")
+    s_wb, s_ww = (window.stride(0), window.stride(1)) if has_win else (0, 0)
+    _penalty_kernel[(bs,)](logits, w_t, batch.repetition_penalty, pen, greedy, stat, v,
+                           logits.stride(0), s_wb, s_ww, pen.stride(0), W=w_n, HAS_WIN=has_win,
+                           BLOCK_V=triton.next_power_of_2(v), num_warps=4 if v <= 2048 else 8)
+    k = min(TOPK_CAP, v)
+    vals, idx = torch.topk(pen, k, dim=-1)
+    out = torch.empty(bs, device=dev, dtype=torch.int64)
+    ras = ras_end_index is not None and has_win
+    _finish_kernel[(bs,)](vals, idx, stat, greedy, out, step, batch.temperature, batch.top_p, batch.top_k,
+                          batch.seed, batch.ras, batch.ras_window, batch.ras_temperature, batch.ras_top_p,
+                          w_t, vals.stride(0), w_n, s_wb, s_ww, draw, ras_end_index if ras else -1,
+                          K=k, BLOCK_K=triton.next_power_of_2(k), RAS=ras, num_warps=1)
+    return out

@@ -1,0 +1,200 @@
+"""The fused decode kernels against the reference path: each kernel, then whole frames.
+
+On a machine without a GPU these run the Triton kernels in Triton's interpreter on CPU tensors
+(``TRITON_INTERPRET=1`` + ``TTSFLEET_FUSED=interpret``, set by the fixture before triton is
+imported); on CUDA they run the compiled kernels. Skipped when triton is not installed.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+pytest.importorskip("triton")
+
+from ttsfleet.inference import fused  # noqa: E402
+from ttsfleet.inference.loader import load_model  # noqa: E402
+from ttsfleet.inference.model_layers import RMSNorm, apply_rope, rope_table  # noqa: E402
+from ttsfleet.inference.sampling import SamplingBatch, SamplingParams, sample, sample_main  # noqa: E402
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+#: Triton's interpreter truncates float32 -> bf16 (CUDA rounds to nearest even): bf16 checks are GPU-only.
+DTYPES = [torch.float32, torch.bfloat16] if DEV == "cuda" else [torch.float32]
+
+
+@pytest.fixture(autouse=True)
+def _fused_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    if DEV == "cpu":
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            pytest.skip("triton was imported before TRITON_INTERPRET could be set")
+        monkeypatch.setenv("TTSFLEET_FUSED", "interpret")
+
+
+def _kernels():  # noqa: ANN202
+    from ttsfleet.inference import triton_decode
+
+    return triton_decode
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("residual", [False, True])
+def test_rmsnorm_matches_the_module(dtype: torch.dtype, residual: bool) -> None:
+    g = torch.Generator().manual_seed(1)
+    norm = RMSNorm(96, 1e-6).to(DEV, dtype)
+    with torch.no_grad():
+        norm.weight.copy_(torch.rand(96, generator=g) + 0.5)
+    x = torch.randn(5, 96, generator=g).to(DEV, dtype)
+    r = torch.randn(5, 96, generator=g).to(DEV, dtype) if residual else None
+    y, h = _kernels().rmsnorm(x, norm.weight.detach(), norm.eps, r)
+    h_ref = x + r if residual else x
+    torch.testing.assert_close(h, h_ref, rtol=0, atol=0)
+    # bf16: a reduction order apart, then two roundings -> at most 2 ulp (2^-6 relative)
+    rtol = 1e-6 if dtype == torch.float32 else 2.0**-6
+    torch.testing.assert_close(y, norm(h_ref).detach(), rtol=rtol, atol=1e-6)
+
+
+@pytest.mark.parametrize("qk_norm", [True, False])
+@pytest.mark.parametrize("shared_slot", [False, True])
+def test_qkv_rope_store_matches_reference(qk_norm: bool, shared_slot: bool) -> None:
+    g = torch.Generator().manual_seed(2)
+    h, kv, d, m, slots_n, s = 4, 2, 16, 3, 5, 12
+    qkv = torch.randn(m, (h + 2 * kv) * d, generator=g).to(DEV)
+    table = rope_table(s, d, 1e6).to(DEV)
+    pos = torch.tensor([4] if shared_slot else [0, 7, 11], device=DEV)
+    slots = None if shared_slot else torch.tensor([3, 0, 4], device=DEV)
+    kc = torch.full((slots_n, s, kv, d), float("nan"), device=DEV)
+    vc = kc.clone()
+    qn = (torch.rand(d, generator=g) + 0.5).to(DEV) if qk_norm else None
+    kn = (torch.rand(d, generator=g) + 0.5).to(DEV) if qk_norm else None
+    q = _kernels().qkv_rope_store(qkv, h, kv, d, table, pos, kc, vc, slots, qn, kn, eps=1e-6)
+
+    qr, kr, vr = qkv.split([h * d, kv * d, kv * d], dim=-1)
+    qr, kr, vr = qr.view(m, 1, h, d), kr.view(m, 1, kv, d), vr.view(m, kv, d)
+    if qk_norm:
+        def norm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+        qr, kr = norm(qr, qn), norm(kr, kn)
+    rows = pos.expand(m)
+    rope = table[rows][:, None]
+    torch.testing.assert_close(q, apply_rope(qr, rope)[:, 0], rtol=1e-5, atol=1e-5)
+    dst = torch.arange(m, device=DEV) if slots is None else slots
+    torch.testing.assert_close(kc[dst, rows], apply_rope(kr, rope)[:, 0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(vc[dst, rows], vr, rtol=0, atol=0)
+    written = torch.zeros(slots_n, s, dtype=torch.bool, device=DEV)
+    written[dst, rows] = True
+    assert torch.isnan(kc[~written]).all(), "the kernel wrote outside (slot, pos) of its rows"
+
+
+def _batch(rows: list[SamplingParams]) -> SamplingBatch:
+    return SamplingBatch.from_params(rows, DEV)
+
+
+def _sampling_rows(n: int) -> list[SamplingParams]:
+    temps, tops, ks = [0.8, 0.0, 1.2, 0.5], [0.8, 0.95, 0.3, 1.0], [30, 64, 5, 1]
+    return [SamplingParams(temperature=temps[i % 4], top_p=tops[i % 3], top_k=ks[i % 4], seed=100 + i,
+                           repetition_penalty=1.0 if i % 2 else 1.3) for i in range(n)]
+
+
+@pytest.mark.parametrize("vocab", [97, 4097])
+def test_fused_sampler_draws_the_reference_tokens(vocab: int) -> None:
+    """Same ids as the reference sampler on many rows, steps and draws (random logits have no ties)."""
+    g = torch.Generator().manual_seed(3)
+    bs = 12
+    batch = _batch(_sampling_rows(bs))
+    assert batch.fusable
+    mismatches = total = 0
+    for step_i in range(4):
+        logits = (torch.randn(bs, vocab, generator=g) * 3).to(DEV)
+        window = torch.randint(-1, vocab, (bs, 16), generator=g, dtype=torch.int32).to(DEV)
+        step = torch.full((bs,), step_i, dtype=torch.int64, device=DEV)
+        for draw in (1, 5):
+            got = _kernels().sample_topk(logits, batch, step, draw, window)
+            want = sample(logits, batch, step, draw, window)
+            mismatches += int((got != want).sum())
+            total += bs
+        got = _kernels().sample_topk(logits, batch, step, 0, window, ras_end_index=vocab - 1)
+        want = sample_main(logits, batch, step, window, end_index=vocab - 1)
+        mismatches += int((got != want).sum())
+        total += bs
+    assert mismatches == 0, f"{mismatches}/{total} rows differ"
+
+
+def test_repetition_aware_resampling_takes_the_hot_draw() -> None:
+    """A main token that repeats within the window is redrawn (RAS), exactly as the reference does."""
+    g = torch.Generator().manual_seed(4)
+    bs, vocab = 8, 65
+    batch = _batch([SamplingParams(temperature=0.8, top_p=0.9, top_k=20, seed=i) for i in range(bs)])
+    logits = (torch.randn(bs, vocab, generator=g) * 0.5).to(DEV)
+    step = torch.zeros(bs, dtype=torch.int64, device=DEV)
+    normal = sample(logits, batch, step, 0, None)
+    window = normal[:, None].repeat(1, 16).to(torch.int32)  # every row's normal draw is a repeat
+    got = _kernels().sample_topk(logits, batch, step, 0, window, ras_end_index=vocab - 1)
+    want = sample_main(logits, batch, step, window, end_index=vocab - 1)
+    assert torch.equal(got, want)
+    assert (got != normal).any(), "no row was resampled: the test does not exercise RAS"
+
+
+def test_unfusable_rows_keep_the_reference_sampler() -> None:
+    assert not _batch([SamplingParams(top_k=0), SamplingParams()]).fusable
+    assert not _batch([SamplingParams(top_k=65)]).fusable
+    assert _batch([SamplingParams(top_k=0, temperature=0.0)]).fusable  # greedy ignores top_k
+
+
+@pytest.mark.parametrize("fusable", [True, False])
+def test_fused_decode_step_emits_the_reference_frames(fusable: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whole frames (main token + 10 codes) of the fused path equal the reference path's."""
+    model = load_model("tiny", device=DEV, dtype=torch.float32)
+    g = torch.Generator().manual_seed(5)
+    prompt = torch.randint(0, 500, (1 + model.config.num_codebooks, 9), generator=g)
+    bs, steps = 3, 4
+    params = [SamplingParams(seed=7 + i, top_k=30 if fusable else 0) for i in range(bs)]
+    frames = {}
+    for mode in ("0", "interpret" if DEV == "cpu" else "auto"):
+        monkeypatch.setenv("TTSFLEET_FUSED", mode)
+        cache = model.new_cache(bs + 1, 64)
+        for slot in range(bs):
+            model.prefill(cache, slot, prompt.to(DEV))
+        batch = SamplingBatch.from_params(params, DEV)
+        window = torch.full((bs, 16, model.config.num_codebooks), -1, dtype=torch.int32, device=DEV)
+        slots = torch.tensor([2, 0, 1], device=DEV)
+        out = []
+        for _ in range(steps):
+            f = model.decode_step(cache, slots, batch, window)
+            window = torch.cat([window[:, 1:], f[:, None, 1:].int()], dim=1)
+            out.append(f)
+        frames[mode] = (torch.stack(out), cache.lengths.clone(), cache.pending_logits.clone())
+    (ref, ref_len, ref_logits), (got, got_len, got_logits) = frames.values()
+    assert torch.equal(got, ref)
+    assert torch.equal(got_len, ref_len)
+    torch.testing.assert_close(got_logits, ref_logits, rtol=1e-4, atol=1e-4)
+
+
+def test_fused_path_is_off_without_a_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TTSFLEET_FUSED", "0")
+    assert not fused.fused_enabled(torch.zeros(1, device=DEV))
+
+
+def test_fused_chunked_prefill_matches_the_reference_prefill(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fused prefill, fed as two chunks (the masked path), leaves the slot as the reference one does."""
+    model = load_model("tiny", device=DEV, dtype=torch.float32)
+    g = torch.Generator().manual_seed(6)
+    prompt = torch.randint(0, 500, (1 + model.config.num_codebooks, 11), generator=g).to(DEV)
+    caches = []
+    for mode, cuts in (("0", [11]), ("interpret" if DEV == "cpu" else "auto", [4, 7])):
+        monkeypatch.setenv("TTSFLEET_FUSED", mode)
+        cache = model.new_cache(3, 32)
+        start = 0
+        for n in cuts:
+            model.prefill(cache, 1, prompt[:, start:start + n], start=start)
+            start += n
+        caches.append(cache)
+    ref, got = caches
+    assert torch.equal(got.lengths, ref.lengths) and int(got.lengths[1]) == 11
+    torch.testing.assert_close(got.k[:, 1, :11], ref.k[:, 1, :11], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(got.v[:, 1, :11], ref.v[:, 1, :11], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(got.pending_logits[1], ref.pending_logits[1], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(got.pending_hidden[1], ref.pending_hidden[1], rtol=1e-4, atol=1e-5)

@@ -1,0 +1,54 @@
+"""GPU correctness gate at S2 Pro's shape: FP8 greedy decode = bf16, the fused path = the reference.
+
+``s2-pro-gate`` is S2 Pro's exact layout with random weights given trained-model-like greedy
+margins (see ``ttsfleet.inference.loader._make_confident_``); without them random logits are
+near-ties that any rounding flips. Skipped without CUDA (CI has no GPU); run on the H200 by
+``benchmarks/inference_h200/device_run.sh``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+FRAMES = 5
+
+
+def _greedy_frames(quantize: str, monkeypatch: pytest.MonkeyPatch, fused: str = "auto") -> torch.Tensor:
+    from ttsfleet.inference.loader import load_model
+    from ttsfleet.inference.sampling import SamplingBatch, SamplingParams
+
+    monkeypatch.setenv("TTSFLEET_FUSED", fused)
+    model = load_model("s2-pro-gate", device="cuda", dtype=torch.bfloat16, quantize=quantize, max_seq_len=256)
+    c = model.config
+    g = torch.Generator().manual_seed(11)
+    rows = []
+    for i in range(2):  # two different prompts decoded as one batch
+        ids = torch.cat([torch.randint(0, c.semantic_begin_id - 1000, (40 + 7 * i,), generator=g),
+                         torch.tensor([c.voice_id])])
+        rows.append(torch.cat([ids[None], torch.zeros(c.num_codebooks, ids.numel(), dtype=torch.int64)]))
+    cache = model.new_cache(2, 256)
+    for slot, prompt in enumerate(rows):
+        model.prefill(cache, slot, prompt.cuda())
+    batch = SamplingBatch.from_params([SamplingParams(temperature=0.0, seed=0)] * 2, "cuda")
+    window = torch.full((2, 16, c.num_codebooks), -1, dtype=torch.int32, device="cuda")
+    slots = torch.arange(2, device="cuda")
+    frames = [model.decode_step(cache, slots, batch, window) for _ in range(FRAMES)]
+    del model, cache
+    torch.cuda.empty_cache()
+    return torch.stack(frames).cpu()
+
+
+def test_fp8_greedy_decode_equals_bf16_on_the_first_frames(monkeypatch: pytest.MonkeyPatch) -> None:
+    bf16 = _greedy_frames("none", monkeypatch)
+    fp8 = _greedy_frames("auto", monkeypatch)
+    assert (bf16[:, :, 1:] >= 0).all()
+    assert torch.equal(fp8, bf16), f"FP8 frames differ from bf16:\n{fp8}\nvs\n{bf16}"
+
+
+def test_fused_decode_equals_the_reference_path_at_s2_pro_shape(monkeypatch: pytest.MonkeyPatch) -> None:
+    fused = _greedy_frames("auto", monkeypatch, fused="auto")
+    reference = _greedy_frames("auto", monkeypatch, fused="0")
+    assert torch.equal(fused, reference), f"fused:\n{fused}\nreference:\n{reference}"
