@@ -101,11 +101,17 @@ async def _level(cfg: BenchConfig, c: int, n: int) -> Level:
         t0 = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(c)))
         wall = time.perf_counter() - t0
+    return summarize_level(c, n, samples, wall)
+
+
+def summarize_level(c: int, n: int, samples: list[Sample], wall: float, frames: float | None = None) -> Level:
+    """One level's report from its samples; ``frames`` defaults to the successful samples' frames."""
     ok = [s for s in samples if s.ok]
     statuses: dict[str, int] = {}
     for s in samples:
         statuses[str(s.status)] = statuses.get(str(s.status), 0) + 1
-    frames = sum(s.frames for s in ok)
+    if frames is None:
+        frames = sum(s.frames for s in ok)
     return Level(
         concurrency=c, requests=n, errors=len(samples) - len(ok), wall_s=wall,
         frames_per_s=frames / wall if wall > 0 else 0.0,

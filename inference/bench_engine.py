@@ -23,9 +23,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import numpy as np
-
-from .bench import Level, Sample, _pct, machine
+from .bench import Level, Sample, machine, summarize_level
 
 DEFAULT_LEVELS = [1, 2, 4, 8, 16, 32, 64]
 
@@ -114,15 +112,7 @@ async def _level(engine: Any, cfg: EngineBenchConfig, c: int, n: int) -> Level:
     t0 = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(c)))
     wall = time.perf_counter() - t0
-    ok = [s for s in samples if s.ok]
-    frames = engine.stats.frames - f0
-    return Level(
-        concurrency=c, requests=n, errors=len(samples) - len(ok), wall_s=wall,
-        frames_per_s=frames / wall if wall > 0 else 0.0,
-        per_request_frames_per_s=float(np.mean([s.frames / s.duration_s for s in ok if s.duration_s > 0]))
-        if ok else 0.0,
-        ttfa_p50_s=_pct([s.ttfa_s for s in ok], 50), ttfa_p99_s=_pct([s.ttfa_s for s in ok], 99),
-        duration_p50_s=_pct([s.duration_s for s in ok], 50), statuses={"200": len(ok)})
+    return summarize_level(c, n, samples, wall, frames=engine.stats.frames - f0)
 
 
 # ----------------------------------------------------------------------------- step breakdown
