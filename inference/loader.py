@@ -17,9 +17,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ttsfleet.catalog import GpuCatalog
+from ttsfleet.catalog import DeviceDispatch, GpuCatalog
 from ttsfleet.errors import UserError
-from ttsfleet.quantization import BF16, QuantScheme, is_fp8, parse_quantization
+from ttsfleet.quantization import QuantScheme, is_fp8, parse_quantization
 
 from .codec import load_codec
 from .model import DualARModel
@@ -27,23 +27,27 @@ from .model_config import LAYOUT_S2, DualARConfig, config_from_file, preset
 from .tokenizer import load_tokenizer
 
 __all__ = ["load_model", "load_codec", "load_tokenizer", "load_state_dict_file", "map_checkpoint_keys",
-           "CheckpointMismatch", "resolve_quantization", "quantization_for_capability"]
+           "CheckpointMismatch", "resolve_quantization", "quantization_for_capability", "device_dispatch"]
 
 
 class CheckpointMismatch(UserError):
     """The checkpoint's tensors do not match the model its config.json describes."""
 
 
+def device_dispatch(capability: tuple[int, int] | None,
+                    catalog: GpuCatalog | None = None) -> DeviceDispatch:
+    """What a device of ``capability`` (``None``: CPU) runs, as the run's catalog says: the
+    scheme ``auto`` means and the kernel backend. No table here: a GPU class is a catalog entry."""
+    return (catalog or GpuCatalog.default()).dispatch_for_device(capability)
+
+
 def quantization_for_capability(quantize: str, capability: tuple[int, int] | None,
                                 catalog: GpuCatalog | None = None) -> QuantScheme:
-    """The scheme to run: ``quantize`` itself, or for ``auto`` what the catalog says a device of
-    ``capability`` (``None``: CPU) runs. No table here: a new GPU class is a catalog entry."""
+    """The scheme to run: ``quantize`` itself, or for ``auto`` the device's (:func:`device_dispatch`)."""
     requested = parse_quantization(quantize, what="quantize")
     if requested != "auto":
         return requested
-    if capability is None:
-        return BF16
-    return (catalog or GpuCatalog.default()).scheme_for_capability(*capability)
+    return device_dispatch(capability, catalog).quantization
 
 
 def resolve_quantization(quantize: str, device: torch.device,

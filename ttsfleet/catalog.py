@@ -206,7 +206,7 @@ class GpuClass(BaseModel):
 class DeviceDispatch:
     """What a device of one compute capability runs, as the catalog says."""
 
-    capability: tuple[int, int]
+    capability: tuple[int, int] | None  # None: not a CUDA device (CPU)
     gpu_classes: tuple[str, ...]  # the catalog classes with this arch (empty: unknown device)
     quantization: QuantScheme  # what ``auto`` resolves to (bf16 on an unknown device)
     kernel_backend: KernelBackend
@@ -279,6 +279,12 @@ class UnknownGpuClass(ValueError):
 _LAYOUT_FIELDS = ("activation_block", "weight_block", "scale_format")
 
 
+def _errors_text(exc: ValidationError) -> str:
+    """A pydantic error as one line: ``field: message; field: message``."""
+    return "; ".join(f"{'.'.join(str(x) for x in e['loc']) or 'catalog'}: {e['msg']}"
+                     for e in exc.errors())
+
+
 class GpuCatalog(BaseModel):
     """The set of GPU classes a fleet may use, overridable by config."""
 
@@ -336,7 +342,13 @@ class GpuCatalog(BaseModel):
                     base.pop(key, None)
             base.update(override)
             merged[name] = base
-        return cls(classes={k: GpuClass.model_validate(v) for k, v in merged.items()})
+        classes = {}
+        for key, value in merged.items():
+            try:
+                classes[key] = GpuClass.model_validate(value)
+            except ValidationError as exc:
+                raise ValueError(f"class {key!r}: {_errors_text(exc)}") from None
+        return cls(classes=classes)
 
     @classmethod
     def load(cls, path: str | Path | None) -> GpuCatalog:
@@ -347,8 +359,7 @@ class GpuCatalog(BaseModel):
         try:
             return cls.from_file(path)
         except ValidationError as exc:
-            errs = "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors())
-            raise UserError(f"catalog {path}: {errs}") from None
+            raise UserError(f"catalog {path}: {_errors_text(exc)}") from None
         except (OSError, ValueError) as exc:
             raise UserError(f"catalog {path}: {one_line(exc)}") from None
 
@@ -380,6 +391,12 @@ class GpuCatalog(BaseModel):
         first = found[0]  # the validator made every class of one arch agree
         return DeviceDispatch((major, minor), tuple(c.name for c in found), first.quantization,
                               first.kernel_backend)
+
+    def dispatch_for_device(self, capability: tuple[int, int] | None) -> DeviceDispatch:
+        """:meth:`dispatch_for_capability`, with ``None`` (CPU) running bf16 on the reference."""
+        if capability is None:
+            return DeviceDispatch(None, (), BF16, "reference")
+        return self.dispatch_for_capability(*capability)
 
     def scheme_for_capability(self, major: int, minor: int) -> QuantScheme:
         """What ``auto`` quantization means on a device of this compute capability."""

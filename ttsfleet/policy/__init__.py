@@ -12,13 +12,17 @@ reads a clock or imports an adapter; it imports only the core (:mod:`ttsfleet.ca
 """
 
 from ttsfleet.policy.autoscale import (
+    PRESSURES,
     AutoscaleState,
     DeploymentSignals,
     PoolDecision,
     PoolSignals,
+    Pressure,
     ScaleDecision,
+    clamp_replicas,
     decide_replicas,
     pool_targets,
+    pressure_step,
     scale_down_victims,
     split_load,
 )
@@ -42,9 +46,10 @@ from ttsfleet.policy.fill import (
 )
 
 __all__ = [
-    "AutoscaleState", "ClassObservation", "DemandTracker", "DeploymentSignals", "FillJobView",
-    "FillPlan", "InferenceNeed", "PoolDecision", "PoolSignals", "ScaleDecision", "choose_victims",
-    "decide_replicas", "demand_trend", "fill_forecast", "fill_forecasts", "forecast_demand",
-    "headroom_gpus", "inference_demand", "needed_by_class", "plan_fill", "pool_targets",
-    "scale_down_victims", "split_load",
+    "PRESSURES", "AutoscaleState", "ClassObservation", "DemandTracker", "DeploymentSignals",
+    "FillJobView", "FillPlan", "InferenceNeed", "PoolDecision", "PoolSignals", "Pressure",
+    "ScaleDecision", "choose_victims", "clamp_replicas", "decide_replicas", "demand_trend",
+    "fill_forecast", "fill_forecasts", "forecast_demand", "headroom_gpus", "inference_demand",
+    "needed_by_class", "plan_fill", "pool_targets", "pressure_step", "scale_down_victims",
+    "split_load",
 ]
