@@ -63,6 +63,9 @@ class CapacityPoint(BaseModel):
     concurrency: int = Field(ge=1)
     frames_per_s: float = Field(gt=0, description="aggregate decode frames/s of one replica")
     ttfa_s: float = Field(gt=0, description="time to first audio at this concurrency, seconds")
+    gpu_busy: float | None = Field(default=None, gt=0, le=1,
+                                   description="GPU busy fraction (NVML utilization) at this "
+                                               "concurrency, where the benchmark sampled it")
 
 
 class CapacityCurve(BaseModel):
@@ -109,6 +112,12 @@ class CapacityCurve(BaseModel):
     def ttfa_s(self, concurrency: float) -> float:
         """Time to first audio (seconds) when ``concurrency`` requests share a replica."""
         return self._interp(concurrency, "ttfa_s")
+
+    def gpu_busy(self, concurrency: float) -> float | None:
+        """Measured GPU busy fraction at ``concurrency`` (None unless every point carries one)."""
+        if any(p.gpu_busy is None for p in self.points):
+            return None
+        return self._interp(concurrency, "gpu_busy")
 
     @property
     def peak_frames_per_s(self) -> float:
