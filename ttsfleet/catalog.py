@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ttsfleet.errors import UserError, one_line
 from ttsfleet.quantization import BF16, SCHEME_LAYOUTS, QuantScheme, QuantSchemeField
 
-__all__ = ["NODE_LABEL_KEY", "CapacityCurve", "CapacityPoint", "DeviceDispatch", "GpuCatalog",
+__all__ = ["NAMED_CURVES", "NODE_LABEL_KEY", "CapacityCurve", "CapacityPoint", "DeviceDispatch", "GpuCatalog",
            "GpuClass", "KernelBackend", "QuantScheme", "ServingDefaults", "UnknownGpuClass",
            "compute_capability", "cuda_graph_max_bs", "default_classes"]
 
@@ -233,6 +233,17 @@ def _curve(c64_fps: float, c1_fps: float, ttfa1: float, ttfa64: float, source: s
     return CapacityCurve(points=tuple(pts), source=source)
 
 
+#: Capacity curves by name and class, selectable with ``ttsfleet simulate --measured CLASS=NAME``
+#: (:meth:`GpuCatalog.with_named_curve`). ``writeup``: the source write-up's figures, the seed of
+#: the built-in H200 and RTX 5090 entries until a served benchmark of ours replaces them.
+NAMED_CURVES: dict[str, dict[str, CapacityCurve]] = {
+    "writeup": {
+        "h200": _curve(8006, 8006 / 52, 0.073, 0.110, "seed: source write-up, H200 bsgemm FP8"),
+        "rtx5090": _curve(5869, 5869 / 45, 0.080, 0.135, "seed: source write-up, RTX 5090 mxfp8"),
+    },
+}
+
+
 def default_classes() -> dict[str, GpuClass]:
     """The built-in catalog: H200 (bsgemm FP8), RTX 5090 and RTX 6000 PRO (mxfp8)."""
     h200 = GpuClass(
@@ -245,7 +256,7 @@ def default_classes() -> dict[str, GpuClass]:
         weight_block=(128, 128),
         scale_format="fp32",
         kernel_backend="triton",
-        capacity=_curve(8006, 8006 / 52, 0.073, 0.110, "seed: source write-up, H200 bsgemm FP8"),
+        capacity=NAMED_CURVES["writeup"]["h200"],
         model_load_s=90,
         relative_cost=1.0,
         node_label="h200",
@@ -259,7 +270,7 @@ def default_classes() -> dict[str, GpuClass]:
         activation_block=(1, 32),
         weight_block=(1, 32),
         scale_format="ue8m0",
-        capacity=_curve(5869, 5869 / 45, 0.080, 0.135, "seed: source write-up, RTX 5090 mxfp8"),
+        capacity=NAMED_CURVES["writeup"]["rtx5090"],
         model_load_s=75,
         relative_cost=0.25,
         node_label="rtx5090",
@@ -459,8 +470,20 @@ class GpuCatalog(BaseModel):
         return GpuCatalog(classes=classes)
 
     def with_measured_file(self, name: str, path: str | Path) -> GpuCatalog:
-        """Load a benchmark JSON (``{"points": [{concurrency, frames_per_s, ttfa_s}, ...]}``)."""
+        """Load a benchmark JSON (``{"points": [{concurrency, frames_per_s, ttfa_s[, gpu_busy]},
+        ...]}``, as ``ttsfleet bench`` writes it); other keys of a point are the benchmark's own."""
         data = json.loads(Path(path).read_text())
-        curve = CapacityCurve(points=tuple(CapacityPoint(**p) for p in data["points"]),
+        keys = CapacityPoint.model_fields
+        curve = CapacityCurve(points=tuple(CapacityPoint(**{k: v for k, v in p.items() if k in keys})
+                                           for p in data["points"]),
                               source=data.get("source", str(path)))
+        return self.with_measured(name, curve)
+
+    def with_named_curve(self, name: str, curve_name: str) -> GpuCatalog:
+        """A copy whose ``name`` class carries the curve :data:`NAMED_CURVES` names."""
+        try:
+            curve = NAMED_CURVES[curve_name][name]
+        except KeyError:
+            have = ", ".join(f"{n}={c}" for n, m in NAMED_CURVES.items() for c in m)
+            raise KeyError(f"no {curve_name!r} curve for {name!r} (named curves: {have})") from None
         return self.with_measured(name, curve)

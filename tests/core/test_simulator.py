@@ -123,6 +123,30 @@ def test_replica_busy_follows_concurrency_not_one_request():
     assert busy_lut(measured, 64)[40 * 4] == pytest.approx(0.5, abs=1e-6)
 
 
+def test_measured_curve_path_and_the_named_writeup_curve(tmp_path):
+    """The served benchmark's JSON replaces a curve (its own extra keys ignored, gpu_busy used);
+    the write-up's curve stays selectable by name."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    ours = GpuCatalog.default().with_measured_file("h200", root / "benchmarks/inference_h200/baseline.json")
+    assert ours.get("h200").capacity.peak_frames_per_s < 0.5 * 8006
+    back = ours.with_named_curve("h200", "writeup")
+    assert back.get("h200").capacity == GpuCatalog.default().get("h200").capacity
+    with pytest.raises(KeyError, match="named curves"):
+        ours.with_named_curve("h200", "nope")
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps({"source": "t", "points": [
+        {"concurrency": 1, "frames_per_s": 100.0, "ttfa_s": 0.05, "gpu_busy": 0.6, "ttfa_p99_s": 0.1},
+        {"concurrency": 64, "frames_per_s": 3000.0, "ttfa_s": 0.2, "gpu_busy": 0.9, "ttfa_p99_s": 0.4}]}))
+    cat = GpuCatalog.default().with_measured_file("h200", bench)
+    assert cat.get("h200").capacity.gpu_busy(64) == 0.9
+    sc = Scenario(catalog=cat, fleet={"h200": 8})
+    s = summarize(simulate(sc, diurnal(0.05, peak_rps=60, seed=2), mode="inference-only"))
+    o = s["utilization"]["overall"]
+    assert o["gpu_busy"] < 0.9 * o["allocated_busy"]  # busy as measured, not 100% per replica
+
+
 def test_gpu_time_is_conserved_minute_by_minute(small_trace):
     r = simulate(Scenario(fleet=FLEET), small_trace)
     s = r.minute_series

@@ -9,7 +9,7 @@ policy decides; this module only translates between the fleet model and the poli
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from ttsfleet.policy import (
     AutoscaleState,
@@ -50,11 +50,12 @@ def to_pool_signals(fleet: Fleet, t: float) -> DeploymentSignals:
 
 
 def to_class_observation(cl: ClassState, t: float, checkpoint_interval_s: float, gpus_per_node: int,
-                         forecast_gpus: float | None) -> ClassObservation:
-    """One GPU class as the fill controller sees it (nodes' allocations and the fill pods)."""
+                         forecast_gpus: float | None = None, *, fill_jobs: bool = True) -> ClassObservation:
+    """One GPU class as the fill controller sees it: nodes' allocations and (``fill_jobs``) the
+    fill pods with their seconds since the last checkpoint."""
     views = tuple(FillJobView(j.id, 1, ((t - j.run_start) % checkpoint_interval_s)
                               if j.state == "running" else 0.0, j.state == "stopping")
-                  for j in cl.fill_jobs.values())
+                  for j in cl.fill_jobs.values()) if fill_jobs else ()
     return ClassObservation(
         gpu_class=cl.name, t=t, total_gpus=cl.total, inference_gpus=cl.inference_gpus,
         training_gpus=cl.train_gpus, pending_inference_gpus=sum(h.pending for h in cl.pools),
@@ -81,11 +82,12 @@ def policy_step(t: float, fleet: Fleet, ctl: Controllers, *, fill: bool) -> Scal
     # fill: observe -> demand tracker and forecast -> plan -> act
     cfg = scenario.fill_policy
     need = InferenceNeed.from_decision(decision)
-    seen = {c: to_class_observation(cl, t, cfg.checkpoint_interval_s, scenario.gpus_per_node, None)
-            for c, cl in fleet.classes.items()}
-    ctl.demand = ctl.demand.observe_classes(t, seen, cfg.forecast_window_s)
-    for c, obs in seen.items():
-        obs = replace(obs, inference_forecast_gpus=fill_forecast(ctl.demand, c, t, cfg, need))
+    held = {c: to_class_observation(cl, t, cfg.checkpoint_interval_s, scenario.gpus_per_node,
+                                    fill_jobs=False) for c, cl in fleet.classes.items()}
+    ctl.demand = ctl.demand.observe_classes(t, held, cfg.forecast_window_s)
+    for c, cl in fleet.classes.items():
+        obs = to_class_observation(cl, t, cfg.checkpoint_interval_s, scenario.gpus_per_node,
+                                   fill_forecast(ctl.demand, c, t, cfg, need))
         plan = plan_fill(cfg, obs)
         fleet.evict_fill(t, c, plan.evict)
         fleet.admit_fill(t, c, plan.admit)

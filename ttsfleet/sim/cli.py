@@ -48,7 +48,7 @@ def _parse_busy(text: str) -> dict[str, float]:
 
 
 def _catalog(catalog_file: Path | None, measured: list[str]):  # noqa: ANN202 - GpuCatalog
-    from ttsfleet.catalog import GpuCatalog
+    from ttsfleet.catalog import NAMED_CURVES, GpuCatalog
 
     catalog = GpuCatalog.load(catalog_file)
     for item in measured:
@@ -57,7 +57,8 @@ def _catalog(catalog_file: Path | None, measured: list[str]):  # noqa: ANN202 - 
             raise UserError(f"--measured {item!r} must be CLASS=FILE with CLASS one of "
                             f"{', '.join(catalog.classes)}")
         try:
-            catalog = catalog.with_measured_file(name, path)
+            catalog = (catalog.with_named_curve(name, path) if path in NAMED_CURVES
+                       else catalog.with_measured_file(name, path))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise UserError(f"--measured {item}: {type(exc).__name__}: {exc}") from None
     return catalog
@@ -104,7 +105,8 @@ def register(root: typer.Typer) -> None:
                                                  help="GPU catalog overrides (YAML/JSON)"),
         measured: list[str] = typer.Option(
             [], "--measured", help="CLASS=bench.json: that class's capacity curve from a measured benchmark "
-            "(ttsfleet bench engine/serve), e.g. h200=benchmarks/inference_h200/baseline.json; repeatable"),
+            "(ttsfleet bench engine/serve), e.g. h200=benchmarks/inference_h200/baseline.json, or "
+            "CLASS=writeup for the source write-up's curve; repeatable"),
         as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
         plot_path: Path | None = typer.Option(Path("ttsfleet-simulate.png"), "--plot",
                                               help="write a PNG plot here"),

@@ -90,10 +90,10 @@ class ClassState:
     fill_stopping: int = 0  # SIGTERM sent until the GPU is free again
     fill_jobs: dict[str, FillJob] = field(default_factory=dict)
     train_pending: list[tuple[float, TrainingJob]] = field(default_factory=list)
+    total: int = 0
 
-    @property
-    def total(self) -> int:
-        return sum(n.size for n in self.nodes)
+    def __post_init__(self) -> None:
+        self.total = sum(n.size for n in self.nodes)
 
     @property
     def fill_gpus(self) -> int:
