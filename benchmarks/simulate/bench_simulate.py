@@ -45,7 +45,7 @@ MEASURED_H200 = ROOT / "benchmarks/inference_h200/baseline.json"
 MODES = ("static-warm", "inference-only", "policy")
 #: Fill busy fractions of the sweep: issue 16's H200 measurement of today's CPU-stage fill
 #: (`ttsfleet fill run`, decode,hash,loudness,features: 0.2% mean NVML), and design points.
-SWEEP = (0.002, 0.5, 0.85, 0.9)
+SWEEP = (0.002, 0.5, 0.85, 0.88, 0.9, 0.95)
 
 
 def scenario_for(fleet: dict[str, int], days: float, catalog: GpuCatalog | None = None) -> Scenario:

@@ -18,7 +18,7 @@ from ttsfleet.sim.fleet import Fleet
 from ttsfleet.sim.scenario import FILL_BUSY_FRACTION, FillWorkload, Scenario, TrainingJob, parse_fleet
 from ttsfleet.sim.summary import check_targets, summarize, ttfa_quantile
 from ttsfleet.sim.trace import FRAMES_PER_AUDIO_SECOND, Trace, diurnal, load_csv
-from ttsfleet.sim.traffic import busy_lut
+from ttsfleet.sim.traffic import UNMEASURED_DECODE_BUSY, busy_lut
 
 FLEET = {"h200": 16, "rtx5090": 8}
 
@@ -114,8 +114,9 @@ def test_replica_busy_follows_concurrency_not_one_request():
     curve = GpuCatalog.default().get("h200").capacity
     lut = busy_lut(curve, 64)
     assert lut[0] == 0.0
-    assert lut[4] == pytest.approx(1 - np.exp(-1), rel=1e-6)  # one request on average: idle e^-1
-    assert lut[40 * 4] == pytest.approx(1.0, abs=1e-6)
+    # one request on average: empty e^-1 of the time, decoding otherwise
+    assert lut[4] == pytest.approx((1 - np.exp(-1)) * UNMEASURED_DECODE_BUSY, rel=1e-6)
+    assert lut[40 * 4] == pytest.approx(UNMEASURED_DECODE_BUSY, abs=1e-6)
     assert all(a <= b + 1e-12 for a, b in zip(lut, lut[1:], strict=False))
     # a curve with measured busy fractions is used as measured
     measured = curve.model_copy(update={"points": tuple(

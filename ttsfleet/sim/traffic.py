@@ -22,11 +22,13 @@ from ttsfleet.catalog import CapacityCurve
 LUT_STEPS = 4  # concurrency lookup table resolution: 1/4 request
 
 #: GPU busy of a replica decoding k >= 1 requests, where its capacity curve carries no measured
-#: busy figure (the write-up's seed curves): an autoregressive decode loop steps back to back
-#: while any request is in flight. Our engine's CUDA-graph decode step alone covers 94% of the
-#: wall time at c=1 (5.62 ms x 168 frames/s, benchmarks/inference_h200/baseline.json), serial
-#: prefill most of the rest at higher concurrency; 1.0 is the bound used.
-UNMEASURED_DECODE_BUSY = 1.0
+#: busy figure (the write-up's seed curves). From our engine on the H200
+#: (benchmarks/inference_h200/baseline.json, 2026-11-30, codes-only): GPU time per second of
+#: serving = CUDA-graph decode steps (step time x steps/s) + 512-token prefills (25.5 ms x
+#: requests/s) is 0.98, 0.96, 0.95, 0.93, 0.91, 0.93, 0.92 of the wall time at c = 1 ... 64; the
+#: rest is host time between launches. An autoregressive decode loop is never "idle with one
+#: request"; the median, 0.93, is used.
+UNMEASURED_DECODE_BUSY = 0.93
 
 #: Time to first audio counted for a request that arrives while its pool has no ready replica.
 NO_REPLICA_TTFA_S = 60.0
