@@ -242,6 +242,18 @@ def test_ttfa_quantile_spreads_a_queued_second():
     assert ttfa_quantile(lo, hi, w, 0.99) == pytest.approx(1.08, abs=1e-4)
 
 
+def test_pool_signal_is_the_p99_of_the_windows_requests():
+    """As the operator's histogram deltas: a p99 over the requests since the last pass, not a max."""
+    p = build_pools(Scenario(fleet={"h200": 8}))[0]
+    p.window = [(0.1, 0.1, 99.0), (2.0, 2.0, 1.0)]
+    assert p.take_window_p99() == 0.1 and p.window == []
+    assert p.take_window_p99() is None
+    p.window = [(0.1, 0.1, 99.0), (2.0, 2.0, 2.0)]
+    assert p.take_window_p99() == 2.0
+    p.window = [(0.1, 0.1, 50.0), (0.1, 1.1, 50.0)]  # a queued second spreads its requests
+    assert p.take_window_p99() == pytest.approx(1.08, abs=1e-4)
+
+
 def test_csv_trace(tmp_path):
     f = tmp_path / "t.csv"
     f.write_text("t,rate,mean_frames\n0,10,200\n60,20,150\n120,0,150\n")

@@ -38,14 +38,14 @@ class Controllers:
 
 
 def to_pool_signals(fleet: Fleet, t: float) -> DeploymentSignals:
-    """Per-pool traffic signals, as the operator scrapes them from the pods' /metrics."""
+    """Per-pool traffic signals, as the operator scrapes them from the pods' /metrics: in flight
+    and queued now, and the p99 time to first audio of the requests since the last pass."""
     sig = {}
     for h in fleet.pools:
         p = h.traffic
         sig[p.key] = PoolSignals(in_flight=p.in_flight_obs, queue_depth=p.queue,
                                  ready_replicas=p.ready, current_replicas=h.desired,
-                                 ttfa_p99_s=p.window_ttfa if p.window_ttfa > 0 else None)
-        p.window_ttfa = 0.0
+                                 ttfa_p99_s=p.take_window_p99())
     return DeploymentSignals(t, sig)
 
 

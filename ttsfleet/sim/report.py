@@ -108,9 +108,9 @@ def plot(results: list[tuple[str, SimResult]], path: str | Path) -> Path:
     ax.set_ylim(0, 1.02)
     ax.legend(loc="lower left", fontsize=8)
     ax = axes[2]
-    for key, arr in s.items():
-        if key.startswith("replicas_"):
-            ax.plot(hours, arr, lw=1, label=key.removeprefix("replicas_"))
+    pools = [k for k in s if k.startswith("replicas_")]
+    for key, style in zip(pools, ("-", "--", ":", "-."), strict=False):
+        ax.plot(hours, s[key], lw=1, ls=style, label=key.removeprefix("replicas_"))
     ax.set_ylabel("ready replicas")
     ax.legend(loc="upper left", fontsize=8)
     ax = axes[3]

@@ -17,38 +17,12 @@ import math
 import numpy as np
 
 from ttsfleet.sim.engine import SimResult
+from ttsfleet.sim.traffic import ttfa_quantile
+
+__all__ = ["check_targets", "slo_violation_minutes", "summarize", "ttfa_quantile"]
 
 WORKLOADS = ("inference", "training", "fill")
 TARGET_GPU_BUSY = 0.90
-
-
-def ttfa_quantile(lo: np.ndarray, hi: np.ndarray, w: np.ndarray, q: float) -> float:
-    """Quantile of per-request TTFA when each second's requests spread uniformly over [lo, hi]."""
-    keep = w > 0
-    lo, hi, w = lo[keep], hi[keep], w[keep]
-    if not len(w):
-        return float("nan")
-    point = hi - lo < 1e-9
-    pv, pw = lo[point], w[point]
-    order = np.argsort(pv, kind="stable")
-    pv, pcw = pv[order], np.cumsum(pw[order])
-    rlo, rhi, rw = lo[~point], hi[~point], w[~point]
-    goal = q * w.sum()
-
-    def cdf(x: float) -> float:
-        i = int(np.searchsorted(pv, x, side="right"))
-        below = float(pcw[i - 1]) if i else 0.0
-        if len(rw):
-            below += float((rw * np.clip((x - rlo) / (rhi - rlo), 0.0, 1.0)).sum())
-        return below
-
-    a, b = float(lo.min()), float(hi.max())
-    for _ in range(60):
-        if b - a < 1e-5:
-            break
-        mid = 0.5 * (a + b)
-        a, b = (mid, b) if cdf(mid) < goal else (a, mid)
-    return b
 
 
 def slo_violation_minutes(r: SimResult) -> int:

@@ -15,7 +15,9 @@ replica that averages one request in flight is empty ~37% of the time.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from ttsfleet.catalog import CapacityCurve
 
@@ -69,7 +71,8 @@ class PoolTraffic:
     in_flight: float = 0.0
     in_flight_obs: float = 0.0  # in flight during the last second (before its completions)
     queue: float = 0.0
-    window_ttfa: float = 0.0  # worst time to first audio since the last observation
+    # this observation window's TTFA ranges and arrivals (what the pods' histograms hold)
+    window: list[tuple[float, float, float]] = field(default_factory=list)
     frames: float = 0.0
     busy_s: float = 0.0  # GPU-busy replica-seconds
     rejected: float = 0.0
@@ -104,8 +107,11 @@ class PoolTraffic:
         self.in_flight_obs = self.in_flight
         if self.ready == 0 or self.in_flight <= 0:
             base = self.ttfa_lut[LUT_STEPS]
-            wait = NO_REPLICA_TTFA_S if self.queue > 0 else 0.0
-            return base + (NO_REPLICA_TTFA_S if q0 > 0 else 0.0), base + wait
+            lo = base + (NO_REPLICA_TTFA_S if q0 > 0 else 0.0)
+            hi = base + (NO_REPLICA_TTFA_S if self.queue > 0 else 0.0)
+            if arrivals > 0:
+                self.window.append((lo, hi, arrivals))
+            return lo, hi
         k = int(self.in_flight / self.ready * LUT_STEPS)
         if k >= len(self.fps_lut):
             k = len(self.fps_lut) - 1
@@ -120,6 +126,51 @@ class PoolTraffic:
         base = self.ttfa_lut[k]
         lo = base + q0 / done if q0 > 0 else base
         hi = base + self.queue / done if self.queue > 0 else base
-        if arrivals > 0 and hi > self.window_ttfa:
-            self.window_ttfa = hi
+        if arrivals > 0:
+            self.window.append((lo, hi, arrivals))
         return lo, hi
+
+    def take_window_p99(self) -> float | None:
+        """p99 TTFA of the requests since the last call (None without requests), then reset:
+        what the operator reads from the pods' histogram deltas at each pass."""
+        win, self.window = self.window, []
+        if not win:
+            return None
+        if all(lo == hi for lo, hi, _ in win):  # no queueing spread: a weighted sort suffices
+            goal, seen = 0.99 * sum(w for _, _, w in win), 0.0
+            for value, _, w in sorted(win):
+                seen += w
+                if seen >= goal:
+                    return value
+            return max(lo for lo, _, _ in win)
+        lo, hi, w = (np.fromiter((x[k] for x in win), float, len(win)) for k in range(3))
+        return ttfa_quantile(lo, hi, w, 0.99)
+
+
+def ttfa_quantile(lo: np.ndarray, hi: np.ndarray, w: np.ndarray, q: float) -> float:
+    """Quantile of per-request TTFA when each second's requests spread uniformly over [lo, hi]."""
+    keep = w > 0
+    lo, hi, w = lo[keep], hi[keep], w[keep]
+    if not len(w):
+        return float("nan")
+    point = hi - lo < 1e-9
+    pv, pw = lo[point], w[point]
+    order = np.argsort(pv, kind="stable")
+    pv, pcw = pv[order], np.cumsum(pw[order])
+    rlo, rhi, rw = lo[~point], hi[~point], w[~point]
+    goal = q * w.sum()
+
+    def cdf(x: float) -> float:
+        i = int(np.searchsorted(pv, x, side="right"))
+        below = float(pcw[i - 1]) if i else 0.0
+        if len(rw):
+            below += float((rw * np.clip((x - rlo) / (rhi - rlo), 0.0, 1.0)).sum())
+        return below
+
+    a, b = float(lo.min()), float(hi.max())
+    for _ in range(60):
+        if b - a < 1e-5:
+            break
+        mid = 0.5 * (a + b)
+        a, b = (mid, b) if cdf(mid) < goal else (a, mid)
+    return b
