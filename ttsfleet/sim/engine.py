@@ -128,14 +128,12 @@ class _Recorder:
         s["busy"][m] = (inf_busy - self._busy_at) / seconds
         self._busy_at = inf_busy
         s["rate"][m] = rate / seconds
-        ovh = 1 - sc.fill.checkpoint_cost_s / sc.fill_policy.checkpoint_interval_s
         for c, cl in self.fleet.classes.items():
             s["alloc_inference"][m] += cl.inference_gpus
             s["alloc_training"][m] += cl.train_gpus
             s["alloc_fill"][m] += cl.fill_gpus
             s["alloc_idle"][m] += cl.idle
-            s["busy"][m] += (cl.fill_running * sc.fill.busy_for(c) * ovh
-                             + cl.train_gpus * sc.training_busy_fraction)
+            s["busy"][m] += cl.fill_running * sc.fill_busy(c) + cl.train_gpus * sc.training_busy_fraction
         for h in self.fleet.pools:
             s[f"replicas_{h.traffic.key}"][m] = h.traffic.ready
 
@@ -196,12 +194,11 @@ def simulate(scenario: Scenario, trace: Trace, *, mode: str = "policy",
 
 def _result(scenario: Scenario, mode: str, n: int, fleet: Fleet, ctl: Controllers, rec: _Recorder,
             requests: float) -> SimResult:
-    ovh = scenario.fill.checkpoint_cost_s / scenario.fill_policy.checkpoint_interval_s
     busy: dict[str, dict[str, float]] = {}
     work: dict[str, float] = {}
     for c, g in fleet.ledger.items():
         pools = [h.traffic for h in fleet.classes[c].pools]
-        fill_busy = g["fill_running"] * (1 - ovh) * scenario.fill.busy_for(c)
+        fill_busy = g["fill_running"] * scenario.fill_busy(c)
         train_busy = g["training"] * scenario.training_busy_fraction
         busy[c] = {"inference": sum(p.busy_s for p in pools), "training": train_busy, "fill": fill_busy}
         work[c] = sum(p.frames / p.peak_fps for p in pools) + fill_busy + train_busy
@@ -211,5 +208,5 @@ def _result(scenario: Scenario, mode: str, n: int, fleet: Fleet, ctl: Controller
         ttfa_w=np.asarray(rec.w, dtype=np.float64), requests=requests,
         rejected=sum(h.traffic.rejected for h in fleet.pools),
         frames=sum(h.traffic.frames for h in fleet.pools), scale_events=ctl.scale_events,
-        fill=fleet.fill, checkpoint_overhead=ovh, training_wait_s=fleet.train_wait,
+        fill=fleet.fill, checkpoint_overhead=scenario.checkpoint_overhead, training_wait_s=fleet.train_wait,
         minute_series=rec.series, decisions_sample=ctl.decisions_sample)

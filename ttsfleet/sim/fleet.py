@@ -247,7 +247,9 @@ class Fleet:
             self._remove(t, pool, pool.starting.pop())  # the one furthest from ready
             drop -= 1
         while drop and pool.ready:
-            # the replica on the emptiest node first, so nodes drain whole (packing)
+            # In the fluid every replica carries the same load, so the operator's least-busy
+            # ranking (policy.scale_down_victims) ties; the tie goes to the replica on the node
+            # with the fewest inference pods, so nodes drain whole (the packing counterpart).
             rep = min(reversed(pool.ready), key=lambda r: r.node.inference)
             pool.ready.remove(rep)
             pool.traffic.ready -= 1

@@ -128,6 +128,15 @@ class Scenario(BaseModel):
                                  f"{len(self.node_sizes(j.gpu_class))}")
         return self
 
+    @property
+    def checkpoint_overhead(self) -> float:
+        """Share of a running fill job's time spent writing checkpoints (the GPU idles)."""
+        return self.fill.checkpoint_cost_s / self.fill_policy.checkpoint_interval_s
+
+    def fill_busy(self, gpu_class: str) -> float:
+        """GPU busy fraction of one running fill job of a class, checkpoint writes taken out."""
+        return self.fill.busy_for(gpu_class) * (1 - self.checkpoint_overhead)
+
     def node_sizes(self, gpu_class: str) -> list[int]:
         """GPUs of each node of a class: full nodes, then the remainder."""
         n, size = self.fleet.get(gpu_class, 0), self.gpus_per_node
