@@ -229,7 +229,7 @@ def test_nodes_pack_inference_and_leave_whole_nodes_for_training():
     f.set_replicas(0, pool, 3)
     _run(f, 0, 1)
     assert sorted(n.inference for n in cl.nodes) == [0, 3]  # packed on one node
-    f.push(1, "train_submit", TrainingJob(gpu_class="h200", nodes=1, submit_s=1, duration_s=60))
+    f.push(1, f.on_train_submit, TrainingJob(gpu_class="h200", nodes=1, submit_s=1, duration_s=60))
     _run(f, 1, 2)
     assert cl.train_gpus == 8 and f.train_wait == [0.0]
 

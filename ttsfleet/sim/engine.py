@@ -165,7 +165,7 @@ def simulate(scenario: Scenario, trace: Trace, *, mode: str = "policy",
     fleet = Fleet(scenario, build_pools(scenario))
     ctl = warm_start(fleet, trace, mode)
     for job in scenario.training:
-        fleet.push(job.submit_s, "train_submit", job)
+        fleet.push(job.submit_s, fleet.on_train_submit, job)
     n = trace.seconds
     arrivals = trace.arrivals(scenario.seed).tolist()
     mean_frames = trace.mean_frames.tolist()

@@ -23,8 +23,9 @@ traffic fluid (:mod:`ttsfleet.sim.traffic`).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ttsfleet.sim.scenario import Scenario, TrainingJob
 from ttsfleet.sim.traffic import PoolTraffic
@@ -138,7 +139,7 @@ class Fleet:
         self.pools = [h for c in self.classes.values() for h in c.pools]
         order = {p.key: i for i, p in enumerate(pools)}
         self.pools.sort(key=lambda h: order[h.traffic.key])
-        self.events: list[tuple[float, int, str, object]] = []
+        self.events: list[tuple[float, int, Callable[[Any, float], None], object]] = []
         self._seq = 0
         self._fill_seq = 0
         self.pending_work = False
@@ -148,9 +149,10 @@ class Fleet:
         self._last = 0.0
 
     # -- events -------------------------------------------------------------------------------
-    def push(self, t: float, kind: str, payload: object) -> None:
+    def push(self, t: float, handler: Callable[[Any, float], None], payload: object) -> None:
+        """Call ``handler(payload, t)`` at time ``t`` (ties in push order)."""
         self._seq += 1
-        heapq.heappush(self.events, (t, self._seq, kind, payload))
+        heapq.heappush(self.events, (t, self._seq, handler, payload))
 
     def run_events(self, t: float) -> None:
         """Apply every event due by ``t``."""
@@ -158,10 +160,10 @@ class Fleet:
             return
         self.account(t)
         while self.events and self.events[0][0] <= t:
-            _, _, kind, payload = heapq.heappop(self.events)
-            getattr(self, f"_on_{kind}")(payload, t)
+            _, _, handler, payload = heapq.heappop(self.events)
+            handler(payload, t)
 
-    def _on_ready(self, r: tuple[PoolHoldings, Replica], t: float) -> None:
+    def on_ready(self, r: tuple[PoolHoldings, Replica], t: float) -> None:
         pool, rep = r
         if rep.state == "starting":
             pool.starting.remove(rep)
@@ -169,31 +171,31 @@ class Fleet:
             pool.ready.append(rep)
             pool.traffic.ready += 1
 
-    def _on_released(self, r: tuple[str, Node], t: float) -> None:
+    def on_released(self, r: tuple[str, Node], t: float) -> None:
         c, node = r
         node.inference -= 1
         self.classes[c].inference_gpus -= 1
         self.pending_work = True
 
-    def _on_fill_running(self, job: FillJob, t: float) -> None:
+    def on_fill_running(self, job: FillJob, t: float) -> None:
         if job.state == "starting":
             cl = self.classes[job.gpu_class]
             job.state, job.run_start = "running", t
             cl.fill_starting -= 1
             cl.fill_running += 1
 
-    def _on_fill_gone(self, job: FillJob, t: float) -> None:
+    def on_fill_gone(self, job: FillJob, t: float) -> None:
         cl = self.classes[job.gpu_class]
         cl.fill_stopping -= 1
         job.node.fill -= 1
         del cl.fill_jobs[job.id]
         self.pending_work = True
 
-    def _on_train_submit(self, job: TrainingJob, t: float) -> None:
+    def on_train_submit(self, job: TrainingJob, t: float) -> None:
         self.classes[job.gpu_class].train_pending.append((t, job))
         self.pending_work = True
 
-    def _on_train_end(self, r: tuple[str, list[Node]], t: float) -> None:
+    def on_train_end(self, r: tuple[str, list[Node]], t: float) -> None:
         c, nodes = r
         for n in nodes:
             self.classes[c].train_gpus -= n.training
@@ -258,7 +260,7 @@ class Fleet:
 
     def _remove(self, t: float, pool: PoolHoldings, rep: Replica) -> None:
         rep.state = "gone"
-        self.push(t + self.scenario.release_s, "released", (pool.traffic.gpu_class, rep.node))
+        self.push(t + self.scenario.release_s, self.on_released, (pool.traffic.gpu_class, rep.node))
 
     def admit_fill(self, t: float, c: str, count: int) -> int:
         """Start up to ``count`` fill jobs on free GPUs of class ``c``; return how many started."""
@@ -276,7 +278,7 @@ class Fleet:
             cl.fill_starting += 1
             self.fill.admissions += 1
             started += 1
-            self.push(t + self.scenario.fill.start_s, "fill_running", job)
+            self.push(t + self.scenario.fill.start_s, self.on_fill_running, job)
         return started
 
     def evict_fill(self, t: float, c: str, ids: Sequence[str], *, by_scheduler: bool = False) -> None:
@@ -304,7 +306,7 @@ class Fleet:
                 self.fill.evictions_starting += 1
             job.state = "stopping"
             cl.fill_stopping += 1
-            self.push(t + min(fw.stop_s, grace) + self.scenario.release_s, "fill_gone", job)
+            self.push(t + min(fw.stop_s, grace) + self.scenario.release_s, self.on_fill_gone, job)
 
     # -- the scheduler ------------------------------------------------------------------------
     def schedule(self, t: float) -> None:
@@ -326,7 +328,7 @@ class Fleet:
                     pool.pending -= 1
                     rep = Replica(node)
                     pool.starting.append(rep)
-                    self.push(t + pool.load_s, "ready", (pool, rep))
+                    self.push(t + pool.load_s, self.on_ready, (pool, rep))
             waiting |= self._schedule_training(t, cl)
         self.pending_work = waiting
 
@@ -344,7 +346,7 @@ class Fleet:
                     cl.train_gpus += n.size
                 cl.train_pending.pop(0)
                 self.train_wait.append(t - submit)
-                self.push(t + job.duration_s, "train_end", (cl.name, nodes))
+                self.push(t + job.duration_s, self.on_train_end, (cl.name, nodes))
                 continue
             nominated = sum(1 for n in cl.nodes if n.nominated)
             need = job.nodes - len([n for n in empty if not n.nominated]) - nominated
