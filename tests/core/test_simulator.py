@@ -302,7 +302,11 @@ def test_b200_added_by_one_catalog_file_runs_through_simulate(tmp_path):
                        cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["runs"]["policy (inference + fill)"]["fleet"] == {"b200": 8}
+    p = subprocess.run([*cli, "--fleet", "b200=8", "--measured", "h200=writeup", "--runs", "policy"],
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert p.returncode == 0 and set(json.loads(p.stdout)["runs"]) == {"policy (inference + fill)"}, p.stderr
     for bad, msg in ((["--fleet", "b300=8"], "unknown GPU class 'b300'"),
+                     (["--fleet", "b200=8", "--measured", "b200=writeup"], "no 'writeup' curve for 'b200'"),
                      (["--fleet", "b200=8", "--fill-busy", "2"], "busy fraction"),
                      (["--fleet", "b200=8", "--runs", "cold"], "--runs")):
         p = subprocess.run([*cli, *bad], capture_output=True, text=True, timeout=300, cwd=tmp_path)
