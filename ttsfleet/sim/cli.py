@@ -29,7 +29,7 @@ def _opt(model: type[BaseModel], name: str, *flags: str, scale: float = 1.0, uni
     default = model().model_dump()[name] if f.default_factory else f.default
     if scale != 1.0:
         default = default * scale
-    text = (f.description or name.replace("_", " ")) + (f" ({unit})" if unit else "")
+    text = (f.description or name.removesuffix("_s").replace("_", " ")) + (f" ({unit})" if unit else "")
     return typer.Option(default, *flags, help=text)
 
 
