@@ -5,7 +5,9 @@ which always resumes at a group boundary, forms exactly the same groups and the 
 exactly the same batches). The job's main thread submits a group as soon as its last item is
 admitted and goes on admitting the next; this thread runs the batch stages (codec tokens and
 features, on the GPU when there is one) meanwhile, so the GPU works while the CPU workers decode.
-At most ``depth`` groups wait, so a slow GPU slows the job instead of filling memory.
+At most ``depth`` groups wait, so a slow GPU slows the job instead of filling memory. Once a stop
+is requested, groups not yet started are abandoned (redone after the restart), so a stop waits
+for at most the group in progress.
 """
 
 from __future__ import annotations
@@ -13,19 +15,22 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ttsfleet.fill_jobs.pipeline import ItemResult
 
 _DONE = object()
+_ABANDONED = object()
 
 
 class GroupRunner:
     """Runs ``stages`` (built batch-stage objects, in order) on each submitted group."""
 
-    def __init__(self, stages: list[tuple[str, Any]], depth: int = 2) -> None:
+    def __init__(self, stages: list[tuple[str, Any]], depth: int = 2,
+                 should_stop: Callable[[], bool] = lambda: False) -> None:
         self.stages = stages
+        self.should_stop = should_stop
         self._todo: queue.Queue = queue.Queue(maxsize=depth)
         self._done: queue.Queue = queue.Queue()
         self._in_flight = 0
@@ -38,6 +43,9 @@ class GroupRunner:
             group = self._todo.get()
             if group is _DONE:
                 return
+            if self.should_stop():
+                self._done.put(_ABANDONED)
+                continue
             try:
                 t0 = time.perf_counter()
                 for name, stage in self.stages:
@@ -64,19 +72,25 @@ class GroupRunner:
         self._in_flight -= 1
         if isinstance(got, BaseException):
             raise got
+        if got is _ABANDONED:
+            self.abandoned = True
         return got
+
+    abandoned = False  # a group was dropped on stop: every later one is dropped too
 
     def ready(self) -> Iterator[list[ItemResult]]:
         """Groups finished so far, in submission order (does not wait)."""
-        while (g := self._take(block=False)) is not None:
-            yield g
+        while not self.abandoned and (g := self._take(block=False)) is not None:
+            if g is not _ABANDONED:
+                yield g
 
     def drain(self) -> Iterator[list[ItemResult]]:
-        """Every submitted group, waiting for the ones still running."""
+        """Every submitted group that was (or is being) processed, waiting for it; groups
+        abandoned on stop, and all after them, are left out."""
         while self._in_flight:
             g = self._take(block=True)
-            assert g is not None
-            yield g
+            if g is not _ABANDONED and not self.abandoned:
+                yield g
 
     def close(self) -> None:
         self._todo.put(_DONE)

@@ -215,7 +215,7 @@ class _Job:
         # With batch stages, groups of batch_items are cut by shard position and commits fall on
         # group boundaries, so a restart forms the same groups (same batches, same outputs).
         group_size = o.config.batch_items if self.batch_stages else 1
-        gpu = GroupRunner(self.batch_stages) if self.batch_stages else None
+        gpu = GroupRunner(self.batch_stages, should_stop=self.stop.is_set) if self.batch_stages else None
         todo = [(e, self.manifest.resolve(e.item.audio)) for e in self.entries[ckpt.items_done:]]
         group: list[ItemResult] = []
         self.log.start_progress(len(self.entries), ckpt.items_done)
