@@ -110,6 +110,13 @@ def validate(candidates: Iterable[str]) -> tuple[str, ...]:
     return tuple(n for n in names() if n in wanted)
 
 
+def check(candidates: list[str]) -> list[str]:
+    """``candidates`` unchanged if every name is registered, else :class:`UnknownStage` (one line).
+    For a pydantic ``field_validator`` on a stage list (the FillJob's ``stages``)."""
+    validate(candidates)
+    return candidates
+
+
 # --- the built-in stages ----------------------------------------------------------------------
 _S = "ttsfleet.fill_jobs.stages"
 for _stage in (

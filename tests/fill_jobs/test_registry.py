@@ -30,6 +30,24 @@ def test_validate_orders_adds_decode_and_refuses_unknown_names() -> None:
     with pytest.raises(registry.UnknownStage, match="unknown stage.s. denoise; known: decode"):
         registry.validate(["hash", "denoise"])
     assert isinstance(registry.UnknownStage("x"), ValueError)  # pydantic validators may raise it
+    assert registry.check(["loudness", "vad"]) == ["loudness", "vad"]
+
+
+def test_a_pydantic_model_refuses_an_unknown_stage_through_the_registry() -> None:
+    """How the operator validates a FillJob's stages: the registry inside a field validator."""
+    from pydantic import BaseModel, ValidationError, field_validator
+
+    class Spec(BaseModel):
+        stages: list[str] = []
+
+        @field_validator("stages")
+        @classmethod
+        def _known(cls, v: list[str]) -> list[str]:
+            return registry.check(v)
+
+    assert Spec(stages=["vad", "codec"]).stages == ["vad", "codec"]
+    with pytest.raises(ValidationError, match="unknown stage.s. denoise"):
+        Spec(stages=["vad", "denoise"])
     with pytest.raises(ValueError, match="already registered"):
         registry.register(registry.Stage("vad", "again", 1, "x:y"))
 
