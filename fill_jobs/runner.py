@@ -73,6 +73,8 @@ class _Metrics:
         c["fill_checkpoints"].labels(job).inc(ckpt.checkpoints_written)
         c["fill_preemptions_survived"].labels(job).inc(ckpt.preemptions_survived)
         c["fill_items_total_in_manifest"].labels(job).set(ckpt.items_total)
+        c["fill_batch_gpu_seconds"].labels(job).inc(0)
+        self.gpu_seconds = 0.0
         c["fill_last_checkpoint_timestamp_seconds"].labels(job).set(ckpt.last_checkpoint_at)
         self.last_checkpoint = ckpt.last_checkpoint_at
         c["fill_seconds_since_checkpoint"].labels(job).set_function(
@@ -94,6 +96,12 @@ class _Metrics:
         c["fill_audio_seconds_processed"].labels(job).inc(res.audio_seconds)
         for stage, secs in res.stage_seconds.items():
             c["fill_stage_seconds"].labels(job, stage).observe(secs)
+
+    def gpu_time(self, total: float | None) -> None:
+        """The batch stages' device time so far (this process): the counter follows it."""
+        if total is not None and total > self.gpu_seconds:
+            self.c["fill_batch_gpu_seconds"].labels(self.job).inc(total - self.gpu_seconds)
+            self.gpu_seconds = total
 
     def checkpointed(self, at: float) -> None:
         self.last_checkpoint = at
@@ -271,6 +279,7 @@ class _Job:
             self.pending.append(res)
             metrics.item(res)
             self.log.advance()
+        metrics.gpu_time(self._gpu_seconds())
 
     def _gpu_seconds(self) -> float | None:
         secs = [s.gpu_seconds for _, s in self.batch_stages if hasattr(s, "gpu_seconds")]

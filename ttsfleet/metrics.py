@@ -129,6 +129,9 @@ CONTRACT_LIST: tuple[MetricSpec, ...] = (
        "Time spent per item in each cleaning stage.", [L_JOB, L_STAGE], DURATION_BUCKETS),
     _m("fill", "fill_items_total_in_manifest", "gauge",
        "Items in this job's manifest shard.", [L_JOB]),
+    _m("fill", "fill_batch_gpu_seconds", "counter",
+       "Device time of the job's batch stages (CUDA events around each batch; stays 0 on CPU): "
+       "its rate is the job's own GPU busy fraction, also where no dcgm-exporter runs.", [L_JOB]),
     # --- operator ------------------------------------------------------------------------------
     _m("operator", "operator_replicas_desired", "gauge",
        "Replicas the autoscaler wants per deployment pool.", [L_NAMESPACE, L_DEPLOYMENT, L_POOL,

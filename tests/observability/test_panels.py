@@ -238,6 +238,8 @@ def expectations(o: Oracle) -> dict[tuple[str, str, str], Vec]:
         ("ttsfleet-fill", "Manifest progress", "{{fill_job}}"):
             {k: processed[k] / manifest[k] for k in processed},
         ("ttsfleet-fill", "Stage time p99", "{{stage}}"): stage_p99,
+        ("ttsfleet-fill", "Batch-stage GPU time / wall", "{{fill_job}}"):
+            by(o.rate("ttsfleet_fill_batch_gpu_seconds_total", W), "fill_job"),
         ("ttsfleet-fill", "Seconds since last checkpoint", "{{fill_job}}"): ckpt,
         ("ttsfleet-fill", "Preemptions in range", "jobs resumed after preemption"):
             one(total(o.increase("ttsfleet_fill_preemptions_survived_total", RANGE))),

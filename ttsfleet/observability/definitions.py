@@ -225,11 +225,16 @@ def fill() -> Dashboard:
                 _ts("Manifest progress", "Items finished over items in the job's shard.",
                     Target(f"sum by (fill_job) (ttsfleet_fill_items_processed_total{{{NS}}}) / "
                            f"sum by (fill_job) (ttsfleet_fill_items_total_in_manifest{{{NS}}})",
-                           "{{fill_job}}"), unit="percentunit", min=0),
+                           "{{fill_job}}"), unit="percentunit", min=0, width=8),
                 _ts("Stage time p99", "Per-item time in each cleaning stage.",
                     Target(f"histogram_quantile(0.99, sum by (stage, le) "
                            f"(rate(ttsfleet_fill_stage_seconds_bucket{{{NS}}}[{RI}])))", "{{stage}}"),
-                    unit="s", min=0),
+                    unit="s", min=0, width=8),
+                _ts("Batch-stage GPU time / wall", "Share of wall time the job's batch stages (codec "
+                    "tokens, features) kept its GPU working, from CUDA events in the job itself: "
+                    "the job's own busy figure, also on Slurm nodes without dcgm-exporter.",
+                    Target(f"sum by (fill_job) (rate(ttsfleet_fill_batch_gpu_seconds_total{{{NS}}}"
+                           f"[{RI}]))", "{{fill_job}}"), unit="percentunit", min=0, max=1, width=8),
             )),
             Row("Preemption", (
                 _ts("Seconds since last checkpoint", f"Work at risk on SIGKILL; the line is the "

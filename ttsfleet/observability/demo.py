@@ -189,6 +189,7 @@ def generate(start: int, duration_s: int = DURATION_S, step_s: int = STEP_S) -> 
     for j in FILL_JOBS:
         jobs[j]["fill_items_total_in_manifest"].labels(j).set(MANIFEST_ITEMS)
         jobs[j]["fill_items_lost"].labels(j)  # exported as 0 from the start
+        jobs[j]["fill_batch_gpu_seconds"].labels(j)
     slurm["slurm_up"].set(1)
     # Counter children exist (at 0) before their first event, as exporters should create them:
     # increase() cannot see the first event of a series that appears with value 1.
@@ -304,6 +305,9 @@ def _step_job(c: Collectors, j: str, i: int, t: int, last_ckpt: dict[str, float]
     items = 10 + 2 * FILL_JOBS.index(j)  # shards differ in item length, so jobs differ in speed
     c["fill_items_processed"].labels(j).inc(items)
     c["fill_audio_seconds_processed"].labels(j).inc(items * 8.5)
+    # GPU time of the batch stages per 15 s step: the measured H200 fill job's share (0.99 of wall,
+    # benchmarks/fill_jobs/RESULTS.md) on h200, an illustrative 0.9 elsewhere.
+    c["fill_batch_gpu_seconds"].labels(j).inc(STEP_S * (0.99 if "h200" in j else 0.9))
     c["fill_items_rejected"].labels(j, "clipping").inc(1)
     c["fill_items_rejected"].labels(j, "low_snr").inc(2)
     for stage, secs in (("vad", 0.3), ("loudness", 0.1), ("snr", 0.5)):
