@@ -24,7 +24,8 @@ bench_app = typer.Typer(help="Load generators and benchmarks against running ser
 
 
 def serve(
-    host: str = typer.Option(None, help="Bind address (env TTSFLEET_HOST, default 0.0.0.0)."),
+    host: str = typer.Option(None, help="Bind address (env TTSFLEET_HOST, default 127.0.0.1: loopback only; "
+                             "0.0.0.0 to serve other machines, as a pod does)."),
     port: int = typer.Option(None, help="Port (env TTSFLEET_PORT, default 8000)."),
     checkpoint: str = typer.Option(None, help="Checkpoint directory, or 'tiny' (deterministic random "
                                    "weights, noise-like audio, CPU) (env TTSFLEET_CHECKPOINT)."),
@@ -39,10 +40,11 @@ def serve(
                                           "min(max_running_requests, 64) (env TTSFLEET_CUDA_GRAPH_MAX_BS)."),
     device: str = typer.Option(None, help="auto | cpu | cuda[:N] (env TTSFLEET_DEVICE)."),
     api_key: list[str] = typer.Option(None, help="Accepted Bearer key (repeatable) (env TTSFLEET_API_KEYS, "
-                                      "comma-separated)."),
+                                      "comma-separated); none = no key needed."),
     references_dir: str = typer.Option(None, help="Where reference voices persist "
                                        "(env TTSFLEET_REFERENCES_DIR)."),
-    max_text_chars: int = typer.Option(None, help="Longest accepted text (env TTSFLEET_MAX_TEXT_CHARS)."),
+    max_text_chars: int = typer.Option(None, help="Longest accepted text (env TTSFLEET_MAX_TEXT_CHARS, "
+                                       "default 4096 as OpenAI)."),
     max_new_tokens: int = typer.Option(None, help="Cap on frames per segment (env TTSFLEET_MAX_NEW_TOKENS)."),
     drain_grace_s: float = typer.Option(None, help="After SIGTERM, keep answering 503 at least this long "
                                         "(env TTSFLEET_DRAIN_GRACE_S)."),
@@ -54,7 +56,7 @@ def serve(
                                              "prompts (env TTSFLEET_PREFILL_CHUNK_TOKENS, default 256)."),
     log_level: str = typer.Option("info", help="debug | info | warning | error."),
 ) -> None:
-    """Serve text-to-speech over HTTP (Fish Audio /v1/tts, OpenAI /v1/audio/speech, /metrics)."""
+    """Serve text-to-speech (Fish Audio /v1/tts and /v1/tts/live, OpenAI /v1/audio/speech, /metrics)."""
     from ttsfleet.inference.server import ServeConfig, run
 
     if log_level not in ("debug", "info", "warning", "error"):
