@@ -1,7 +1,8 @@
 """Audio in and out of the server: encode float32 chunks to wav / pcm / mp3 / opus / flac / aac as
 they decode, and decode uploaded reference audio.
 
-Encoders are incremental so a streamed response can send bytes as soon as frames decode: WAV and
+Resampling is one stateful libsoxr stream per response. Encoders are incremental so a streamed
+response can send bytes as soon as frames decode: WAV and
 PCM are written directly, MP3 (LAME) and Ogg/Opus go through libsndfile (python-soundfile) writing
 into an in-memory sink whose new bytes are drained after every chunk. Header patches that libsndfile
 makes at close (it seeks back to byte 0) are kept for whole responses and dropped for streamed ones,
@@ -17,7 +18,6 @@ import shutil
 import struct
 import subprocess
 import threading
-from fractions import Fraction
 
 import numpy as np
 
@@ -40,19 +40,28 @@ def to_int16(x: np.ndarray) -> bytes:
 
 
 class Resampler:
-    """Rational resampling per chunk (scipy's polyphase filter), also used for prosody speed."""
+    """Streaming resampler (libsoxr, HQ) that also applies prosody speed as a tape-speed change.
+
+    Stateful across chunks: a streamed response carries exactly the samples of the whole-file one
+    (per-chunk resampling would click at every chunk edge and drift by a sample per chunk).
+    """
 
     def __init__(self, src_rate: int, dst_rate: int, speed: float = 1.0):
-        ratio = Fraction(dst_rate, 1) / (Fraction(src_rate, 1) * Fraction(speed).limit_denominator(100))
-        ratio = ratio.limit_denominator(1000)
-        self.up, self.down = ratio.numerator, ratio.denominator
+        self.in_rate = float(src_rate) * float(speed)  # playing faster = treating the input as faster
+        self.out_rate = float(dst_rate)
+        self.identity = self.in_rate == self.out_rate
+        self._stream = None
 
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        if self.up == self.down or x.size == 0:
-            return x.astype(np.float32, copy=False)
-        from scipy.signal import resample_poly
+    def __call__(self, x: np.ndarray, last: bool = False) -> np.ndarray:
+        """Resample one chunk; ``last=True`` flushes the filter's tail."""
+        x = np.asarray(x, dtype=np.float32)
+        if self.identity:
+            return x
+        if self._stream is None:
+            import soxr
 
-        return resample_poly(x, self.up, self.down).astype(np.float32)
+            self._stream = soxr.ResampleStream(self.in_rate, self.out_rate, 1, dtype="float32", quality="HQ")
+        return self._stream.resample_chunk(x, last=last)
 
 
 class _Sink(io.RawIOBase):
@@ -141,17 +150,17 @@ class AudioEncoder:
             self._sf = sf.SoundFile(self._sink, "w", samplerate=self.sample_rate, channels=1, format="FLAC",
                                     subtype="PCM_16")
 
-    def _prep(self, chunk: np.ndarray) -> np.ndarray:
+    def _prep(self, chunk: np.ndarray, last: bool = False) -> np.ndarray:
         x = np.asarray(chunk, dtype=np.float32).reshape(-1)
         if self.gain != 1.0:
             x = x * self.gain
-        x = np.clip(self.resample(x), -1.0, 1.0)
+        x = np.clip(self.resample(x, last=last), -1.0, 1.0)
         self.samples_out += x.size
         return x
 
-    def push(self, chunk: np.ndarray) -> bytes:
+    def push(self, chunk: np.ndarray, last: bool = False) -> bytes:
         """Encode one chunk of source-rate float32 audio; returns the bytes ready to send."""
-        x = self._prep(chunk)
+        x = self._prep(chunk, last=last)
         head = b""
         if not self._started:
             self._started = True
@@ -171,17 +180,15 @@ class AudioEncoder:
         return self._sink.drain()
 
     def finish(self) -> bytes:
-        """Flush the encoder; returns the last bytes of a streamed response."""
-        if not self._started:
-            self.push(np.zeros(0, np.float32))
-            if self.fmt == "wav":
-                return wav_header(self.sample_rate, None)
+        """Flush the resampler and the encoder; returns the last bytes of a streamed response."""
+        head = self.push(np.zeros(0, np.float32), last=True)
+        if self.fmt in ("wav", "pcm"):
+            return head
         if self._aac is not None:
-            return self._aac.close()
-        if self._sf is None or self._sink is None:
-            return b""
+            return head + self._aac.close()
+        assert self._sf is not None and self._sink is not None
         self._sf.close()
-        return self._sink.drain()
+        return head + self._sink.drain()
 
     def abort(self) -> None:
         """Release the encoder of a response that will not be finished (client gone)."""
@@ -190,7 +197,7 @@ class AudioEncoder:
 
     def encode_all(self, audio: np.ndarray) -> bytes:
         """Encode a whole response with exact headers (sizes, LAME tag)."""
-        x = self._prep(audio)
+        x = self._prep(audio, last=True)
         if self.fmt == "pcm":
             return to_int16(x)
         if self.fmt == "wav":
