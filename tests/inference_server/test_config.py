@@ -52,3 +52,11 @@ def test_prefill_chunk_tokens_from_env_and_flag():
 def test_bad_configuration_is_a_user_error(env):
     with pytest.raises(UserError):
         ServeConfig.from_env(env)
+
+
+def test_safe_defaults():
+    """Loopback unless told (a pod passes TTSFLEET_HOST=0.0.0.0); OpenAI's 4,096-character input."""
+    cfg = ServeConfig.from_env({})
+    assert cfg.host == "127.0.0.1" and cfg.api_keys == () and cfg.max_text_chars == 4096
+    assert ServeConfig.from_env({ENV["host"]: "0.0.0.0"}).host == "0.0.0.0"
+    assert ServeConfig.from_env({ENV["host"]: "0.0.0.0"}, host="127.0.0.1").host == "127.0.0.1"
