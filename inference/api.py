@@ -204,6 +204,53 @@ class AddReference(ReferenceAudio):
         return v
 
 
+def _as_list(v: Any) -> Any:
+    """A form field sent once arrives as a value, sent several times as a list: always a list."""
+    return v if isinstance(v, list) else [] if v in (None, "") else [v]
+
+
+class CreateVoice(BaseModel):
+    """Body of Fish Audio's ``POST /model`` (the SDK's ``voices.create``): a multipart form of voice
+    samples (``voices``, files) and their transcripts (``texts``), stored as one reference voice."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    title: str = Field(min_length=1, max_length=255)
+    voices: list[bytes] = Field(min_length=1, max_length=8, json_schema_extra={"items": {"format": "binary"}})
+    texts: list[str] = Field(default_factory=list, max_length=8)
+    description: str = ""
+    tags: list[str] = Field(default_factory=list)
+    visibility: Literal["public", "unlist", "private"] = "private"
+    type: Literal["tts"] = "tts"
+    train_mode: Literal["fast"] = "fast"
+
+    @field_validator("voices", mode="before")
+    @classmethod
+    def _voice_files(cls, v: Any) -> Any:
+        return [audio_bytes(x) for x in _as_list(v)]
+
+    @field_validator("texts", "tags", mode="before")
+    @classmethod
+    def _lists(cls, v: Any) -> Any:
+        return _as_list(v)
+
+
+class UpdateVoice(BaseModel):
+    """Body of Fish Audio's ``PATCH /model/{id}`` (the SDK's ``voices.update``)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    title: str | None = Field(default=None, min_length=1, max_length=255)
+    description: str | None = None
+    visibility: Literal["public", "unlist", "private"] | None = None
+    tags: list[str] | None = None
+
+    @field_validator("tags", mode="before")
+    @classmethod
+    def _lists(cls, v: Any) -> Any:
+        return None if v is None else _as_list(v)
+
+
 class DeleteReference(BaseModel):
     """Body of ``DELETE /v1/references/delete``."""
 

@@ -43,8 +43,12 @@ def authorize(request: Request, state: ServerState = Depends(get_state)) -> None
     check_key(state, request.headers)
 
 
-async def read_body(request: Request, state: ServerState) -> Any:
-    """The body as data, at most ``max_body_bytes``: JSON, msgpack, or a multipart form (files as bytes)."""
+FORM_TYPES = ("multipart/form-data", "application/x-www-form-urlencoded")
+
+
+async def read_body(request: Request, state: ServerState, forms: bool = False) -> Any:
+    """The body as data, at most ``max_body_bytes``: JSON, msgpack, or (``forms``) a form whose files
+    are bytes and whose repeated fields are lists."""
     limit = state.cfg.max_body_bytes
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > limit:
@@ -55,26 +59,36 @@ async def read_body(request: Request, state: ServerState) -> Any:
         if len(raw) > limit:
             raise ApiError(413, f"body is larger than {limit} bytes", "body_too_large")
     ctype = request.headers.get("content-type", "")
-    if ctype.split(";")[0].strip().lower() == "multipart/form-data":
+    if forms and ctype.split(";")[0].strip().lower() in FORM_TYPES:
         return await _parse_form(request, bytes(raw))
     return decode_body(bytes(raw), ctype)
 
 
 async def _parse_form(request: Request, raw: bytes) -> dict[str, Any]:
-    """Upstream fish-speech's form upload: text fields as strings, file fields as their bytes."""
+    """Upstream fish-speech's and Fish's form uploads: text fields as strings, files as their bytes."""
     from starlette.datastructures import UploadFile
-    from starlette.formparsers import MultiPartException, MultiPartParser
+    from starlette.formparsers import FormParser, MultiPartException, MultiPartParser
 
     async def once():
         yield raw
 
+    multipart = request.headers.get("content-type", "").lower().startswith("multipart/")
     try:
-        form = await MultiPartParser(request.headers, once(), max_files=8, max_fields=64).parse()
-    except (MultiPartException, ValueError, AssertionError) as exc:
-        raise ApiError(400, f"malformed multipart body: {exc}", "malformed_body") from None
+        if multipart:
+            form = await MultiPartParser(request.headers, once(), max_files=16, max_fields=64).parse()
+        else:
+            form = await FormParser(request.headers, once()).parse()
+    except (MultiPartException, ValueError, AssertionError, KeyError) as exc:
+        raise ApiError(400, f"malformed form body: {exc}", "malformed_body") from None
     out: dict[str, Any] = {}
     for key, value in form.multi_items():
-        out[key] = await value.read() if isinstance(value, UploadFile) else value
+        item = await value.read() if isinstance(value, UploadFile) else value
+        if key not in out:
+            out[key] = item
+        elif isinstance(out[key], list):
+            out[key].append(item)
+        else:
+            out[key] = [out[key], item]
     await form.close()
     return out
 

@@ -15,15 +15,18 @@ from fastapi.openapi.utils import get_openapi
 from pydantic.json_schema import models_json_schema
 from ttsfleet.inference.api import (
     AddReference,
+    CreateVoice,
     DeleteReference,
     ErrorBody,
     SpeechRequest,
     TTSRequest,
     UpdateReference,
+    UpdateVoice,
 )
 
 #: Models a route may name in :func:`request_body`.
-BODY_MODELS = (TTSRequest, SpeechRequest, AddReference, DeleteReference, UpdateReference)
+BODY_MODELS = (TTSRequest, SpeechRequest, AddReference, DeleteReference, UpdateReference, CreateVoice,
+               UpdateVoice)
 _REF = "#/components/schemas/{model}"
 
 AUDIO_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -42,11 +45,12 @@ AUDIO_RESPONSES: dict[int | str, dict[str, Any]] = {
 ERROR_RESPONSES = {k: v for k, v in AUDIO_RESPONSES.items() if k != 200}
 
 
-def request_body(model: str, *, multipart: bool = False) -> dict[str, Any]:
+def request_body(model: str, *, multipart: bool = False, only_forms: bool = False) -> dict[str, Any]:
     """``openapi_extra`` for a route whose body is ``model`` as JSON or msgpack (or a multipart form)."""
     schema = {"$ref": _REF.format(model=model)}
-    content = {"application/json": {"schema": schema}, "application/msgpack": {"schema": schema}}
-    if multipart:
+    content = {} if only_forms else {"application/json": {"schema": schema},
+                                     "application/msgpack": {"schema": schema}}
+    if multipart or only_forms:
         content["multipart/form-data"] = {"schema": schema}
     return {"requestBody": {"required": True, "content": content}}
 

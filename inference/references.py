@@ -6,6 +6,8 @@ Upload audio is decoded and validated here; anything unusable is a 400, never a 
 
 from __future__ import annotations
 
+import datetime
+import json
 import logging
 import threading
 from pathlib import Path
@@ -18,16 +20,21 @@ log = logging.getLogger("ttsfleet.inference.references")
 
 
 class ReferenceStore:
-    """Named reference voices (codec codes + transcript), in memory and optionally on disk as ``<id>.npz``."""
+    """Named reference voices (codec codes + transcript + a little metadata), in memory and, with a
+    directory, on disk as ``<id>.npz`` (codes, text) and ``<id>.json`` (title, tags, … for Fish's
+    voice API)."""
 
     def __init__(self, directory: str = ""):
         self.dir = Path(directory) if directory else None
         self._items: dict[str, tuple[np.ndarray, str]] = {}
+        self._meta: dict[str, dict[str, Any]] = {}
         if self.dir is not None:
             for f in sorted(self.dir.glob("*.npz")):
                 try:
                     with np.load(f, allow_pickle=False) as z:
                         self._items[f.stem] = (z["codes"], str(z["text"]))
+                    meta = f.with_suffix(".json")
+                    self._meta[f.stem] = json.loads(meta.read_text()) if meta.exists() else {}
                 except Exception:  # a broken file must not stop the server
                     log.warning("skipping unreadable reference %s", f)
 
@@ -40,18 +47,32 @@ class ReferenceStore:
         except KeyError:
             raise ApiError(404, f"reference_id {rid!r} not found", "reference_not_found") from None
 
-    def add(self, rid: str, codes: np.ndarray, text: str) -> None:
+    def meta(self, rid: str) -> dict[str, Any]:
+        self.get(rid)
+        return dict(self._meta.get(rid, {}))
+
+    def add(self, rid: str, codes: np.ndarray, text: str, meta: dict[str, Any] | None = None) -> None:
         if rid in self._items:
             raise ApiError(409, f"reference_id {rid!r} already exists", "reference_exists")
         self._items[rid] = (codes, text)
+        self._meta[rid] = {"created_at": _now(), **(meta or {})}
         if self.dir is not None:
             np.savez(self.dir / f"{rid}.npz", codes=codes, text=np.array(text))
+            self._save_meta(rid)
+
+    def update_meta(self, rid: str, **fields: Any) -> None:
+        self.get(rid)
+        self._meta.setdefault(rid, {}).update(fields, updated_at=_now())
+        if self.dir is not None:
+            self._save_meta(rid)
 
     def delete(self, rid: str) -> None:
         self.get(rid)
         del self._items[rid]
+        self._meta.pop(rid, None)
         if self.dir is not None:
             (self.dir / f"{rid}.npz").unlink(missing_ok=True)
+            (self.dir / f"{rid}.json").unlink(missing_ok=True)
 
     def rename(self, old: str, new: str) -> None:
         codes, text = self.get(old)
@@ -60,8 +81,17 @@ class ReferenceStore:
                            "invalid_request")
         if old == new:
             raise ApiError(400, "new_reference_id must differ from old_reference_id", "invalid_request")
-        self.add(new, codes, text)
+        meta = self.meta(old)
+        self.add(new, codes, text, meta)
         self.delete(old)
+
+    def _save_meta(self, rid: str) -> None:
+        assert self.dir is not None
+        (self.dir / f"{rid}.json").write_text(json.dumps(self._meta.get(rid, {})))
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat()
 
 
 def encode_reference(codec: Any, lock: threading.Lock, audio: bytes) -> Any:

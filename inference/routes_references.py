@@ -25,7 +25,7 @@ router = APIRouter(prefix="/v1/references", tags=["references"], dependencies=[D
 async def add_reference(request: Request, state: ServerState = Depends(get_state)) -> Response:
     if not state.loaded.is_set():
         raise ApiError(503, "model is still loading", "loading", {"Retry-After": "5"})
-    ref = parse_model(AddReference, await read_body(request, state))
+    ref = parse_model(AddReference, await read_body(request, state, forms=True))
     if not ref.text.strip():
         raise ApiError(400, "text (the reference's transcript) is empty", "invalid_request")
     codes = await asyncio.to_thread(encode_reference, state.codec, state.encode_lock, ref.audio)

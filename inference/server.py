@@ -9,8 +9,8 @@ size, time to first audio), (b) shed load with 429 + Retry-After instead of grow
 then exit — a scale-down drops nothing. The model loads in the background so probes answer at once.
 
 This module only assembles the app (one router per concern: ``routes_tts``, ``routes_live``,
-``routes_references``, ``routes_probes``; shared dependencies in ``http_common``) and runs it
-under uvicorn with the drain.
+``routes_references``, ``routes_voices``, ``routes_probes``; shared dependencies in ``http_common``)
+and runs it under uvicorn with the drain.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ log = logging.getLogger("ttsfleet.inference.server")
 def create_app(state: ServerState, load_in_background: bool = True) -> Any:
     """The FastAPI app over ``state``; the model starts loading when the app starts."""
     from fastapi import FastAPI
-    from ttsfleet.inference import routes_live, routes_probes, routes_references, routes_tts
+    from ttsfleet.inference import routes_live, routes_probes, routes_references, routes_tts, routes_voices
     from ttsfleet.inference.http_common import install_error_handlers
     from ttsfleet.inference.openapi_docs import install_openapi
 
@@ -55,7 +55,7 @@ def create_app(state: ServerState, load_in_background: bool = True) -> Any:
                   description="Fish Audio and OpenAI compatible text to speech.")
     app.state.tts = state
     install_error_handlers(app)
-    for module in (routes_tts, routes_live, routes_references, routes_probes):
+    for module in (routes_tts, routes_live, routes_references, routes_voices, routes_probes):
         app.include_router(module.router)
     install_openapi(app)
     return app

@@ -164,3 +164,23 @@ def test_upstream_documented_json_example(sdk_server):
     assert resp.status_code == 200, resp.text
     audio, sr = sf.read(io.BytesIO(resp.content))
     assert sr == 44100 and audio.size > 0
+
+
+def test_voice_cloning_through_the_voices_api(fish):
+    """``voices.create`` (instant cloning) gives an id ``tts.convert`` takes; list, get, update, delete."""
+    words = "A voice made through the voices API."
+    voice = fish.voices.create(title="SDK clone", voices=[speech_wav(words)], texts=[words], tags=["test"])
+    assert voice.title == "SDK clone" and voice.state == "trained" and voice.tags == ["test"]
+    cfg = fishaudio.TTSConfig(format="pcm", temperature=0.0)
+    cloned = fish.tts.convert(text=TEXT, reference_id=voice.id, config=cfg)
+    assert cloned and cloned != fish.tts.convert(text=TEXT, config=cfg)
+    assert voice.id in {v.id for v in fish.voices.list(page_size=100).items}
+    fish.voices.update(voice.id, title="Renamed clone", visibility="public")
+    again = fish.voices.get(voice.id)
+    assert again.title == "Renamed clone" and again.visibility == "public"
+    fish.voices.delete(voice.id)
+    with pytest.raises(fishaudio.NotFoundError):
+        fish.voices.get(voice.id)
+    with pytest.raises(fishaudio.APIError) as err:
+        fish.voices.create(title="no audio", voices=[b"not audio at all"])
+    assert err.value.status == 400
