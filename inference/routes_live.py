@@ -9,7 +9,9 @@ and the legacy ``fish_audio_sdk.WebSocketSession``): binary msgpack messages,
   (or ``"reason": "error"`` with a ``message``).
 
 Text is buffered and cut into segments as it arrives (a sentence of at least ``min_chunk_length``
-characters, at most ``chunk_length``; ``flush`` and ``stop`` cut whatever is buffered). Each segment
+characters, at most ``chunk_length``; a shorter finished sentence once no text came for
+``IDLE_FLUSH_S``, so a client that waits for audio is never stuck; ``flush`` and ``stop`` cut
+whatever is buffered). Each segment
 goes to the engine as soon as it is cut, conditioned on the previous one, and its audio is sent as
 it decodes through one encoder for the whole session (one continuous file). Time to first audio is
 measured from the first text to the first audio sent.
@@ -48,6 +50,8 @@ router = APIRouter(tags=["live"])
 MAX_AUDIO_MESSAGE = 16 * 1024
 #: Segments cut but not yet spoken; when full, the session stops reading (TCP back-pressure).
 MAX_PENDING_SEGMENTS = 16
+#: A finished sentence shorter than ``min_chunk_length`` is spoken once the client paused this long.
+IDLE_FLUSH_S = 0.3
 _SENTENCE_END = re.compile(r"[.!?;:\u3002\uff01\uff1f]\s")
 
 
@@ -71,6 +75,19 @@ class TextBuffer:
     def flush(self) -> list[str]:
         text, self.text = self.text, ""
         return [text] if text.strip() else []
+
+    def finished_sentences(self) -> list[str]:
+        """Everything up to the last sentence end, however short (the client paused after it)."""
+        ends = [m.end() for m in _SENTENCE_END.finditer(self.text + " ")]
+        if not ends:
+            return []
+        cut = min(ends[-1], len(self.text))
+        text, self.text = self.text[:cut], self.text[cut:]
+        return [text] if text.strip() else []
+
+    @property
+    def has_sentence(self) -> bool:
+        return _SENTENCE_END.search(self.text + " ") is not None
 
     def _cut(self) -> int:
         """Where the next segment ends (0 = not yet): the last sentence end that makes it long enough,
@@ -135,7 +152,12 @@ class LiveSession:
         if self.req.text.strip():
             await self._queue(self.buffer.add(self.req.text))
         while True:
-            event = await _receive_event(self.ws)
+            try:
+                event = await asyncio.wait_for(_receive_event(self.ws),
+                                               IDLE_FLUSH_S if self.buffer.has_sentence else None)
+            except TimeoutError:
+                await self._queue(self.buffer.finished_sentences())
+                continue
             kind = event.get("event")
             if kind == "text":
                 text = event.get("text")

@@ -124,3 +124,58 @@ def test_raw_protocol_text_then_stop(sdk_server):
     assert got[-1] == {"event": "finish", "reason": "stop"}
     pcm = b"".join(e["audio"] for e in got if e["event"] == "audio")
     assert len(pcm) > 0 and len(pcm) % 2 == 0
+
+
+def test_sigterm_lets_an_open_session_finish(server_factory):
+    """A drain waits for live sessions, not only for segments in the engine: text sent after SIGTERM
+    is still spoken, the session ends with ``finish: stop``, and the server then exits 0."""
+    import signal
+
+    srv = server_factory("--max-new-tokens", "32", api_key=API_KEY)
+    first_audio, terminated = threading.Event(), threading.Event()
+
+    def text():
+        yield "The first sentence, long enough to be spoken at once, arrives before the shutdown. "
+        if not first_audio.wait(60):
+            return  # the session ends without the signal; the test fails below, it does not hang
+        srv.proc.send_signal(signal.SIGTERM)
+        terminated.set()
+        yield "And this one after it, while the server drains."
+
+    chunks = []
+    with fishaudio.FishAudio(api_key=API_KEY, base_url=srv.url) as client:
+        for chunk in client.tts.stream_websocket(text(), format="wav"):
+            chunks.append(chunk)
+            first_audio.set()
+    assert terminated.is_set()
+    audio, sr = sf.read(io.BytesIO(b"".join(chunks)), dtype="float32")
+    assert sr == 44100 and audio.size > 0
+    assert srv.proc.wait(timeout=30) == 0
+
+
+def test_a_short_sentence_is_spoken_once_the_client_pauses(fish):
+    """Below ``min_chunk_length`` a finished sentence waits for more text, but not forever."""
+    first_audio = threading.Event()
+    waited: list[bool] = []
+
+    def text():
+        yield "Hi there!"
+        waited.append(first_audio.wait(60))
+        yield " Bye."
+
+    for _ in fish.tts.stream_websocket(text(), format="pcm"):
+        first_audio.set()
+    assert waited == [True]
+
+
+def test_text_buffer_cuts():
+    from ttsfleet.inference.routes_live import TextBuffer
+
+    buf = TextBuffer(chunk_length=100, min_chunk_length=20)
+    assert buf.add("Short. ") == [] and buf.has_sentence
+    assert buf.add("Now the sentence is long enough. And") == ["Short. Now the sentence is long enough. "]
+    assert buf.text == "And" and not buf.has_sentence
+    assert buf.finished_sentences() == [] and buf.flush() == ["And"] and buf.text == ""
+    assert buf.add("word " * 30) == ["word " * 20]  # no sentence end: cut at the last space in reach
+    assert buf.add("Done!") == []  # 55 characters, nothing after the "!" yet
+    assert buf.finished_sentences() == ["word " * 10 + "Done!"] and buf.text == ""
