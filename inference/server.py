@@ -67,6 +67,9 @@ def run(cfg: ServeConfig, log_level: str = "info") -> int:
     import uvicorn
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not cfg.api_keys and cfg.host not in ("127.0.0.1", "localhost", "::1"):
+        log.warning("serving on %s without an API key: anyone who reaches this port can use it "
+                    "(--api-key / TTSFLEET_API_KEYS)", cfg.host)
     state = ServerState(cfg)
     app = create_app(state)
 
