@@ -1,7 +1,7 @@
 """``ttsfleet serve`` and ``ttsfleet bench serve``.
 
 Flags override the ``TTSFLEET_*`` environment the operator sets (see
-:data:`ttsfleet.inference.server.ENV`); heavy imports (torch, fastapi) stay inside the commands.
+:mod:`ttsfleet.serving_env`); heavy imports (torch, fastapi) stay inside the commands.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any
 import typer
 
 from ttsfleet.errors import UserError
+from ttsfleet.quantization import choices_text
 
 
 def print_table(report: dict) -> None:
@@ -32,8 +33,8 @@ def serve(
     model_name: str = typer.Option(None, help="Model label in metrics (env TTSFLEET_MODEL_NAME)."),
     gpu_class: str = typer.Option(None, help="GPU class from the catalog (h200, rtx5090, ...) "
                                   "(env TTSFLEET_GPU_CLASS)."),
-    quantization: str = typer.Option(None, help="auto | none | bsgemm_fp8 | mxfp8 "
-                                     "(env TTSFLEET_QUANTIZATION)."),
+    quantization: str = typer.Option(None, help=f"{choices_text()} (env TTSFLEET_QUANTIZATION; "
+                                     "auto = the GPU class's scheme)."),
     max_running_requests: int = typer.Option(None, help="Decode slots (env TTSFLEET_MAX_RUNNING_REQUESTS)."),
     max_queue: int = typer.Option(None, help="Waiting requests before 429 (env TTSFLEET_MAX_QUEUE)."),
     cuda_graph_max_bs: int = typer.Option(None, help="Largest captured decode batch; default "

@@ -1,7 +1,8 @@
 """``ServeConfig``: what ``ttsfleet serve`` runs with — defaults < ``TTSFLEET_*`` environment < CLI flags.
 
-The operator configures replicas through the environment; the names live in :data:`ENV` so the
-operator imports them instead of copying strings. Safe defaults: the server binds 127.0.0.1 unless
+The operator configures replicas through the environment; the names are the serving env contract
+(:mod:`ttsfleet.serving_env`), imported by both sides, and the quantization names are
+:mod:`ttsfleet.quantization`'s. Safe defaults: the server binds 127.0.0.1 unless
 told otherwise (``--host 0.0.0.0`` / ``TTSFLEET_HOST=0.0.0.0`` in a pod) and needs no key unless
 ``TTSFLEET_API_KEYS`` / ``--api-key`` sets some.
 """
@@ -14,31 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from ttsfleet.errors import UserError
+from ttsfleet.quantization import AUTO, parse_quantization
+from ttsfleet.serving_env import SERVER_ENV, read_server_env
 
-#: Environment variables the server reads (flags override them). The operator sets these.
-ENV = {
-    "host": "TTSFLEET_HOST",
-    "port": "TTSFLEET_PORT",
-    "checkpoint": "TTSFLEET_CHECKPOINT",
-    "model_name": "TTSFLEET_MODEL_NAME",
-    "gpu_class": "TTSFLEET_GPU_CLASS",
-    "quantization": "TTSFLEET_QUANTIZATION",
-    "max_running_requests": "TTSFLEET_MAX_RUNNING_REQUESTS",
-    "cuda_graph_max_bs": "TTSFLEET_CUDA_GRAPH_MAX_BS",
-    "max_queue": "TTSFLEET_MAX_QUEUE",
-    "device": "TTSFLEET_DEVICE",
-    "api_keys": "TTSFLEET_API_KEYS",
-    "references_dir": "TTSFLEET_REFERENCES_DIR",
-    "max_text_chars": "TTSFLEET_MAX_TEXT_CHARS",
-    "max_new_tokens": "TTSFLEET_MAX_NEW_TOKENS",
-    "drain_grace_s": "TTSFLEET_DRAIN_GRACE_S",
-    "drain_timeout_s": "TTSFLEET_DRAIN_TIMEOUT_S",
-    "seed": "TTSFLEET_SEED",
-    "cpu_threads": "TTSFLEET_CPU_THREADS",
-    "cuda_graphs": "TTSFLEET_CUDA_GRAPHS",
-    "prefill_chunk_tokens": "TTSFLEET_PREFILL_CHUNK_TOKENS",
-}
-QUANTIZATIONS = ("auto", "none", "bsgemm_fp8", "mxfp8")
+#: ``ServeConfig`` field -> the ``TTSFLEET_*`` variable the operator sets (the serving env contract).
+ENV = SERVER_ENV
 
 
 @dataclass
@@ -50,7 +31,7 @@ class ServeConfig:
     checkpoint: str = "tiny"  # "tiny" = embedded deterministic random weights (noise-like audio)
     model_name: str = ""
     gpu_class: str = ""
-    quantization: str = "auto"
+    quantization: str = AUTO  # a scheme of ttsfleet.quantization, or auto (the GPU class's)
     max_running_requests: int = 0  # 0 = the GPU class default (or 16 on CPU)
     max_queue: int = 0  # 0 = 4 x max_running_requests
     device: str = "auto"
@@ -71,7 +52,7 @@ class ServeConfig:
     def from_env(cls, env: dict[str, str] | None = None, **flags: Any) -> ServeConfig:
         """Build from the environment, then apply non-None ``flags``; validate into one config."""
         env = dict(os.environ if env is None else env)
-        raw: dict[str, Any] = {key: env[var].strip() for key, var in ENV.items() if env.get(var, "").strip()}
+        raw: dict[str, Any] = dict(read_server_env(env))
         raw.update({k: v for k, v in flags.items() if v is not None})
         cfg = cls()
         for key, value in raw.items():
@@ -100,10 +81,9 @@ class ServeConfig:
         if not 1 <= self.cuda_graph_max_bs <= self.max_running_requests:
             raise UserError(f"cuda_graph_max_bs {self.cuda_graph_max_bs} must be in [1, max_running_requests="
                             f"{self.max_running_requests}]")
-        if self.quantization not in QUANTIZATIONS:
-            raise UserError(f"quantization {self.quantization!r} is not one of {', '.join(QUANTIZATIONS)}")
-        if self.quantization == "auto" and gpu is not None:
-            self.quantization = "none" if gpu.quantization == "bf16" else gpu.quantization
+        self.quantization = parse_quantization(self.quantization)
+        if self.quantization == AUTO and gpu is not None:
+            self.quantization = gpu.quantization
         self._check_ranges()
         if not self.model_name:
             self.model_name = "tiny" if self.checkpoint == "tiny" else Path(self.checkpoint).name

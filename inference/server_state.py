@@ -122,7 +122,7 @@ class ServerState:
             threads = 0 if on_cuda else cfg.cpu_threads
             if threads:
                 torch.set_num_threads(threads)
-            quant = cfg.quantization if on_cuda or cfg.quantization != "auto" else "none"
+            quant = loader.resolve_quantization(cfg.quantization, torch.device(device))  # auto: the catalog's
             self.model = loader.load_model(cfg.checkpoint, device=device,
                                            dtype=torch.bfloat16 if on_cuda else torch.float32,
                                            quantize=quant, seed=cfg.seed)
@@ -136,8 +136,6 @@ class ServerState:
             self.engine.start()
             self._warm_up()  # first kernels, allocator and codec state: not on a user's request
             self.engine.attach_metrics(self.metrics, self.label)
-            if quant == "auto":
-                quant = loader.resolve_quantization(quant, torch.device(device))
             self.metrics["inference_build"].info({
                 "model": cfg.model_name,
                 "gpu_class": cfg.gpu_class or ("cpu" if device == "cpu" else "unset"),
