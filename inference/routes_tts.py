@@ -41,8 +41,8 @@ async def tts(request: Request, state: ServerState = Depends(get_state)) -> Resp
     state.check_serving()
     with state.admitting():
         req = parse_model(TTSRequest, await read_body(request, state))
-        job, gen = await start(state, req)
-    return await respond(request, state, job, gen, stream=req.streaming, sse=False)
+        job, gen, enc = await start(state, req)
+    return await respond(request, state, job, gen, enc, stream=req.streaming, sse=False)
 
 
 @router.post("/v1/audio/speech", summary="Text to speech (OpenAI)", response_class=Response,
@@ -51,17 +51,21 @@ async def speech(request: Request, state: ServerState = Depends(get_state)) -> R
     state.check_serving()
     with state.admitting():
         sreq = parse_model(SpeechRequest, await read_body(request, state))
-        job, gen = await start(state, sreq.to_tts())
-    return await respond(request, state, job, gen, stream=True, sse=sreq.sse)
+        job, gen, enc = await start(state, sreq.to_tts())
+    return await respond(request, state, job, gen, enc, stream=True, sse=sreq.sse)
 
 
-async def start(state: ServerState, req: TTSRequest) -> tuple[Job, Generation]:
-    """Validate and submit the first segment; only a request the engine took counts as in flight."""
+async def start(state: ServerState, req: TTSRequest) -> tuple[Job, Generation, AudioEncoder]:
+    """Validate and submit the first segment; only a request the engine took counts as in flight.
+
+    Everything that can fail comes first, so nothing stands between the engine accepting the
+    request and the response that releases it."""
     job = await validate(state, req)
     gen = Generation(state, req, job.references, job.arrived)
+    enc = _encoder(job, gen)
     gen.submit(job.segments[0])
     state.enter()
-    return job, gen
+    return job, gen, enc
 
 
 def _encoder(job: Job, gen: Generation) -> AudioEncoder:
@@ -71,11 +75,10 @@ def _encoder(job: Job, gen: Generation) -> AudioEncoder:
                         speed=prosody.speed if prosody else 1.0)
 
 
-async def respond(request: Request, state: ServerState, job: Job, gen: Generation, *, stream: bool,
-                  sse: bool) -> Response:
+async def respond(request: Request, state: ServerState, job: Job, gen: Generation, enc: AudioEncoder, *,
+                  stream: bool, sse: bool) -> Response:
     headers = {"X-Sample-Rate": str(job.sample_rate), "X-Model": state.cfg.model_name,
                "X-Frames-Per-Second": f"{gen.frames_per_second:.4f}"}
-    enc = _encoder(job, gen)
     if not stream:
         return await _whole(request, state, job, gen, enc, headers)
     body = _sse_events(job, gen, enc) if sse else _audio_stream(job, gen, enc)

@@ -73,10 +73,13 @@ def test_pcm_is_24khz_int16_mono(oai, sdk_server):
 
 
 def test_streaming_response_arrives_while_decoding(oai, sdk_server):
-    text = "A longer input, so that the model is still decoding when the first audio arrives. " * 3
+    # several text segments (over 300 characters each cut), seeded: the decode outlasts the first chunk
+    text = " ".join(f"Sentence {i} of a longer input, so the model is still decoding when audio arrives."
+                    for i in range(12))
     chunks, in_flight_at_first = [], None
-    with oai.audio.speech.with_streaming_response.create(model="tts-1", voice="alloy", input=text,
-                                                         response_format="pcm") as resp:
+    streaming = oai.audio.speech.with_streaming_response
+    with streaming.create(model="tts-1", voice="alloy", input=text, response_format="pcm",
+                          extra_body={"seed": 3}) as resp:
         assert resp.headers.get("transfer-encoding") == "chunked"
         for chunk in resp.iter_bytes():
             if not chunks:
