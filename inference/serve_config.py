@@ -28,7 +28,7 @@ class ServeConfig:
 
     host: str = "127.0.0.1"  # loopback unless told: a pod passes TTSFLEET_HOST=0.0.0.0
     port: int = 8000
-    checkpoint: str = "tiny"  # "tiny" = embedded deterministic random weights (noise-like audio)
+    checkpoint: str = "tiny"  # a directory, or a random-weight preset ("tiny": small, noise-like audio)
     model_name: str = ""
     gpu_class: str = ""
     quantization: str = AUTO  # a scheme of ttsfleet.quantization, or auto (the GPU class's)
@@ -97,8 +97,11 @@ class ServeConfig:
             raise UserError(f"port {self.port} is out of range")
         _at_least(0, cpu_threads=self.cpu_threads, prefill_chunk_tokens=self.prefill_chunk_tokens)
         _at_least(1, max_text_chars=self.max_text_chars, max_new_tokens=self.max_new_tokens)
-        if self.checkpoint != "tiny" and not Path(self.checkpoint).is_dir():
-            raise UserError(f"checkpoint {self.checkpoint!r} is not a directory (or 'tiny')")
+        from ttsfleet.inference.model_config import PRESETS  # random-weight presets (tiny, s2-pro, ...)
+
+        if self.checkpoint not in PRESETS and not Path(self.checkpoint).is_dir():
+            raise UserError(f"checkpoint {self.checkpoint!r} is not a directory or a preset "
+                            f"({', '.join(PRESETS)})")
 
 
 def _coerce(key: str, value: Any, default: Any) -> Any:
