@@ -199,7 +199,8 @@ class LiveSession:
 
     async def _send_audio(self, data: bytes) -> None:
         for i in range(0, len(data), MAX_AUDIO_MESSAGE):
-            self.gen.mark_first_audio()
+            if self.first_text is not None:  # TTFA: first text in -> first audio out
+                self.gen.mark_first_audio()
             piece = data[i:i + MAX_AUDIO_MESSAGE]
             await self.ws.send_bytes(msgpack.packb({"event": "audio", "audio": piece}))
 
