@@ -133,3 +133,23 @@ def test_input_limit_and_bad_key(oai, sdk_server):
     bad = openai.OpenAI(api_key="wrong", base_url=f"{sdk_server.url}/v1", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         _speech(bad)
+
+
+def test_overload_is_rate_limit_error(server_factory):
+    """Beyond its queue the server answers 429 + Retry-After; the SDK raises RateLimitError (here
+    without its own retries, which would honour Retry-After)."""
+    import asyncio
+
+    srv = server_factory("--max-running-requests", "1", "--max-queue", "1", "--max-new-tokens", "48",
+                         api_key=API_KEY)
+
+    async def flood():
+        client = openai.AsyncOpenAI(api_key=API_KEY, base_url=f"{srv.url}/v1", max_retries=0)
+        calls = [client.audio.speech.create(model="tts-1", voice="alloy", input=f"{TEXT} {i}",
+                                            response_format="pcm") for i in range(6)]
+        return await asyncio.gather(*calls, return_exceptions=True)
+
+    results = asyncio.run(flood())
+    limited = [r for r in results if isinstance(r, openai.RateLimitError)]
+    assert limited and all(r.response.headers["retry-after"] == "1" for r in limited), results
+    assert any(not isinstance(r, Exception) for r in results), results
