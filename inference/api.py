@@ -153,7 +153,7 @@ class VoiceId(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    id: str
+    id: str = Field(min_length=1)
 
 
 class SpeechRequest(BaseModel):
