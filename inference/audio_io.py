@@ -130,6 +130,28 @@ class AudioEncoder:
         self._aac: _FfmpegAac | None = None
         self._started = False
 
+    @property
+    def inline(self) -> bool:
+        """Cheap enough to run on the event loop: raw PCM / WAV at the source rate. Everything else
+        (resampling, LAME, libopus, FLAC, ffmpeg) is pushed from a worker thread by the server."""
+        return self.fmt in ("wav", "pcm") and self.resample.identity
+
+    async def push_async(self, chunk: np.ndarray) -> bytes:
+        """:meth:`push` off the event loop unless it is :attr:`inline`."""
+        if self.inline:
+            return self.push(chunk)
+        import asyncio
+
+        return await asyncio.to_thread(self.push, chunk)
+
+    async def finish_async(self) -> bytes:
+        """:meth:`finish` off the event loop unless it is :attr:`inline`."""
+        if self.inline:
+            return self.finish()
+        import asyncio
+
+        return await asyncio.to_thread(self.finish)
+
     def _open_sndfile(self) -> None:
         import soundfile as sf
 

@@ -190,10 +190,10 @@ class LiveSession:
             st.enter()
             try:
                 async for chunk in self.gen.segment_audio():
-                    await self._send_audio(self.enc.push(chunk))
+                    await self._send_audio(await self.enc.push_async(chunk))
             finally:
                 st.leave()
-        await self._send_audio(self.enc.finish())
+        await self._send_audio(await self.enc.finish_async())
         self.gen.finish(200, realtime=False)
         await self.ws.send_bytes(msgpack.packb({"event": "finish", "reason": "stop"}))
 

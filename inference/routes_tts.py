@@ -167,11 +167,11 @@ async def _encoded(job: Job, gen: Generation, enc: AudioEncoder) -> AsyncIterato
     status, reason = 200, ""
     try:
         async for chunk in gen.audio(job.segments):
-            data = enc.push(chunk)
+            data = await enc.push_async(chunk)
             if data:
                 gen.mark_first_audio()
                 yield data
-        tail = enc.finish()
+        tail = await enc.finish_async()
         if tail:
             gen.mark_first_audio()
             yield tail
