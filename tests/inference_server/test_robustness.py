@@ -37,6 +37,28 @@ def test_hostile_json_is_a_counted_400_and_the_connection_lives(client, body):
     assert metric_value(client, ERRS, reason="malformed_body") == errors + 1
 
 
+def test_hostile_json_keeps_the_same_connection(server):
+    """The 400 leaves the keep-alive connection open: the next request travels on the same socket."""
+    import http.client
+    import json
+
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {server.api_key}"}
+    try:
+        conn.request("POST", "/v1/tts", body=NESTED, headers=headers)
+        first = conn.getresponse()
+        assert first.status == 400 and json.loads(first.read())["reason"] == "malformed_body"
+        assert (first.getheader("connection") or "").lower() != "close"
+        sock = conn.sock
+        ok = json.dumps({"text": "same socket", "format": "pcm", "max_new_tokens": 4, "seed": 1})
+        conn.request("POST", "/v1/tts", body=ok, headers=headers)
+        second = conn.getresponse()
+        assert second.status == 200 and second.read()
+        assert conn.sock is sock and sock is not None
+    finally:
+        conn.close()
+
+
 def test_valid_surrogate_pair_is_text(client):
     body = b'{"text":"\\ud83d\\ude00 smile","format":"pcm","max_new_tokens":4}'
     resp = client.post("/v1/tts", content=body, headers={"content-type": "application/json"})
