@@ -19,7 +19,9 @@ One kernel covers:
   must span whole groups: the result never depends on the launch config the tuner picked.
 
 Every launch config the tuner may pick is in :func:`config_space`; :func:`check_config` rejects the
-rest before launching, and the tests run the whole space (Triton's interpreter on CPU, the GPU).
+rest before launching, and the tests run the whole space (Triton's interpreter on CPU, the sweep on
+the GPU checks each candidate before timing it; :mod:`.compile_check` compiles each for sm_90).
+All decode kernels of the package launch with programmatic dependent launch (:data:`PDL`).
 """
 
 from __future__ import annotations
