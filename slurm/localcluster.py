@@ -23,7 +23,7 @@ import signal
 import socket
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ttsfleet.slurm.conf import render_fill_conf
@@ -43,12 +43,19 @@ class LocalClusterSpec:
     cpus_per_node: int = 8
     mem_mb_per_node: int = 16000
     gpus_per_node: int = 4
-    gpu_class: str = "h200"
+    gpu_class: str = field(default_factory=lambda: _first_catalog_class())
     grace_time_s: int = 5
     kill_wait_s: int = 2
     cred_expire_s: int = 5
     restd: bool = False
     cluster_name: str = "ttsfleet-local"
+
+
+def _first_catalog_class() -> str:
+    """The fake GPUs' class when none is given: the built-in catalog's first class."""
+    from ttsfleet.catalog import GpuCatalog
+
+    return GpuCatalog.default().names()[0]
 
 
 def free_port() -> int:
