@@ -206,3 +206,48 @@ def test_usage_error_from_a_real_process_is_one_line():
     assert p.returncode == 2, p.stderr
     assert p.stderr.strip() == ("error: ttsfleet fill run: Missing option '--input' / '-i'. "
                                 "(see --help)")
+
+
+def _fill(manifest, out, ckpt, *extra, env=None):
+    import os
+
+    return subprocess.run([sys.executable, "-m", "ttsfleet.cli", "fill", "run", "--input", str(manifest),
+                           "--output", str(out), "--checkpoint", str(ckpt), "--stages", "decode,hash",
+                           *extra], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})})
+
+
+def _one_line_exit_2(p, needle: str) -> None:
+    errors = [line for line in p.stderr.splitlines() if line.startswith("error:")]
+    assert p.returncode == 2, p.stderr
+    assert len(errors) == 1 and needle in errors[0], p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_fill_run_refuses_bad_state_in_one_line(tmp_path):
+    """Empty manifest, garbage checkpoint, a checkpoint that counts items the output lacks: each
+    one line and exit 2 (before: exit 0 without a word, or a traceback and exit 1)."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    _one_line_exit_2(_fill(empty, tmp_path / "o0", tmp_path / "c0"), "has no items")
+
+    manifest = tmp_path / "m.jsonl"  # audio that does not exist: every item is rejected, fast
+    manifest.write_text("".join(json.dumps({"audio": f"missing-{i}.wav", "text": "hi", "id": f"u{i}"}) + "\n"
+                                for i in range(4)))
+    ckpt = tmp_path / "c1"
+    ckpt.mkdir()
+    (ckpt / "shard-0000-of-0001.json").write_bytes(b"\x00\xff\xfe garbage")
+    _one_line_exit_2(_fill(manifest, tmp_path / "o1", ckpt), "is unreadable")
+    (ckpt / "shard-0000-of-0001.json").write_text("[1, 2]")
+    _one_line_exit_2(_fill(manifest, tmp_path / "o1", ckpt), "not a ttsfleet checkpoint")
+
+    out, ckpt = tmp_path / "o2", tmp_path / "c2"
+    killed = _fill(manifest, out, ckpt, "--checkpoint-every-items", "1",
+                   env={"TTSFLEET_FILL_FAULT": "after-part:3"})
+    assert killed.returncode == -9  # SIGKILLed after its third part, before the checkpoint
+    path = ckpt / "shard-0000-of-0001.json"
+    doc = json.loads(path.read_text())
+    assert doc["items_done"] == 2
+    doc["items_done"] = 4  # a checkpoint that claims items the output does not hold
+    path.write_text(json.dumps(doc))
+    _one_line_exit_2(_fill(manifest, out, ckpt), "missing or duplicated")
