@@ -28,6 +28,8 @@ from pathlib import Path
 
 from ttsfleet.slurm.conf import render_fill_conf
 
+#: slurmrestd API plugins to load: every version Debian 12's 22.05 has, so clients negotiate.
+RESTD_PLUGINS = "openapi/v0.0.38,openapi/v0.0.37,openapi/v0.0.36"
 DAEMONS = ("munged", "mungekey", "slurmctld", "slurmd", "sinfo", "scontrol", "sbatch", "squeue")
 
 
@@ -259,7 +261,7 @@ JobCompLoc={self.jobcomp_path}
         env = {**self.env(), "SLURMRESTD_SECURITY": "disable_user_check"}
         with open(self.log / "slurmrestd.log", "ab") as logf:
             proc = subprocess.Popen(
-                ["slurmrestd", "-a", "rest_auth/local", "-s", "openapi/v0.0.38",
+                ["slurmrestd", "-a", "rest_auth/local", "-s", RESTD_PLUGINS,
                  f"unix:{self.restd_socket}"],
                 env=env, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, start_new_session=True)
         (self.run / "slurmrestd.pid").write_text(f"{proc.pid}\n")
