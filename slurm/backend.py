@@ -76,6 +76,8 @@ class JobInfo:
     restart_count: int = 0
     preempt_time: float = 0.0
     start_time: float = 0.0
+    end_time: float = 0.0  # once ended; while running Slurm reports the time-limit end
+    submit_time: float = 0.0  # Slurm resets it to the requeue time when a run is requeued
     reason: str = ""
     comment: str = ""
     array_job_id: str | None = None

@@ -92,6 +92,7 @@ def job_from_json(j: Mapping) -> JobInfo:
         state=str(state).upper(), gpus=per_node * int(_epoch(j.get("node_count")) or 1), gpu_class=cls,
         nodes=j.get("nodes") or "", restart_count=int(_epoch(j.get("restart_cnt"))),
         preempt_time=_epoch(j.get("preempt_time")), start_time=_epoch(j.get("start_time")),
+        end_time=_epoch(j.get("end_time")), submit_time=_epoch(j.get("submit_time")),
         reason=j.get("state_reason") or "", comment=j.get("comment") or "",
         array_job_id=str(array_job) if array_job else None,
         array_task_id=int(task) if task is not None else None, exit_code=code, exit_signal=sig)
@@ -126,6 +127,16 @@ def parse_scontrol_records(text: str) -> list[dict[str, str]]:
     return records
 
 
+def _text_time(value: str | None) -> float:
+    """``scontrol``'s local ``2026-12-01T09:25:37`` as epoch seconds (0 for Unknown/None)."""
+    import time as _time
+
+    try:
+        return _time.mktime(_time.strptime(value or "", "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return 0.0
+
+
 def _state_head(value: str) -> str:
     return value.split("+", 1)[0].upper()
 
@@ -140,6 +151,8 @@ def job_from_scontrol(r: Mapping[str, str]) -> JobInfo:
         gpus=per_node * int(r.get("NumNodes", "1").split("-")[0] or 1),
         gpu_class=cls, nodes="" if r.get("NodeList") in (None, "(null)") else r["NodeList"],
         restart_count=int(r.get("Restarts", "0") or 0), reason=r.get("Reason", ""),
+        start_time=_text_time(r.get("StartTime")), end_time=_text_time(r.get("EndTime")),
+        submit_time=_text_time(r.get("SubmitTime")),
         comment="" if r.get("Comment") in (None, "(null)") else r["Comment"],
         array_job_id=r.get("ArrayJobId"),
         array_task_id=int(task) if task and task.isdigit() else None, exit_code=code, exit_signal=sig)
