@@ -213,7 +213,7 @@ class FillAgent:
             delay = self.retry.delay(entry.failures)
             entry.retry_at = now + delay
             what = (f"{entry.last_failure} without finishing the shard; resubmitting in "
-                    f"{delay:.0f} s (retry {entry.failures} of {self.retry.max_retries})")
+                    f"{delay:.3g} s (retry {entry.failures} of {self.retry.max_retries})")
         report.failed.append((index, what))
         log.warning("shard %d of %s: %s", index, ledger.dataset, what)
 
