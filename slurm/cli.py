@@ -18,7 +18,8 @@ from ttsfleet.errors import UserError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
 
-BACKEND_HELP = "cli: Slurm's commands on this host; rest: slurmrestd at --rest-url"
+BACKEND_HELP = ("cli: Slurm's commands on this host; rest: slurmrestd at --rest-url; pyslurm: the "
+                "Slurm C API (Slurm 25.11 with pyslurm installed)")
 
 
 def _backend(backend: str, slurm_conf: Path | None, rest_url: str | None, rest_user: str | None,
@@ -35,7 +36,11 @@ def _backend(backend: str, slurm_conf: Path | None, rest_url: str | None, rest_u
         if not rest_url:
             raise UserError("--backend rest needs --rest-url (unix:/path/to/socket or http://host:port)")
         return RestBackend(rest_url, user=rest_user, token=rest_token)
-    raise UserError(f"unknown backend {backend!r} (cli or rest)")
+    if backend == "pyslurm":
+        from ttsfleet.slurm.pyslurm_backend import PyslurmBackend
+
+        return PyslurmBackend(str(slurm_conf) if slurm_conf else None)
+    raise UserError(f"unknown backend {backend!r} (cli, rest or pyslurm)")
 
 
 def _catalog(catalog_file: Path | None):
@@ -62,7 +67,7 @@ def _gpu_class(name: str | None, catalog_file: Path | None) -> str:
 
 _GPU_CLASS = typer.Option(None, "--gpu-class", help="GPU class (a GRES type) from the GPU catalog")
 _CATALOG = typer.Option(None, "--catalog", help="GPU catalog file (default: the built-in catalog)")
-_BACKEND = typer.Option("cli", "--backend", help=BACKEND_HELP)
+_BACKEND = typer.Option("cli", "--backend", envvar="TTSFLEET_SLURM_BACKEND", help=BACKEND_HELP)
 _CONF = typer.Option(None, "--slurm-conf", envvar="SLURM_CONF", help="slurm.conf for the cli backend")
 _REST_URL = typer.Option(None, "--rest-url", envvar="TTSFLEET_SLURMRESTD_URL",
                          help="slurmrestd: unix:/path or http://host:port")
