@@ -81,8 +81,15 @@ def load_checkpoint(path: Path) -> ShardCheckpoint | None:
         return None
     try:
         return ShardCheckpoint.model_validate(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, json.JSONDecodeError, ValidationError) as exc:
-        raise UserError(f"checkpoint {path} is unreadable: {str(exc).splitlines()[0]}") from None
+    except ValidationError as exc:
+        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": str(exc)}
+        where = ".".join(str(x) for x in first["loc"]) or "document"
+        raise UserError(f"checkpoint {path} is not a ttsfleet checkpoint ({where}: {first['msg']}); "
+                        "remove it to start the shard over") from None
+    except (OSError, ValueError) as exc:  # ValueError: not JSON, not UTF-8 (a torn or foreign file)
+        raise UserError(f"checkpoint {path} is unreadable ({type(exc).__name__}: "
+                        f"{str(exc).splitlines()[0] if str(exc) else 'empty'}); remove it to start "
+                        "the shard over") from None
 
 
 def save_checkpoint(path: Path, ckpt: ShardCheckpoint) -> None:

@@ -2,7 +2,9 @@
 
 Heavy imports (torch, silero, soundfile) happen inside the commands so ``ttsfleet --help`` stays
 fast. ``run`` exits 0 when its shard is complete and 99 (``PREEMPTED_REQUEUE``) after an orderly
-stop on SIGTERM/SIGUSR1/SIGINT; bad input raises :class:`~ttsfleet.errors.UserError` (exit 2).
+stop on SIGTERM/SIGUSR1/SIGINT; bad input raises :class:`~ttsfleet.errors.UserError` (exit 2,
+one line): a manifest with no items, a checkpoint that is not one, an output directory another
+fill job owns or whose files disagree with the checkpoint, a full disk.
 """
 
 from __future__ import annotations

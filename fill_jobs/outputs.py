@@ -8,6 +8,8 @@ Layout (``OUT``)::
     manifest.shard-IIII-of-NNNN.jsonl      one row per input item, written when the shard is done
     summary.shard-IIII-of-NNNN.json        counts per status / reject reason, audio hours, runs
     .parts/shard-IIII-of-NNNN/part-KKKKKK.jsonl   committed batches while the shard is running
+    .ttsfleet-output.json                  which fill job the directory belongs to (:func:`bind_output`)
+    .locks/shard-IIII-of-NNNN.lock         held by the one process writing that shard
 
 A commit (:meth:`ShardOutput.commit`) makes the batch's files durable and visible (each written
 to a hidden temp name, fsynced, renamed), then writes the batch's part file atomically; the caller
@@ -19,10 +21,13 @@ the same whatever the interruption history.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ttsfleet.fill_jobs.atomic import (
@@ -34,6 +39,96 @@ from ttsfleet.fill_jobs.atomic import (
 )
 
 PENDING = ".pending"
+BINDING_NAME = ".ttsfleet-output.json"
+
+
+@dataclass(frozen=True)
+class OutputOwner:
+    """The fill job an output directory belongs to: what makes its shards' outputs one dataset.
+
+    All shards of one job share the directory; a job with another manifest, shard count, stage
+    list or cleaning config would overwrite their files (same names, other content), so it is
+    refused instead.
+    """
+
+    manifest: str
+    manifest_sha256: str
+    shard_count: int
+    stages: tuple[str, ...]
+    config_digest: str
+
+    def differences(self, other: dict) -> list[str]:
+        """What differs from the owner recorded in a binding (worded like a refused resume)."""
+        mine = {**asdict(self), "stages": list(self.stages)}
+        words = {"manifest_sha256": "the manifest changed", "shard_count": "the shard count differs",
+                 "stages": "--stages differ", "config_digest": "the cleaning config differs"}
+        out = []
+        for key, word in words.items():
+            if other.get(key) != mine[key]:
+                detail = (f" ({other.get(key)} there, {mine[key]} here)"
+                          if key in ("shard_count", "stages") else "")
+                out.append(word + detail)
+        return out
+
+
+@contextlib.contextmanager
+def _flock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def bind_output(root: Path, owner: OutputOwner) -> None:
+    """Claim ``root`` for ``owner``'s job, or refuse (``UserError``) if another job owns it.
+
+    The first shard of a job writes ``.ttsfleet-output.json``; every later one (a requeued run,
+    a sibling shard) checks it. Check-and-write happens under an exclusive lock so two jobs
+    starting at once on an empty directory cannot both claim it.
+    """
+    from ttsfleet.errors import UserError
+
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / BINDING_NAME
+    with _flock(root / ".locks" / "output.lock"):
+        if path.exists():
+            try:
+                bound = json.loads(path.read_text(encoding="utf-8"))
+                if not isinstance(bound, dict):
+                    raise ValueError("not a JSON object")
+            except (OSError, ValueError) as exc:
+                raise UserError(f"output {root}: {path.name} is unreadable ({exc}); "
+                                "use another --output") from None
+            diff = owner.differences(bound)
+            if diff:
+                raise UserError(f"output {root} belongs to another fill job ({bound.get('manifest')}): "
+                                f"{'; '.join(diff)}; use another --output") from None
+            return
+        write_json_atomic(path, {**asdict(owner), "stages": list(owner.stages)})
+
+
+class OutputShardLock:
+    """An exclusive lock on one shard's files in the output directory, held while it runs.
+
+    The checkpoint directory's lock does not cover two runs of one shard that were given
+    different checkpoint directories but the same output: both would write the same files.
+    """
+
+    def __init__(self, root: Path, shard_name: str) -> None:
+        from ttsfleet.fill_jobs.checkpoint import ShardLock
+
+        self._lock = ShardLock(root / ".locks", shard_name, timeout=5.0)
+
+    def __enter__(self) -> OutputShardLock:
+        self._lock.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.__exit__(*exc)
 
 
 def _fsync_all(paths: list[Path], fsync: Callable[[Path], None]) -> None:

@@ -26,7 +26,7 @@ from ttsfleet.fill_jobs.checkpoint import (
 )
 from ttsfleet.fill_jobs.events import EventLog
 from ttsfleet.fill_jobs.manifest import Entry, ShardSpec, load_manifest
-from ttsfleet.fill_jobs.outputs import ShardOutput
+from ttsfleet.fill_jobs.outputs import OutputOwner, OutputShardLock, ShardOutput, bind_output
 from ttsfleet.fill_jobs.pipeline import Abandoned, ItemResult, Pipeline
 from ttsfleet.fill_jobs.prefetch import Prefetcher, worker_count
 from ttsfleet.fill_jobs.settings import DEFAULT_STAGES, CleaningConfig
@@ -156,8 +156,12 @@ class _Job:
                                config_digest=o.config.digest(), items_total=len(self.entries))
 
     def run(self) -> int:
-        self.opts.output.mkdir(parents=True, exist_ok=True)
-        with ShardLock(self.opts.checkpoint, self.opts.shard.name):
+        o = self.opts
+        if not self.manifest.entries:
+            raise UserError(f"manifest {o.input} has no items: nothing to clean")
+        bind_output(o.output, OutputOwner(str(o.input.resolve()), self.manifest.sha256, o.shard.count,
+                                          tuple(o.stages), o.config.digest()))
+        with OutputShardLock(o.output, o.shard.name), ShardLock(o.checkpoint, o.shard.name):
             return self._run_locked()
 
     def _resume(self) -> ShardCheckpoint:
@@ -205,7 +209,8 @@ class _Job:
             metrics = _Metrics(o.job, ckpt, o.metrics_port, self.log)
             if lost:
                 metrics.lost(lost)
-                raise RuntimeError(f"{lost} committed item(s) missing or duplicated in {o.output}")
+                raise UserError(f"{lost} committed item(s) missing or duplicated in {o.output}: the "
+                                "output does not match its checkpoint")
             self.log.emit("started", shard=str(o.shard), items_total=ckpt.items_total,
                           items_done=ckpt.items_done, resumed=ckpt.runs > 1, orphans_removed=removed,
                           preemptions_survived=ckpt.preemptions_survived, stages=",".join(o.stages),
@@ -334,7 +339,7 @@ class _Job:
         lost = _verify(rows, self.entries) + abs(len(rows) - len(self.entries))
         if lost:
             metrics.lost(lost)
-            raise RuntimeError(f"{lost} item(s) missing or duplicated in {self.output.manifest_path}")
+            raise UserError(f"{lost} item(s) missing or duplicated in {self.output.manifest_path}")
         out_seconds = sum(o_["seconds"] for r in rows for o_ in r["outputs"])
         summary["output_audio_hours"] = round(out_seconds / 3600, 4)
         self.output.write_summary(summary)

@@ -13,6 +13,7 @@ if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 APT_PACKAGES=(
   slurmctld slurmd slurm-client slurmrestd munge   # a real Slurm for tests/slurm
+  slurmdbd mariadb-server                          # Slurm accounting: sacct in tests/slurm
   prometheus                                       # prometheus + promtool for metrics/rules tests
   espeak-ng sox ffmpeg libsndfile1                 # real speech audio for fill-job tests
 )

@@ -76,10 +76,28 @@ class JobInfo:
     restart_count: int = 0
     preempt_time: float = 0.0
     start_time: float = 0.0
+    end_time: float = 0.0  # once ended; while running Slurm reports the time-limit end
+    submit_time: float = 0.0  # Slurm resets it to the requeue time when a run is requeued
     reason: str = ""
     comment: str = ""
     array_job_id: str | None = None
     array_task_id: int | None = None
+    exit_code: int | None = None  # the batch script's exit status, once it ended
+    exit_signal: int | None = None  # the signal that killed it (9: SIGKILL, e.g. the OOM killer)
+
+    @property
+    def live(self) -> bool:
+        """Holds or waits for an allocation (a requeued job is live: it runs again)."""
+        return self.active or self.waiting
+
+    def describe_end(self) -> str:
+        """How the job ended, for people: ``FAILED exit 137`` or ``FAILED signal 9``."""
+        out = self.state or "gone"
+        if self.exit_signal:
+            out += f" signal {self.exit_signal}"
+        elif self.exit_code is not None:
+            out += f" exit {self.exit_code}"
+        return out
 
     @property
     def active(self) -> bool:

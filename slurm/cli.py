@@ -18,7 +18,8 @@ from ttsfleet.errors import UserError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
 
-BACKEND_HELP = "cli: Slurm's commands on this host; rest: slurmrestd at --rest-url"
+BACKEND_HELP = ("cli: Slurm's commands on this host; rest: slurmrestd at --rest-url; pyslurm: the "
+                "Slurm C API (Slurm 25.11 with pyslurm installed)")
 
 
 def _backend(backend: str, slurm_conf: Path | None, rest_url: str | None, rest_user: str | None,
@@ -35,10 +36,38 @@ def _backend(backend: str, slurm_conf: Path | None, rest_url: str | None, rest_u
         if not rest_url:
             raise UserError("--backend rest needs --rest-url (unix:/path/to/socket or http://host:port)")
         return RestBackend(rest_url, user=rest_user, token=rest_token)
-    raise UserError(f"unknown backend {backend!r} (cli or rest)")
+    if backend == "pyslurm":
+        from ttsfleet.slurm.pyslurm_backend import PyslurmBackend
+
+        return PyslurmBackend(str(slurm_conf) if slurm_conf else None)
+    raise UserError(f"unknown backend {backend!r} (cli, rest or pyslurm)")
 
 
-_BACKEND = typer.Option("cli", "--backend", help=BACKEND_HELP)
+def _catalog(catalog_file: Path | None):
+    """The run's GPU catalog: ``--catalog FILE`` or the built-in one."""
+    from ttsfleet.catalog import GpuCatalog
+
+    try:
+        return GpuCatalog.from_file(catalog_file) if catalog_file else GpuCatalog.default()
+    except (OSError, ValueError) as exc:
+        raise UserError(f"catalog {catalog_file}: {exc}") from None
+
+
+def _gpu_class(name: str | None, catalog_file: Path | None) -> str:
+    """A GPU class of the run's catalog; with none given, the catalog's only class."""
+    names = _catalog(catalog_file).names()
+    if name is None:
+        if len(names) == 1:
+            return names[0]
+        raise UserError(f"--gpu-class is required: the catalog has {', '.join(names)}")
+    if name not in names:
+        raise UserError(f"unknown GPU class {name!r}: the catalog has {', '.join(names)}")
+    return name
+
+
+_GPU_CLASS = typer.Option(None, "--gpu-class", help="GPU class (a GRES type) from the GPU catalog")
+_CATALOG = typer.Option(None, "--catalog", help="GPU catalog file (default: the built-in catalog)")
+_BACKEND = typer.Option("cli", "--backend", envvar="TTSFLEET_SLURM_BACKEND", help=BACKEND_HELP)
 _CONF = typer.Option(None, "--slurm-conf", envvar="SLURM_CONF", help="slurm.conf for the cli backend")
 _REST_URL = typer.Option(None, "--rest-url", envvar="TTSFLEET_SLURMRESTD_URL",
                          help="slurmrestd: unix:/path or http://host:port")
@@ -118,7 +147,7 @@ _MEM = typer.Option(None, "--mem-mb", min=1, help="memory per fill shard, MB (de
 @app.command("render-sbatch")
 def render_sbatch(
     manifest: Path = _MANIFEST, output: Path = _OUTPUT, checkpoint: Path = _CKPT,
-    shards: int = _SHARDS, gpu_class: str = typer.Option("h200", "--gpu-class"),
+    shards: int = _SHARDS, gpu_class: str | None = _GPU_CLASS, catalog: Path | None = _CATALOG,
     shard: int | None = typer.Option(None, "--shard", help="one shard index (default: job array)"),
     array_limit: int | None = typer.Option(None, "--array-limit", help="at most N array tasks at once"),
     log_dir: Path | None = _LOGS, partition: str = _PARTITION, grace_time_s: int = _GRACE,
@@ -128,8 +157,8 @@ def render_sbatch(
     """Print the sbatch script of one fill shard, or of a job array over all shards."""
     from ttsfleet.slurm.sbatch import render_fill_script
 
-    spec = _spec(manifest, output, checkpoint, shards, gpu_class, log_dir, partition, grace_time_s, stages,
-                 item_delay_seconds, checkpoint_every_items, fill_command, cpus)
+    spec = _spec(manifest, output, checkpoint, shards, _gpu_class(gpu_class, catalog), log_dir, partition,
+                 grace_time_s, stages, item_delay_seconds, checkpoint_every_items, fill_command, cpus)
     array = None if shard is not None else f"0-{shards - 1}" + (f"%{array_limit}" if array_limit else "")
     typer.echo(render_fill_script(spec, shard, array), nl=False)
 
@@ -137,7 +166,7 @@ def render_sbatch(
 @app.command("submit-array")
 def submit_array(
     manifest: Path = _MANIFEST, output: Path = _OUTPUT, checkpoint: Path = _CKPT,
-    shards: int = _SHARDS, gpu_class: str = typer.Option("h200", "--gpu-class"),
+    shards: int = _SHARDS, gpu_class: str | None = _GPU_CLASS, catalog: Path | None = _CATALOG,
     array_limit: int | None = typer.Option(None, "--array-limit", help="at most N array tasks at once"),
     log_dir: Path | None = _LOGS, partition: str = _PARTITION, grace_time_s: int = _GRACE,
     stages: str | None = _STAGES, item_delay_seconds: float | None = _DELAY,
@@ -149,8 +178,9 @@ def submit_array(
     """Submit all shards at once as one job array (no agent: Slurm fills idle GPUs by itself)."""
     from ttsfleet.slurm.sbatch import fill_submit_request
 
-    spec = _spec(manifest, output, checkpoint, shards, gpu_class, log_dir, partition, grace_time_s, stages,
-                 item_delay_seconds, checkpoint_every_items, fill_command, cpus, mem_mb=mem_mb)
+    spec = _spec(manifest, output, checkpoint, shards, _gpu_class(gpu_class, catalog), log_dir, partition,
+                 grace_time_s, stages, item_delay_seconds, checkpoint_every_items, fill_command, cpus,
+                 mem_mb=mem_mb)
     Path(spec.log_dir).mkdir(parents=True, exist_ok=True)
     array = f"0-{shards - 1}" + (f"%{array_limit}" if array_limit else "")
     job_id = _backend(backend, slurm_conf, rest_url, rest_user, rest_token).submit(
@@ -167,6 +197,12 @@ def fill_agent(
                                             "the manifest's file name)"),
     state: Path = typer.Option(..., "--state", help="the agent's shard ledger (JSON), kept across runs"),
     gpu_class: list[str] = typer.Option(None, "--gpu-class", help="only these classes (default: all)"),
+    catalog: Path | None = _CATALOG,
+    max_retries: int = typer.Option(3, "--max-retries", min=0,
+                                    help="resubmit a shard whose job failed (SIGKILL/OOM, full disk, "
+                                         "...) at most this often"),
+    retry_backoff_s: float = typer.Option(30.0, "--retry-backoff", min=0.0,
+                                          help="seconds before the first resubmission; doubles each time"),
     once: bool = typer.Option(False, "--once", help="one decision pass, then exit"),
     interval_s: float = typer.Option(15.0, "--interval", min=0.1, help="seconds between passes"),
     min_free_gpus: int = typer.Option(0, "--min-free-gpus", min=0, help="GPUs per class left empty"),
@@ -186,11 +222,15 @@ def fill_agent(
     from dataclasses import asdict
 
     from ttsfleet.slurm.agent import FillAgent
+    from ttsfleet.slurm.ledger import RetryPolicy
 
     from ttsfleet.config import FillPolicyConfig
     from ttsfleet.metrics import make_collectors
 
-    spec = _spec(manifest, output, checkpoint, shards, gpu_class[0] if gpu_class else "h200", log_dir,
+    classes = [_gpu_class(c, catalog) for c in gpu_class or ()]
+    # the spec's class is a placeholder: each submission carries the class the policy admitted it on
+    placeholder = classes[0] if classes else _catalog(catalog).names()[0]
+    spec = _spec(manifest, output, checkpoint, shards, placeholder, log_dir,
                  partition, grace_time_s, stages, item_delay_seconds, checkpoint_every_items,
                  fill_command, cpus, dataset, mem_mb)
     for d in (spec.log_dir, spec.output_root, spec.checkpoint_root):
@@ -204,15 +244,19 @@ def fill_agent(
         from prometheus_client import start_http_server
 
         start_http_server(metrics_port, registry=collectors.registry)
+    retry = RetryPolicy(max_retries=max_retries, backoff_s=retry_backoff_s,
+                        max_backoff_s=max(retry_backoff_s, RetryPolicy.max_backoff_s))
     agent = FillAgent(_backend(backend, slurm_conf, rest_url, rest_user, rest_token), spec, policy, state,
-                      gpu_classes=list(gpu_class) if gpu_class else None, collectors=collectors)
+                      gpu_classes=classes or None, collectors=collectors, retry=retry)
 
     def show(report) -> None:
         if as_json:
             plans = {k: asdict(v) for k, v in report.plans.items()}
             typer.echo(json.dumps({"plans": plans, "pending_fill": report.pending_fill,
                                    "submitted": report.submitted, "evicted": report.evicted,
-                                   "errors": report.errors, "shards_left": report.shards_left}))
+                                   "errors": report.errors, "shards_left": report.shards_left,
+                                   "failed": report.failed, "stalled": report.stalled,
+                                   "given_up": report.given_up, "complete": report.complete}))
         else:
             for line in report.lines():
                 typer.echo(line)
@@ -262,7 +306,7 @@ def exporter(
 def local_cluster(
     directory: Path = typer.Argument(..., help="where configs, state, logs and sockets live"),
     gpus: int = typer.Option(4, "--gpus", min=0, help="fake GPUs per node"),
-    gpu_class: str = typer.Option("h200", "--gpu-class"),
+    gpu_class: str | None = _GPU_CLASS, catalog: Path | None = _CATALOG,
     nodes: int = typer.Option(1, "--nodes", min=1),
     grace_time_s: int = typer.Option(5, "--grace-time", min=1),
     cred_expire_s: int = typer.Option(5, "--cred-expire", min=1),
@@ -274,7 +318,8 @@ def local_cluster(
 
     from ttsfleet.slurm.localcluster import LocalCluster, LocalClusterError, LocalClusterSpec
 
-    spec = LocalClusterSpec(nodes=nodes, gpus_per_node=gpus, gpu_class=gpu_class, grace_time_s=grace_time_s,
+    cls = _gpu_class(gpu_class, catalog) if gpu_class else _catalog(catalog).names()[0]
+    spec = LocalClusterSpec(nodes=nodes, gpus_per_node=gpus, gpu_class=cls, grace_time_s=grace_time_s,
                             cred_expire_s=cred_expire_s, restd=restd)
     cluster = LocalCluster(directory, spec)
     try:

@@ -41,6 +41,35 @@ def _epoch(value: object) -> float:
         return 0.0
 
 
+def _exit_status(value: object) -> tuple[int | None, int | None]:
+    """(exit code, signal) from a job record's ``exit_code``.
+
+    squeue --json / slurmrestd v0.0.38 give the raw wait status (``768`` = exit 3, ``9`` =
+    killed by signal 9); v0.0.40+ give ``{"return_code": {"number": N}, "signal": {"id":
+    {"number": S}}}``.
+    """
+    if isinstance(value, dict):
+        code = _epoch(value.get("return_code"))
+        sig = value.get("signal") or {}
+        sig = _epoch(sig.get("id") if isinstance(sig, dict) else sig)
+        return int(code), (int(sig) or None)
+    if value is None or value == "":
+        return None, None
+    try:
+        raw = int(value)
+    except (TypeError, ValueError):
+        return None, None
+    return (raw >> 8) & 0xFF, (raw & 0x7F) or None
+
+
+def _exit_from_text(value: str | None) -> tuple[int | None, int | None]:
+    """``scontrol``'s ``ExitCode=3:0`` (code:signal)."""
+    code, _, sig = (value or "").partition(":")
+    if not code.isdigit():
+        return None, None
+    return int(code), (int(sig) if sig.isdigit() and int(sig) else None)
+
+
 def job_from_json(j: Mapping) -> JobInfo:
     """A job record of ``squeue --json`` / slurmrestd ``/jobs`` (both use the same schema)."""
     per_node, cls = gpu_request(j.get("tres_per_node") or "")
@@ -57,14 +86,16 @@ def job_from_json(j: Mapping) -> JobInfo:
     array_job = j.get("array_job_id")
     if isinstance(array_job, dict):
         array_job = array_job.get("number")
+    code, sig = _exit_status(j.get("exit_code"))
     return JobInfo(
         job_id=str(j["job_id"]), name=j.get("name") or "", partition=j.get("partition") or "",
         state=str(state).upper(), gpus=per_node * int(_epoch(j.get("node_count")) or 1), gpu_class=cls,
         nodes=j.get("nodes") or "", restart_count=int(_epoch(j.get("restart_cnt"))),
         preempt_time=_epoch(j.get("preempt_time")), start_time=_epoch(j.get("start_time")),
+        end_time=_epoch(j.get("end_time")), submit_time=_epoch(j.get("submit_time")),
         reason=j.get("state_reason") or "", comment=j.get("comment") or "",
         array_job_id=str(array_job) if array_job else None,
-        array_task_id=int(task) if task is not None else None)
+        array_task_id=int(task) if task is not None else None, exit_code=code, exit_signal=sig)
 
 
 def node_from_json(n: Mapping) -> NodeInfo:
@@ -96,6 +127,16 @@ def parse_scontrol_records(text: str) -> list[dict[str, str]]:
     return records
 
 
+def _text_time(value: str | None) -> float:
+    """``scontrol``'s local ``2026-12-01T09:25:37`` as epoch seconds (0 for Unknown/None)."""
+    import time as _time
+
+    try:
+        return _time.mktime(_time.strptime(value or "", "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return 0.0
+
+
 def _state_head(value: str) -> str:
     return value.split("+", 1)[0].upper()
 
@@ -103,15 +144,18 @@ def _state_head(value: str) -> str:
 def job_from_scontrol(r: Mapping[str, str]) -> JobInfo:
     per_node, cls = gpu_request(r.get("TresPerNode", ""))
     task = r.get("ArrayTaskId")
+    code, sig = _exit_from_text(r.get("ExitCode"))
     return JobInfo(
         job_id=r["JobId"], name=r.get("JobName", ""), partition=r.get("Partition", ""),
         state=_state_head(r.get("JobState", "")),
         gpus=per_node * int(r.get("NumNodes", "1").split("-")[0] or 1),
         gpu_class=cls, nodes="" if r.get("NodeList") in (None, "(null)") else r["NodeList"],
         restart_count=int(r.get("Restarts", "0") or 0), reason=r.get("Reason", ""),
+        start_time=_text_time(r.get("StartTime")), end_time=_text_time(r.get("EndTime")),
+        submit_time=_text_time(r.get("SubmitTime")),
         comment="" if r.get("Comment") in (None, "(null)") else r["Comment"],
         array_job_id=r.get("ArrayJobId"),
-        array_task_id=int(task) if task and task.isdigit() else None)
+        array_task_id=int(task) if task and task.isdigit() else None, exit_code=code, exit_signal=sig)
 
 
 def node_from_scontrol(r: Mapping[str, str]) -> NodeInfo:

@@ -45,6 +45,12 @@ class SlurmConf:
     nodes: list[Record] = field(default_factory=list)
     partitions: list[Record] = field(default_factory=list)
     includes: list[tuple[str, int]] = field(default_factory=list)
+    #: global keys set more than once: key -> every (value, line), in file order (the last wins)
+    repeats: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
+    #: lowercased key -> the spelling the file used
+    key_names: dict[str, str] = field(default_factory=dict)
+    #: NodeName/PartitionName records defined more than once: (kind, name) -> lines
+    repeated_records: dict[tuple[str, str], list[int]] = field(default_factory=dict)
 
     def get(self, key: str) -> str | None:
         hit = self.globals.get(key.lower())
@@ -79,15 +85,22 @@ def parse_conf(text: str, path: str = "slurm.conf") -> SlurmConf:
         head_key, head_val = pairs[0]
         if head_key.lower() in ("nodename", "partitionname"):
             rec = Record(head_val, {k.lower(): v for k, v in pairs[1:]}, lineno)
-            if head_key.lower() == "nodename":
-                if head_val.upper() != "DEFAULT":
-                    conf.nodes.append(rec)
-            elif head_val.upper() != "DEFAULT":
-                conf.partitions.append(rec)
+            if head_val.upper() == "DEFAULT":
+                continue
+            kind = head_key.lower()
+            records = conf.nodes if kind == "nodename" else conf.partitions
+            earlier = [r.line for r in records if r.name == head_val]
+            if earlier:
+                conf.repeated_records.setdefault((head_key, head_val), earlier).append(lineno)
+            records.append(rec)
             continue
         if len(pairs) != 1:
             raise ConfSyntaxError(f"line {lineno}: one Key=Value per line expected, got {line!r}")
-        conf.globals[head_key.lower()] = (head_val, lineno)
+        key = head_key.lower()
+        if key in conf.globals:
+            conf.repeats.setdefault(key, [conf.globals[key]]).append((head_val, lineno))
+        conf.globals[key] = (head_val, lineno)  # Slurm reads the file top down: the last one wins
+        conf.key_names[key] = head_key
     return conf
 
 

@@ -11,6 +11,12 @@ Each :meth:`SlurmExporter.poll` reads jobs and nodes once and sets:
   preemption time or in state PREEMPTED, or requeued from a preemptable partition (without
   slurmdbd that is the only trace left: Slurm sets ``preempt_time`` only during the grace time and
   the requeued job is PENDING again within a second);
+* ``ttsfleet_slurm_fill_gpu_seconds_total{partition,gpu_class}``: GPU-seconds held by fill jobs,
+  run by run, counted the way sacct counts them (allocated GPUs x the run's Elapsed, integer
+  seconds from Slurm's own start/end times): live runs accrue at each poll, and an ended run's
+  tail is added from its end time (or, for a requeued run, from the submit time Slurm resets to
+  the requeue instant). Summing the allocation gauge over poll intervals drifts from sacct by
+  the sampling error; this does not (a run that starts and ends between two polls is missed);
 * ``ttsfleet_gpus{gpu_class,workload}`` (training | fill | idle) and ``ttsfleet_gpus_total``, the
   fleet-wide view the operator and the simulator export too;
 * ``ttsfleet_slurm_up``: 1 when the poll succeeded.
@@ -18,13 +24,26 @@ Each :meth:`SlurmExporter.poll` reads jobs and nodes once and sets:
 
 from __future__ import annotations
 
+import math
+import time
 from collections import Counter
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, generate_latest
 from ttsfleet.slurm.backend import JobInfo, SlurmBackend, SlurmError, node_classes
 from ttsfleet.slurm.observe import job_class
 
 from ttsfleet.metrics import make_collectors
+
+
+@dataclass
+class _Run:
+    """One run (start to end or requeue) of a fill job, as far as it has been counted."""
+
+    restart_count: int
+    gpus: int
+    gpu_class: str
+    counted_until: float  # integer epoch seconds
 
 
 class SlurmExporter:
@@ -38,6 +57,8 @@ class SlurmExporter:
         self.collectors = make_collectors(["slurm", "core"], registry)
         self._restarts: dict[str, int] = {}  # job id -> restart count last seen
         self._preempted_runs: dict[str, set[int]] = {}  # job id -> runs counted as preempted
+        self._fill_runs: dict[str, _Run] = {}  # job id -> its current run, for GPU-seconds
+        self.clock = time.time
 
     @property
     def registry(self) -> CollectorRegistry:
@@ -78,6 +99,12 @@ class SlurmExporter:
             elif job.waiting:
                 pending[job.partition] += 1
             self._count_transitions(job, job.partition in preemptable)
+            if job.partition == self.fill_partition:
+                self._count_gpu_seconds(job, job_class(job, by_node, default))
+        for gone in set(self._fill_runs) - {j.job_id for j in jobs}:
+            del self._fill_runs[gone]  # left the queue unseen: its tail cannot be known
+        for cls in total:  # born at 0, so that increase() sees the first GPU-second
+            c["slurm_fill_gpu_seconds"].labels(partition=self.fill_partition, gpu_class=cls)
         for name in ("slurm_gpus_allocated", "slurm_gpus_idle", "slurm_jobs_pending",
                      "slurm_jobs_running", "gpus", "gpus_active", "gpus_total"):
             c[name].clear()
@@ -116,6 +143,27 @@ class SlurmExporter:
                     runs.add(run)
                     c["slurm_preemptions"].labels(partition=job.partition).inc()
             self._restarts[job.job_id] = job.restart_count
+
+    def _count_gpu_seconds(self, job: JobInfo, cls: str | None) -> None:
+        counter = self.collectors["slurm_fill_gpu_seconds"]
+        run = self._fill_runs.get(job.job_id)
+        running = job.active and job.state != "COMPLETING" and job.start_time > 0
+        if run is not None and (job.restart_count != run.restart_count or not running):
+            # the run ended: finished (end_time) or requeued (Slurm set submit_time to that instant)
+            end = job.submit_time if job.restart_count != run.restart_count else job.end_time
+            tail = max(int(end) - run.counted_until, 0) if end else 0
+            counter.labels(partition=job.partition, gpu_class=run.gpu_class).inc(run.gpus * tail)
+            del self._fill_runs[job.job_id]
+            run = None
+        if not running or not job.gpus or not cls:
+            return
+        if run is None:
+            run = _Run(job.restart_count, job.gpus, cls, int(job.start_time))
+            self._fill_runs[job.job_id] = run
+        now = math.floor(self.clock())
+        if now > run.counted_until:
+            counter.labels(partition=job.partition, gpu_class=cls).inc(run.gpus * (now - run.counted_until))
+            run.counted_until = now
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

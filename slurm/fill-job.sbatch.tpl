@@ -46,7 +46,14 @@ if [[ -n $$stop_signal ]]; then
     exit 99
 fi
 
-${fill_command} run \
+# TTSFLEET_FILL_AS_STEP=1 (set by the slurmrestd v0.0.38 backend, whose API cannot ask for the
+# batch-shell flag of the warning signal): run the fill job as a job step, which is what Slurm
+# sends a non-batch warning signal to.
+launcher=""
+if [[ $${TTSFLEET_FILL_AS_STEP:-0} == 1 ]]; then
+    launcher="srun --ntasks=1 --nodes=1 --kill-on-bad-exit=1 --quiet --export=ALL"
+fi
+$${launcher} ${fill_command} run \
     --input ${manifest} \
     --output ${output_root} \
     --checkpoint ${checkpoint_root} \

@@ -23,11 +23,13 @@ import signal
 import socket
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ttsfleet.slurm.conf import render_fill_conf
 
+#: slurmrestd API plugins to load: every version Debian 12's 22.05 has, so clients negotiate.
+RESTD_PLUGINS = "openapi/v0.0.38,openapi/v0.0.37,openapi/v0.0.36"
 DAEMONS = ("munged", "mungekey", "slurmctld", "slurmd", "sinfo", "scontrol", "sbatch", "squeue")
 
 
@@ -43,12 +45,20 @@ class LocalClusterSpec:
     cpus_per_node: int = 8
     mem_mb_per_node: int = 16000
     gpus_per_node: int = 4
-    gpu_class: str = "h200"
+    gpu_class: str = field(default_factory=lambda: _first_catalog_class())
     grace_time_s: int = 5
     kill_wait_s: int = 2
     cred_expire_s: int = 5
     restd: bool = False
+    dbd: bool = False  # MariaDB + slurmdbd: accounting, so sacct works
     cluster_name: str = "ttsfleet-local"
+
+
+def _first_catalog_class() -> str:
+    """The fake GPUs' class when none is given: the built-in catalog's first class."""
+    from ttsfleet.catalog import GpuCatalog
+
+    return GpuCatalog.default().names()[0]
 
 
 def free_port() -> int:
@@ -57,9 +67,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def missing_binaries(restd: bool = False) -> list[str]:
+DBD_PROGRAMS = ("slurmdbd", "mariadbd", "mariadb-install-db", "mariadb-admin", "sacctmgr", "sacct")
+
+
+def missing_binaries(restd: bool = False, dbd: bool = False) -> list[str]:
     """Slurm/munge programs this host lacks (empty when a local cluster can run)."""
-    names = list(DAEMONS) + (["slurmrestd"] if restd else [])
+    names = list(DAEMONS) + (["slurmrestd"] if restd else []) + (list(DBD_PROGRAMS) if dbd else [])
     return [n for n in names if shutil.which(n) is None and not Path("/usr/sbin", n).exists()]
 
 
@@ -85,6 +98,8 @@ class LocalCluster:
         self.state, self.munge_dir, self.dev = self.root / "state", self.root / "munge", self.root / "dev"
         self.node_names = [f"n{i}" for i in range(1, self.spec.nodes + 1)]
         self.ctld_port = 0
+        self.dbd_port = 0
+        self.mysql_port = 0
         self._started = False
 
     # ------------------------------------------------------------------ paths and environment
@@ -124,6 +139,8 @@ class LocalCluster:
             d.chmod(0o755)  # munged insists its socket directory is world-executable
         s = self.spec
         self.ctld_port = free_port()
+        if s.dbd:
+            self.dbd_port, self.mysql_port = free_port(), free_port()
         slurmd_ports = [free_port() for _ in self.node_names]
         gres = f" Gres=gpu:{s.gpu_class}:{s.gpus_per_node}" if s.gpus_per_node else ""
         base = f"""# ttsfleet local cluster under {self.root} (ttsfleet.slurm.localcluster)
@@ -162,7 +179,7 @@ KillWait={s.kill_wait_s}
 MinJobAge=300
 InactiveLimit=0
 MessageTimeout=10
-AccountingStorageType=accounting_storage/none
+{self._accounting()}
 # without slurmdbd the job completion log is where finished jobs (and their restarts) show
 JobCompType=jobcomp/filetxt
 JobCompLoc={self.jobcomp_path}
@@ -192,6 +209,63 @@ JobCompLoc={self.jobcomp_path}
         (self.etc / "cgroup.conf").write_text("CgroupPlugin=autodetect\n")
         (self.root / "env.sh").write_text(f"export SLURM_CONF={self.conf_path}\n")
 
+    def _accounting(self) -> str:
+        if not self.spec.dbd:
+            return "AccountingStorageType=accounting_storage/none"
+        return f"""AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=localhost
+AccountingStoragePort={self.dbd_port}
+# for slurmdbd connections the munge socket comes from AccountingStoragePass, not AuthInfo
+AccountingStoragePass={self.munge_socket}
+AccountingStorageTRES=gres/gpu,gres/gpu:{self.spec.gpu_class}"""
+
+    def _write_dbd_conf(self) -> None:
+        path = self.etc / "slurmdbd.conf"
+        path.write_text(f"""AuthType=auth/munge
+AuthInfo=socket={self.munge_socket}
+DbdHost=localhost
+DbdPort={self.dbd_port}
+SlurmUser=root
+PidFile={self.run / 'slurmdbd.pid'}
+LogFile={self.log / 'slurmdbd.log'}
+DebugLevel=info
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort={self.mysql_port}
+StorageUser=root
+StorageLoc=slurm_acct_db
+""")
+        path.chmod(0o600)  # slurmdbd refuses a world-readable slurmdbd.conf
+
+    def _start_dbd(self, timeout: float) -> None:
+        """MariaDB (own datadir and socket) and slurmdbd, then register the cluster."""
+        datadir, sock = self.state / "mysql", self.run / "mysqld.sock"
+        if not (datadir / "mysql").is_dir():
+            datadir.mkdir(parents=True, exist_ok=True)
+            r = self._run("mariadb-install-db", "--no-defaults", f"--datadir={datadir}", "--user=root",
+                          "--auth-root-authentication-method=normal", "--skip-test-db")
+            if r.returncode:
+                raise LocalClusterError(f"mariadb-install-db failed: {r.stderr.strip()[-500:]}")
+        with open(self.log / "mysqld.out", "ab") as logf:
+            proc = subprocess.Popen(
+                ["mariadbd", "--no-defaults", f"--datadir={datadir}", f"--socket={sock}",
+                 f"--port={self.mysql_port}", "--bind-address=127.0.0.1",
+                 f"--pid-file={self.run / 'mysqld.pid'}", "--user=root",
+                 f"--log-error={self.log / 'mysqld.err'}", "--skip-name-resolve",
+                 "--innodb-buffer-pool-size=16M", "--innodb-log-file-size=8M",
+                 "--performance-schema=OFF"],
+                stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, start_new_session=True)
+        self._mysqld_proc = proc
+        self._wait("mariadb", lambda: self._run("mariadb-admin", "--no-defaults", f"--socket={sock}",
+                                                "-uroot", "ping").returncode == 0, timeout, "mysqld.err")
+        self._write_dbd_conf()
+        r = self._run("slurmdbd")
+        if r.returncode:
+            raise LocalClusterError(f"slurmdbd failed: {r.stderr.strip()}\n{self._tail('slurmdbd.log')}")
+        self._wait("slurmdbd", lambda: self._run("sacctmgr", "-n", "show", "cluster").returncode == 0,
+                   timeout, "slurmdbd.log")
+        self._run("sacctmgr", "-i", "-Q", "add", "cluster", self.spec.cluster_name)
+
     # ------------------------------------------------------------------ lifecycle
     def _run(self, *args: str, **kw) -> subprocess.CompletedProcess:
         return subprocess.run(list(args), env=self.env(), capture_output=True, text=True, **kw)
@@ -214,7 +288,7 @@ JobCompLoc={self.jobcomp_path}
             return False
 
     def start(self, timeout: float = 60.0) -> LocalCluster:
-        missing = missing_binaries(self.spec.restd)
+        missing = missing_binaries(self.spec.restd, self.spec.dbd)
         if missing:
             raise LocalClusterError(f"missing programs: {', '.join(missing)}")
         self.write_config()
@@ -230,6 +304,8 @@ JobCompLoc={self.jobcomp_path}
                   f"--log-file={self.log / 'munged.log'}", f"--pid-file={self.munge_dir / 'munged.pid'}",
                   f"--seed-file={self.munge_dir / 'munged.seed'}", check=True)
         self._wait("munged", self.munge_socket.exists, 15, "munged.log")
+        if self.spec.dbd:
+            self._start_dbd(timeout)
         r = self._run("slurmctld", "-i")
         if r.returncode:
             raise LocalClusterError(f"slurmctld failed: {r.stderr.strip()}\n{self._tail('slurmctld.log')}")
@@ -252,7 +328,7 @@ JobCompLoc={self.jobcomp_path}
         env = {**self.env(), "SLURMRESTD_SECURITY": "disable_user_check"}
         with open(self.log / "slurmrestd.log", "ab") as logf:
             proc = subprocess.Popen(
-                ["slurmrestd", "-a", "rest_auth/local", "-s", "openapi/v0.0.38",
+                ["slurmrestd", "-a", "rest_auth/local", "-s", RESTD_PLUGINS,
                  f"unix:{self.restd_socket}"],
                 env=env, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, start_new_session=True)
         (self.run / "slurmrestd.pid").write_text(f"{proc.pid}\n")
@@ -292,13 +368,16 @@ JobCompLoc={self.jobcomp_path}
         pidfiles = [self.run / "slurmrestd.pid",
                     *sorted(self.run.glob("slurmd-*.pid")),
                     self.run / "slurmctld.pid",
+                    self.run / "slurmdbd.pid",
+                    self.run / "mysqld.pid",
                     self.munge_dir / "munged.pid"]
         for pf in pidfiles:
             self._stop_pidfile(pf)
-        restd = getattr(self, "_restd_proc", None)
-        if restd is not None:
-            with contextlib.suppress(Exception):
-                restd.wait(timeout=1)
+        for name in ("_restd_proc", "_mysqld_proc"):
+            proc = getattr(self, name, None)
+            if proc is not None:
+                with contextlib.suppress(Exception):
+                    proc.wait(timeout=1)
         with contextlib.suppress(Exception):
             atexit.unregister(self.stop)
 

@@ -4,7 +4,9 @@ Each finding names the line, what is wrong and what fill work loses because of i
 settings under which fill work is lost or training waits (a preempted fill job recorded
 COMPLETED, no warning signal, fill not preemptible); warnings are settings that only cost time
 (the 120 s default requeue delay). The three Slurm traps measured in ``/work/shared/slurm`` are
-all covered: RequeueExit, ``preempt_send_user_signal`` and ``cred_expire``.
+all covered: RequeueExit, ``preempt_send_user_signal`` and ``cred_expire``; so is the trap of
+adopting the rendered fragment by appending it: a key set twice silently takes the last value
+(:func:`repeated_settings`).
 """
 
 from __future__ import annotations
@@ -86,6 +88,7 @@ def check_conf(conf: SlurmConf, *, fill_partition: str = DEFAULT_FILL_PARTITION,
 
     for path, line in conf.includes:
         warn(line, f"Include {path} is not followed: check the included file separately")
+    out.extend(repeated_settings(conf))
 
     # --- preemption by partition priority, requeueing the preempted job -----------------------
     ptype = (conf.get("PreemptType") or "preempt/none").lower()
@@ -183,6 +186,61 @@ def check_conf(conf: SlurmConf, *, fill_partition: str = DEFAULT_FILL_PARTITION,
             elif cls not in known:
                 warn(rec.line, f"NodeName={rec.name}: GRES type {cls!r} is not a ttsfleet GPU class "
                      f"({', '.join(sorted(known))})")
+    return out
+
+
+#: Settings that decide who may talk to whom: a later line replacing an earlier one breaks every
+#: Slurm command or daemon connection (e.g. the munge socket lost from AuthInfo).
+AUTH_KEYS = ("authtype", "authinfo", "authalttypes", "authaltparameters", "credtype",
+             "accountingstoragepass")
+#: Comma lists sites extend: a second line replaces the first instead of adding to it.
+LIST_KEYS = ("slurmctldparameters", "slurmdparameters", "schedulerparameters", "grestypes",
+             "preemptmode", "priorityflags", "taskpluginparam", "launchparameters")
+
+
+def _items(value: str) -> dict[str, str]:
+    """``socket=/s,cred_expire=30`` → {socket: /s, cred_expire: 30}; plain list items map to ''."""
+    out = {}
+    for part in value.split(","):
+        name, _, val = part.strip().partition("=")
+        if name:
+            out[name.lower()] = val
+    return out
+
+
+def repeated_settings(conf: SlurmConf) -> list[Finding]:
+    """Keys set twice (the last line silently wins) and records defined twice.
+
+    The usual way in: appending ``render-conf`` output to a slurm.conf that already sets
+    ``AuthInfo=socket=...`` or ``SlurmctldParameters=...``: the appended line replaces the site's,
+    dropping the munge socket (every Slurm command then fails) or the site's own parameters.
+    """
+    out: list[Finding] = []
+    for key, hits in sorted(conf.repeats.items()):
+        name = conf.key_names.get(key, key)
+        where = ", ".join(str(line) for _, line in hits)
+        (first, first_line), (last, last_line) = hits[0], hits[-1]
+        if len({v for v, _ in hits}) == 1:
+            out.append(Finding("warning", last_line, f"{name} is set {len(hits)} times (lines {where}) "
+                               "with the same value: keep one line"))
+            continue
+        earlier = {k: v for value, _ in hits[:-1] for k, v in _items(value).items()}
+        final = _items(last)
+        lost = [f"{k}={v}" if v else k for k, v in earlier.items() if k not in final]
+        msg = (f"{name} is set on lines {where}; Slurm uses only the last ({name}={last}), so line "
+               f"{first_line}'s {name}={first} is ignored")
+        if lost:
+            msg += f" and {', '.join(lost)} is lost"
+        if key in AUTH_KEYS and "socket" in earlier and "socket" not in final:
+            msg += (" (Slurm then talks to munge's default socket, which this site's munged may not "
+                    "use: every Slurm command fails)")
+        severity: Severity = "error" if key in AUTH_KEYS or (key in LIST_KEYS and lost) else "warning"
+        fix = f"merge them into one {name}= line" if severity == "error" else "keep one line"
+        out.append(Finding(severity, last_line, f"{msg}; {fix}"))
+    for (kind, name), lines in sorted(conf.repeated_records.items()):
+        out.append(Finding("error", lines[-1], f"{kind}={name} is defined {len(lines)} times (lines "
+                           f"{', '.join(map(str, lines))}): Slurm refuses or merges it unpredictably; "
+                           "keep one definition"))
     return out
 
 

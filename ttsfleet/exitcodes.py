@@ -8,7 +8,10 @@ so a preemption never counts against the backoff limit.
 """
 
 OK = 0
-#: Bad input the user can fix (CLI convention: one readable line on stderr).
+#: Bad input the user can fix (CLI convention: one readable line on stderr): a usage error, an
+#: empty or malformed manifest, an unreadable checkpoint, an output directory another job owns,
+#: a full disk. A fill job exiting with it under Slurm is FAILED; the fill agent resubmits it
+#: within its retry budget.
 USAGE = 2
 #: Stopped on request after a checkpoint: requeue me. Matches ``RequeueExit=99`` in slurm.conf.
 PREEMPTED_REQUEUE = 99

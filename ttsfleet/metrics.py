@@ -73,6 +73,7 @@ L_PARTITION = "partition"
 L_STATUS = "status"
 L_DIRECTION = "direction"  # up | down | none
 L_MODEL = "model"
+L_DATASET = "dataset"  # a fill dataset (manifest) the Slurm fill agent cuts into shards
 
 WORKLOAD_CLASSES = ("inference", "training", "fill", "idle")
 
@@ -172,6 +173,21 @@ CONTRACT_LIST: tuple[MetricSpec, ...] = (
     _m("slurm", "slurm_fill_submissions", "counter",
        "Fill shards submitted by the fill agent.", [L_GPU_CLASS]),
     _m("slurm", "slurm_up", "gauge", "1 when the last Slurm query succeeded."),
+    _m("slurm", "slurm_fill_shards_stalled", "gauge",
+       "Fill shards whose last job ended without finishing the shard (SIGKILL/OOM, full disk, "
+       "unreadable checkpoint) and that no job carries now: waiting to be resubmitted or out "
+       "of retries.", [L_DATASET]),
+    _m("slurm", "slurm_fill_shards_given_up", "gauge",
+       "Stalled fill shards whose retry budget is used up: they need a person.", [L_DATASET]),
+    _m("slurm", "slurm_fill_shard_failures", "counter",
+       "Fill shard jobs seen ending without finishing their shard and without a requeue.",
+       [L_DATASET]),
+    _m("slurm", "slurm_fill_shard_retries", "counter",
+       "Failed fill shards the agent submitted again (resuming from their checkpoint).",
+       [L_DATASET]),
+    _m("slurm", "slurm_fill_gpu_seconds", "counter",
+       "GPU-seconds held by jobs of the fill partition (allocated GPUs x elapsed run time, as "
+       "sacct's AllocTRES x Elapsed counts it).", [L_PARTITION, L_GPU_CLASS]),
 )
 
 CONTRACT: dict[str, MetricSpec] = {m.name: m for m in CONTRACT_LIST}

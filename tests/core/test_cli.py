@@ -100,3 +100,154 @@ def test_simulate_takes_a_measured_capacity_curve(tmp_path):
     p = run(*common, "--measured", "a100=x.json", cwd=tmp_path)
     assert p.returncode == 2 and "--measured 'a100=x.json' must be CLASS=FILE" in p.stderr
     assert "Traceback" not in p.stderr
+
+
+# --- every subcommand: a usage error is one line on stderr and exit 2 -------------------------
+def _leaf_commands():
+    """(path, click command) of every runnable subcommand of the whole ``ttsfleet`` CLI."""
+    import typer.main
+
+    from ttsfleet import cli
+
+    out = []
+
+    def walk(cmd, path):
+        subs = getattr(cmd, "commands", None)
+        if subs:
+            for name, sub in sorted(subs.items()):
+                walk(sub, [*path, name])
+        else:
+            out.append((path, cmd))
+
+    walk(typer.main.get_command(cli.app), [])
+    return out
+
+
+def _type_name(param) -> str:
+    """A parameter's value type: click's ``param.type.name`` or, for typer releases whose
+    parameters carry no click type, the annotation typer reports."""
+    t = getattr(param, "type", None)
+    if t is not None:
+        return str(getattr(t, "name", type(t).__name__)).lower()
+    bare = getattr(param, "bare_type", None)
+    return str(bare() if callable(bare) else bare).lower()
+
+
+def _dummy(param, tmp_path) -> str:
+    """A value the parameter accepts, so only the value under test is wrong."""
+    name = _type_name(param)
+    choices = getattr(getattr(param, "type", None), "choices", None)
+    if choices:
+        return str(choices[0])
+    if "int" in name:
+        return "1"
+    if "float" in name:
+        return "1.0"
+    if "path" in name or "file" in name:
+        f = tmp_path / "exists.txt"
+        f.write_text("x\n")
+        return str(f)
+    return "x"
+
+
+def _rejects_garbage(param) -> bool:
+    return any(w in _type_name(param) for w in ("int", "float", "choice"))
+
+
+def _usage_cases(path, cmd, tmp_path):
+    """The usage errors to try on one command: unknown option, missing required, bad value."""
+    opts = [p for p in cmd.params if p.param_type_name == "option" and not p.is_flag and not p.hidden]
+    required = [p for p in cmd.params if p.required]
+    yield "unknown option", [*path, "--no-such-option-anywhere"]
+    for gone in required:
+        yield f"missing {gone.name}", [*path] + [
+            tok for p in required if p is not gone for tok in _tokens(p, _dummy(p, tmp_path))]
+    for p in opts:
+        if _rejects_garbage(p) and p.nargs == 1 and not p.multiple:
+            filled = [tok for q in required if q is not p for tok in _tokens(q, _dummy(q, tmp_path))]
+            yield f"bad {p.name}", [*path, *filled, *_tokens(p, "not-a-value")]
+            break
+
+
+def _tokens(param, value: str) -> list[str]:
+    if param.param_type_name == "argument":
+        return [value]
+    return [param.opts[0], value]
+
+
+def test_every_subcommand_reports_usage_errors_in_one_line(tmp_path, capsys):
+    """Walks EVERY subcommand of the whole CLI: a missing required option, a value of the wrong
+    type and an unknown option each end as one line on stderr, exit code 2, no traceback, and
+    the command never runs."""
+    from ttsfleet import cli
+
+    leaves = _leaf_commands()
+    assert len(leaves) >= 20, [p for p, _ in leaves]
+    tried = {}
+    for path, cmd in leaves:
+        for what, argv in _usage_cases(path, cmd, tmp_path):
+            capsys.readouterr()
+            rc = cli.main(argv)
+            out, err = capsys.readouterr()
+            lines = err.strip().splitlines()
+            assert rc == 2, (argv, what, rc, err)
+            assert len(lines) == 1 and lines[0].startswith("error: ttsfleet "), (argv, what, err)
+            assert "Traceback" not in err and out == "", (argv, what, out)
+            tried.setdefault(" ".join(path), []).append(what)
+    assert set(tried) == {" ".join(p) for p, _ in leaves}
+    assert any(w.startswith("missing") for ws in tried.values() for w in ws)
+    assert any(w.startswith("bad") for ws in tried.values() for w in ws)
+    assert "missing input" in tried["fill run"]
+
+
+def test_usage_error_from_a_real_process_is_one_line():
+    """The case of the issue, through the console entry: typer's vendored click exceptions."""
+    p = run("fill", "run", "--output", "/tmp/ttsfleet-never-written")
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip() == ("error: ttsfleet fill run: Missing option '--input' / '-i'. "
+                                "(see --help)")
+
+
+def _fill(manifest, out, ckpt, *extra, env=None):
+    import os
+
+    return subprocess.run([sys.executable, "-m", "ttsfleet.cli", "fill", "run", "--input", str(manifest),
+                           "--output", str(out), "--checkpoint", str(ckpt), "--stages", "decode,hash",
+                           *extra], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})})
+
+
+def _one_line_exit_2(p, needle: str) -> None:
+    errors = [line for line in p.stderr.splitlines() if line.startswith("error:")]
+    assert p.returncode == 2, p.stderr
+    assert len(errors) == 1 and needle in errors[0], p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_fill_run_refuses_bad_state_in_one_line(tmp_path):
+    """Empty manifest, garbage checkpoint, a checkpoint that counts items the output lacks: each
+    one line and exit 2 (before: exit 0 without a word, or a traceback and exit 1)."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    _one_line_exit_2(_fill(empty, tmp_path / "o0", tmp_path / "c0"), "has no items")
+
+    manifest = tmp_path / "m.jsonl"  # audio that does not exist: every item is rejected, fast
+    manifest.write_text("".join(json.dumps({"audio": f"missing-{i}.wav", "text": "hi", "id": f"u{i}"}) + "\n"
+                                for i in range(4)))
+    ckpt = tmp_path / "c1"
+    ckpt.mkdir()
+    (ckpt / "shard-0000-of-0001.json").write_bytes(b"\x00\xff\xfe garbage")
+    _one_line_exit_2(_fill(manifest, tmp_path / "o1", ckpt), "is unreadable")
+    (ckpt / "shard-0000-of-0001.json").write_text("[1, 2]")
+    _one_line_exit_2(_fill(manifest, tmp_path / "o1", ckpt), "not a ttsfleet checkpoint")
+
+    out, ckpt = tmp_path / "o2", tmp_path / "c2"
+    killed = _fill(manifest, out, ckpt, "--checkpoint-every-items", "1",
+                   env={"TTSFLEET_FILL_FAULT": "after-part:3"})
+    assert killed.returncode == -9  # SIGKILLed after its third part, before the checkpoint
+    path = ckpt / "shard-0000-of-0001.json"
+    doc = json.loads(path.read_text())
+    assert doc["items_done"] == 2
+    doc["items_done"] = 4  # a checkpoint that claims items the output does not hold
+    path.write_text(json.dumps(doc))
+    _one_line_exit_2(_fill(manifest, out, ckpt), "missing or duplicated")

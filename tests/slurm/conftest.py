@@ -1,6 +1,7 @@
 """Fixtures for the Slurm tests: one real local cluster per session, backends, a speech corpus.
 
-The cluster (munged, slurmctld, one slurmd with 4 fake h200 GPUs, slurmrestd when installed)
+The cluster (munged, slurmctld, one slurmd with 4 fake h200 GPUs, slurmrestd when installed,
+MariaDB + slurmdbd for sacct when installed)
 lives under a pytest temp dir on free ports; its daemons are stopped at session end by a
 finalizer and, should the run die, by the cluster's atexit hook. Each test that uses the cluster
 starts and ends with an empty queue.
@@ -39,9 +40,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     if reason:
         pytest.skip(reason)
     restd = shutil.which("slurmrestd") is not None or Path("/usr/sbin/slurmrestd").exists()
+    dbd = not missing_binaries(dbd=True)  # accounting (sacct) where slurmdbd + MariaDB are installed
     spec = LocalClusterSpec(nodes=1, cpus_per_node=8, gpus_per_node=4, gpu_class="h200",
                             grace_time_s=GRACE_TIME_S, kill_wait_s=2, cred_expire_s=CRED_EXPIRE_S,
-                            restd=restd)
+                            restd=restd, dbd=dbd)
     c = LocalCluster(tmp_path_factory.mktemp("slurm-cluster"), spec)
     try:
         c.start()

@@ -1,7 +1,8 @@
 """The same conformance tests for every Slurm backend, against the real local cluster.
 
 Backends: Slurm's commands with JSON output, the same with ``scontrol -o`` text output (what
-Slurm versions without ``--json`` get), and slurmrestd over its unix socket.
+Slurm versions without ``--json`` get), slurmrestd over its unix socket, and pyslurm (the C API;
+skipped where pyslurm cannot be imported: PyPI's pyslurm builds only against Slurm 25.11).
 """
 
 from __future__ import annotations
@@ -27,11 +28,20 @@ from .conftest import GRACE_TIME_S, job_by_id, squeue_truth, wait_for
 
 pytestmark = pytest.mark.slurm
 
-BACKENDS = ["cli-json", "cli-text", "rest"]
+BACKENDS = ["cli-json", "cli-text", "rest", "pyslurm"]
 
 
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest, slurm: LocalCluster) -> Iterator[SlurmBackend]:
+    if request.param == "pyslurm":
+        from ttsfleet.slurm.pyslurm_backend import PyslurmBackend
+
+        try:
+            b = PyslurmBackend(str(slurm.conf_path))
+        except SlurmUnavailable as exc:
+            pytest.skip(str(exc))
+        yield b
+        return
     if request.param == "rest":
         if not slurm.spec.restd:
             pytest.skip("slurmrestd not installed")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -103,3 +105,56 @@ def test_cli_exit_codes_and_findings(tmp_path: Path, capsys: pytest.CaptureFixtu
 def test_hostlists() -> None:
     assert expand_hostlist("gpu[01-03,7],cpu-a") == ["gpu01", "gpu02", "gpu03", "gpu7", "cpu-a"]
     assert expand_hostlist("n[1-2]x") == ["n1x", "n2x"]
+
+
+def _sinfo(conf: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(["sinfo", "-h"], env={**os.environ, "SLURM_CONF": str(conf)},
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_appending_the_fragment_over_a_site_authinfo_is_flagged(slurm, tmp_path: Path) -> None:
+    """The site sets AuthInfo=socket=...; appending `render-conf` output adds a second AuthInfo
+    without the socket. Slurm takes the last one: every command fails to reach munge. The
+    validator used to say "ok (0 warnings)"."""
+    text = slurm.conf_path.read_text()
+    site = text[:text.index("# ttsfleet: the slurm.conf settings")]  # the site's own part
+    site += f"AuthInfo=socket={slurm.munge_socket}\n"
+    appended = tmp_path / "appended.conf"
+    appended.write_text(site + render_fill_conf(nodes=slurm.nodelist, grace_time_s=5, cred_expire_s=30))
+    (tmp_path / "gres.conf").write_text((slurm.etc / "gres.conf").read_text())
+    (tmp_path / "cgroup.conf").write_text((slurm.etc / "cgroup.conf").read_text())
+
+    broken = _sinfo(appended)
+    if not Path("/run/munge/munge.socket.2").exists():  # no system munged to fall back on
+        assert broken.returncode != 0 and "munge" in broken.stderr.lower(), broken.stderr
+    findings = validate_file(str(appended))
+    auth = [f for f in findings if "AuthInfo is set on lines" in f.message]
+    assert len(auth) == 1 and auth[0].severity == "error", findings
+    assert f"socket={slurm.munge_socket} is lost" in auth[0].message
+    assert "merge them into one AuthInfo= line" in auth[0].message
+    assert main(["slurm", "validate-conf", str(appended)]) == 2
+
+    merged = tmp_path / "merged.conf"
+    merged.write_text(site.replace(f"AuthInfo=socket={slurm.munge_socket}\n", "") + render_fill_conf(
+        nodes=slurm.nodelist, grace_time_s=5, cred_expire_s=30, munge_socket=str(slurm.munge_socket)))
+    assert not [f for f in validate_file(str(merged)) if f.severity == "error"]
+    ok = _sinfo(merged)
+    assert ok.returncode == 0 and "fill" in ok.stdout, ok.stderr
+
+
+def test_repeated_keys_and_records_are_flagged() -> None:
+    text = site_conf() + ("SlurmctldParameters=enable_configless\n"
+                          "KillWait=30\nKillWait=30\n"
+                          "PartitionName=fill Nodes=gpu[01-02] PriorityTier=1 PreemptMode=REQUEUE "
+                          "GraceTime=5\n")
+    findings = check_conf(parse_conf(text))
+
+    def about(start: str):
+        (hit,) = [f for f in findings if f.message.startswith(start)]
+        return hit
+
+    params = about("SlurmctldParameters is set on lines")
+    assert params.severity == "error" and "preempt_send_user_signal is lost" in params.message
+    assert about("KillWait is set").severity == "warning" and "same value" in about("KillWait").message
+    fill = about("PartitionName=fill is defined")
+    assert fill.severity == "error" and "defined 2 times" in fill.message

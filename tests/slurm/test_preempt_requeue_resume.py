@@ -69,6 +69,10 @@ def test_preempted_fill_shards_resume_and_lose_nothing(slurm: LocalCluster, corp
                          item_delay_s=0.4, checkpoint_every_items=1)
     for d in (spec.log_dir, spec.output_root, spec.checkpoint_root):
         Path(d).mkdir(parents=True)
+    # jobs of earlier tests stay listed for MinJobAge: count only what happens from here on
+    exporter.poll()
+    before = {name: exporter.registry.get_sample_value(name, {"partition": "fill"}) or 0.0
+              for name in ("ttsfleet_slurm_requeues_total", "ttsfleet_slurm_preemptions_total")}
     array_id = backend.submit(fill_submit_request(spec, array=f"0-{SHARDS - 1}"))
 
     def fill_jobs():
@@ -135,5 +139,28 @@ def test_preempted_fill_shards_resume_and_lose_nothing(slurm: LocalCluster, corp
     # the exporter saw what Slurm reports
     requeues = sum(j.restart_count for j in jobs)
     sample = exporter.registry.get_sample_value
-    assert sample("ttsfleet_slurm_requeues_total", {"partition": "fill"}) == requeues
-    assert sample("ttsfleet_slurm_preemptions_total", {"partition": "fill"}) == requeues
+    for name in before:
+        assert sample(name, {"partition": "fill"}) - before[name] == requeues, name
+
+    # fill GPU-seconds: the exporter's counter against Slurm's accounting, run by run
+    if slurm.spec.dbd:
+        runs = wait_for(lambda: (r := sacct_runs(slurm, array_id)) and len(r) == SHARDS + requeues
+                        and all(state in ("COMPLETED", "REQUEUED", "PREEMPTED") for state, _ in r) and r,
+                        60, "sacct to record every run")
+        accounted = sum(gpu_s for _, gpu_s in runs)
+        counted = sample("ttsfleet_slurm_fill_gpu_seconds_total", {"partition": "fill", "gpu_class": "h200"})
+        print(f"fill GPU-seconds: exporter {counted}, sacct {accounted}, runs {runs}")
+        assert accounted > 0 and counted == accounted, (counted, accounted, runs)
+
+
+def sacct_runs(cluster: LocalCluster, array_id: str) -> list[tuple[str, int]]:
+    """(state, GPU-seconds) of every run of the array's tasks, requeued runs included (-D)."""
+    fields = "State,ElapsedRaw,AllocTRES"
+    out = subprocess.run(["sacct", "-X", "-D", "-P", "-n", "-j", array_id, "-o", fields],
+                         env=cluster.env(), capture_output=True, text=True, check=True).stdout
+    runs = []
+    for line in out.splitlines():
+        state, elapsed, tres = line.split("|")
+        gpus = dict(kv.split("=", 1) for kv in tres.split(",") if "=" in kv).get("gres/gpu", "0")
+        runs.append((state.split()[0], int(elapsed) * int(gpus)))
+    return runs

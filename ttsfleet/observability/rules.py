@@ -11,6 +11,7 @@ figure and a panel cannot disagree. Alerts:
 * A fill eviction stuck past its grace period.
 * Inference pods not ready (ready below desired per pool for 10 minutes).
 * Fleet utilization below the 90 % target for 2 hours, and the Slurm exporter failing.
+* A Slurm fill shard stalled (its job died without finishing it and no job carries it) for 15 m.
 
 The chart engineer wraps :func:`render_yaml`'s output in a PrometheusRule.
 """
@@ -109,6 +110,11 @@ def alerts() -> list[dict[str, Any]]:
         _alert("TTSFleetSlurmExporterDown", "ttsfleet_slurm_up == 0", "5m", "warning",
                "Slurm exporter cannot query Slurm",
                "The Slurm exporter's last queries failed; Slurm panels and fill decisions are blind."),
+        _alert("TTSFleetFillShardStalled", "max by (dataset) (ttsfleet_slurm_fill_shards_stalled) > 0",
+               "15m", "warning", "Slurm fill shards stalled",
+               "{{ $value }} shard(s) of fill dataset {{ $labels.dataset }} ended without finishing "
+               "(SIGKILL/OOM, full disk, unreadable checkpoint) and have not run again for 15 minutes; "
+               "`ttsfleet slurm fill-agent` shows why."),
     ]
 
 

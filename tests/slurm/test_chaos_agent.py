@@ -1,0 +1,104 @@
+"""Kill-anywhere chaos through the fill agent on a real cluster: every way a fill job can stop.
+
+While the agent keeps four shards going, shard jobs are hit at random moments by: SIGKILL of
+the fill process (what the OOM killer does: exit 137), SIGKILL of the batch shell (the whole job
+dies), SIGTERM to the fill process, the agent's own USR1 eviction, and a training job that makes
+Slurm preempt fill. Orderly stops requeue (exit 99); the rest leave the job FAILED and the
+agent resubmits the shard. In the end every shard is complete and the output (rows and audio
+bytes) is identical to an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from ttsfleet.slurm.agent import FillAgent
+from ttsfleet.slurm.backend import SubmitRequest
+from ttsfleet.slurm.cli_backend import CliBackend
+from ttsfleet.slurm.ledger import Ledger, RetryPolicy
+from ttsfleet.slurm.localcluster import LocalCluster
+from ttsfleet.slurm.sbatch import FillShardSpec, shard_of
+
+from ttsfleet.config import FillPolicyConfig
+
+from .conftest import GRACE_TIME_S
+from .fillhelpers import audio_bytes, fill_pids, items_done, output_rows, uninterrupted_run
+
+pytestmark = [pytest.mark.slurm, pytest.mark.audio, pytest.mark.slow]
+
+SHARDS = 4
+ACTIONS = ("sigkill-fill", "sigkill-batch", "sigterm-fill", "agent-usr1", "train-preempts", "sigkill-fill")
+
+
+def test_kill_anywhere_through_the_agent_ends_complete_and_identical(slurm: LocalCluster, corpus: Path,
+                                                                     tmp_path: Path) -> None:
+    baseline = uninterrupted_run(corpus, tmp_path / "base-out", tmp_path / "base-ckpt", shards=SHARDS)
+    backend = CliBackend(str(slurm.conf_path))
+    spec = FillShardSpec(manifest=str(corpus), output_root=str(tmp_path / "out"),
+                         checkpoint_root=str(tmp_path / "ckpt"), shard_count=SHARDS, gpu_class="h200",
+                         log_dir=str(tmp_path / "logs"), grace_time_s=GRACE_TIME_S, stages="decode,hash",
+                         item_delay_s=0.3, checkpoint_every_items=1, dataset=tmp_path.name)
+    for d in (spec.log_dir, spec.output_root, spec.checkpoint_root):
+        Path(d).mkdir(parents=True)
+    agent = FillAgent(backend, spec, FillPolicyConfig(grace_period_s=GRACE_TIME_S), tmp_path / "ledger.json",
+                      retry=RetryPolicy(max_retries=len(ACTIONS) + 2, backoff_s=0.5, max_backoff_s=2.0))
+    rng = random.Random(1234)
+    todo, done_actions = list(ACTIONS), []
+    next_hit = time.monotonic() + 1.0
+    deadline = time.monotonic() + 300
+    report = agent.run_once()
+    while report.complete < SHARDS:
+        assert time.monotonic() < deadline, (done_actions, report.lines())
+        assert not report.given_up, report.lines()
+        if todo and time.monotonic() >= next_hit:
+            victims = [(j, shard_of(j).indices[0]) for j in backend.jobs()
+                       if j.state == "RUNNING" and shard_of(j) and shard_of(j).dataset == spec.name
+                       and items_done(spec, shard_of(j).indices[0]) >= 1]
+            victims = [(j, i) for j, i in victims if fill_pids(spec, i)]
+            if victims:
+                job, index = rng.choice(victims)
+                action = todo.pop(0)
+                hit(action, job.job_id, spec, index, backend, tmp_path)
+                done_actions.append((action, index, items_done(spec, index)))
+                next_hit = time.monotonic() + rng.uniform(0.5, 1.5)
+        time.sleep(0.3)
+        report = agent.run_once()
+
+    assert not todo, f"the run ended before every kind of stop happened: {done_actions}"
+    assert output_rows(Path(spec.output_root)) == output_rows(tmp_path / "base-out") == baseline
+    assert audio_bytes(Path(spec.output_root)) == audio_bytes(tmp_path / "base-out")
+    ledger = Ledger.load(tmp_path / "ledger.json", spec.name, SHARDS)
+    kills = sum(1 for a, _, _ in done_actions if a.startswith("sigkill"))
+    # every SIGKILL left a FAILED job the agent resubmitted (a SIGTERM that lands before the fill
+    # job's handler is up does too)
+    assert sum(e.failures for e in ledger.shards.values()) >= kills, done_actions
+    checkpoints = [json.loads(spec.checkpoint_file(i).read_text()) for i in range(SHARDS)]
+    assert sum(c["orderly_stops"] for c in checkpoints) >= 1, (checkpoints, done_actions)
+    assert sum(c["hard_restarts"] for c in checkpoints) >= 1, (checkpoints, done_actions)
+    assert all(c["state"] == "complete" and c["items_done"] == c["items_total"] for c in checkpoints)
+
+
+def hit(action: str, job_id: str, spec: FillShardSpec, index: int, backend: CliBackend, tmp: Path) -> None:
+    if action == "sigkill-fill":
+        for pid in fill_pids(spec, index):
+            os.kill(pid, signal.SIGKILL)
+    elif action == "sigterm-fill":
+        for pid in fill_pids(spec, index):
+            os.kill(pid, signal.SIGTERM)
+    elif action == "sigkill-batch":
+        backend.cancel(job_id, signal="KILL", batch_only=True)
+    elif action == "agent-usr1":
+        backend.cancel(job_id, signal="USR1", batch_only=True)
+    elif action == "train-preempts":
+        backend.submit(SubmitRequest(script="#!/bin/bash\nsleep 2\n", name="train", partition="train",
+                                     gres="gpu:h200:2", output=str(tmp / "train-%j.out"), workdir=str(tmp)))
+    else:  # pragma: no cover
+        raise ValueError(action)
+    subprocess.run(["true"])  # keep the action's effect ordered before the next poll

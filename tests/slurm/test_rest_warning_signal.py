@@ -1,0 +1,94 @@
+"""slurmrestd: the API version is negotiated, and a preempted fill shard submitted over REST gets
+its warning signal (USR1) at preemption, not SIGTERM when GraceTime runs out.
+
+Before, the REST backend stripped ``B:`` from ``B:USR1@grace`` (22.05's slurmrestd rejects it), so
+Slurm signalled the job's steps, of which a plain batch job has none: the fill job only saw
+SIGTERM at the end of the grace time and training waited for it. Now on v0.0.38 the fill job
+runs as an srun step (the wrapper does it when the backend asks), on v0.0.39+ the batch flag is
+sent as ``kill_warning_flags``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from ttsfleet.slurm.backend import SlurmError, SubmitRequest
+from ttsfleet.slurm.cli_backend import CliBackend
+from ttsfleet.slurm.localcluster import LocalCluster
+from ttsfleet.slurm.rest_backend import RestBackend, choose_version, job_description
+from ttsfleet.slurm.sbatch import FillShardSpec, fill_submit_request
+
+from .conftest import GRACE_TIME_S, job_by_id, wait_for
+from .fillhelpers import items_done, output_rows, uninterrupted_run
+
+pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture
+def rest(slurm: LocalCluster):
+    if not slurm.spec.restd:
+        pytest.skip("slurmrestd not installed")
+    with RestBackend(f"unix:{slurm.restd_socket}") as b:
+        yield b
+
+
+def test_api_version_is_negotiated_with_the_daemon(rest: RestBackend) -> None:
+    served = rest.served_versions()
+    assert {"v0.0.36", "v0.0.37", "v0.0.38"} <= served  # what the local cluster's daemon loads
+    assert rest.api == "v0.0.38"  # the newest of them this backend speaks
+    rest.ping()
+    with pytest.raises(SlurmError, match="ttsfleet speaks v0.0.38"):
+        choose_version({"v0.0.36", "v0.0.37"})
+
+
+def test_batch_flag_spelling_per_api_version() -> None:
+    req = SubmitRequest(script="#!/bin/bash\n", name="f", partition="fill", gres="gpu:h200:1",
+                        signal="B:USR1@30", environment={"A": "1"}, mem_mb=900)
+    old = job_description(req, "v0.0.38")
+    assert old["job"]["signal"] == "USR1@30" and old["job"]["environment"]["TTSFLEET_FILL_AS_STEP"] == "1"
+    assert old["script"] and old["job"]["gres"] == "gpu:h200:1"
+    new = job_description(req, "v0.0.41")["job"]
+    assert (new["kill_warning_flags"], new["kill_warning_signal"]) == (["BATCH_JOB"], "USR1")
+    assert new["kill_warning_delay"]["number"] == 30 and new["memory_per_node"]["number"] == 900
+    assert "TTSFLEET_FILL_AS_STEP=1" not in new["environment"] and "A=1" in new["environment"]
+    assert new["tres_per_node"] == "gres/gpu:h200:1" and new["script"]
+    assert "signal" not in new
+
+
+@pytest.mark.audio
+def test_rest_submitted_shard_gets_usr1_at_preemption(slurm: LocalCluster, rest: RestBackend, corpus: Path,
+                                                      tmp_path: Path) -> None:
+    shards = 4
+    baseline = uninterrupted_run(corpus, tmp_path / "base-out", tmp_path / "base-ckpt", shards=shards)
+    spec = FillShardSpec(manifest=str(corpus), output_root=str(tmp_path / "out"),
+                         checkpoint_root=str(tmp_path / "ckpt"), shard_count=shards, gpu_class="h200",
+                         log_dir=str(tmp_path / "logs"), grace_time_s=GRACE_TIME_S, stages="decode,hash",
+                         item_delay_s=0.4, checkpoint_every_items=1, dataset=tmp_path.name)
+    for d in (spec.log_dir, spec.output_root, spec.checkpoint_root):
+        Path(d).mkdir(parents=True)
+    ids = [rest.submit(fill_submit_request(spec, i)) for i in range(shards)]
+    wait_for(lambda: all(job_by_id(rest.jobs(), i).state == "RUNNING" for i in ids)
+             and all(items_done(spec, i) >= 1 for i in range(shards)), 60, "4 shards checkpointing")
+
+    cli = CliBackend(str(slurm.conf_path))
+    t0 = time.monotonic()
+    train = cli.submit(SubmitRequest(script="#!/bin/bash\nsleep 1\n", name="train", partition="train",
+                                     gres="gpu:h200:2", output=str(tmp_path / "train.out"),
+                                     workdir=str(tmp_path)))
+    wait_for(lambda: job_by_id(cli.jobs(), train).state in ("RUNNING", "COMPLETING", "COMPLETED"),
+             GRACE_TIME_S + 20, "the train job to start")
+    waited = time.monotonic() - t0
+    jobs = wait_for(lambda: all(job_by_id(rest.jobs(), i).state == "COMPLETED" for i in ids)
+                    and [job_by_id(rest.jobs(), i) for i in ids], 120, "every shard to complete")
+
+    stopped = [json.loads(spec.checkpoint_file(i).read_text()) for i in range(shards)]
+    preempted = [c for c in stopped if c["orderly_stops"]]
+    assert len(preempted) >= 2 and sum(j.restart_count for j in jobs) >= 2
+    # the warning signal, not the end-of-grace SIGTERM, stopped them; training did not wait for it
+    assert {c["last_stop_signal"] for c in preempted} == {"SIGUSR1"}, preempted
+    assert all(c["hard_restarts"] == 0 for c in stopped)
+    assert waited < GRACE_TIME_S, f"training waited {waited:.1f} s (grace {GRACE_TIME_S} s)"
+    assert sorted(output_rows(Path(spec.output_root))) == sorted(baseline)
