@@ -38,6 +38,7 @@ from .codec_layers import (
     ConvNeXt,
     ResidualUnit,
     SeqBlock,
+    SlotState,
     Snake,
     WindowTransformer,
     run,
@@ -271,6 +272,9 @@ class Codec(nn.Module):
     def stream_decoder(self) -> CodecStream:
         return CodecStream(self)
 
+    def slot_decoder(self, max_slots: int) -> SlotCodecStream:
+        return SlotCodecStream(self, max_slots)
+
 
 class CodecStream:
     """Frame-by-frame decoding with carried causal state; concatenated chunks equal :meth:`Codec.decode`."""
@@ -291,6 +295,40 @@ class CodecStream:
         """Nothing is held back: the decoder is causal, every pushed frame is already complete."""
         self.state = {}
         return np.zeros(0, dtype=np.float32)
+
+
+class SlotCodecStream:
+    """Streaming decode of many requests in one call: stream state in slots, like the KV cache.
+
+    ``push(slots, codes [B, ncb, T])`` advances the ``B`` streams of ``slots`` by ``T`` frames each and
+    returns their audio ``[B, T * frame_length]`` (on the codec's device); each row equals what that
+    request's own :class:`CodecStream` returns for the same codes. ``reset(slot)`` ends a stream.
+    All rows of one call decode the same number of frames (the engine groups requests by it).
+    """
+
+    def __init__(self, codec: Codec, max_slots: int) -> None:
+        self.codec = codec
+        self.state = SlotState(max_slots)
+
+    @property
+    def max_slots(self) -> int:
+        return self.state.max_slots
+
+    @torch.inference_mode()
+    def push(self, slots: list[int], codes: Tensor) -> Tensor:
+        codes = torch.as_tensor(codes)
+        n = self.codec.num_codebooks
+        if codes.dim() != 3 or codes.shape[0] != len(slots) or codes.shape[1] != n or codes.shape[2] < 1:
+            raise ValueError(f"codes must be [{len(slots)}, {n}, T >= 1], got {tuple(codes.shape)}")
+        dev = self.codec.device
+        self.state.select(slots, dev)
+        c = codes.to(dev, torch.long, non_blocking=True)
+        wave = self.codec.decoder(self.codec.quantizer.decode(c, self.state), self.state)
+        return wave[:, 0]
+
+    @torch.inference_mode()
+    def reset(self, slot: int) -> None:
+        self.state.reset(slot)
 
 
 # ----------------------------------------------------------------------------- loading

@@ -55,6 +55,40 @@ def test_stream_decoder_equals_one_shot(ref_codec, golden) -> None:
         np.testing.assert_allclose(out, whole, atol=1e-5)
 
 
+def test_slot_decoder_equals_per_request_streams(ref_codec) -> None:
+    """One batched streaming call for many requests gives each the audio of its own stream decoder,
+    whatever the mix of slots, chunk sizes and stream starts (a slot reused after reset included)."""
+    g = torch.Generator().manual_seed(2)
+    n_cb, frames = ref_codec.num_codebooks, 48
+    codes = {r: torch.randint(0, 16, (n_cb, frames), generator=g) for r in range(5)}
+    slot_of = {0: 4, 1: 0, 2: 2, 3: 1, 4: 4}  # request 4 reuses request 0's slot after it ends
+    batched = ref_codec.slot_decoder(5)
+    own = {r: ref_codec.stream_decoder() for r in range(5)}
+    pos = dict.fromkeys(codes, 0)
+    active = [0, 1, 2, 3]
+    checked = 0
+    for step in range(60):
+        size = (1, 2, 4, 3)[step % 4]
+        rows = [r for r in active if pos[r] + size <= frames and (step + r) % 3]
+        if rows:
+            out = batched.push([slot_of[r] for r in rows],
+                               torch.stack([codes[r][:, pos[r]:pos[r] + size] for r in rows])).numpy()
+            assert out.shape == (len(rows), size * ref_codec.frame_length)
+            for i, r in enumerate(rows):
+                want = own[r].push(codes[r][:, pos[r]:pos[r] + size])
+                np.testing.assert_allclose(out[i], want, atol=1e-4, rtol=0)
+                pos[r] += size
+                checked += 1
+        if step == 30:  # request 0 ends; request 4 starts a new stream in its slot
+            batched.reset(slot_of[0])
+            active = [1, 2, 3, 4]
+    assert checked > 40 and pos[4] > 8 and min(pos[r] for r in (1, 2, 3)) > 30
+    with pytest.raises(ValueError):
+        batched.push([0, 0], torch.zeros(2, n_cb, 1, dtype=torch.long))
+    with pytest.raises(ValueError):
+        batched.push([0], torch.zeros(1, n_cb - 1, 1, dtype=torch.long))
+
+
 def test_old_weight_norm_layout_loads_identically(ref_codec, golden_dir, golden, tmp_path) -> None:
     sd = torch.load(golden_dir / "codec-tiny" / "codec.pth", map_location="cpu", weights_only=True)
     old = {}
