@@ -23,7 +23,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .bench import Level, Sample, machine, summarize_level
+from .bench import Level, Sample, machine, summarize_runs
 
 DEFAULT_LEVELS = [1, 2, 4, 8, 16, 32, 64]
 
@@ -40,8 +40,14 @@ class EngineBenchConfig:
     requests: int = 0  # per level; 0 = max(2c, 4)
     max_running_requests: int = 64
     prefill_chunk_tokens: int = 0  # 0 = whole prompts
+    prefill_token_budget: int = 2048  # prompt tokens per engine iteration, in one batched prefill call
     breakdown: bool = True
     seed: int = 0
+    repeats: int = 1  # runs per level (median frames/s and spread)
+    pipeline_depth: int = 1
+    #: Test hook for the gate: slow every decode step down by this fraction (0.1 = 10 % fewer frames/s)
+    #: with a GPU spin kernel (a host sleep would hide behind the pipelined GPU queue).
+    plant_slowdown: float = 0.0
 
 
 # ----------------------------------------------------------------------------- set-up
@@ -60,10 +66,45 @@ def build_engine(cfg: EngineBenchConfig) -> Any:
     codec = None if cfg.codec == "none" else load_codec(cfg.codec, device=cfg.device, dtype=torch.float32)
     ecfg = EngineConfig(max_running_requests=cfg.max_running_requests, max_queue=4 * cfg.max_running_requests,
                         cuda_graph_max_bs=min(cfg.max_running_requests, 64), max_seq_len=seq,
-                        prefill_token_budget=max(cfg.prompt_tokens, 1024),
-                        prefill_chunk_tokens=cfg.prefill_chunk_tokens,
+                        prefill_token_budget=cfg.prefill_token_budget,
+                        prefill_chunk_tokens=cfg.prefill_chunk_tokens, pipeline_depth=cfg.pipeline_depth,
                         device=cfg.device, pad_to_buckets=cuda, cuda_graphs=cuda)
-    return Engine(model, codec, ecfg, model_label=cfg.checkpoint)
+    engine = Engine(model, codec, ecfg, model_label=cfg.checkpoint)
+    if cfg.plant_slowdown > 0:
+        _plant_slowdown(engine, cfg.plant_slowdown)
+    return engine
+
+
+def _plant_slowdown(engine: Any, fraction: float) -> None:
+    """Make each decode step take ``1 / (1 - fraction)`` times as long (the gate's planted regression).
+
+    Before each launch, queue a spin of ``fraction / (1 - fraction)`` of the running average step
+    interval: on CUDA a ``torch.cuda._sleep`` kernel on the engine's stream (it delays the GPU, not
+    just the host), on CPU a sleep.
+    """
+    import torch
+
+    launch = engine._launch_step
+    state = {"last": 0.0, "avg": 0.0}
+    extra = fraction / (1 - fraction)
+    cuda = engine.device.type == "cuda"
+    hz = 1e3 * torch.cuda.clock_rate(engine.device) * 1e3 if cuda else 0.0  # SM clock (kHz -> Hz)
+
+    def slowed() -> None:
+        now = time.perf_counter()
+        if state["last"]:
+            gap = min(now - state["last"], 0.2)
+            state["avg"] = gap if not state["avg"] else 0.9 * state["avg"] + 0.1 * gap
+        state["last"] = now
+        delay = extra * state["avg"]
+        if delay > 0:
+            if cuda:
+                torch.cuda._sleep(int(delay * hz))
+            else:
+                time.sleep(delay)
+        launch()
+
+    engine._launch_step = slowed
 
 
 def _prompt(model: Any, n: int, seed: int) -> Any:
@@ -97,22 +138,43 @@ async def _request(engine: Any, cfg: EngineBenchConfig, i: int) -> Sample:
             ok = ev.kind == "done"
             break
     end = time.perf_counter()
-    return Sample(ok, 200 if ok else 500, (first or end) - t0, end - t0, float(frames))
+    return Sample(ok, 200 if ok else 500, (first or end) - t0, end - t0, float(frames),
+                  frames / FRAMES_PER_AUDIO_S)
 
 
-async def _level(engine: Any, cfg: EngineBenchConfig, c: int, n: int) -> Level:
+#: S2's codec: 44,100 Hz / 2,048 samples per frame.
+FRAMES_PER_AUDIO_S = 44100 / 2048
+
+#: Engine counters whose per-level difference says where the engine thread's time went.
+PHASES = ("prefill_s", "decode_s", "wait_s", "codec_s", "steps", "prefill_calls", "prefill_tokens",
+          "codec_calls", "codec_frames", "spare_rows")
+
+
+async def _run(engine: Any, cfg: EngineBenchConfig, c: int, n: int,
+               run: int) -> tuple[list[Sample], float, float]:
     samples: list[Sample] = []
     counter = iter(range(n))
 
     async def worker() -> None:
         for i in counter:
-            samples.append(await _request(engine, cfg, c * 1000 + i))
+            samples.append(await _request(engine, cfg, (run * 100 + c) * 1000 + i))
 
     f0 = engine.stats.frames
     t0 = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(c)))
     wall = time.perf_counter() - t0
-    return summarize_level(c, n, samples, wall, frames=engine.stats.frames - f0)
+    return samples, wall, float(engine.stats.frames - f0)
+
+
+def _level(engine: Any, cfg: EngineBenchConfig, c: int, n: int) -> tuple[Level, dict[str, float]]:
+    """``cfg.repeats`` closed-loop runs at ``c``; the level, and the engine's phase totals per run."""
+    before = engine.stats.snapshot()
+    runs = [asyncio.run(_run(engine, cfg, c, n, r)) for r in range(max(cfg.repeats, 1))]
+    after = engine.stats.snapshot()
+    wall = sum(w for _, w, _ in runs)
+    phases = {k: round((after[k] - before[k]) / len(runs), 4) for k in PHASES}
+    phases["wall_s"] = round(wall / len(runs), 4)
+    return summarize_runs(c, n, runs), phases
 
 
 # ----------------------------------------------------------------------------- step breakdown
@@ -222,11 +284,13 @@ def run_engine_bench(cfg: EngineBenchConfig, progress: Any = None) -> dict[str, 
     engine = build_engine(cfg)
     engine.start()
     try:
-        asyncio.run(_level(engine, EngineBenchConfig(**{**asdict(cfg), "frames": 4}), 1, 1))  # warm-up
+        asyncio.run(_run(engine, EngineBenchConfig(**{**asdict(cfg), "frames": 4}), 1, 1, 0))  # warm-up
         setup_s = time.perf_counter() - t0
-        levels = []
+        levels, phases = [], []
         for c in cfg.levels:
-            levels.append(asyncio.run(_level(engine, cfg, c, cfg.requests or max(2 * c, 4))))
+            lv, ph = _level(engine, cfg, c, cfg.requests or max(2 * c, 4))
+            levels.append(lv)
+            phases.append({"concurrency": c, **ph})
             if progress is not None:
                 progress(levels[-1])
     finally:
@@ -250,6 +314,7 @@ def run_engine_bench(cfg: EngineBenchConfig, progress: Any = None) -> dict[str, 
         "setup_s": round(setup_s, 1),
         "levels": [asdict(lv) for lv in levels],
         "scaling": (levels[-1].frames_per_s / base) if base > 0 else None,
+        "engine_phases": phases,
         "breakdown": breakdown,
         "codec": codec_ms,
         "points": [{"concurrency": lv.concurrency, "frames_per_s": round(lv.frames_per_s, 3),
@@ -259,25 +324,54 @@ def run_engine_bench(cfg: EngineBenchConfig, progress: Any = None) -> dict[str, 
     }
 
 
-def regressions(baseline: dict[str, Any], result: dict[str, Any], tolerance: float = 0.05) -> list[str]:
-    """One line per concurrency where ``result`` decodes more than ``tolerance`` below ``baseline``.
+#: The gate's derived tolerance at one concurrency: the baseline's run-to-run spread, at least
+#: GATE_FLOOR; a baseline spread above GATE_CAP is refused (too noisy to see a 10 % slowdown).
+GATE_FLOOR, GATE_CAP, GATE_MIN_REPEATS = 0.03, 0.08, 3
 
-    Both are bench reports (``points``: concurrency, frames_per_s). A concurrency the baseline has and
-    the result lacks is a regression too (a gate that skips what it cannot see passes anything).
+
+def gate_tolerance(level: dict[str, Any] | None) -> float:
+    """Allowed drop below a baseline level: its measured spread ((max - min) / median of >= 3 runs).
+
+    Why the spread: two runs of unchanged code differ by what the machine's noise does to a level
+    of that length; a fixed 5 % fails on that noise at some levels and is blind at others. A level
+    whose runs all fall within ``s`` of each other gives a tolerance of ``s`` (floor 3 %): a re-run
+    lands inside it, a real slowdown larger than it does not.
     """
-    if not 0 <= tolerance < 1:
+    if level is None or int(level.get("repeats", 1)) < GATE_MIN_REPEATS:
+        raise ValueError(f"the baseline needs >= {GATE_MIN_REPEATS} repetitions per level to derive a "
+                         "tolerance (re-record it with --repeats 3, or pass --tolerance)")
+    spread = float(level.get("frames_per_s_spread", 0.0))
+    if spread > GATE_CAP:
+        raise ValueError(f"c={level['concurrency']}: the baseline's runs spread {spread:.1%} "
+                         f"(> {GATE_CAP:.0%}); too noisy to gate on: re-record with more requests per level")
+    return max(GATE_FLOOR, spread)
+
+
+def regressions(baseline: dict[str, Any], result: dict[str, Any],
+                tolerance: float | None = None) -> list[str]:
+    """One line per concurrency where ``result`` decodes more than the tolerance below ``baseline``.
+
+    Both are bench reports (``points``: concurrency, median frames_per_s; ``levels``: repeats and
+    spread). ``tolerance`` None derives it per level from the baseline (:func:`gate_tolerance`).
+    A concurrency the baseline has and the result lacks is a regression too (a gate that skips
+    what it cannot see passes anything).
+    """
+    if tolerance is not None and not 0 <= tolerance < 1:
         raise ValueError(f"tolerance must be in [0, 1), got {tolerance}")
-    got = {int(p["concurrency"]): float(p["frames_per_s"]) for p in result.get("points", [])}
-    out = []
-    for p in baseline.get("points", []):
-        c, want = int(p["concurrency"]), float(p["frames_per_s"])
-        if c not in got:
-            out.append(f"c={c}: not measured (baseline {want:.1f} frames/s)")
-        elif got[c] < want * (1 - tolerance):
-            drop = 1 - got[c] / want
-            out.append(f"c={c}: {got[c]:.1f} frames/s is {drop:.1%} below the baseline {want:.1f}")
     if not baseline.get("points"):
         raise ValueError("the baseline has no points")
+    levels = {int(lv["concurrency"]): lv for lv in baseline.get("levels", [])}
+    got = {int(p["concurrency"]): float(p["frames_per_s"]) for p in result.get("points", [])}
+    out = []
+    for p in baseline["points"]:
+        c, want = int(p["concurrency"]), float(p["frames_per_s"])
+        tol = tolerance if tolerance is not None else gate_tolerance(levels.get(c))
+        if c not in got:
+            out.append(f"c={c}: not measured (baseline {want:.1f} frames/s)")
+        elif got[c] < want * (1 - tol):
+            drop = 1 - got[c] / want
+            out.append(f"c={c}: {got[c]:.1f} frames/s is {drop:.1%} below the baseline {want:.1f} "
+                       f"(tolerance {tol:.1%})")
     return out
 
 

@@ -386,11 +386,15 @@ RANDOM_PRESETS = ("tiny", "s2-pro")
 
 def load_codec(name_or_path: str | Path = "tiny", device: str | torch.device = "cpu",
                dtype: torch.dtype = torch.float32, seed: int = 0) -> Codec:
-    """``"tiny"`` / ``"s2-pro"`` (random weights; fixture / released sizes) or a ``codec.pth`` (config
+    """``"tiny"`` / ``"s2-pro"`` (random weights; fixture / released sizes; any other model preset
+    takes the codec of its size class) or a ``codec.pth`` (config
     from a ``codec_config.json`` beside it, else the released sizes). Mismatched keys fail listing
     missing / unexpected / mis-shaped."""
-    if str(name_or_path) in RANDOM_PRESETS:
-        spec = json.loads(_TINY_JSON.read_text()) if str(name_or_path) == "tiny" else RELEASED_CONFIG
+    from .model_config import PRESETS
+
+    name = str(name_or_path)
+    if name in RANDOM_PRESETS or (name in PRESETS and not Path(name).exists()):  # a model preset's codec
+        spec = json.loads(_TINY_JSON.read_text()) if name.startswith("tiny") else RELEASED_CONFIG
         codec = Codec(CodecConfig(spec))
         _init_random_(codec, seed)
         return codec.to(device=device, dtype=dtype).eval().requires_grad_(False)

@@ -195,6 +195,8 @@ class EngineConfig:
     pipeline_depth: int = 1
     #: Largest number of frames one batched codec call decodes per request.
     codec_max_frames: int = 8
+    #: Share of the free GPU memory the KV cache may take; the context per slot shrinks to fit.
+    kv_cache_memory_fraction: float = 0.5
 
 
 def batch_buckets(max_bs: int) -> list[int]:
@@ -247,8 +249,9 @@ class Engine:
         mc = model.config
         self.num_codebooks = int(mc.num_codebooks)
         self.im_end_id = int(mc.im_end_id)
-        self.max_seq_len = int(min(config.max_seq_len or mc.max_seq_len, mc.max_seq_len))
         self.max_slots = config.max_running_requests
+        context = int(min(config.max_seq_len or mc.max_seq_len, mc.max_seq_len))
+        self.max_seq_len = self._fit_seq_len(model, context)
         # One extra scratch slot receives the padded rows' writes when batches are padded.
         self.pad_slot = self.max_slots
         self.cache = model.new_cache(self.max_slots + (1 if config.pad_to_buckets else 0), self.max_seq_len)
@@ -287,6 +290,31 @@ class Engine:
                          threading.Thread(target=self._codec_main, name="ttsfleet-codec", daemon=True)]
         if collectors is not None:
             self.attach_metrics(collectors, model_label)
+
+    def _fit_seq_len(self, model: Any, want: int) -> int:
+        """``want``, or less where a KV cache of ``want`` positions per slot would not fit the GPU.
+
+        Why: a model's own context (S2 Pro: 32,768) times 64 slots is ~300 GB of bf16 K/V; the cache
+        takes at most ``kv_cache_memory_fraction`` of the free device memory instead (like sglang's
+        static memory fraction), and prompts beyond that context get the usual 400.
+        """
+        import torch
+
+        dev = torch.device(self.cfg.device)
+        if dev.type != "cuda":
+            return want
+        mc = model.config
+        slots = self.max_slots + 1
+        per_pos = 2 * mc.n_layer * mc.n_local_heads * mc.head_dim * model.dtype.itemsize * slots
+        free, _ = torch.cuda.mem_get_info(dev)
+        fit = int(free * self.cfg.kv_cache_memory_fraction // per_pos)
+        if fit >= want:
+            return want
+        if fit < 64:
+            raise ValueError(f"no room for a KV cache of {self.max_slots} slots "
+                             f"({free / 2**30:.1f} GiB free)")
+        log.warning("KV cache: %d positions per slot fit (model context %d); longer prompts: 400", fit, want)
+        return fit
 
     def attach_metrics(self, collectors: Any, label: str) -> None:
         """Start exporting (after a warm-up, so it does not show up as traffic)."""
@@ -718,8 +746,8 @@ class _CodecJob:
         return sum(c.shape[1] for c in self.codes)
 
     def take(self, n: int) -> np.ndarray:
-        """The next ``n`` frames ``[ncb, n]`` (removed from the backlog)."""
-        allc = np.concatenate(self.codes, axis=1)
+        """The next ``n`` frames ``[ncb, n]`` (removed from the backlog); ``n`` <= :attr:`backlog`."""
+        allc = np.concatenate(self.codes, axis=1) if len(self.codes) != 1 else self.codes[0]
         self.codes = [allc[:, n:]] if allc.shape[1] > n else []
         return allc[:, :n]
 
@@ -766,8 +794,8 @@ class _BatchedCodec:
     def round(self) -> None:
         if self.decoder is None:
             for job in list(self.jobs.values()):
-                codes = job.take(job.backlog)
-                if codes.shape[1]:
+                if job.backlog:
+                    codes = job.take(job.backlog)
                     job.handle.post(Event("audio", audio=np.zeros(0, np.float32), codes=codes,
                                           frames=codes.shape[1]))
             self._finish_done()

@@ -159,8 +159,11 @@ class ServeConfig:
             raise UserError("prefill_chunk_tokens must be >= 0 (0 = no chunking)")
         if self.max_text_chars < 1 or self.max_new_tokens < 1:
             raise UserError("max_text_chars and max_new_tokens must be >= 1")
-        if self.checkpoint != "tiny" and not Path(self.checkpoint).is_dir():
-            raise UserError(f"checkpoint {self.checkpoint!r} is not a directory (or 'tiny')")
+        from ttsfleet.inference.model_config import PRESETS  # random-weight presets (tiny, s2-pro, ...)
+
+        if self.checkpoint not in PRESETS and not Path(self.checkpoint).is_dir():
+            raise UserError(f"checkpoint {self.checkpoint!r} is not a directory or a preset "
+                            f"({', '.join(PRESETS)})")
         if not self.model_name:
             self.model_name = "tiny" if self.checkpoint == "tiny" else Path(self.checkpoint).name
         if self.references_dir:
