@@ -35,6 +35,16 @@ class BenchConfig:
     seed: int = 1
     #: Runs of every level; the level reports the median frames/s and the spread (the gate's noise).
     repeats: int = 1
+    #: Request i asks for ``max_new_tokens * (1 + frames_spread * u_i)`` frames, u_i uniform in [-1, 1].
+    frames_spread: float = 0.0
+
+    def frames_of(self, i: int) -> int:
+        if self.frames_spread <= 0:
+            return self.max_new_tokens
+        import random
+
+        u = random.Random(self.seed * 7919 + i).uniform(-1.0, 1.0)
+        return max(1, int(round(self.max_new_tokens * (1 + self.frames_spread * u))))
 
 
 @dataclass
@@ -78,7 +88,7 @@ def _pct(xs: list[float], q: float) -> float:
 
 async def _one(client: Any, cfg: BenchConfig, i: int) -> Sample:
     headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
-    body = {"text": cfg.text, "format": cfg.fmt, "streaming": True, "max_new_tokens": cfg.max_new_tokens,
+    body = {"text": cfg.text, "format": cfg.fmt, "streaming": True, "max_new_tokens": cfg.frames_of(i),
             "seed": cfg.seed + i, "latency": "low"}
     t0 = time.perf_counter()
     first = None

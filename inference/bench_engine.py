@@ -48,6 +48,12 @@ class EngineBenchConfig:
     #: Test hook for the gate: slow every decode step down by this fraction (0.1 = 10 % fewer frames/s)
     #: with a GPU spin kernel (a host sleep would hide behind the pipelined GPU queue).
     plant_slowdown: float = 0.0
+    #: Request i decodes ``frames * (1 + frames_spread * u_i)`` frames, ``u_i`` uniform in [-1, 1]
+    #: (seeded): lengths vary as real requests do, so the closed loop does not march in lock-step waves.
+    frames_spread: float = 0.0
+    #: After the levels, run them again as a re-run and once more with a planted 10 % slowdown, and
+    #: check both against the first pass with the gate (in the same process: no second set-up).
+    gate: bool = False
 
 
 # ----------------------------------------------------------------------------- set-up
@@ -60,7 +66,7 @@ def build_engine(cfg: EngineBenchConfig) -> Any:
 
     cuda = cfg.device.startswith("cuda")
     dtype = torch.bfloat16 if cuda else torch.float32
-    seq = cfg.prompt_tokens + cfg.frames + 8
+    seq = cfg.prompt_tokens + max_frames(cfg) + 8
     model = load_model(cfg.checkpoint, device=cfg.device, dtype=dtype, quantize=cfg.quantize, seed=cfg.seed,
                        max_seq_len=seq)
     codec = None if cfg.codec == "none" else load_codec(cfg.codec, device=cfg.device, dtype=torch.float32)
@@ -107,6 +113,20 @@ def _plant_slowdown(engine: Any, fraction: float) -> None:
     engine._launch_step = slowed
 
 
+def max_frames(cfg: EngineBenchConfig) -> int:
+    return int(round(cfg.frames * (1 + cfg.frames_spread)))
+
+
+def request_frames(cfg: EngineBenchConfig, i: int) -> int:
+    """Frames request ``i`` decodes (deterministic per seed and index)."""
+    if cfg.frames_spread <= 0:
+        return cfg.frames
+    import random
+
+    u = random.Random(cfg.seed * 7919 + i).uniform(-1.0, 1.0)
+    return max(1, int(round(cfg.frames * (1 + cfg.frames_spread * u))))
+
+
 def _prompt(model: Any, n: int, seed: int) -> Any:
     """A text-only prompt ``[1 + ncb, n]`` of random non-audio token ids."""
     import torch
@@ -118,13 +138,15 @@ def _prompt(model: Any, n: int, seed: int) -> Any:
 
 
 # ----------------------------------------------------------------------------- closed loop
-async def _request(engine: Any, cfg: EngineBenchConfig, i: int) -> Sample:
+async def _request(engine: Any, cfg: EngineBenchConfig, i: int, tag: int) -> Sample:
+    """Request ``i`` of a level (its length depends on ``i`` only, so repeated runs do the same work);
+    ``tag`` seeds its prompt and sampling."""
     from .engine import GenerationRequest
     from .sampling import SamplingParams
 
-    req = GenerationRequest(prompt=_prompt(engine.model, cfg.prompt_tokens, cfg.seed * 100_003 + i),
-                            sampling=SamplingParams(seed=cfg.seed + i), max_new_tokens=cfg.frames,
-                            ignore_eos=True)
+    req = GenerationRequest(prompt=_prompt(engine.model, cfg.prompt_tokens, cfg.seed * 100_003 + tag),
+                            sampling=SamplingParams(seed=cfg.seed + tag),
+                            max_new_tokens=request_frames(cfg, i), ignore_eos=True)
     t0 = time.perf_counter()
     handle = engine.submit(req, asyncio.get_running_loop())
     first, frames, ok = None, 0, True
@@ -157,7 +179,7 @@ async def _run(engine: Any, cfg: EngineBenchConfig, c: int, n: int,
 
     async def worker() -> None:
         for i in counter:
-            samples.append(await _request(engine, cfg, (run * 100 + c) * 1000 + i))
+            samples.append(await _request(engine, cfg, i, (run * 100 + c) * 1000 + i))
 
     f0 = engine.stats.frames
     t0 = time.perf_counter()
@@ -257,6 +279,57 @@ def step_breakdown(model: Any, batch_sizes: list[int], context: int) -> list[dic
     return rows
 
 
+def prefill_breakdown(model: Any, tokens: int, batches: tuple[int, ...]) -> list[dict[str, float]]:
+    """GPU ms of one batched prefill of ``n`` fresh ``tokens``-token prompts (median of 3, eager)."""
+    import torch
+
+    from .model import PrefillPiece
+
+    rows = []
+    cache = model.new_cache(max(batches), tokens + 8)
+    for n in batches:
+        pieces = [PrefillPiece(i, _prompt(model, tokens, i), 0) for i in range(n)]
+        times = []
+        for _ in range(4):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            model.prefill_batch(cache, pieces)
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b))
+        ms = statistics.median(times[1:])
+        rows.append({"prompts": n, "tokens": n * tokens, "ms": round(ms, 3),
+                     "tokens_per_s": round(n * tokens / ms * 1000, 1)})
+    return rows
+
+
+def _gate_passes(engine: Any, cfg: EngineBenchConfig, first: list[Level]) -> dict[str, Any]:
+    """The levels once more (a re-run) and once with a planted 10 % slowdown, each gated on ``first``."""
+    def report(levels: list[Level]) -> dict[str, Any]:
+        return {"levels": [asdict(lv) for lv in levels],
+                "points": [{"concurrency": lv.concurrency, "frames_per_s": round(lv.frames_per_s, 3),
+                            "ttfa_s": round(lv.ttfa_p50_s, 5)} for lv in levels]}
+
+    def again() -> list[Level]:
+        return [_level(engine, cfg, c, cfg.requests or max(2 * c, 4))[0] for c in cfg.levels]
+
+    base = report(first)
+    rerun = report(again())
+    launch = engine._launch_step
+    _plant_slowdown(engine, 0.10)
+    try:
+        planted = report(again())
+    finally:
+        engine._launch_step = launch
+    out: dict[str, Any] = {"rerun": rerun, "planted": planted}
+    for name in ("rerun", "planted"):
+        try:
+            out[f"{name}_regressions"] = regressions(base, out[name])
+        except ValueError as exc:
+            out[f"{name}_regressions"] = [f"gate refused: {exc}"]
+    return out
+
+
 def codec_push_ms(codec: Any, frames: tuple[int, ...] = (2, 8, 32), reps: int = 10) -> dict[str, float]:
     """Median wall ms of one streaming-decoder push of ``n`` frames (what one request's chunk costs)."""
     import torch
@@ -293,15 +366,17 @@ def run_engine_bench(cfg: EngineBenchConfig, progress: Any = None) -> dict[str, 
             phases.append({"concurrency": c, **ph})
             if progress is not None:
                 progress(levels[-1])
+        gate = _gate_passes(engine, cfg, levels) if cfg.gate else None
     finally:
         engine.stop()
     model = engine.model
     codec_ms = codec_push_ms(engine.codec) if engine.codec is not None else {}
-    breakdown = []
+    breakdown, prefill = [], []
     if cfg.breakdown and str(cfg.device).startswith("cuda"):
         del engine
         torch.cuda.empty_cache()
         breakdown = step_breakdown(model, sorted(set(cfg.levels)), cfg.prompt_tokens + cfg.frames // 2)
+        prefill = prefill_breakdown(model, cfg.prompt_tokens, (1, 4, 16))
     base = levels[0].frames_per_s
     dev = torch.device(cfg.device)
     return {
@@ -316,6 +391,8 @@ def run_engine_bench(cfg: EngineBenchConfig, progress: Any = None) -> dict[str, 
         "scaling": (levels[-1].frames_per_s / base) if base > 0 else None,
         "engine_phases": phases,
         "breakdown": breakdown,
+        "prefill": prefill,
+        "gate": gate,
         "codec": codec_ms,
         "points": [{"concurrency": lv.concurrency, "frames_per_s": round(lv.frames_per_s, 3),
                     "ttfa_s": round(lv.ttfa_p50_s, 5)} for lv in levels

@@ -84,6 +84,7 @@ def bench_serve(
     timeout_s: float = typer.Option(300.0, help="Per-request timeout."),
     seed: int = typer.Option(1, help="Base sampling seed (request i uses seed + i)."),
     repeats: int = typer.Option(1, help="Runs per level: median frames/s and its spread (the gate needs 3)."),
+    frames_spread: float = typer.Option(0.0, help="Request i asks for max_new_tokens x (1 +- this), seeded."),
 ) -> None:
     """Drive a running server at several concurrencies; report frames/s and time to first audio."""
     from ttsfleet.inference.bench import BenchConfig, run_bench, write_outputs
@@ -91,11 +92,11 @@ def bench_serve(
     levels = _levels(concurrency)
     if fmt not in ("wav", "pcm", "mp3", "opus"):
         raise UserError(f"--format {fmt!r} is not wav, pcm, mp3 or opus")
-    if max_new_tokens < 1 or requests < 0 or repeats < 1:
-        raise UserError("--max-new-tokens and --repeats must be >= 1 and --requests >= 0")
+    if max_new_tokens < 1 or requests < 0 or repeats < 1 or not 0 <= frames_spread < 1:
+        raise UserError("--max-new-tokens, --repeats >= 1, --requests >= 0, --frames-spread in [0, 1) please")
     cfg = BenchConfig(url=url.rstrip("/"), levels=levels, requests=requests, text=text,
                       max_new_tokens=max_new_tokens, fmt=fmt, api_key=api_key, timeout_s=timeout_s, seed=seed,
-                      repeats=repeats)
+                      repeats=repeats, frames_spread=frames_spread)
     result = run_bench(cfg)
     print_table(result)
     if out is not None:
@@ -129,6 +130,8 @@ def bench_engine(
     repeats: int = typer.Option(1, help="Runs per level: median frames/s and its spread (the gate needs 3)."),
     pipeline_depth: int = typer.Option(1, help="Decode steps in flight before reading frames (0 = sync)."),
     plant_slowdown: float = typer.Option(0.0, help="Gate test hook: slow each decode step by this fraction."),
+    frames_spread: float = typer.Option(0.0, help="Request lengths vary by +- this fraction of --frames."),
+    gate: bool = typer.Option(False, help="Then a re-run and a planted 10% slowdown, gated on pass 1."),
     out: Path = typer.Option(None, help="Directory for bench.json, bench.csv and bench.png."),
 ) -> None:
     """The decode engine in process under closed-loop load: frames/s, TTFA, step breakdown."""
@@ -145,14 +148,15 @@ def bench_engine(
                                                                             pipeline_depth) < 0:
         raise UserError("--prompt-tokens, --frames, --repeats, --prefill-token-budget must be >= 1; "
                         "--requests, --prefill-chunk-tokens, --pipeline-depth >= 0")
-    if not 0 <= plant_slowdown < 0.9:
-        raise UserError("--plant-slowdown must be in [0, 0.9)")
+    if not 0 <= plant_slowdown < 0.9 or not 0 <= frames_spread < 1:
+        raise UserError("--plant-slowdown must be in [0, 0.9) and --frames-spread in [0, 1)")
     cfg = EngineBenchConfig(checkpoint=checkpoint, codec=codec, device=device, quantize=quantize,
                             levels=levels, prompt_tokens=prompt_tokens, frames=frames, requests=requests,
                             max_running_requests=max(64, levels[-1]), breakdown=breakdown,
                             prefill_chunk_tokens=prefill_chunk_tokens,
                             prefill_token_budget=prefill_token_budget, repeats=repeats,
-                            pipeline_depth=pipeline_depth, plant_slowdown=plant_slowdown)
+                            pipeline_depth=pipeline_depth, plant_slowdown=plant_slowdown,
+                            frames_spread=frames_spread, gate=gate)
 
     def progress(lv: Any) -> None:
         typer.echo(f"c={lv.concurrency}: {lv.frames_per_s:.0f} frames/s, "
@@ -161,6 +165,13 @@ def bench_engine(
     result = run_engine_bench(cfg, progress=progress)
     print_table(result)
     print_breakdown(result)
+    for row in result.get("prefill", []):
+        typer.echo(f"prefill {row['prompts']} x {prompt_tokens} tokens: {row['ms']:.1f} ms "
+                   f"({row['tokens_per_s']:.0f} tokens/s)")
+    if result.get("gate"):
+        for name in ("rerun", "planted"):
+            found = result["gate"][f"{name}_regressions"]
+            typer.echo(f"gate {name}: " + ("; ".join(found) if found else "pass"))
     if out is not None:
         paths = [*write_outputs(result, out), write_csv(result, out)]
         typer.echo("wrote " + ", ".join(str(p) for p in paths))

@@ -123,6 +123,7 @@ class _VarlenLayout:
     mask: Tensor  # bool [B, 1, max_len, max_end]: query i of piece b sees keys 0 .. start_b + i
     max_len: int
     max_end: int
+    fresh: bool = False  # every piece starts at position 0
 
     @classmethod
     def build(cls, slots: list[int], spans: list[tuple[int, int]], device: torch.device) -> _VarlenLayout:
@@ -137,16 +138,22 @@ class _VarlenLayout:
         mask = torch.arange(max_end)[None, None, :] <= seen
         host = (pos, row_slots, torch.tensor(slots), starts, torch.tensor([e for _, e in spans]), last, grid)
         dev = [t.to(device, torch.int64, non_blocking=True) for t in host]  # no host sync
-        return cls(*dev, mask=mask[:, None].to(device, non_blocking=True), max_len=max_len, max_end=max_end)
+        return cls(*dev, mask=mask[:, None].to(device, non_blocking=True), max_len=max_len, max_end=max_end,
+                   fresh=all(s == 0 for s, _ in spans))
 
     def attend(self, q: Tensor, k_cache: Tensor, v_cache: Tensor) -> Tensor:
-        """Rows ``q [N, H, D]`` against their slots' caches ``[slots, S, KV, D]`` -> ``[N, H, D]``."""
+        """Rows ``q [N, H, D]`` against their slots' caches ``[slots, S, KV, D]`` -> ``[N, H, D]``.
+
+        When every piece starts its slot (``fresh``), the padded grid is plain causal attention over
+        positions ``0 .. max_len`` (a padded tail sits after every real query): the flash kernel.
+        Otherwise a mask says which cached keys each query sees."""
         b = self.slots.shape[0]
         grid_q = q.new_zeros(b * self.max_len, *q.shape[1:])
         grid_q[self.grid] = q
         k = k_cache[:, :self.max_end].index_select(0, self.slots)
         v = v_cache[:, :self.max_end].index_select(0, self.slots)
-        y = attend(grid_q.view(b, self.max_len, *q.shape[1:]), k, v, self.mask)  # [B, max_len, H*D]
+        grid_q = grid_q.view(b, self.max_len, *q.shape[1:])
+        y = attend(grid_q, k, v, None if self.fresh else self.mask, causal=self.fresh)  # [B, max_len, H*D]
         return y.reshape(b * self.max_len, *q.shape[1:])[self.grid]
 
 

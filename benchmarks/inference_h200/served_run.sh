@@ -4,7 +4,9 @@
 # (`ttsfleet serve --checkpoint s2-pro` over real HTTP, streaming pcm), all from one run.
 # Usage (from the repo root on the device): benchmarks/inference_h200/served_run.sh STAGES...
 # stages: tests, engine (codes-only), codec (engine + codec), serve (HTTP), gate (re-run + planted 10 %).
-# Env: LEVELS (1,8,64), REPEATS (3), SERVE_LEVELS (1,16,64), FRAMES (128), PROMPT (512), WHL (../../.whl).
+# Env: LEVELS (1,8,64), REPEATS (3), SERVE_LEVELS (1,16,64), FRAMES (128), PROMPT (512), SPREAD (0.5:
+# request lengths FRAMES x (1 +- 0.5)), GATE (set: the engine stage also runs the in-process gate passes),
+# WHL (../../.whl).
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/triton_cache
@@ -30,7 +32,8 @@ for stage in "$@"; do
     tests) timeout 150 "${PYTEST[@]}" tests/inference_model/test_chunked_prefill.py \
              tests/inference_server/test_engine.py tests/inference_model/test_codec.py -k "not golden" \
              2>&1 | tee "$OUT/gpu_tests.txt" ;;
-    engine) engine engine_nocodec --codec none --concurrency "$LEVELS" --repeats "$REPEATS" ;;
+    engine) engine engine_nocodec --codec none --concurrency "$LEVELS" --repeats "$REPEATS" \
+              --frames-spread "${SPREAD:-0.5}" ${GATE:+--gate} ;;
     codec) engine engine_codec --codec s2-pro --concurrency "${CODEC_LEVELS:-1,64}" --no-breakdown ;;
     gate)  # a re-run of the same commit, then the same with a planted 10 % slowdown, each checked
       engine gate_rerun --codec none --concurrency "$LEVELS" --repeats "$REPEATS" --no-breakdown
@@ -51,6 +54,7 @@ for stage in "$@"; do
       text=$(python3 -c 'print(("The quick brown fox jumps over the lazy dog, " * 7)[:290])')
       timeout 200 python3 -m ttsfleet.cli bench serve --url "http://127.0.0.1:$port" \
         --concurrency "${SERVE_LEVELS:-1,16,64}" --repeats "${SERVE_REPEATS:-1}" --max-new-tokens "$FRAMES" \
+        --frames-spread "${SPREAD:-0.5}" \
         --text "$text" --out "$OUT/served" 2>&1 | tee "$OUT/served.txt"
       curl -s "http://127.0.0.1:$port/metrics" > "$OUT/served/metrics.txt"
       kill -TERM "$pid"; wait "$pid"; echo "server exit $?" ;;

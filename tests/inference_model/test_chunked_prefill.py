@@ -154,11 +154,12 @@ def _batched_vs_alone(m, prompts: list[torch.Tensor], split: int) -> None:
     alone = m.new_cache(n + 1, 256)
     for i, p in enumerate(prompts):
         m.prefill(alone, i + 1, p)
-    greedy = SamplingBatch.from_params([SamplingParams(temperature=0.0)] * n)
-    slots = torch.arange(1, n + 1)
+    greedy = SamplingBatch.from_params([SamplingParams(temperature=0.0)] * n, m.device)
+    slots = torch.arange(1, n + 1, device=m.device)
     batch = m.new_cache(n + 1, 256)
     m.prefill(batch, 1, prompts[-1].flip(1))  # stale content: start=0 must overwrite it
-    m.prefill(batch, n, prompts[-1][:, :split])
+    if split:
+        m.prefill(batch, n, prompts[-1][:, :split])
     pieces = [PrefillPiece(i + 1, p, 0) for i, p in enumerate(prompts[:-1])]
     pieces.append(PrefillPiece(n, prompts[-1][:, split:], split))
     m.prefill_batch(batch, pieces)
@@ -180,8 +181,9 @@ def _mixed_prompts(tok, cfg) -> list[torch.Tensor]:
             build_prompt(tok, cfg, "x"), build_prompt(tok, cfg, "voiced", references=[(codes, "ref text")])]
 
 
-def test_batched_prefill_equals_per_request_prefill(tiny_model, tiny_tok) -> None:
-    _batched_vs_alone(tiny_model, _mixed_prompts(tiny_tok, tiny_model.config), split=7)
+@pytest.mark.parametrize("split", [7, 0])  # 0: every piece starts its slot (the causal fast path)
+def test_batched_prefill_equals_per_request_prefill(tiny_model, tiny_tok, split: int) -> None:
+    _batched_vs_alone(tiny_model, _mixed_prompts(tiny_tok, tiny_model.config), split=split)
 
 
 def test_batched_prefill_fused_path_equals_per_request(tiny_tok, monkeypatch: pytest.MonkeyPatch) -> None:
