@@ -217,7 +217,9 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
         "points": [{"concurrency": lv.concurrency, "frames_per_s": round(lv.frames_per_s, 3),
                     "ttfa_s": round(lv.ttfa_p50_s, 5)} for lv in levels
                    if lv.frames_per_s > 0 and lv.ttfa_p50_s > 0],
-        "source": f"ttsfleet bench serve {cfg.url}",
+        "source": f"ttsfleet bench serve {cfg.url}" + (
+            f" (model {build['model']}, {build.get('quantization', '?')} on {build.get('device', '?')})"
+            if build.get("model") else ""),
     }
     return report
 

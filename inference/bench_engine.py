@@ -401,27 +401,32 @@ def run_engine_bench(cfg: EngineBenchConfig, progress: Any = None) -> dict[str, 
     }
 
 
-#: The gate's derived tolerance at one concurrency: the baseline's run-to-run spread, at least
-#: GATE_FLOOR; a baseline spread above GATE_CAP is refused (too noisy to see a 10 % slowdown).
+#: The gate's derived tolerance at one concurrency: the baseline's run-to-run spread, clamped to
+#: [GATE_FLOOR, GATE_CAP] (a level noisier than the cap is gated at the cap and reported as noisy).
 GATE_FLOOR, GATE_CAP, GATE_MIN_REPEATS = 0.03, 0.08, 3
 
 
 def gate_tolerance(level: dict[str, Any] | None) -> float:
-    """Allowed drop below a baseline level: its measured spread ((max - min) / median of >= 3 runs).
+    """Allowed drop of the median below a baseline level: its measured spread, clamped to [3 %, 8 %].
 
     Why the spread: two runs of unchanged code differ by what the machine's noise does to a level
-    of that length; a fixed 5 % fails on that noise at some levels and is blind at others. A level
-    whose runs all fall within ``s`` of each other gives a tolerance of ``s`` (floor 3 %): a re-run
-    lands inside it, a real slowdown larger than it does not.
+    of that length; a fixed 5 % fails on that noise at some levels and is blind at others. The spread
+    is the (max - min) / median of the baseline's >= 3 runs, a pessimistic bound on how far a
+    re-run's *median* lands from the baseline's. The floor keeps very quiet levels from failing on
+    rounding-level jitter; the cap keeps a noisy level able to catch a 10 % slowdown (the H200
+    record: c=64 runs spread 10.6 %, a re-run's median came within 1.6 %, a planted 10 % slowdown
+    fell 13.2 %).
     """
     if level is None or int(level.get("repeats", 1)) < GATE_MIN_REPEATS:
         raise ValueError(f"the baseline needs >= {GATE_MIN_REPEATS} repetitions per level to derive a "
                          "tolerance (re-record it with --repeats 3, or pass --tolerance)")
-    spread = float(level.get("frames_per_s_spread", 0.0))
-    if spread > GATE_CAP:
-        raise ValueError(f"c={level['concurrency']}: the baseline's runs spread {spread:.1%} "
-                         f"(> {GATE_CAP:.0%}); too noisy to gate on: re-record with more requests per level")
-    return max(GATE_FLOOR, spread)
+    return min(max(GATE_FLOOR, float(level.get("frames_per_s_spread", 0.0))), GATE_CAP)
+
+
+def noisy_levels(baseline: dict[str, Any]) -> list[str]:
+    """Baseline levels whose spread exceeds the cap: gated at the cap, worth re-recording longer."""
+    return [f"c={lv['concurrency']}: baseline runs spread {lv['frames_per_s_spread']:.1%} (> {GATE_CAP:.0%})"
+            for lv in baseline.get("levels", []) if float(lv.get("frames_per_s_spread", 0.0)) > GATE_CAP]
 
 
 def regressions(baseline: dict[str, Any], result: dict[str, Any],
@@ -474,8 +479,9 @@ def write_csv(report: dict[str, Any], out: Any) -> Any:
 
     path = Path(out) / "bench.csv"
     steps = {r["batch"]: r for r in report.get("breakdown", [])}
-    cols = ["concurrency", "frames_per_s", "per_request_frames_per_s", "ttfa_p50_s", "ttfa_p99_s",
-            "requests", "errors", "step_ms", "slow_ms", "fast_ms", "main_sample_ms", "other_ms"]
+    cols = ["concurrency", "frames_per_s", "frames_per_s_spread", "repeats", "per_request_frames_per_s",
+            "ttfa_p50_s", "ttfa_p99_s", "rtf_p50", "rtf_p99", "requests", "errors", "step_ms", "slow_ms",
+            "fast_ms", "main_sample_ms", "other_ms"]
     with path.open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
         w.writeheader()
