@@ -330,22 +330,31 @@ def _gate_passes(engine: Any, cfg: EngineBenchConfig, first: list[Level]) -> dic
     return out
 
 
-def codec_push_ms(codec: Any, frames: tuple[int, ...] = (2, 8, 32), reps: int = 10) -> dict[str, float]:
-    """Median wall ms of one streaming-decoder push of ``n`` frames (what one request's chunk costs)."""
+def codec_push_ms(codec: Any, batches: tuple[int, ...] = (1, 16, 64), frames: tuple[int, ...] = (1, 4),
+                  reps: int = 10) -> list[dict[str, float]]:
+    """Wall ms of one batched streaming push (``B`` streams x ``T`` frames), eager and graph-replayed.
+
+    What the codec thread pays per round: with the batched decoder a round is one push per frame
+    count for every stream, so ms per push / (B x T) is the codec's cost per frame."""
     import torch
 
     g = torch.Generator().manual_seed(0)
-    out = {}
-    for n in frames:
-        codes = torch.randint(0, 1024, (codec.num_codebooks, n), generator=g)
-        times = []
-        for _ in range(reps + 2):
-            dec = codec.stream_decoder()
-            t = time.perf_counter()
-            dec.push(codes)
-            times.append((time.perf_counter() - t) * 1000)
-        out[f"push_{n}_frames_ms"] = round(statistics.median(times[2:]), 3)
-    return out
+    cuda = codec.device.type == "cuda"
+    rows = []
+    for graphs in ((False, True) if cuda else (False,)):
+        dec = codec.slot_decoder(max(batches), graphs=graphs)
+        for b in batches:
+            for t in frames:
+                codes = torch.randint(0, 1024, (b, codec.num_codebooks, t), generator=g)
+                times = []
+                for _ in range(reps + 2):
+                    t0 = time.perf_counter()
+                    dec.push(list(range(b)), codes).cpu()
+                    times.append((time.perf_counter() - t0) * 1000)
+                ms = statistics.median(times[2:])
+                rows.append({"graphs": graphs, "streams": b, "frames": t, "ms": round(ms, 3),
+                             "frames_per_s": round(b * t / ms * 1000, 1)})
+    return rows
 
 
 # ----------------------------------------------------------------------------- run + gate
@@ -370,7 +379,7 @@ def run_engine_bench(cfg: EngineBenchConfig, progress: Any = None) -> dict[str, 
     finally:
         engine.stop()
     model = engine.model
-    codec_ms = codec_push_ms(engine.codec) if engine.codec is not None else {}
+    codec_ms = codec_push_ms(engine.codec) if engine.codec is not None else []
     breakdown, prefill = [], []
     if cfg.breakdown and str(cfg.device).startswith("cuda"):
         del engine

@@ -272,8 +272,9 @@ class Codec(nn.Module):
     def stream_decoder(self) -> CodecStream:
         return CodecStream(self)
 
-    def slot_decoder(self, max_slots: int) -> SlotCodecStream:
-        return SlotCodecStream(self, max_slots)
+    def slot_decoder(self, max_slots: int, max_frames: int = 1 << 15,
+                     graphs: bool = False) -> SlotCodecStream:
+        return SlotCodecStream(self, max_slots, max_frames=max_frames, graphs=graphs)
 
 
 class CodecStream:
@@ -301,34 +302,109 @@ class SlotCodecStream:
     """Streaming decode of many requests in one call: stream state in slots, like the KV cache.
 
     ``push(slots, codes [B, ncb, T])`` advances the ``B`` streams of ``slots`` by ``T`` frames each and
-    returns their audio ``[B, T * frame_length]`` (on the codec's device); each row equals what that
-    request's own :class:`CodecStream` returns for the same codes. ``reset(slot)`` ends a stream.
-    All rows of one call decode the same number of frames (the engine groups requests by it).
+    returns their audio ``[B, T * frame_length]`` (on the codec's device; with graphs, a view of a
+    static buffer valid until the next push); each row equals what that request's own
+    :class:`CodecStream` returns for the same codes. ``reset(slot)`` ends a stream. All rows of one
+    call decode the same number of frames (the engine groups requests by it).
+
+    ``graphs`` (CUDA): each ``(B, T)`` shape is captured once as a CUDA graph, ``B`` padded up to a
+    power of two with scratch slots, and replayed (a streaming call at S2 size is ~250 small
+    launches: launch-bound eagerly). A capture that fails leaves that shape eager. ``max_frames``
+    bounds a stream's length (RoPE positions of the window transformer).
     """
 
-    def __init__(self, codec: Codec, max_slots: int) -> None:
+    def __init__(self, codec: Codec, max_slots: int, max_frames: int = 1 << 15, graphs: bool = False) -> None:
         self.codec = codec
-        self.state = SlotState(max_slots)
+        self.slots = max_slots
+        self.pad = _pow2(max_slots)  # scratch rows after the real ones: graphs pad B up to a power of 2
+        self.state = SlotState(max_slots + self.pad, max_positions=max_frames)
+        self.use_graphs = graphs and codec.device.type == "cuda"
+        self.graphs: dict[tuple[int, int], Any] = {}  # (B, T) -> _CodecGraph, or None = eager
+        self.captured = 0
+        # one memory pool for every shape: calls replay one after another on one stream and each
+        # output is copied out before the next call, so their scratch memory can be shared
+        self.pool = torch.cuda.graph_pool_handle() if self.use_graphs else None
 
     @property
     def max_slots(self) -> int:
-        return self.state.max_slots
+        return self.slots
 
-    @torch.inference_mode()
-    def push(self, slots: list[int], codes: Tensor) -> Tensor:
+    def _check(self, slots: list[int], codes: Tensor) -> Tensor:
         codes = torch.as_tensor(codes)
         n = self.codec.num_codebooks
         if codes.dim() != 3 or codes.shape[0] != len(slots) or codes.shape[1] != n or codes.shape[2] < 1:
             raise ValueError(f"codes must be [{len(slots)}, {n}, T >= 1], got {tuple(codes.shape)}")
-        dev = self.codec.device
-        self.state.select(slots, dev)
-        c = codes.to(dev, torch.long, non_blocking=True)
-        wave = self.codec.decoder(self.codec.quantizer.decode(c, self.state), self.state)
-        return wave[:, 0]
+        if len(set(slots)) != len(slots) or not all(0 <= s < self.slots for s in slots):
+            raise ValueError(f"slots must be distinct and in [0, {self.slots}): {slots}")
+        return codes
+
+    @torch.inference_mode()
+    def push(self, slots: list[int], codes: Tensor) -> Tensor:
+        codes = self._check(slots, codes)
+        if self.use_graphs:
+            graph = self._graph(_pow2(len(slots)), int(codes.shape[2]))
+            if graph is not None:
+                return graph.run(self, slots, codes)
+        rows = torch.tensor(slots, dtype=torch.int64).to(self.codec.device, non_blocking=True)
+        return self._decode(rows, codes.to(self.codec.device, torch.long, non_blocking=True))
+
+    def _decode(self, rows: Tensor, codes: Tensor) -> Tensor:
+        self.state.select(rows)
+        return self.codec.decoder(self.codec.quantizer.decode(codes, self.state), self.state)[:, 0]
+
+    def _graph(self, b: int, t: int) -> _CodecGraph | None:
+        key = (b, t)
+        if key not in self.graphs:
+            try:
+                self.graphs[key] = _CodecGraph.capture(self, b, t)
+                self.captured += 1
+            except Exception:
+                import logging
+
+                logging.getLogger("ttsfleet.inference.codec").exception("codec graph %s failed; eager", key)
+                self.graphs[key] = None
+        return self.graphs[key]
 
     @torch.inference_mode()
     def reset(self, slot: int) -> None:
         self.state.reset(slot)
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+class _CodecGraph:
+    """One captured batched streaming call: static slot-index / codes inputs, static audio output."""
+
+    def __init__(self, graph: Any, rows: Tensor, codes: Tensor, out: Tensor) -> None:
+        self.graph, self.rows, self.codes, self.out = graph, rows, codes, out
+
+    @classmethod
+    def capture(cls, stream: SlotCodecStream, b: int, t: int) -> _CodecGraph:
+        dev = stream.codec.device
+        scratch = torch.arange(stream.slots, stream.slots + b, device=dev)  # warm-up writes only these
+        rows = scratch.clone()
+        codes = torch.zeros(b, stream.codec.num_codebooks, t, dtype=torch.long, device=dev)
+        side = torch.cuda.Stream(dev)
+        side.wait_stream(torch.cuda.current_stream(dev))
+        with torch.cuda.stream(side):
+            for _ in range(2):  # allocates the state rows, picks conv algorithms
+                stream._decode(rows, codes)
+        torch.cuda.current_stream(dev).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=stream.pool, capture_error_mode="thread_local"):
+            out = stream._decode(rows, codes)
+        return cls(graph, rows, codes, out)
+
+    def run(self, stream: SlotCodecStream, slots: list[int], codes: Tensor) -> Tensor:
+        b = len(slots)
+        pad = list(range(stream.slots, stream.slots + self.rows.shape[0] - b))
+        host_rows = torch.tensor(slots + pad, dtype=torch.int64)
+        self.rows.copy_(host_rows, non_blocking=True)
+        self.codes[:b].copy_(codes, non_blocking=True)
+        self.graph.replay()
+        return self.out[:b]
 
 
 # ----------------------------------------------------------------------------- loading

@@ -24,23 +24,22 @@ class SlotState:
     Why: one batched streaming call for every active request costs about what one request's call
     costs (the codec is launch-bound at streaming sizes). Layers use it through the same ``get`` /
     ``[key] =`` / ``in`` as the per-stream dict: ``get`` gathers the rows of the slots this call
-    decodes (:meth:`select`), assignment scatters them back. A slot's rows start as zeros, which every
-    layer treats exactly like "no state yet" (zero conv history, zero overlap tail, no valid window
-    keys); integer positions live on the host, so building RoPE indices needs no device sync.
+    decodes (:meth:`select`, a device tensor), assignment scatters them back. A slot's rows start as
+    zeros, which every layer treats exactly like "no state yet" (zero conv history, zero overlap
+    tail, position 0, no valid window keys). Positions are state rows too, so a call never reads
+    the device from the host and can be captured in a CUDA graph; ``max_positions`` bounds them
+    (RoPE tables are built that long once, before any capture).
     """
 
-    def __init__(self, max_slots: int) -> None:
+    def __init__(self, max_slots: int, max_positions: int = 1 << 15) -> None:
         self.max_slots = max_slots
+        self.max_positions = max_positions
         self.store: dict = {}
-        self.positions: dict = {}  # key -> list[int] per slot (host)
         self.rows: Tensor | None = None
-        self.rows_host: list[int] = []
 
-    def select(self, slots: list[int], device: torch.device) -> None:
-        if len(set(slots)) != len(slots) or not all(0 <= s < self.max_slots for s in slots):
-            raise ValueError(f"slots must be distinct and in [0, {self.max_slots}): {slots}")
-        self.rows_host = list(slots)
-        self.rows = torch.tensor(slots, dtype=torch.int64).to(device, non_blocking=True)
+    def select(self, rows: Tensor) -> None:
+        """Decode the slots ``rows`` (int64 device tensor, distinct: the caller checks) next."""
+        self.rows = rows
 
     def get(self, key: object, default: object = None) -> Tensor | None:
         t = self.store.get(key)
@@ -55,21 +54,10 @@ class SlotState:
             t = self.store[key] = value.new_zeros(self.max_slots, *value.shape[1:])
         t.index_copy_(0, self.rows, value)
 
-    def get_positions(self, key: object) -> list[int]:
-        held = self.positions.setdefault(key, [0] * self.max_slots)
-        return [held[s] for s in self.rows_host]
-
-    def advance_positions(self, key: object, n: int) -> None:
-        held = self.positions.setdefault(key, [0] * self.max_slots)
-        for s in self.rows_host:
-            held[s] += n
-
     def reset(self, slot: int) -> None:
         """Forget ``slot``'s stream: the next push on it starts a new one."""
         for t in self.store.values():
             t[slot].zero_()
-        for held in self.positions.values():
-            held[slot] = 0
 
 
 State = dict | SlotState | None
@@ -271,11 +259,12 @@ class WindowTransformer(nn.Module):
             x = self.input_proj(x)
         b, t, _ = x.shape
         keep = self.window - 1
-        p0 = torch.tensor(st.get_positions((self, "pos")), dtype=torch.int64)
-        pos_host = p0[:, None] + torch.arange(t)  # [b, t]
-        table = self._table(int(pos_host.max()) + 1)
-        pos = pos_host.to(x.device, non_blocking=True)
-        kpos = (p0[:, None] - keep + torch.arange(keep + t)).to(x.device, non_blocking=True)  # [b, keep + t]
+        p0 = st.get((self, "pos"))  # int64 [b]: positions already decoded per stream
+        if p0 is None:
+            p0 = torch.zeros(b, dtype=torch.int64, device=x.device)
+        table = self._table(st.max_positions)
+        pos = (p0[:, None] + torch.arange(t, device=x.device)).clamp(max=table.shape[0] - 1)  # [b, t]
+        kpos = p0[:, None] - keep + torch.arange(keep + t, device=x.device)  # [b, keep + t]
         q_at, k_at = pos[:, :, None], kpos[:, None, :]
         mask = (k_at <= q_at) & (k_at > q_at - self.window) & (k_at >= 0)  # [b, t, keep + t]
         rope = table[pos]  # [b, t, D/2, 2]
@@ -299,7 +288,7 @@ class WindowTransformer(nn.Module):
             f = layer.feed_forward
             hf = layer.ffn_norm(x)
             x = x + f.w2(F.silu(f.w1(hf)) * f.w3(hf)) * layer.ffn_layer_scale.gamma
-        st.advance_positions((self, "pos"), t)
+        st[(self, "pos")] = p0 + t
         x = self.norm(x)
         if self.output_proj is not None:
             x = self.output_proj(x)

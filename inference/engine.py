@@ -195,6 +195,8 @@ class EngineConfig:
     pipeline_depth: int = 1
     #: Largest number of frames one batched codec call decodes per request.
     codec_max_frames: int = 8
+    #: Replay each batched codec call shape from a CUDA graph captured on first use (CUDA only).
+    codec_graphs: bool = True
     #: Share of the free GPU memory the KV cache may take; the context per slot shrinks to fit.
     kv_cache_memory_fraction: float = 0.5
 
@@ -687,7 +689,10 @@ class Engine:
             torch.set_num_threads(self.cfg.cpu_threads)
         if self.device.type == "cuda":  # its own stream: codec kernels overlap the decode graphs
             torch.cuda.set_stream(torch.cuda.Stream(self.device))
-        decoder = self.codec.slot_decoder(self.codec_slots) if self.codec is not None else None
+        decoder = None
+        if self.codec is not None:
+            decoder = self.codec.slot_decoder(self.codec_slots, max_frames=self.max_seq_len,
+                                              graphs=self.device.type == "cuda" and self.cfg.codec_graphs)
         codec = _BatchedCodec(self, decoder)
         try:
             while self._codec_pass(codec):

@@ -3,7 +3,8 @@
 # bench (repeated levels + step breakdown), the engine with the S2-size codec, and the served path
 # (`ttsfleet serve --checkpoint s2-pro` over real HTTP, streaming pcm), all from one run.
 # Usage (from the repo root on the device): benchmarks/inference_h200/served_run.sh STAGES...
-# stages: tests, engine (codes-only), codec (engine + codec), serve (HTTP), gate (re-run + planted 10 %).
+# stages: tests, codecpush (batched codec ms per push, eager vs graphs), engine (codes-only), codec
+# (engine + codec), serve (HTTP), gate (re-run + planted 10 %).
 # Env: LEVELS (1,8,64), REPEATS (3), SERVE_LEVELS (1,16,64), FRAMES (128), PROMPT (512), SPREAD (0.5:
 # request lengths FRAMES x (1 +- 0.5)), GATE (set: the engine stage also runs the in-process gate passes),
 # WHL (../../.whl).
@@ -32,6 +33,8 @@ for stage in "$@"; do
     tests) timeout 150 "${PYTEST[@]}" tests/inference_model/test_chunked_prefill.py \
              tests/inference_server/test_engine.py tests/inference_model/test_codec.py -k "not golden" \
              2>&1 | tee "$OUT/gpu_tests.txt" ;;
+    codecpush) timeout 120 python3 -m benchmarks.inference_h200.codec_push "$OUT/codec_push.json" 2>&1 \
+                 | tee "$OUT/codec_push.txt" ;;
     engine) engine engine_nocodec --codec none --concurrency "$LEVELS" --repeats "$REPEATS" \
               --frames-spread "${SPREAD:-0.5}" ${GATE:+--gate} ;;
     codec) engine engine_codec --codec s2-pro --concurrency "${CODEC_LEVELS:-1,64}" --no-breakdown ;;
