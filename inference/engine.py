@@ -2,33 +2,37 @@
 
 Why this shape (sglang's scheduler style): all batch state — ``waiting`` (admitted, no KV slot yet),
 ``running`` (holding a slot, decoding one frame per step) and finished — lives in the engine
-thread and is mutated only there. HTTP handlers talk to it through a thread-safe inbox and get
-results back on their own asyncio queue, so no lock guards model state. A request moves
-``waiting`` → ``prefilling`` (holds a KV slot, prompt partly prefilled) → ``running`` → finished.
-Every loop iteration:
+thread and is mutated only there. HTTP handlers talk to it through a thread-safe inbox of typed
+messages (:class:`Submit`, :class:`Wake`) and get results back on their own asyncio queue, so no
+lock guards model state. A request moves ``waiting`` → ``prefilling`` (holds a KV slot, prompt
+partly prefilled) → ``running`` → finished. Every loop iteration:
 
 1. ingest new requests and cancellations from the inbox; free the slots of cancelled requests
    (waiting, mid-prefill or running);
-2. chunked prefill, separately from decode: continue the requests already prefilling (in
-   turn), then move waiting requests into free KV slots, spending at most
-   ``prefill_token_budget`` prompt tokens between two decode steps. A prompt is fed to
-   ``model.prefill`` in chunks of at most ``prefill_chunk_tokens`` that continue its slot where the
-   previous chunk stopped; each request advances by at most one chunk per iteration, and the last
-   chunk of the iteration may be cut short by the budget. So a long prompt (a voice-cloning reference
-   of hundreds of frames) is spread over several iterations and delays each decode step of the
-   running batch by a bounded amount. ``prefill_chunk_tokens = 0`` turns chunking off: whole
-   prompts, always at least one per iteration, more while they fit the budget;
-3. a request whose last chunk ran joins the running batch, and one decode step runs over the whole
-   running batch — new requests join as soon as a slot frees and their prompt is in;
-4. shift each row's ``previous_tokens`` window (int32 ``[bs, W, cw]``, contract enforced by
-   :func:`ttsfleet.kernels.prev_tokens_shift_`), retire rows on EOS or ``max_new_tokens``.
+2. batched, chunked prefill: plan this iteration's prompt pieces within ``prefill_token_budget`` —
+   first the requests already prefilling (one chunk of at most ``prefill_chunk_tokens`` each), then
+   waiting requests into free KV slots — and run them all in **one** variable-length
+   ``model.prefill_batch`` call. A long prompt is spread over several iterations, each bounded, so
+   admission never stalls the running batch for long, and every waiting prompt of an iteration gets
+   its first frame at the same step (time to first audio does not grow with queue position within
+   the budget). ``prefill_chunk_tokens = 0``: whole prompts, at least one per iteration;
+3. a request whose last chunk ran joins the running batch, and one decode step is *launched* over
+   the whole running batch; its frames are copied to a pinned host buffer behind a CUDA event;
+4. the frames of the previous step (``pipeline_depth`` = 1) are read back — by then the GPU is
+   already running the next step, so there is no per-step host barrier — their codes go to the
+   codec thread, and rows that hit EOS or ``max_new_tokens`` retire (a retired row's frame in the
+   step already in flight is dropped: ``stats.spare_rows``).
 
 The decode batch lives in static buffers (slots, window; one row per KV slot); each step uses
 the leading ``bs`` rows, kept dense by swap-removal. On CUDA a step is padded up to the next
 bucket size (1, 2, 4, 8, 16, 24, … ``cuda_graph_max_bs``; padded rows write into a scratch slot)
-and replays the CUDA graph captured for that size on the same storage. Decoded frames go in
-chunks to the codec thread, which turns codes into audio with one streaming decoder per request
-and hands chunks to the HTTP side: audio leaves while later frames are still decoding.
+and replays the CUDA graph captured for that size on the same storage.
+
+The codec thread (:class:`CodesChunk` / :class:`DropStream` / :class:`StopCodec` messages) decodes
+the frames of **every** stream with pending codes in one batched streaming call per frame count
+(:class:`~ttsfleet.inference.codec.SlotCodecStream`: stream state in slots like the KV cache, on its
+own CUDA stream, replayed from CUDA graphs), then hands float32 audio chunks to the HTTP side,
+which encodes them (wav/pcm/mp3/opus) on its own event loop, never on the engine thread.
 """
 
 from __future__ import annotations

@@ -26,6 +26,11 @@ API (the engine / server build on exactly this)::
         # updates the pending logits/hidden from its last position, so only the final chunk's matter.
         # start > cache.length(slot) (a hole) or start + T >= cache.max_seq_len (no room left for
         # the first decoded frame) raises ValueError; nothing is clamped.
+    model.prefill_batch(cache, [PrefillPiece(slot, tokens [1 + ncb, T], start), ...])
+        # Several slots' pieces in one variable-length call (the engine's per-iteration prefill):
+        # each slot ends as prefill(cache, slot, tokens, start) leaves it (up to float rounding).
+        # Rows of all pieces share the GEMMs; attention regroups them per slot (causal flash when
+        # every piece starts at 0, else a mask over the slot's cache). An explicit start is trusted.
     frames = model.decode_step(cache, slots: LongTensor[bs], sampling: SamplingBatch,
                                window: IntTensor[bs, W, num_codebooks]) -> LongTensor[bs, 1 + num_codebooks]
         # row b = [main_token, cb0..cb{n-1}] for slots[b]; main_token == im_end_id: request finished.
