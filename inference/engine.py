@@ -199,8 +199,11 @@ class EngineConfig:
     pipeline_depth: int = 1
     #: Largest number of frames one batched codec call decodes per request.
     codec_max_frames: int = 8
-    #: Replay each batched codec call shape from a CUDA graph captured on first use (CUDA only).
-    codec_graphs: bool = True
+    #: Replay small batched codec calls from CUDA graphs captured on first use (CUDA only). Off by
+    #: default: on the H200 it cut time to first audio at c=1 from 87 to 54 ms, but replayed audio
+    #: differed from eager by up to 1e-2 (TF32 convolutions, not yet confirmed) and captures during
+    #: load stalled the c=64 level (benchmarks/inference_h200/2026-12-01-served/run3-codec-graphs).
+    codec_graphs: bool = False
     #: Share of the free GPU memory the KV cache may take; the context per slot shrinks to fit.
     kv_cache_memory_fraction: float = 0.5
 

@@ -134,11 +134,16 @@ def test_tiny_codec_contract(tiny_model) -> None:
 
 
 @pytest.mark.gpu
-def test_slot_decoder_graph_replay_equals_eager() -> None:
+def test_slot_decoder_graph_replay_equals_eager(monkeypatch: pytest.MonkeyPatch) -> None:
     """On a GPU: replayed codec graphs (batch padded to a power of two with scratch slots) give the
     audio of eager batched calls and of per-request streams, across shapes and stream resets."""
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
+    # TF32 convolutions (cuDNN's default) differ from float32 by ~1e-3 per layer, compounding through
+    # the random residual stacks: check the graph logic in float32 (the H200 run with TF32 on
+    # differed by up to 9e-3; not re-run since)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
     codec = load_codec("tiny", device="cuda")
     graphed, eager = codec.slot_decoder(6, graphs=True), codec.slot_decoder(6)
     own = {s: codec.stream_decoder() for s in range(6)}
