@@ -11,24 +11,31 @@ from __future__ import annotations
 import base64
 import json
 import re
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-AudioFormat = Literal["wav", "pcm", "mp3", "opus"]
-FORMATS: tuple[str, ...] = ("wav", "pcm", "mp3", "opus")
+AudioFormat = Literal["wav", "pcm", "mp3", "opus", "flac", "aac"]
+FORMATS: tuple[str, ...] = get_args(AudioFormat)
+_RATES = (8000, 16000, 22050, 24000, 32000, 44100, 48000)
 #: Sample rates the encoders accept, per format (opus only supports its own set).
 SAMPLE_RATES: dict[str, tuple[int, ...]] = {
-    "wav": (8000, 16000, 22050, 24000, 32000, 44100, 48000),
-    "pcm": (8000, 16000, 22050, 24000, 32000, 44100, 48000),
-    "mp3": (8000, 16000, 22050, 24000, 32000, 44100, 48000),
+    "wav": _RATES, "pcm": _RATES, "mp3": _RATES, "flac": _RATES, "aac": _RATES,
     "opus": (8000, 12000, 16000, 24000, 48000),
 }
-DEFAULT_SAMPLE_RATE = {"wav": 44100, "pcm": 44100, "mp3": 44100, "opus": 48000}
+DEFAULT_SAMPLE_RATE = {"wav": 44100, "pcm": 44100, "mp3": 44100, "opus": 48000, "flac": 44100, "aac": 44100}
+#: OpenAI's speech API answers every format at 24 kHz (its ``pcm`` is 24 kHz 16-bit mono little-endian).
+OPENAI_SAMPLE_RATE = 24000
 #: OpenAI voices accepted without a stored reference (they all mean "the model's default voice").
 OPENAI_VOICES = ("default", "alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage",
-                 "shimmer", "verse")
-REFERENCE_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+                 "shimmer", "verse", "marin", "cedar")
+#: Reference ids: upstream fish-speech allows letters, digits, ``-``, ``_`` and spaces (1-255); ``.`` is
+#: kept from earlier versions of this server. The first character may not be a space or a dot, so an id
+#: is always a plain file name.
+REFERENCE_ID_RE = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_. -]{0,254}$")
+#: Opus bitrates: Fish's HTTP schema says bps (24000 ...), its SDKs send kbps (24 ...); -1000 = automatic.
+OPUS_BITRATES = (-1000, 24, 32, 48, 64, 24000, 32000, 48000, 64000)
+OpusBitrate = Literal[-1000, 24, 32, 48, 64, 24000, 32000, 48000, 64000]
 
 
 class ApiError(Exception):
@@ -40,9 +47,18 @@ class ApiError(Exception):
         self.message = message
         self.reason = reason
         self.headers = headers or {}
+        self.counted = False  # already recorded in /metrics by whoever raised it
 
     def body(self) -> dict[str, Any]:
         return {"status": self.status, "message": self.message, "reason": self.reason}
+
+
+class ErrorBody(BaseModel):
+    """What every error answers (Fish Audio's error schema)."""
+
+    status: int
+    message: str
+    reason: str | None = None
 
 
 def audio_bytes(v: Any) -> bytes:
@@ -62,7 +78,7 @@ class ReferenceAudio(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    audio: bytes
+    audio: bytes = Field(json_schema_extra={"format": "binary"})
     text: str
 
     @field_validator("audio", mode="before")
@@ -72,15 +88,22 @@ class ReferenceAudio(BaseModel):
 
 
 class Prosody(BaseModel):
+    """Speed (a tape-speed change: 0.25-4, OpenAI's range, which holds Fish's 0.5-2) and volume in dB."""
+
     model_config = ConfigDict(extra="ignore")
 
-    speed: float = Field(default=1.0, ge=0.5, le=2.0)
+    speed: float = Field(default=1.0, ge=0.25, le=4.0)
     volume: float = Field(default=0.0, ge=-30.0, le=20.0)
     normalize_loudness: bool = True
 
 
 class TTSRequest(BaseModel):
-    """Body of ``POST /v1/tts`` (Fish Audio compatible; unknown fields are ignored, like the cloud)."""
+    """Body of ``POST /v1/tts`` (Fish Audio compatible; unknown fields are ignored, like the cloud).
+
+    Ranges follow upstream fish-speech's ``ServeTTSRequest`` where it is wider than the cloud schema
+    (``chunk_length`` up to 1000, ``max_new_tokens: 0`` = no limit but the server's cap), and accept
+    what the official SDKs send on their defaults (``opus_bitrate: 32`` in kbps).
+    """
 
     model_config = ConfigDict(extra="ignore")
 
@@ -90,14 +113,14 @@ class TTSRequest(BaseModel):
     references: list[ReferenceAudio] | None = None
     reference_id: str | list[str] | None = None
     prosody: Prosody | None = None
-    chunk_length: int = Field(default=300, ge=100, le=300)
+    chunk_length: int = Field(default=300, ge=100, le=1000)
     normalize: bool = True
     format: AudioFormat = "mp3"
     sample_rate: int | None = None
     mp3_bitrate: Literal[64, 128, 192] = 128
-    opus_bitrate: Literal[-1000, 24000, 32000, 48000, 64000] = -1000
+    opus_bitrate: OpusBitrate = Field(default=-1000, description="-1000 = automatic; kbps or bps")
     latency: Literal["low", "normal", "balanced"] = "normal"
-    max_new_tokens: int = Field(default=1024, ge=1)
+    max_new_tokens: int = Field(default=1024, ge=0, description="frames per segment; 0 = the server's cap")
     repetition_penalty: float = Field(default=1.2, ge=0.5, le=2.0)
     min_chunk_length: int = Field(default=50, ge=0, le=100)
     condition_on_previous_chunks: bool = True
@@ -118,31 +141,51 @@ class TTSRequest(BaseModel):
             return v[0]
         return v
 
+    @property
+    def opus_bps(self) -> int:
+        """The Opus bitrate in bits per second (-1000 = automatic), whichever unit the client used."""
+        rate = int(self.opus_bitrate)
+        return rate * 1000 if 0 < rate < 1000 else rate
+
+
+class VoiceId(BaseModel):
+    """OpenAI's custom-voice form ``{"id": ...}``; here the id names a stored reference voice."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str = Field(min_length=1)
+
 
 class SpeechRequest(BaseModel):
-    """Body of the OpenAI-style ``POST /v1/audio/speech``."""
+    """Body of OpenAI's ``POST /v1/audio/speech``: always streamed as it generates, every format at 24 kHz.
+
+    ``stream_format: "sse"`` answers OpenAI's event stream (``speech.audio.delta`` / ``speech.audio.done``).
+    """
 
     model_config = ConfigDict(extra="ignore")
 
     input: str
     model: str = "tiny"
-    voice: str = "default"
-    response_format: Literal["wav", "pcm", "mp3", "opus", "flac", "aac"] = "mp3"
-    speed: float = Field(default=1.0, ge=0.5, le=2.0)
-    stream: bool = False
+    voice: str | VoiceId = "default"
+    instructions: str | None = None  # accepted; this model has no instruction following
+    response_format: AudioFormat = "mp3"
+    speed: float = Field(default=1.0, ge=0.25, le=4.0)
     stream_format: Literal["audio", "sse"] = "audio"
+    stream: bool = False  # earlier extension; the response is always streamed now
     temperature: float = Field(default=0.7, ge=0.0, le=1.0)
     top_p: float = Field(default=0.7, ge=0.0, le=1.0)
-    max_new_tokens: int = Field(default=1024, ge=1)
+    max_new_tokens: int = Field(default=1024, ge=0)
     seed: int | None = Field(default=None, ge=0, le=2**31 - 1)
 
+    @property
+    def sse(self) -> bool:
+        return self.stream_format == "sse"
+
     def to_tts(self) -> TTSRequest:
-        if self.response_format in ("flac", "aac"):
-            raise ApiError(400, f"response_format {self.response_format!r} is not supported "
-                           f"(supported: {', '.join(FORMATS)})", "unsupported_format")
-        voice = None if self.voice.lower() in OPENAI_VOICES else self.voice
-        return TTSRequest(text=self.input, reference_id=voice, format=self.response_format,
-                          prosody=Prosody(speed=self.speed), streaming=self.stream,
+        voice = self.voice.id if isinstance(self.voice, VoiceId) else self.voice
+        ref = None if voice.lower() in OPENAI_VOICES else voice
+        return TTSRequest(text=self.input, reference_id=ref, format=self.response_format,
+                          sample_rate=OPENAI_SAMPLE_RATE, prosody=Prosody(speed=self.speed), streaming=True,
                           temperature=self.temperature, top_p=self.top_p,
                           max_new_tokens=self.max_new_tokens, seed=self.seed)
 
@@ -156,29 +199,111 @@ class AddReference(ReferenceAudio):
     @classmethod
     def _valid_id(cls, v: str) -> str:
         if not REFERENCE_ID_RE.match(v):
-            raise ValueError("id must be 1-64 characters of letters, digits, '_', '-' or '.'")
+            raise ValueError("id must be 1-255 letters, digits, '_', '-', '.' or spaces (not starting with "
+                             "a space or '.')")
         return v
 
 
+def _as_list(v: Any) -> Any:
+    """A form field sent once arrives as a value, sent several times as a list: always a list."""
+    return v if isinstance(v, list) else [] if v in (None, "") else [v]
+
+
+class CreateVoice(BaseModel):
+    """Body of Fish Audio's ``POST /model`` (the SDK's ``voices.create``): a multipart form of voice
+    samples (``voices``, files) and their transcripts (``texts``), stored as one reference voice."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    title: str = Field(min_length=1, max_length=255)
+    voices: list[bytes] = Field(min_length=1, max_length=8, json_schema_extra={"items": {"format": "binary"}})
+    texts: list[str] = Field(default_factory=list, max_length=8)
+    description: str = ""
+    tags: list[str] = Field(default_factory=list)
+    visibility: Literal["public", "unlist", "private"] = "private"
+    type: Literal["tts"] = "tts"
+    train_mode: Literal["fast"] = "fast"
+
+    @field_validator("voices", mode="before")
+    @classmethod
+    def _voice_files(cls, v: Any) -> Any:
+        return [audio_bytes(x) for x in _as_list(v)]
+
+    @field_validator("texts", "tags", mode="before")
+    @classmethod
+    def _lists(cls, v: Any) -> Any:
+        return _as_list(v)
+
+
+class UpdateVoice(BaseModel):
+    """Body of Fish Audio's ``PATCH /model/{id}`` (the SDK's ``voices.update``)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    title: str | None = Field(default=None, min_length=1, max_length=255)
+    description: str | None = None
+    visibility: Literal["public", "unlist", "private"] | None = None
+    tags: list[str] | None = None
+
+    @field_validator("tags", mode="before")
+    @classmethod
+    def _lists(cls, v: Any) -> Any:
+        return None if v is None else _as_list(v)
+
+
+class DeleteReference(BaseModel):
+    """Body of ``DELETE /v1/references/delete``."""
+
+    reference_id: str = Field(min_length=1)
+
+
+class UpdateReference(BaseModel):
+    """Body of ``POST /v1/references/update``: rename a stored reference voice."""
+
+    old_reference_id: str = Field(min_length=1)
+    new_reference_id: str = Field(min_length=1)
+
+
+MSGPACK_TYPES = ("application/msgpack", "application/x-msgpack", "application/vnd.msgpack")
+
+
 def decode_body(raw: bytes, content_type: str | None) -> Any:
-    """Parse a JSON or msgpack body; anything else is a 415, a broken body a 400."""
+    """Parse a JSON or msgpack body; anything else is a 415, a broken body a 400.
+
+    Bodies that parse but cannot be served are 400s too: nesting deeper than the parser's recursion
+    limit, and JSON strings holding a lone UTF-16 surrogate (``"\\ud800"``), which no encoder can write.
+    """
     ctype = (content_type or "").split(";")[0].strip().lower()
     if ctype in ("application/json", ""):
         if not raw:
             raise ApiError(400, "request body is empty", "empty_body")
         try:
-            return json.loads(raw)
+            data = json.loads(raw)
+        except RecursionError:
+            raise ApiError(400, "JSON body is nested too deeply", "malformed_body") from None
         except (ValueError, UnicodeDecodeError) as exc:
             raise ApiError(400, f"malformed JSON body: {exc}", "malformed_body") from None
-    if ctype in ("application/msgpack", "application/x-msgpack", "application/vnd.msgpack"):
+        _reject_lone_surrogates(data)
+        return data
+    if ctype in MSGPACK_TYPES:
         import msgpack
 
         try:
             return msgpack.unpackb(raw, raw=False, strict_map_key=False)
         except Exception as exc:  # msgpack raises a handful of unrelated types
             raise ApiError(400, f"malformed msgpack body: {type(exc).__name__}", "malformed_body") from None
-    raise ApiError(415, f"unsupported content type {ctype!r} (use application/json or application/msgpack)",
-                   "unsupported_media_type")
+    raise ApiError(415, f"unsupported content type {ctype!r} (use application/json, application/msgpack"
+                   " or multipart/form-data for references)", "unsupported_media_type")
+
+
+def _reject_lone_surrogates(data: Any) -> None:
+    try:
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ApiError(400, "body holds a lone UTF-16 surrogate (not valid Unicode text)",
+                       "malformed_body") from None
+    except RecursionError:
+        raise ApiError(400, "JSON body is nested too deeply", "malformed_body") from None
 
 
 def parse_model(cls: type[BaseModel], data: Any) -> Any:
@@ -187,9 +312,11 @@ def parse_model(cls: type[BaseModel], data: Any) -> Any:
         raise ApiError(400, "request body must be an object", "invalid_request")
     try:
         return cls.model_validate(data)
+    except RecursionError:
+        raise ApiError(400, "request body is nested too deeply", "invalid_request") from None
     except ValidationError as exc:
         parts = []
-        for e in exc.errors()[:5]:
+        for e in exc.errors(include_input=False, include_url=False)[:5]:
             loc = ".".join(str(x) for x in e["loc"]) or "body"
             parts.append(f"{loc}: {e['msg']}")
         fields = {str(e["loc"][0]) for e in exc.errors() if e["loc"]}

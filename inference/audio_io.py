@@ -1,11 +1,14 @@
-"""Audio in and out of the server: encode float32 chunks to wav / pcm / mp3 / opus as they decode,
-and decode uploaded reference audio.
+"""Audio in and out of the server: encode float32 chunks to wav / pcm / mp3 / opus / flac / aac as
+they decode, and decode uploaded reference audio.
 
-Encoders are incremental so a streamed response can send bytes as soon as frames decode: WAV and
+Resampling is one stateful libsoxr stream per response. Encoders are incremental so a streamed
+response can send bytes as soon as frames decode: WAV and
 PCM are written directly, MP3 (LAME) and Ogg/Opus go through libsndfile (python-soundfile) writing
 into an in-memory sink whose new bytes are drained after every chunk. Header patches that libsndfile
 makes at close (it seeks back to byte 0) are kept for whole responses and dropped for streamed ones,
-where those bytes are already on the wire; decoders do not need them.
+where those bytes are already on the wire; decoders do not need them. AAC (ADTS, OpenAI's ``aac``)
+has no encoder in libsndfile: it goes through an ``ffmpeg`` child process fed on stdin and drained
+by a reader thread, and is refused with a clear message where ffmpeg is not installed.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import io
 import shutil
 import struct
 import subprocess
-from fractions import Fraction
+import threading
 
 import numpy as np
 
@@ -37,19 +40,28 @@ def to_int16(x: np.ndarray) -> bytes:
 
 
 class Resampler:
-    """Rational resampling per chunk (scipy's polyphase filter), also used for prosody speed."""
+    """Streaming resampler (libsoxr, HQ) that also applies prosody speed as a tape-speed change.
+
+    Stateful across chunks: a streamed response carries exactly the samples of the whole-file one
+    (per-chunk resampling would click at every chunk edge and drift by a sample per chunk).
+    """
 
     def __init__(self, src_rate: int, dst_rate: int, speed: float = 1.0):
-        ratio = Fraction(dst_rate, 1) / (Fraction(src_rate, 1) * Fraction(speed).limit_denominator(100))
-        ratio = ratio.limit_denominator(1000)
-        self.up, self.down = ratio.numerator, ratio.denominator
+        self.in_rate = float(src_rate) * float(speed)  # playing faster = treating the input as faster
+        self.out_rate = float(dst_rate)
+        self.identity = self.in_rate == self.out_rate
+        self._stream = None
 
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        if self.up == self.down or x.size == 0:
-            return x.astype(np.float32, copy=False)
-        from scipy.signal import resample_poly
+    def __call__(self, x: np.ndarray, last: bool = False) -> np.ndarray:
+        """Resample one chunk; ``last=True`` flushes the filter's tail."""
+        x = np.asarray(x, dtype=np.float32)
+        if self.identity:
+            return x
+        if self._stream is None:
+            import soxr
 
-        return resample_poly(x, self.up, self.down).astype(np.float32)
+            self._stream = soxr.ResampleStream(self.in_rate, self.out_rate, 1, dtype="float32", quality="HQ")
+        return self._stream.resample_chunk(x, last=last)
 
 
 class _Sink(io.RawIOBase):
@@ -104,7 +116,7 @@ class AudioEncoder:
 
     def __init__(self, fmt: str, sample_rate: int, src_rate: int, *, mp3_bitrate: int = 128,
                  opus_bitrate: int = -1000, volume_db: float = 0.0, speed: float = 1.0):
-        if fmt not in ("wav", "pcm", "mp3", "opus", "flac"):
+        if fmt not in ENCODABLE:
             raise ValueError(f"unknown format {fmt!r}")
         self.fmt = fmt
         self.sample_rate = sample_rate
@@ -115,7 +127,30 @@ class AudioEncoder:
         self._opus_bitrate = opus_bitrate
         self._sink: _Sink | None = None
         self._sf = None
+        self._aac: _FfmpegAac | None = None
         self._started = False
+
+    @property
+    def inline(self) -> bool:
+        """Cheap enough to run on the event loop: raw PCM / WAV at the source rate. Everything else
+        (resampling, LAME, libopus, FLAC, ffmpeg) is pushed from a worker thread by the server."""
+        return self.fmt in ("wav", "pcm") and self.resample.identity
+
+    async def push_async(self, chunk: np.ndarray) -> bytes:
+        """:meth:`push` off the event loop unless it is :attr:`inline`."""
+        if self.inline:
+            return self.push(chunk)
+        import asyncio
+
+        return await asyncio.to_thread(self.push, chunk)
+
+    async def finish_async(self) -> bytes:
+        """:meth:`finish` off the event loop unless it is :attr:`inline`."""
+        if self.inline:
+            return self.finish()
+        import asyncio
+
+        return await asyncio.to_thread(self.finish)
 
     def _open_sndfile(self) -> None:
         import soundfile as sf
@@ -137,49 +172,61 @@ class AudioEncoder:
             self._sf = sf.SoundFile(self._sink, "w", samplerate=self.sample_rate, channels=1, format="FLAC",
                                     subtype="PCM_16")
 
-    def _prep(self, chunk: np.ndarray) -> np.ndarray:
+    def _prep(self, chunk: np.ndarray, last: bool = False) -> np.ndarray:
         x = np.asarray(chunk, dtype=np.float32).reshape(-1)
         if self.gain != 1.0:
             x = x * self.gain
-        x = np.clip(self.resample(x), -1.0, 1.0)
+        x = np.clip(self.resample(x, last=last), -1.0, 1.0)
         self.samples_out += x.size
         return x
 
-    def push(self, chunk: np.ndarray) -> bytes:
+    def push(self, chunk: np.ndarray, last: bool = False) -> bytes:
         """Encode one chunk of source-rate float32 audio; returns the bytes ready to send."""
-        x = self._prep(chunk)
+        x = self._prep(chunk, last=last)
         head = b""
         if not self._started:
             self._started = True
             if self.fmt == "wav":
                 head = wav_header(self.sample_rate, None)
-            elif self.fmt in ("mp3", "opus", "flac"):
+            elif self.fmt == "aac":
+                self._aac = _FfmpegAac(self.sample_rate)
+            else:
                 self._open_sndfile()
         if self.fmt in ("wav", "pcm"):
             return head + to_int16(x)
+        if self._aac is not None:
+            return self._aac.write(x)
         assert self._sf is not None and self._sink is not None
         if x.size:
             self._sf.write(x)
         return self._sink.drain()
 
     def finish(self) -> bytes:
-        """Flush the encoder; returns the last bytes of a streamed response."""
-        if not self._started:
-            self.push(np.zeros(0, np.float32))
-            if self.fmt == "wav":
-                return wav_header(self.sample_rate, None)
-        if self._sf is None or self._sink is None:
-            return b""
+        """Flush the resampler and the encoder; returns the last bytes of a streamed response."""
+        head = self.push(np.zeros(0, np.float32), last=True)
+        if self.fmt in ("wav", "pcm"):
+            return head
+        if self._aac is not None:
+            return head + self._aac.close()
+        assert self._sf is not None and self._sink is not None
         self._sf.close()
-        return self._sink.drain()
+        return head + self._sink.drain()
+
+    def abort(self) -> None:
+        """Release the encoder of a response that will not be finished (client gone)."""
+        if self._aac is not None:
+            self._aac.kill()
 
     def encode_all(self, audio: np.ndarray) -> bytes:
         """Encode a whole response with exact headers (sizes, LAME tag)."""
-        x = self._prep(audio)
+        x = self._prep(audio, last=True)
         if self.fmt == "pcm":
             return to_int16(x)
         if self.fmt == "wav":
             return wav_header(self.sample_rate, x.size) + to_int16(x)
+        if self.fmt == "aac":
+            enc = _FfmpegAac(self.sample_rate)
+            return enc.write(x) + enc.close()
         self._started = True
         self._open_sndfile()
         assert self._sf is not None and self._sink is not None
@@ -187,6 +234,62 @@ class AudioEncoder:
             self._sf.write(x)
         self._sf.close()
         return bytes(self._sink.buf)
+
+
+ENCODABLE = ("wav", "pcm", "mp3", "opus", "flac", "aac")
+
+
+def can_encode(fmt: str) -> bool:
+    """Whether this machine can write ``fmt`` (aac needs ffmpeg)."""
+    return fmt in ENCODABLE and (fmt != "aac" or shutil.which("ffmpeg") is not None)
+
+
+class _FfmpegAac:
+    """AAC-LC in ADTS frames from an ffmpeg child: float32 samples in on stdin, bytes out as they come."""
+
+    def __init__(self, sample_rate: int, bitrate_kbps: int = 128):
+        ffmpeg = shutil.which("ffmpeg")
+        if ffmpeg is None:
+            raise ValueError("aac needs ffmpeg on the server")
+        self._proc = subprocess.Popen(
+            [ffmpeg, "-hide_banner", "-loglevel", "error", "-f", "f32le", "-ar", str(sample_rate), "-ac", "1",
+             "-i", "pipe:0", "-c:a", "aac", "-b:a", f"{bitrate_kbps}k", "-f", "adts", "pipe:1"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self._out = bytearray()
+        self._lock = threading.Lock()
+        self._reader = threading.Thread(target=self._read, name="ttsfleet-aac", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self._proc.stdout is not None
+        while chunk := self._proc.stdout.read1(65536):
+            with self._lock:
+                self._out.extend(chunk)
+
+    def _take(self) -> bytes:
+        with self._lock:
+            out = bytes(self._out)
+            self._out.clear()
+        return out
+
+    def write(self, x: np.ndarray) -> bytes:
+        assert self._proc.stdin is not None
+        if x.size:
+            self._proc.stdin.write(np.asarray(x, dtype="<f4").tobytes())
+            self._proc.stdin.flush()
+        return self._take()
+
+    def close(self) -> bytes:
+        assert self._proc.stdin is not None
+        self._proc.stdin.close()
+        self._reader.join(timeout=60)
+        self._proc.wait(timeout=60)
+        return self._take()
+
+    def kill(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait(timeout=10)
 
 
 def decode_audio(data: bytes) -> tuple[np.ndarray, int]:

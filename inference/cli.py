@@ -1,7 +1,7 @@
 """``ttsfleet serve`` and ``ttsfleet bench serve``.
 
 Flags override the ``TTSFLEET_*`` environment the operator sets (see
-:data:`ttsfleet.inference.server.ENV`); heavy imports (torch, fastapi) stay inside the commands.
+:mod:`ttsfleet.serving_env`); heavy imports (torch, fastapi) stay inside the commands.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any
 import typer
 
 from ttsfleet.errors import UserError
+from ttsfleet.quantization import choices_text
 
 
 def print_table(report: dict) -> None:
@@ -24,25 +25,27 @@ bench_app = typer.Typer(help="Load generators and benchmarks against running ser
 
 
 def serve(
-    host: str = typer.Option(None, help="Bind address (env TTSFLEET_HOST, default 0.0.0.0)."),
+    host: str = typer.Option(None, help="Bind address (env TTSFLEET_HOST, default 127.0.0.1: loopback only; "
+                             "0.0.0.0 to serve other machines, as a pod does)."),
     port: int = typer.Option(None, help="Port (env TTSFLEET_PORT, default 8000)."),
     checkpoint: str = typer.Option(None, help="Checkpoint directory, or 'tiny' (deterministic random "
                                    "weights, noise-like audio, CPU) (env TTSFLEET_CHECKPOINT)."),
     model_name: str = typer.Option(None, help="Model label in metrics (env TTSFLEET_MODEL_NAME)."),
     gpu_class: str = typer.Option(None, help="GPU class from the catalog (h200, rtx5090, ...) "
                                   "(env TTSFLEET_GPU_CLASS)."),
-    quantization: str = typer.Option(None, help="auto | none | bsgemm_fp8 | mxfp8 "
-                                     "(env TTSFLEET_QUANTIZATION)."),
+    quantization: str = typer.Option(None, help=f"{choices_text()} (env TTSFLEET_QUANTIZATION; "
+                                     "auto = the GPU class's scheme)."),
     max_running_requests: int = typer.Option(None, help="Decode slots (env TTSFLEET_MAX_RUNNING_REQUESTS)."),
     max_queue: int = typer.Option(None, help="Waiting requests before 429 (env TTSFLEET_MAX_QUEUE)."),
     cuda_graph_max_bs: int = typer.Option(None, help="Largest captured decode batch; default "
                                           "min(max_running_requests, 64) (env TTSFLEET_CUDA_GRAPH_MAX_BS)."),
     device: str = typer.Option(None, help="auto | cpu | cuda[:N] (env TTSFLEET_DEVICE)."),
     api_key: list[str] = typer.Option(None, help="Accepted Bearer key (repeatable) (env TTSFLEET_API_KEYS, "
-                                      "comma-separated)."),
+                                      "comma-separated); none = no key needed."),
     references_dir: str = typer.Option(None, help="Where reference voices persist "
                                        "(env TTSFLEET_REFERENCES_DIR)."),
-    max_text_chars: int = typer.Option(None, help="Longest accepted text (env TTSFLEET_MAX_TEXT_CHARS)."),
+    max_text_chars: int = typer.Option(None, help="Longest accepted text (env TTSFLEET_MAX_TEXT_CHARS, "
+                                       "default 4096 as OpenAI)."),
     max_new_tokens: int = typer.Option(None, help="Cap on frames per segment (env TTSFLEET_MAX_NEW_TOKENS)."),
     drain_grace_s: float = typer.Option(None, help="After SIGTERM, keep answering 503 at least this long "
                                         "(env TTSFLEET_DRAIN_GRACE_S)."),
@@ -54,7 +57,7 @@ def serve(
                                              "prompts (env TTSFLEET_PREFILL_CHUNK_TOKENS, default 256)."),
     log_level: str = typer.Option("info", help="debug | info | warning | error."),
 ) -> None:
-    """Serve text-to-speech over HTTP (Fish Audio /v1/tts, OpenAI /v1/audio/speech, /metrics)."""
+    """Serve text-to-speech (Fish Audio /v1/tts and /v1/tts/live, OpenAI /v1/audio/speech, /metrics)."""
     from ttsfleet.inference.server import ServeConfig, run
 
     if log_level not in ("debug", "info", "warning", "error"):

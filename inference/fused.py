@@ -1,66 +1,48 @@
-"""The fused decode path: one audio frame in ~10 launches per layer instead of ~100.
+"""The fused decode path: one audio frame in ~8 launches per layer instead of ~100.
 
 Why a second path beside the reference one in :mod:`ttsfleet.inference.model`: the reference path is
 the readable statement of the numerics (and what CPU runs); this one does the same arithmetic with
-the kernels of :mod:`ttsfleet.inference.triton_decode`, the FP8 GEMMs and
-:mod:`ttsfleet.inference.decode_attention`, and is what a CUDA graph of ``decode_step`` captures.
-Per block: RMSNorm (fused with the previous residual add) → QKV GEMM → q/k norm + RoPE + KV store →
-decode attention → O GEMM → residual add + RMSNorm → SwiGLU MLP (two GEMMs). The fast model's
-10-position frame uses the same decode attention over a frame-local cache.
+the kernels of :mod:`ttsfleet.kernels` (``decode``: norm, RoPE + KV store, decode attention, sampler;
+``ops``: FP8 GEMMs) and is what a CUDA graph of ``decode_step`` captures. Per block with FP8 weights:
+RMSNorm (fused with the previous residual add, emitting the QKV GEMM's FP8 codes) → QKV GEMM → q/k
+norm + RoPE + KV store → decode attention (emitting the O GEMM's FP8 codes) → O GEMM → residual add
++ RMSNorm (emitting FP8 codes) → SwiGLU MLP (two GEMMs). The activation quantizer never runs as a
+launch of its own; its codes are bit-identical to quantizing the bf16 tensors the reference passes.
+The fast model's 10-position frame uses the same blocks over a frame-local cache.
 
-When it runs: on CUDA whenever Triton imports (``TTSFLEET_FUSED=0`` turns it off); on CPU only when
-asked for (``TTSFLEET_FUSED=interpret`` with ``TRITON_INTERPRET=1``: the tests' way to check the
-kernels without a GPU). Sampling takes the fused kernel only when every row's ``top_k`` is within
-:data:`~ttsfleet.inference.triton_decode.TOPK_CAP` (``SamplingBatch.fusable``); otherwise the
-reference sampler runs on the fused path's logits.
+When it runs: where :func:`ttsfleet.kernels.dispatch.use_triton` says so for the device (the GPU
+catalog's class; ``TTSFLEET_KERNELS`` = auto | reference | interpret, read once). Sampling takes the
+fused kernel only when every row's ``top_k`` is within :data:`ttsfleet.kernels.decode.TOPK_CAP`
+(``SamplingBatch.fusable``); otherwise the reference sampler runs on the fused path's logits.
 """
 
 from __future__ import annotations
 
-import functools
-import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from ttsfleet.kernels import decode as kd
+from ttsfleet.kernels import dispatch
+from ttsfleet.kernels.ops import linear_fp8_codes, swiglu_mlp_fp8_codes
 
 from .sampling import SamplingBatch, sample, sample_main
 
 if TYPE_CHECKING:
     from .model import DualARModel, KVCache
-    from .model_layers import Block
-
-
-@functools.cache
-def _triton_importable() -> bool:
-    try:
-        import triton  # noqa: F401
-    except Exception:
-        return False
-    return True
+    from .model_layers import Block, FeedForward, Linear
 
 
 def fused_enabled(t: Tensor) -> bool:
-    """Whether decode on ``t``'s device takes the fused kernels (see the module docstring)."""
-    mode = os.environ.get("TTSFLEET_FUSED", "auto")
-    if mode == "0" or not _triton_importable():
-        return False
-    if t.is_cuda:
-        return True
-    return mode == "interpret" and os.environ.get("TRITON_INTERPRET") == "1"
-
-
-def _kernels():  # noqa: ANN202 - the triton_decode module (imported lazily: triton is optional)
-    from . import triton_decode
-
-    return triton_decode
+    """Whether decode on ``t``'s device takes the fused kernels (the dispatch module decides)."""
+    return dispatch.use_triton(t)
 
 
 def _sample(logits: Tensor, batch: SamplingBatch, step: Tensor, draw: int, window: Tensor | None) -> Tensor:
     if batch.fusable:
-        return _kernels().sample_topk(logits, batch, step, draw, window)
+        return kd.sample_topk(logits, batch, step, draw, window)
     return sample(logits, batch, step, draw, window)
 
 
@@ -68,31 +50,73 @@ def sample_main_fused(logits: Tensor, batch: SamplingBatch, step: Tensor, window
                       end_index: int) -> Tensor:
     """:func:`~ttsfleet.inference.sampling.sample_main` in two launches + one ``topk`` when fusable."""
     if batch.fusable:
-        return _kernels().sample_topk(logits, batch, step, 0, window, ras_end_index=end_index)
+        return kd.sample_topk(logits, batch, step, 0, window, ras_end_index=end_index)
     return sample_main(logits, batch, step, window, end_index)
+
+
+# ----------------------------------------------------------------------------- FP8 activations
+#: An activation as the next GEMM wants it: bf16 ``Tensor`` or ``(fp8 codes, group scales)``.
+Act = Any
+
+
+def _group(qweight: Any) -> int:
+    """The activation group the GEMM of ``qweight`` reads (0: a dense layer takes bf16)."""
+    if qweight is None:
+        return 0
+    from ttsfleet.kernels.reference import act_block
+
+    return act_block(qweight.scheme)
+
+
+def _linear(lin: Linear, a: Act, out_dtype: torch.dtype) -> Tensor:
+    if isinstance(a, tuple):
+        return linear_fp8_codes(a[0], a[1], lin.qweight, out_dtype, lin.bias)
+    return lin(a)
+
+
+def _mlp(ffn: FeedForward, f: Act, out_dtype: torch.dtype) -> Tensor:
+    if isinstance(f, tuple):
+        return swiglu_mlp_fp8_codes(f[0], f[1], ffn.gate_up_q, ffn.down_q, out_dtype)
+    return ffn(f)
 
 
 #: ``attend(q [rows, H, D], k_cache, v_cache) -> [rows, H, D]``: scores over one layer's cache.
 Attend = Callable[[Tensor, Tensor, Tensor], Tensor]
 
 
-def decode_attend(slots: Tensor | None, lengths: Tensor) -> Attend:
-    """Each row attends to its own slot's first ``lengths[row]`` keys (one decode position per row)."""
-    from .decode_attention import decode_attention
+class DecodeAttend:
+    """Each row attends to its own slot's first ``lengths[row]`` keys (one decode position per row).
 
-    return lambda q, k, v: decode_attention(q, k, v, slots, lengths)
+    An :data:`Attend`; :meth:`quantized` also emits the O GEMM's FP8 codes (other attends, e.g. a
+    prefill's causal one, return bf16 and the GEMM quantizes it)."""
+
+    def __init__(self, slots: Tensor | None, lengths: Tensor) -> None:
+        self.slots, self.lengths = slots, lengths
+
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        return kd.decode_attention(q, k, v, self.slots, self.lengths)
+
+    def quantized(self, q: Tensor, k: Tensor, v: Tensor, group: int) -> Act:
+        return kd.decode_attention(q, k, v, self.slots, self.lengths, group)
 
 
-def _attention_half(blk: Block, a: Tensor, rope: Tensor, pos: Tensor, k_cache: Tensor, v_cache: Tensor,
-                    slots: Tensor | None, attend: Attend) -> Tensor:
+def decode_attend(slots: Tensor | None, lengths: Tensor) -> DecodeAttend:
+    return DecodeAttend(slots, lengths)
+
+
+def _attention_half(blk: Block, a: Act, rope: Tensor, pos: Tensor, k_cache: Tensor, v_cache: Tensor,
+                    slots: Tensor | None, attend: Attend, dtype: torch.dtype) -> Tensor:
     """``a`` (normed) -> the attention branch output ``[rows, dim]`` (K/V of these positions stored)."""
     att = blk.attention
-    qkv = att.wqkv(a)
+    qkv = _linear(att.wqkv, a, dtype)
     norms = (att.q_norm.weight, att.k_norm.weight) if att.qk_norm else (None, None)
-    q = _kernels().qkv_rope_store(qkv, att.n_head, att.n_kv, att.head_dim, rope, pos, k_cache, v_cache, slots,
-                                  *norms, eps=att.q_norm.eps if att.qk_norm else 1e-6)
-    y = attend(q, k_cache, v_cache)
-    return att.wo(y.reshape(y.shape[0], -1))
+    q = kd.qkv_rope_store(qkv, att.n_head, att.n_kv, att.head_dim, rope, pos, k_cache, v_cache, slots,
+                          *norms, eps=att.q_norm.eps if att.qk_norm else 1e-6)
+    group = _group(att.wo.qweight)
+    if group and isinstance(attend, DecodeAttend) and not att.head_dim % group and dispatch.use_triton(q):
+        return _linear(att.wo, attend.quantized(q, k_cache, v_cache, group), dtype)
+    y = attend(q, k_cache, v_cache)  # bf16: the O GEMM quantizes it (or a head holds no whole group)
+    return _linear(att.wo, y.reshape(y.shape[0], -1), dtype)
 
 
 def run_blocks(blocks: list[Block], x: Tensor, rope: Tensor, pos: Tensor, k: Tensor, v: Tensor,
@@ -101,16 +125,18 @@ def run_blocks(blocks: list[Block], x: Tensor, rope: Tensor, pos: Tensor, k: Ten
 
     Row r sits at position ``pos[r]`` of cache slot ``slots[r]`` (``pos`` may be one shared value,
     ``slots`` None = slot r). ``k``/``v``: ``[n_layer, slots, S, KV, D]`` caches. Each layer's residual
-    add is fused into the next RMSNorm, so the stream is read and written once per norm.
+    add is fused into the next RMSNorm, so the stream is read and written once per norm; with FP8
+    weights each norm emits the codes its GEMM reads.
     """
-    rms = _kernels().rmsnorm
     branch = None
+    dtype = x.dtype
     for i, blk in enumerate(blocks):
-        a, x = rms(x, blk.attention_norm.weight, blk.attention_norm.eps, branch)
-        o = _attention_half(blk, a, rope, pos, k[i], v[i], slots, attend)
-        f, x = rms(x, blk.ffn_norm.weight, blk.ffn_norm.eps, o)
-        branch = blk.feed_forward(f)
-    normed, x = rms(x, final_norm.weight, final_norm.eps, branch)
+        a, x = kd.rmsnorm(x, blk.attention_norm.weight, blk.attention_norm.eps, branch,
+                          _group(blk.attention.wqkv.qweight))
+        o = _attention_half(blk, a, rope, pos, k[i], v[i], slots, attend, dtype)
+        f, x = kd.rmsnorm(x, blk.ffn_norm.weight, blk.ffn_norm.eps, o, _group(blk.feed_forward.gate_up_q))
+        branch = _mlp(blk.feed_forward, f, dtype)
+    normed, x = kd.rmsnorm(x, final_norm.weight, final_norm.eps, branch)
     return x, normed
 
 

@@ -44,7 +44,7 @@ API (the engine / server build on exactly this)::
 CUDA graphs: ``decode_step`` has static shapes for a fixed ``bs`` and never syncs with the host; capture
 it with static ``slots`` / ``window`` / ``SamplingBatch`` tensors (refresh them with ``copy_``). Slow-model
 decode attention reads the cache in place through ``slots`` up to each slot's length
-(:mod:`ttsfleet.inference.decode_attention`, Triton on CUDA).
+(:func:`ttsfleet.kernels.decode.decode_attention`, Triton where the kernel dispatch says so).
 
 Main-token head: only ``n_allowed = num_semantic + 1`` rows of the slow LM head can ever be sampled
 (4,097 of S2 Pro's 155,776), so :meth:`DualARModel.finalize` copies them once into a contiguous float32
@@ -72,9 +72,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from ttsfleet.kernels.decode import decode_attention
 
 from . import fused
-from .decode_attention import decode_attention
 from .fused import fused_enabled
 from .model_config import DualARConfig
 from .model_layers import Block, Linear, RMSNorm, attend, rope_table

@@ -21,12 +21,9 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
+from ttsfleet.kernels.decode import TOPK_CAP  # the fused sampler's exact top_k range (1..TOPK_CAP)
 
 _M32 = 0xFFFFFFFF
-
-#: Largest ``top_k`` the fused sampler (:mod:`ttsfleet.inference.triton_decode`) handles exactly: it
-#: filters only the row's best ``TOPK_CAP`` logits. Rows beyond it take the reference sampler.
-TOPK_CAP = 64
 
 
 @dataclass(frozen=True)

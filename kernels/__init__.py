@@ -1,7 +1,9 @@
-"""ttsfleet.kernels — FP8 block-scaled GEMMs, fused SwiGLU and the DualAR token-window kernel.
+"""ttsfleet.kernels — every Triton kernel of ttsfleet, each with a torch reference of the same numerics.
 
-Triton kernels for CUDA (sm_90a) with a torch reference for each; dispatch picks by device.
-May import torch/triton and the ttsfleet core only.
+FP8 block-scaled GEMMs and the fused SwiGLU MLP (``ops``), the decode step's norm / RoPE / attention /
+sampler kernels (``decode``), the DualAR token-window kernel (``window``). Which backend runs on a
+device is decided once, from the GPU catalog, in ``dispatch``. May import torch/triton and the
+ttsfleet core only (never ``ttsfleet.inference``).
 
 Public API (imported lazily so ``ttsfleet --help`` does not import torch)::
 
@@ -18,9 +20,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .layout import QuantizedWeight as QuantizedWeight
     from .ops import linear_fp8 as linear_fp8
+    from .ops import linear_fp8_codes as linear_fp8_codes
     from .ops import quantize_activation as quantize_activation
     from .ops import quantize_weight as quantize_weight
     from .ops import swiglu_mlp_fp8 as swiglu_mlp_fp8
+    from .ops import swiglu_mlp_fp8_codes as swiglu_mlp_fp8_codes
     from .window import prev_tokens_shift_ as prev_tokens_shift_
 
 _EXPORTS = {
@@ -29,6 +33,8 @@ _EXPORTS = {
     "quantize_activation": "ops",
     "linear_fp8": "ops",
     "swiglu_mlp_fp8": "ops",
+    "linear_fp8_codes": "ops",
+    "swiglu_mlp_fp8_codes": "ops",
     "prev_tokens_shift_": "window",
 }
 # Issue 7's name for the window kernel; same function.

@@ -5,8 +5,11 @@ reuse each other's weights, so each timed graph cycles through enough weight cop
 L2) that no method is served from L2; launch gaps are removed by replaying a CUDA graph of many
 calls. Every method sees the same inputs in the same run; we quote medians.
 
-Baselines quantize nothing inside the timed region (their FP8 activations are prepared ahead);
-ours include the on-the-fly activation quantization (fused into the GEMM prologue).
+Baselines quantize nothing inside the timed region (their FP8 activations are prepared ahead), and
+neither does ``ours`` (FP8 codes in: the decode step's norms and attention emit them); ``ours_bf16``
+adds the activation quantizer's launch. ``v3`` is the 2026-11-30 kernel with its tuned table
+(:mod:`.legacy_v3`), timed in the same run. The sweep checks every candidate's output against the
+torch reference before timing it, so a config that computes a wrong result is never picked.
 """
 
 from __future__ import annotations
@@ -23,9 +26,19 @@ from typing import Any
 
 import torch
 
+from . import legacy_v3
 from . import triton_gemm as tg
 from .layout import QuantizedWeight
-from .ops import linear_fp8, quantize_weight, swiglu_mlp_fp8
+from .ops import (
+    linear_fp8,
+    linear_fp8_codes,
+    quantize_activation,
+    quantize_weight,
+    swiglu_mlp_fp8,
+    swiglu_mlp_fp8_codes,
+)
+from .reference import linear_fp8_ref, swiglu_mlp_fp8_ref
+from .testing import rel_err
 
 F8 = torch.float8_e4m3fn
 H, INTER = 2560, 9728
@@ -110,30 +123,12 @@ def _scaled_mm_block(x8: torch.Tensor, w8: torch.Tensor, sa: torch.Tensor, sb: t
 # launch-config sweep
 
 
-def _candidates(kind: str, m: int, n: int, k: int) -> list[tg.GemmConfig]:
-    """A small, targeted set: compile time on the lent GPU is the budget, not the timing."""
-    k_iters = math.ceil(k / 128)
-    out: list[tg.GemmConfig] = []
-    n_eff = n // 2 if kind == "swiglu" else n
-    for bn in (64, 128):
-        tiles = math.ceil(n_eff / bn) * math.ceil(m / 64)
-        for split in (1, 2, 4, 8):
-            if split > 1 and (k_iters / split < 3 or tiles * split > 1100):
-                continue
-            if tiles * split < 60:
-                continue
-            for pre in (False, True) if bn == 64 else (False,):
-                out.append(tg.GemmConfig(bn=bn, split_k=split, swap=True, prequant=pre))
-                if m >= 64 and bn == 128:
-                    out.append(tg.GemmConfig(bn=bn, split_k=split, swap=False, bm=64, num_warps=8,
-                                             num_stages=3, prequant=pre))
-    return out
+def sweep_configs(ms: list[int], log: Callable[[str], None], save: Path | None = None,
+                  fill: list[int] | None = None) -> dict[str, dict[str, Any]]:
+    """Time every candidate of :func:`triton_gemm.config_space` in place (inside the op it serves),
+    after checking its output, and pin the fastest; returns the table.
 
-
-def sweep_configs(ms: list[int], log: Callable[[str], None],
-                  save: Path | None = None) -> dict[str, dict[str, Any]]:
-    """Time each candidate in place (inside the op it serves) and pin the fastest; returns the table.
-
+    ``fill``: M buckets not swept take the pick of the nearest swept M (same tile height class).
     The MLP goes first (the headline target); the table is saved after every pick so a run cut
     short still leaves what it measured."""
     best: dict[str, dict[str, Any]] = {}
@@ -145,9 +140,12 @@ def sweep_configs(ms: list[int], log: Callable[[str], None],
     gus, dns = _mlp_weights_fp8()
     for m in ms:
         x = torch.randn(m, H, device="cuda", dtype=torch.bfloat16)
-        calls = [partial(swiglu_mlp_fp8, x, a, b) for a, b in zip(gus, dns, strict=True)]
-        _pick("swiglu", m, 2 * INTER, H, calls, best, log)
-        _pick("down", m, H, INTER, calls, best, log)
+        xq, xs = quantize_activation(x)
+        calls = [partial(swiglu_mlp_fp8_codes, xq, xs, a, b, torch.bfloat16)
+                 for a, b in zip(gus, dns, strict=True)]
+        ref = swiglu_mlp_fp8_ref(x, gus[0], dns[0])
+        _pick("swiglu", m, 2 * INTER, H, calls, ref, best, log)
+        _pick("down", m, H, INTER, calls, ref, best, log)
         _save()
     del gus, dns
     for n, k in GEMMS.values():
@@ -155,27 +153,46 @@ def sweep_configs(ms: list[int], log: Callable[[str], None],
                for _ in range(n_copies(n * k))]
         for m in ms:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-            _pick("linear", m, n, k, [partial(linear_fp8, x, q) for q in qws], best, log)
+            xq, xs = quantize_activation(x)
+            calls = [partial(linear_fp8_codes, xq, xs, q, torch.bfloat16) for q in qws]
+            _pick("linear", m, n, k, calls, linear_fp8_ref(x, qws[0]), best, log)
             _save()
         del qws
+    for key in list(best):  # unswept buckets: the pick of the nearest swept M of the same tile height
+        kind, n, k, mb = key.split(":")
+        for m in fill or []:
+            bm = tg.GemmConfig().block_m
+            near = min(ms, key=lambda s, m=m, bm=bm: (abs(bm(s) - bm(m)), abs(s - m)))
+            if int(mb) == tg.m_bucket(near):
+                best.setdefault(tg.config_key(kind, int(n), int(k), m), best[key])
+    _save()
     return best
 
 
-def _pick(kind: str, m: int, n: int, k: int, calls: list[Callable[[], Any]],
+def _pick(kind: str, m: int, n: int, k: int, calls: list[Callable[[], Any]], ref: torch.Tensor,
           best: dict[str, dict[str, Any]], log: Callable[[str], None]) -> None:
-    results = []
-    for cfg in _candidates(kind, m, n, k):
+    results, wrong = [], []
+    for cfg in tg.config_space(kind, m, n, k):
         tg.set_config(kind, m, n, k, cfg)
-        t = safe_us(calls, rounds=1, rep_ms=25)
-        results.append((t, cfg))
+        try:
+            err = rel_err(calls[0](), ref)
+        except Exception as exc:  # a config the compiler rejects: report it, keep going
+            print(f"    ({cfg}: {type(exc).__name__}: {str(exc)[:100]})", flush=True)
+            continue
+        if err > 2e-2:
+            wrong.append(cfg)
+            log(f"  WRONG RESULT {kind} N={n} K={k} M={m}: rel err {err:.3g} with {cfg}")
+            continue
+        results.append((safe_us(calls, rounds=1, rep_ms=25), cfg))
     results = [r for r in results if not math.isnan(r[0])]
     if not results:
         tg.set_config(kind, m, n, k, None)
         return
     t, cfg = min(results, key=lambda r: r[0])
     tg.set_config(kind, m, n, k, cfg)
-    best[tg.config_key(kind, n, k, m)] = tg.config_dict(cfg)
-    log(f"  sweep {kind:6s} N={n:5d} K={k:5d} M={m:3d}: best {t:6.2f} us  {cfg}  ({len(results)} tried)")
+    best[tg.config_key(kind, n, k, m)] = {**tg.config_dict(cfg), "us": round(t, 2)}
+    log(f"  sweep {kind:6s} N={n:5d} K={k:5d} M={m:3d}: best {t:6.2f} us  {cfg}  ({len(results)} ok, "
+        f"{len(wrong)} wrong)")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -204,14 +221,18 @@ def bench_gemms(ms: list[int], bw: float, log: Callable[[str], None]) -> list[di
             sa_b, sb_b = _blockwise_scales(m, n, k)
             r: dict[str, Any] = {"op": name, "M": m, "N": n, "K": k, "floor_us": n * k / bw * 1e6,
                                  "copies": c}
-            r["ours_us"] = safe_us([partial(linear_fp8, x, q) for q in qws])
+            xq, xs = quantize_activation(x)
+            r["ours_us"] = safe_us([partial(linear_fp8_codes, xq, xs, q, torch.bfloat16) for q in qws])
+            r["ours_bf16_us"] = safe_us([partial(linear_fp8, x, q) for q in qws])
+            r["v3_us"] = safe_us([partial(legacy_v3.linear_fp8_triton, x, q) for q in qws])
             r["bf16_us"] = safe_us([partial(torch.matmul, x, w.t()) for w in ws])
             r["fp8_tensor_us"] = safe_us([partial(_scaled_mm, x8, w, one, one) for w in w8s])
             r["fp8_rowwise_us"] = safe_us([partial(_scaled_mm, x8, w, sa_r, sb_r) for w in w8s])
             r["fp8_block_us"] = safe_us([partial(_scaled_mm_block, x8, w, sa_b, sb_b) for w in w8s])
             r["config"] = tg.config_dict(tg.get_config("linear", m, n, k))
             rows.append(r)
-            log(f"  {name:9s} M={m:3d} floor {r['floor_us']:5.1f}  ours {r['ours_us']:6.2f}  bf16 "
+            log(f"  {name:9s} M={m:3d} floor {r['floor_us']:5.1f}  ours {r['ours_us']:6.2f}  "
+                f"v3 {r['v3_us']:6.2f}  bf16 "
                 f"{r['bf16_us']:6.2f}  fp8T {r['fp8_tensor_us']:6.2f}  row {r['fp8_rowwise_us']:6.2f}  "
                 f"blk {r['fp8_block_us']:6.2f}")
         del ws, qws, w8s
@@ -240,8 +261,8 @@ def _mlp_fp8_block(x: torch.Tensor, wgu8: torch.Tensor, wd8: torch.Tensor, sgu: 
     return _scaled_mm_block(h8, wd8, sh, sd)
 
 
-def bench_mlp(ms: list[int], bw: float, compile_mode: str,
-              log: Callable[[str], None]) -> list[dict[str, Any]]:
+def bench_mlp(ms: list[int], bw: float, compile_mode: str, log: Callable[[str], None],
+              compiled: bool = True) -> list[dict[str, Any]]:
     gus, dns = _mlp_weights_fp8()
     c = len(gus)
     wgus = [torch.randn(2 * INTER, H, device="cuda", dtype=torch.bfloat16) / H**0.5 for _ in range(c)]
@@ -257,15 +278,23 @@ def bench_mlp(ms: list[int], bw: float, compile_mode: str,
         r: dict[str, Any] = {"M": m, "floor_us": 3 * H * INTER / bw * 1e6, "copies": c}
         pairs = list(zip(wgus, wds, strict=True))
         pairs8 = list(zip(wgu8s, wd8s, strict=True))
-        r["ours_us"] = safe_us([partial(swiglu_mlp_fp8, x, a, b) for a, b in zip(gus, dns, strict=True)])
+        xq, xs = quantize_activation(x)
+        r["ours_us"] = safe_us([partial(swiglu_mlp_fp8_codes, xq, xs, a, b, torch.bfloat16)
+                                for a, b in zip(gus, dns, strict=True)])
+        r["ours_bf16_us"] = safe_us([partial(swiglu_mlp_fp8, x, a, b) for a, b in zip(gus, dns, strict=True)])
+        r["v3_us"] = safe_us([partial(legacy_v3.swiglu_mlp_fp8_triton, x, a, b)
+                              for a, b in zip(gus, dns, strict=True)])
         r["bf16_eager_us"] = safe_us([partial(_mlp_bf16, x, a, b) for a, b in pairs])
-        r["bf16_compiled_us"] = safe_us([partial(bf16_c, x, a, b) for a, b in pairs])
+        r["bf16_compiled_us"] = (safe_us([partial(bf16_c, x, a, b) for a, b in pairs])
+                                 if compiled else math.nan)
         r["fp8_block_eager_us"] = safe_us([partial(_mlp_fp8_block, x, a, b, sgu, sd) for a, b in pairs8])
-        r["fp8_block_compiled_us"] = safe_us([partial(fp8_c, x, a, b, sgu, sd) for a, b in pairs8])
+        r["fp8_block_compiled_us"] = (safe_us([partial(fp8_c, x, a, b, sgu, sd) for a, b in pairs8])
+                                      if compiled else math.nan)
         r["config_gate_up"] = tg.config_dict(tg.get_config("swiglu", m, 2 * INTER, H))
         r["config_down"] = tg.config_dict(tg.get_config("down", m, H, INTER))
         rows.append(r)
         log(f"  MLP M={m:3d} floor {r['floor_us']:5.1f}  ours {r['ours_us']:6.2f}  "
+            f"v3 {r['v3_us']:6.2f}  "
             f"bf16 {r['bf16_eager_us']:6.2f}"
             f"  bf16c {r['bf16_compiled_us']:6.2f}  fp8blk {r['fp8_block_eager_us']:6.2f}  "
             f"fp8blkc {r['fp8_block_compiled_us']:6.2f}")
@@ -273,7 +302,8 @@ def bench_mlp(ms: list[int], bw: float, compile_mode: str,
 
 
 def run_bench(out_dir: Path, ms: list[int], sweep: bool = False, compile_mode: str = "default",
-              log: Callable[[str], None] | None = None, sweep_only: bool = False) -> dict[str, Any]:
+              log: Callable[[str], None] | None = None, sweep_only: bool = False,
+              sweep_ms: list[int] | None = None, compiled: bool = True) -> dict[str, Any]:
     """Sweep (optional), time everything, write bench_h200_<date>.{json,md,png} into ``out_dir``."""
     import triton
 
@@ -293,11 +323,11 @@ def run_bench(out_dir: Path, ms: list[int], sweep: bool = False, compile_mode: s
     }
     log(f"{res['device']} torch {torch.__version__} triton {triton.__version__} copy bw {bw / 1e12:.2f} TB/s")
     if sweep:
-        res["tuned"] = sweep_configs(ms, log, save=out_dir / "tuned_h200.json")
+        res["tuned"] = sweep_configs(sweep_ms or ms, log, save=out_dir / "tuned_h200.json", fill=ms)
         log(f"sweep done at {time.time() - t0:.0f} s")
         if sweep_only:
             return res
-    res["mlp"] = bench_mlp(ms, bw, compile_mode, log)
+    res["mlp"] = bench_mlp(ms, bw, compile_mode, log, compiled)
     (out_dir / "bench_partial.json").write_text(json.dumps(res, indent=1))
     res["gemm"] = bench_gemms(ms, bw, log)
     res["wall_s"] = time.time() - t0
@@ -315,7 +345,12 @@ if __name__ == "__main__":  # pragma: no cover - run on the GPU machine
     ap.add_argument("--ms", default="1,8,16,32,64,128")
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--sweep-only", action="store_true")
+    ap.add_argument("--sweep-ms", default="", help="M values to sweep (default: --ms); the rest take the "
+                    "nearest swept M's pick")
     ap.add_argument("--compile-mode", default="default")
+    ap.add_argument("--no-compiled", action="store_true", help="skip the torch.compile baselines")
     a = ap.parse_args()
     run_bench(Path(a.out), [int(v) for v in a.ms.split(",")], sweep=a.sweep or a.sweep_only,
-              compile_mode=a.compile_mode, sweep_only=a.sweep_only)
+              compile_mode=a.compile_mode, sweep_only=a.sweep_only,
+              sweep_ms=[int(v) for v in a.sweep_ms.split(",")] if a.sweep_ms else None,
+              compiled=not a.no_compiled)

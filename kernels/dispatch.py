@@ -1,20 +1,88 @@
-"""Choose Triton or the torch reference for a tensor's device.
+"""Which kernels run on a device: decided here and nowhere else, once per device.
 
-Triton runs on CUDA devices of compute capability 9.x (H100/H200) when triton imports; everything
-else (CPU, CI, other GPUs) takes the reference path, which has the same numerics. Set
-``TTSFLEET_KERNELS=reference`` to force the reference (debugging, A/B numerics).
+The decision is the GPU catalog's (:meth:`ttsfleet.catalog.GpuCatalog.dispatch_for_capability`): a
+device's compute capability names its class (``arch``), and the class says which backend runs
+(``kernel_backend``: ``triton`` = the fused Triton kernels of this package, ``reference`` = the torch
+reference with the same numerics) and which scheme ``auto`` quantization means there. A GPU no
+class describes runs the reference. Adding a GPU class is a catalog entry, not a code change here.
+
+One process switch, ``TTSFLEET_KERNELS``, read once (at the first decision):
+
+* ``auto`` (default): the catalog's backend on CUDA devices, the reference on CPU;
+* ``reference``: the reference everywhere (A/B numerics, debugging);
+* ``interpret``: the Triton kernels on CPU tensors too, through Triton's interpreter (needs
+  ``TRITON_INTERPRET=1`` before triton is imported: how CI checks the kernels without a GPU).
+
+:func:`configure` sets the mode and the run's catalog explicitly (the server at start-up; tests that
+compare the two backends in one process). Call sites ask :func:`use_triton` (a dictionary lookup).
 """
 
 from __future__ import annotations
 
 import functools
 import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, get_args
 
-from torch import Tensor
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+
+    from ttsfleet.catalog import GpuCatalog
+
+Mode = Literal["auto", "reference", "interpret"]
+MODES: tuple[str, ...] = get_args(Mode)
+ENV = "TTSFLEET_KERNELS"
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """What one device runs. ``backend`` is final: the kernels never re-check the device."""
+
+    device: str
+    backend: Literal["triton", "reference"]
+    scheme: str  # what ``auto`` quantization means on this device
+    gpu_classes: tuple[str, ...]  # the catalog classes with this device's arch (empty: unknown)
+    reason: str
+
+    @property
+    def fused(self) -> bool:
+        return self.backend == "triton"
+
+
+_mode: Mode | None = None
+_catalog: GpuCatalog | None = None
+_plans: dict[tuple[str, int], KernelPlan] = {}
+
+
+def _read_mode() -> Mode:
+    raw = os.environ.get(ENV, "auto").strip().lower() or "auto"
+    if raw not in MODES:
+        raise ValueError(f"{ENV}={raw!r}: expected one of {', '.join(MODES)}")
+    return raw  # type: ignore[return-value]
+
+
+def mode() -> Mode:
+    """The process switch (read from the environment on first use, or set by :func:`configure`)."""
+    global _mode
+    if _mode is None:
+        _mode = _read_mode()
+    return _mode
+
+
+def configure(mode: Mode | None = None, catalog: GpuCatalog | None = None) -> None:
+    """Set the switch (``None``: re-read ``TTSFLEET_KERNELS``) and the run's catalog; forget plans."""
+    global _mode, _catalog
+    if mode is not None and mode not in MODES:
+        raise ValueError(f"kernel mode {mode!r}: expected one of {', '.join(MODES)}")
+    _mode = mode if mode is not None else _read_mode()
+    if catalog is not None:
+        _catalog = catalog
+    _plans.clear()
 
 
 @functools.cache
-def _triton_ok() -> bool:
+def triton_importable() -> bool:
     try:
         import triton  # noqa: F401
     except Exception:
@@ -22,19 +90,53 @@ def _triton_ok() -> bool:
     return True
 
 
-@functools.cache
-def _capability(index: int) -> tuple[int, int]:
+def plan_for_capability(capability: tuple[int, int], catalog: GpuCatalog | None = None,
+                        kernel_mode: Mode = "auto", device: str = "cuda:0") -> KernelPlan:
+    """The plan for a CUDA device of ``capability`` (pure: no device is touched)."""
+    from ttsfleet.catalog import GpuCatalog
+
+    d = (catalog or GpuCatalog.default()).dispatch_for_capability(*capability)
+    if kernel_mode == "reference":
+        return KernelPlan(device, "reference", d.quantization, d.gpu_classes, f"{ENV}=reference")
+    if d.kernel_backend == "triton" and not triton_importable():
+        return KernelPlan(device, "reference", d.quantization, d.gpu_classes, "triton does not import")
+    cc = f"sm_{capability[0]}{capability[1]}"
+    why = f"catalog: {cc} is {', '.join(d.gpu_classes)}" if d.gpu_classes else f"catalog: no class has {cc}"
+    return KernelPlan(device, d.kernel_backend, d.quantization, d.gpu_classes, why)
+
+
+def _decide(device: torch.device) -> KernelPlan:
+    name = str(device)
+    m = mode()
+    if device.type != "cuda":
+        interp = m == "interpret" and os.environ.get("TRITON_INTERPRET") == "1" and triton_importable()
+        why = "Triton interpreter (TTSFLEET_KERNELS=interpret)" if interp else "not a CUDA device"
+        return KernelPlan(name, "triton" if interp else "reference", "bf16", (), why)
     import torch
 
-    return torch.cuda.get_device_capability(index)
+    return plan_for_capability(torch.cuda.get_device_capability(device), _catalog, m, name)
+
+
+def plan(device: torch.device | str) -> KernelPlan:
+    """The plan for ``device`` (decided on first use, then cached)."""
+    import torch
+
+    dev = torch.device(device)
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    key = (dev.type, dev.index or 0)
+    p = _plans.get(key)
+    if p is None:
+        p = _plans[key] = _decide(dev)
+    return p
 
 
 def use_triton(t: Tensor) -> bool:
-    """True when ``t`` lives on a compute-capability-9.x GPU and Triton is importable."""
-    if not t.is_cuda or os.environ.get("TTSFLEET_KERNELS", "") == "reference":
-        return False
-    return _capability(t.device.index or 0)[0] == 9 and _triton_ok()
+    """True when ``t``'s device runs the Triton kernels."""
+    key = (t.device.type, t.device.index or 0)
+    p = _plans.get(key)
+    return (p if p is not None else plan(t.device)).fused
 
 
 def backend_name(t: Tensor) -> str:
-    return "triton" if use_triton(t) else "reference"
+    return plan(t.device).backend

@@ -1,4 +1,4 @@
-"""Public FP8 ops: argument checks, then Triton (sm_90) or the torch reference.
+"""Public FP8 ops: argument checks, then Triton or the torch reference, as :mod:`.dispatch` decides.
 
 Why the checks live here and not in the kernels: a kernel given a wrong shape reads out of bounds
 or garbage silently; one readable ``ValueError`` at the call is cheaper than a wrong waveform.
@@ -12,9 +12,11 @@ from torch import Tensor
 from . import dispatch
 from .layout import BS_BLOCK, MX_BLOCK, QuantizedWeight
 from .reference import (
+    linear_fp8_codes_ref,
     linear_fp8_ref,
     quantize_activation_ref,
     quantize_weight_ref,
+    swiglu_mlp_fp8_codes_ref,
     swiglu_mlp_fp8_ref,
 )
 
@@ -88,4 +90,41 @@ def swiglu_mlp_fp8(x: Tensor, gate_up: QuantizedWeight, down: QuantizedWeight) -
     return swiglu_mlp_fp8_ref(x, gate_up, down)
 
 
-__all__ = ["quantize_weight", "quantize_activation", "linear_fp8", "swiglu_mlp_fp8"]
+def _check_codes(xq: Tensor, xs: Tensor, qw: QuantizedWeight) -> None:
+    from .layout import cdiv
+    from .reference import act_block
+
+    if xq.dtype != torch.float8_e4m3fn or xq.dim() < 1 or xq.shape[-1] != qw.shape[1]:
+        raise ValueError(f"codes must be float8_e4m3fn [..., {qw.shape[1]}], got {xq.dtype} {list(xq.shape)}")
+    want = (*xq.shape[:-1], cdiv(qw.shape[1], act_block(qw.scheme)))
+    if tuple(xs.shape) != want:
+        raise ValueError(f"{qw.scheme} activation scales must be {list(want)}, got {list(xs.shape)}")
+    if xq.device != qw.qweight.device or xs.device != xq.device:
+        raise ValueError("codes, scales and weight must be on one device")
+
+
+def linear_fp8_codes(xq: Tensor, xs: Tensor, qw: QuantizedWeight, out_dtype: torch.dtype,
+                     bias: Tensor | None = None) -> Tensor:
+    """``linear_fp8`` on activations already quantized (``quantize_activation``'s format), e.g. by a
+    fused RMSNorm or attention epilogue: one launch, no quantizer."""
+    _check_codes(xq, xs, qw)
+    if dispatch.use_triton(xq):
+        from .triton_gemm import linear_fp8_codes_triton
+
+        return linear_fp8_codes_triton(xq, xs, qw, out_dtype, bias)
+    return linear_fp8_codes_ref(xq, xs, qw, out_dtype, bias)
+
+
+def swiglu_mlp_fp8_codes(xq: Tensor, xs: Tensor, gate_up: QuantizedWeight, down: QuantizedWeight,
+                         out_dtype: torch.dtype) -> Tensor:
+    """:func:`swiglu_mlp_fp8` on activations already quantized: two launches."""
+    _check_codes(xq, xs, gate_up)
+    if dispatch.use_triton(xq):
+        from .triton_mlp import swiglu_mlp_fp8_triton
+
+        return swiglu_mlp_fp8_triton(xq, gate_up, down, x_scale=xs, out_dtype=out_dtype)
+    return swiglu_mlp_fp8_codes_ref(xq, xs, gate_up, down, out_dtype)
+
+
+__all__ = ["quantize_weight", "quantize_activation", "linear_fp8", "swiglu_mlp_fp8", "linear_fp8_codes",
+           "swiglu_mlp_fp8_codes"]

@@ -120,23 +120,36 @@ def act_block(scheme: str) -> int:
     return BS_BLOCK if scheme == "bsgemm_fp8" else MX_BLOCK
 
 
+def linear_fp8_codes_ref(xq: Tensor, xs: Tensor, qw: QuantizedWeight, out_dtype: torch.dtype,
+                         bias: Tensor | None = None) -> Tensor:
+    """``xq [..., K]`` FP8 codes with their group scales: dequantize both, matmul in float32."""
+    k = xq.shape[-1]
+    out = dequantize_activation(xq.reshape(-1, k), xs.reshape(-1, xs.shape[-1])) @ dequantize_weight(qw).t()
+    if bias is not None:
+        out = out + bias.float()
+    return out.to(out_dtype).view(*xq.shape[:-1], qw.shape[0])
+
+
 def linear_fp8_ref(x: Tensor, qw: QuantizedWeight, bias: Tensor | None = None,
                    out_dtype: torch.dtype | None = None) -> Tensor:
     """Quantize ``x`` per the scheme's activation format, dequantize both, matmul in float32."""
-    k = x.shape[-1]
-    xq, xs = quantize_activation_ref(x.reshape(-1, k), act_block(qw.scheme))
-    out = dequantize_activation(xq, xs) @ dequantize_weight(qw).t()
-    if bias is not None:
-        out = out + bias.float()
-    return out.to(out_dtype or x.dtype).view(*x.shape[:-1], qw.shape[0])
+    xq, xs = quantize_activation_ref(x, act_block(qw.scheme))
+    return linear_fp8_codes_ref(xq, xs, qw, out_dtype or x.dtype, bias)
+
+
+def swiglu_mlp_fp8_codes_ref(xq: Tensor, xs: Tensor, gate_up: QuantizedWeight, down: QuantizedWeight,
+                             out_dtype: torch.dtype) -> Tensor:
+    """gate_up (fp32 result, never rounded) -> silu(g) * u in fp32 -> FP8 quantize -> down."""
+    f = gate_up.shape[0] // 2
+    gu = linear_fp8_codes_ref(xq, xs, gate_up, torch.float32)
+    h = torch.nn.functional.silu(gu[..., :f]) * gu[..., f:]
+    return linear_fp8_ref(h, down, out_dtype=out_dtype)
 
 
 def swiglu_mlp_fp8_ref(x: Tensor, gate_up: QuantizedWeight, down: QuantizedWeight) -> Tensor:
-    """gate_up (fp32 result, never rounded) -> silu(g) * u in fp32 -> FP8 quantize -> down."""
-    f = gate_up.shape[0] // 2
-    gu = linear_fp8_ref(x, gate_up, out_dtype=torch.float32)
-    h = torch.nn.functional.silu(gu[..., :f]) * gu[..., f:]
-    return linear_fp8_ref(h, down, out_dtype=x.dtype)
+    """:func:`swiglu_mlp_fp8_codes_ref` of ``x`` quantized per the scheme's activation format."""
+    xq, xs = quantize_activation_ref(x, act_block(gate_up.scheme))
+    return swiglu_mlp_fp8_codes_ref(xq, xs, gate_up, down, x.dtype)
 
 
 def prev_tokens_shift_ref(prev: Tensor, next_tokens: Tensor) -> None:

@@ -9,28 +9,51 @@ no memset, and the tickets return to zero, which keeps the kernel CUDA-graph rep
 One kernel covers:
 * bsgemm (1x128 activation, 128x128 weight scales, float32) and mxfp8 (1x32 UE8M0 both sides,
   emulated on sm_90 by scaling each 32-wide K chunk), with explicit scale strides;
-* activations given as FP8 codes + scales, or as bf16/fp32 quantized in the prologue (one launch
-  for ``linear_fp8``; bit-identical to the reference quantizer: x * (1/s) with one IEEE division
-  per group, RNE, +-448);
+* activations given as FP8 codes + scales, or as bf16/fp32 quantized in the prologue (bit-identical
+  to the reference quantizer: x * (1/s) with one IEEE division per group, RNE, +-448);
+* weight tiles read through TMA descriptors (``tma`` configs: bulk async copies, zero-filled at the
+  edges, no address arithmetic in the loop) or plain masked loads (any alignment);
 * epilogues: plain (+bias, cast to the output dtype), or SwiGLU (gate rows n and up rows F+n in one
-  program; ``silu(g) * u`` is quantized to FP8 + scales for the down projection in registers).
+  program; ``silu(g) * u`` is quantized to FP8 + scales for the down projection in registers). The
+  SwiGLU output is always quantized in the scheme's own activation groups (1x128 / 1x32), so a tile
+  must span whole groups: the result never depends on the launch config the tuner picked.
+
+Every launch config the tuner may pick is in :func:`config_space`; :func:`check_config` rejects the
+rest before launching, and the tests run the whole space (Triton's interpreter on CPU, the sweep on
+the GPU checks each candidate before timing it; :mod:`.compile_check` compiles each for sm_90).
+All decode kernels of the package launch with programmatic dependent launch (:data:`PDL`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from functools import cache
 from typing import Any
 
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from .layout import BS_BLOCK, MX_BLOCK, QuantizedWeight
+from .layout import BS_BLOCK, MX_BLOCK, QuantizedWeight, cdiv
 
 FLT_MIN = tl.constexpr(1.1754943508222875e-38)
+INTERPRETING = os.environ.get("TRITON_INTERPRET") == "1"
+#: Programmatic dependent launch (sm_90): every decode kernel may be launched while its predecessor
+#: drains and waits (``griddepcontrol.wait``) before touching memory, so launch latency and set-up
+#: overlap the previous kernel's tail. Not in the interpreter (no such instruction there).
+PDL = not INTERPRETING
+
+
+@triton.jit
+def pdl_entry(ENABLED: tl.constexpr):
+    """First statement of every decode kernel: wait for the previous kernel's memory, then let the
+    next kernel launch. Safe without PDL (both instructions are then no-ops)."""
+    if ENABLED:
+        gdc_wait()
+        gdc_launch_dependents()
 
 
 @triton.jit
@@ -47,20 +70,78 @@ def _ue8m0_from_amax(amax):
 
 
 @triton.jit
+def to_e4m3(x, EXACT: tl.constexpr):
+    """Saturate to +-448 and round to float8 e4m3 (round to nearest even).
+
+    EXACT rounds in float32 bit arithmetic first, so the final conversion is exact: Triton 3.6's
+    interpreter converts float32 -> e4m3 without carrying into the exponent (124.3 -> 64). The GPU's
+    conversion instruction is correct, so compiled kernels pass EXACT=False.
+    """
+    x = tl.minimum(tl.maximum(x, -448.0), 448.0)
+    if EXACT:
+        bits = x.to(tl.int32, bitcast=True)
+        mag = bits & 0x7FFFFFFF
+        normal = ((mag + 0x7FFFF + ((mag >> 20) & 1)) & -1048576).to(tl.float32, bitcast=True)
+        ax = mag.to(tl.float32, bitcast=True)
+        sub = (ax + 24576.0) - 24576.0  # multiples of 2**-9 (e4m3 subnormals), RNE by the fp32 add
+        r = tl.where(ax >= 0.015625, normal, sub)
+        x = tl.where(bits < 0, -r, r)
+    return x.to(tl.float8e4nv)
+
+
+# (helpers end in one ``return``: Triton compiles every ``return`` of a function, also one after a
+# constexpr ``if`` that returned, so two differently shaped returns fail to compile)
+@triton.jit
+def _w_tile(w_ptr, w_desc, row0, kk, k0, row_lim, K, s_wn, s_wk, BN: tl.constexpr, W_TMA: tl.constexpr):
+    """Rows ``row0 .. row0+BN`` x ``kk`` of the FP8 weight (TMA or masked pointer loads)."""
+    if W_TMA:
+        t = w_desc.load([row0, k0])
+    else:
+        rows = row0 + tl.arange(0, BN)
+        mask = (rows < row_lim)[:, None] & (kk < K)[None, :]
+        t = tl.load(w_ptr + rows[:, None] * s_wn + kk[None, :] * s_wk, mask=mask, other=0.0)
+    return t
+
+
+@triton.jit
+def _w_scale(ws_ptr, rows, k0, ok, s_wsn, s_wsk, W_ROW_GROUP: tl.constexpr, W_K_GROUP: tl.constexpr,
+             MX: tl.constexpr):
+    ptrs = ws_ptr + (rows // W_ROW_GROUP) * s_wsn + (k0 // W_K_GROUP) * s_wsk
+    if MX:  # noqa: SIM108 - Triton code
+        s = _ue8m0_to_f32(tl.load(ptrs, mask=ok, other=127))
+    else:
+        s = tl.load(ptrs, mask=ok, other=1.0)
+    return s
+
+
+@triton.jit
+def _scaled_dot(acc, a_q, w_t, sa, sw, SWAP: tl.constexpr):
+    if SWAP:
+        r = acc + tl.dot(w_t, tl.trans(a_q)) * (sw[:, None] * sa[None, :])
+    else:
+        r = acc + tl.dot(a_q, tl.trans(w_t)) * (sa[:, None] * sw[None, :])
+    return r
+
+
+@triton.jit
 def fp8_gemm_kernel(
-    a_ptr, as_ptr, w_ptr, ws_ptr, out_ptr, bias_ptr, part_ptr, ticket_ptr, hs_ptr,
+    a_ptr, as_ptr, w_ptr, w_desc, ws_ptr, out_ptr, bias_ptr, part_ptr, ticket_ptr, hs_ptr,
     M, N, K, F,
     s_am, s_ak, s_asm, s_ask, s_wn, s_wk, s_wsn, s_wsk, s_om, s_on, s_hsm, s_hsk,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT_K: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT_K: tl.constexpr, PER: tl.constexpr,
     A_GROUP: tl.constexpr, W_ROW_GROUP: tl.constexpr, W_K_GROUP: tl.constexpr,
     MX: tl.constexpr, A_FP8: tl.constexpr, EPI: tl.constexpr, HAS_BIAS: tl.constexpr,
-    SWAP: tl.constexpr, H_GROUP: tl.constexpr,
+    SWAP: tl.constexpr, H_GROUP: tl.constexpr, W_TMA: tl.constexpr, EXACT_CVT: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     """out[m, n] = sum_k a[m, k] * w[n, k] with per-group scales; see the module docstring.
 
     EPI 0: plain -> out (dtype of out_ptr). EPI 1: SwiGLU over n < F using w rows n and F + n,
     writes FP8 codes to out_ptr [M, F] and group scales (H_GROUP wide) to hs_ptr.
+    Program (pid_n, pid_m, pid_k) runs the PER K blocks ``pid_k * PER ..``; blocks past K are
+    masked (pointer loads) or zero-filled (TMA) and contribute nothing.
     """
+    pdl_entry(USE_PDL)
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -70,12 +151,7 @@ def fp8_gemm_kernel(
     m_ok = offs_m < M
     n_lim = F if EPI == 1 else N
     n_ok = offs_n < n_lim
-
-    # split-K: program pid_k owns iterations [it0, it0 + per); the last split may run past K, where
-    # every load (codes and scales) is masked off by k < K
-    per = tl.cdiv(tl.cdiv(K, BK), SPLIT_K)
-    it0 = pid_k * per
-    it1 = it0 + per
+    offs_u = offs_n + F
 
     if SWAP:
         acc = tl.zeros((BN, BM), dtype=tl.float32)
@@ -84,12 +160,11 @@ def fp8_gemm_kernel(
         acc = tl.zeros((BM, BN), dtype=tl.float32)
         acc_u = tl.zeros((BM, BN), dtype=tl.float32)
 
-    for it in range(it0, it1):
-        k0 = it * BK
+    for i in range(PER):
+        k0 = (pid_k * PER + i) * BK
         kk = k0 + offs_k
-        k_ok = kk < K
         live = k0 < K
-        a_mask = m_ok[:, None] & k_ok[None, :]
+        a_mask = m_ok[:, None] & (kk < K)[None, :]
         a_raw = tl.load(a_ptr + offs_m[:, None] * s_am + kk[None, :] * s_ak, mask=a_mask, other=0.0)
         if A_FP8:
             a_q = a_raw
@@ -107,37 +182,14 @@ def fp8_gemm_kernel(
             else:
                 sa = tl.maximum(tl.math.div_rn(amax, tl.full(amax.shape, 448.0, tl.float32)), FLT_MIN)
             inv = tl.math.div_rn(tl.full(sa.shape, 1.0, tl.float32), sa)  # one division per row
-            qv = af * inv[:, None]
-            a_q = tl.minimum(tl.maximum(qv, -448.0), 448.0).to(tl.float8e4nv)
-        w_mask = n_ok[:, None] & k_ok[None, :]
-        w_t = tl.load(w_ptr + offs_n[:, None] * s_wn + kk[None, :] * s_wk, mask=w_mask, other=0.0)
-        if MX:
-            sw = _ue8m0_to_f32(tl.load(ws_ptr + (offs_n // W_ROW_GROUP) * s_wsn + (k0 // W_K_GROUP) * s_wsk,
-                                       mask=n_ok & live, other=127))
-        else:
-            sw = tl.load(ws_ptr + (offs_n // W_ROW_GROUP) * s_wsn + (k0 // W_K_GROUP) * s_wsk,
-                         mask=n_ok & live, other=1.0)
-        if SWAP:
-            d = tl.dot(w_t, tl.trans(a_q))
-            acc += d * (sw[:, None] * sa[None, :])
-        else:
-            d = tl.dot(a_q, tl.trans(w_t))
-            acc += d * (sa[:, None] * sw[None, :])
+            a_q = to_e4m3(af * inv[:, None], EXACT_CVT)
+        w_t = _w_tile(w_ptr, w_desc, pid_n * BN, kk, k0, n_lim, K, s_wn, s_wk, BN, W_TMA)
+        sw = _w_scale(ws_ptr, offs_n, k0, n_ok & live, s_wsn, s_wsk, W_ROW_GROUP, W_K_GROUP, MX)
+        acc = _scaled_dot(acc, a_q, w_t, sa, sw, SWAP)
         if EPI == 1:
-            offs_u = offs_n + F
-            w_u = tl.load(w_ptr + offs_u[:, None] * s_wn + kk[None, :] * s_wk, mask=w_mask, other=0.0)
-            if MX:
-                su = _ue8m0_to_f32(tl.load(ws_ptr + (offs_u // W_ROW_GROUP) * s_wsn
-                                           + (k0 // W_K_GROUP) * s_wsk, mask=n_ok & live, other=127))
-            else:
-                su = tl.load(ws_ptr + (offs_u // W_ROW_GROUP) * s_wsn + (k0 // W_K_GROUP) * s_wsk,
-                             mask=n_ok & live, other=1.0)
-            if SWAP:
-                du = tl.dot(w_u, tl.trans(a_q))
-                acc_u += du * (su[:, None] * sa[None, :])
-            else:
-                du = tl.dot(a_q, tl.trans(w_u))
-                acc_u += du * (sa[:, None] * su[None, :])
+            w_u = _w_tile(w_ptr, w_desc, F + pid_n * BN, kk, k0, F + n_lim, K, s_wn, s_wk, BN, W_TMA)
+            su = _w_scale(ws_ptr, offs_u, k0, n_ok & live, s_wsn, s_wsk, W_ROW_GROUP, W_K_GROUP, MX)
+            acc_u = _scaled_dot(acc_u, a_q, w_u, sa, su, SWAP)
 
     if SWAP:
         res = tl.trans(acc)
@@ -158,8 +210,7 @@ def fp8_gemm_kernel(
             tl.store(slot + BM * BN, res_u)
         tl.debug_barrier()
         ticket = tl.atomic_add(ticket_ptr + tile, 1, sem="acq_rel", scope="gpu")
-        last = ticket == SPLIT_K - 1
-        if last:
+        if ticket == SPLIT_K - 1:
             # sum every slot (own included) in slot order: the result does not depend on which
             # program finished last, so split-K output is deterministic run to run
             res = tl.zeros((BM, BN), dtype=tl.float32)
@@ -171,17 +222,16 @@ def fp8_gemm_kernel(
                     res_u += tl.load(other + BM * BN, cache_modifier=".cg")
             tl.store(ticket_ptr + tile, 0)
             _epilogue(res, res_u, offs_m, offs_n, m_ok, n_ok, out_ptr, bias_ptr, hs_ptr, s_om, s_on, s_hsm,
-                      s_hsk, pid_n, F, EPI, HAS_BIAS, MX, BM, BN, H_GROUP)
-
-    if SPLIT_K == 1:
+                      s_hsk, pid_n, F, EPI, HAS_BIAS, MX, BM, BN, H_GROUP, EXACT_CVT)
+    else:
         _epilogue(res, res_u, offs_m, offs_n, m_ok, n_ok, out_ptr, bias_ptr, hs_ptr, s_om, s_on, s_hsm, s_hsk,
-                  pid_n, F, EPI, HAS_BIAS, MX, BM, BN, H_GROUP)
+                  pid_n, F, EPI, HAS_BIAS, MX, BM, BN, H_GROUP, EXACT_CVT)
 
 
 @triton.jit
 def _epilogue(res, res_u, offs_m, offs_n, m_ok, n_ok, out_ptr, bias_ptr, hs_ptr, s_om, s_on, s_hsm, s_hsk,
               pid_n, F, EPI: tl.constexpr, HAS_BIAS: tl.constexpr, MX: tl.constexpr, BM: tl.constexpr,
-              BN: tl.constexpr, H_GROUP: tl.constexpr):
+              BN: tl.constexpr, H_GROUP: tl.constexpr, EXACT_CVT: tl.constexpr):
     """Plain: +bias, cast, store. SwiGLU: silu(g) * u, quantize per H_GROUP columns, store codes+scales."""
     if EPI == 0:
         if HAS_BIAS:
@@ -199,8 +249,7 @@ def _epilogue(res, res_u, offs_m, offs_n, m_ok, n_ok, out_ptr, bias_ptr, hs_ptr,
         else:
             sh = tl.maximum(tl.math.div_rn(amax, tl.full(amax.shape, 448.0, tl.float32)), FLT_MIN)
         inv = tl.math.div_rn(tl.full(sh.shape, 1.0, tl.float32), sh)
-        q = hg * inv[:, :, None]
-        q = tl.reshape(tl.minimum(tl.maximum(q, -448.0), 448.0), (BM, BN)).to(tl.float8e4nv)
+        q = tl.reshape(to_e4m3(hg * inv[:, :, None], EXACT_CVT), (BM, BN))
         o_ptrs = out_ptr + offs_m[:, None] * s_om + offs_n[None, :] * s_on
         tl.store(o_ptrs, q, mask=m_ok[:, None] & n_ok[None, :])
         offs_g = pid_n * NG + tl.arange(0, NG)
@@ -227,11 +276,91 @@ class GemmConfig:
     num_warps: int = 4
     num_stages: int = 4
     bm: int = 0
+    tma: bool = False  # weight tiles through a TMA descriptor (needs K * 1 B 16-byte aligned)
 
     def block_m(self, m: int) -> int:
         if self.bm:
             return self.bm
         return min(64, max(16, triton.next_power_of_2(m)))
+
+
+KINDS = ("linear", "swiglu", "down")
+# What the tuner may choose from; check_config admits exactly these values.
+BN_CHOICES = (64, 128, 256)
+SPLIT_CHOICES = (1, 2, 3, 4, 8)
+BM_CHOICES = (0, 64, 128)
+WARP_CHOICES = (4, 8)
+STAGE_CHOICES = (3, 4, 5, 6)
+
+
+def act_group(scheme: str) -> int:
+    """The activation scale group along K: 1x128 (bsgemm) or 1x32 (mxfp8)."""
+    return MX_BLOCK if scheme == "mxfp8" else BS_BLOCK
+
+
+def check_config(kind: str, cfg: GemmConfig, scheme: str) -> None:
+    """Raise ValueError for a config this kernel cannot run correctly (before any launch)."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown GEMM kind {kind!r}; expected one of {KINDS}")
+    bad = []
+    if cfg.bn not in BN_CHOICES:
+        bad.append(f"bn {cfg.bn} not in {BN_CHOICES}")
+    if cfg.split_k not in SPLIT_CHOICES:
+        bad.append(f"split_k {cfg.split_k} not in {SPLIT_CHOICES}")
+    if cfg.bm not in BM_CHOICES:
+        bad.append(f"bm {cfg.bm} not in {BM_CHOICES}")
+    if cfg.num_warps not in WARP_CHOICES or cfg.num_stages not in STAGE_CHOICES:
+        bad.append(f"num_warps {cfg.num_warps} / num_stages {cfg.num_stages} not in {WARP_CHOICES} / "
+                   f"{STAGE_CHOICES}")
+    if kind == "swiglu" and cfg.bn % act_group(scheme):
+        bad.append(f"the SwiGLU epilogue quantizes whole 1x{act_group(scheme)} groups: bn {cfg.bn} must be a "
+                   "multiple")
+    if cfg.bn * max(cfg.bm, 16) > 256 * 64 or (kind == "swiglu" and cfg.bn > 128):
+        bad.append(f"tile bn {cfg.bn} x bm {cfg.bm} is too large for the register file")
+    if bad:
+        raise ValueError(f"invalid {kind} GEMM config {cfg}: " + "; ".join(bad))
+
+
+def _splits(tiles: int, k_iters: int) -> list[int]:
+    """The two smallest split-K factors that put >= 132 programs (one H200 wave) in flight, each
+    split keeping >= 2 K blocks; fewer when K is too short."""
+    ok = [s for s in SPLIT_CHOICES if s == 1 or k_iters >= 2 * s]
+    filling = [s for s in ok if tiles * s >= 132]
+    return filling[:2] if filling else ok[-1:]
+
+
+def config_space(kind: str, m: int, n: int, k: int, scheme: str = "bsgemm_fp8") -> list[GemmConfig]:
+    """Every config the tuner may pick for this shape: the sweep times exactly these, the tests run
+    each of them, and :func:`check_config` admits each.
+
+    Kept small on purpose (compile time on the lent GPU is the sweep's budget): bn 64/128 (SwiGLU
+    128: whole 1x128 groups), the two split-K factors that first fill the SMs, TMA or pointer weight
+    loads, a pipeline depth per tile size, and for M >= 64 the unswapped 64-row tile. Activations
+    arrive as FP8 codes (``prequant``: a fused norm or a separate quantizer); the prologue-quantizing
+    variant stays valid (tested) but is not a tuning choice.
+    """
+    k_iters = cdiv(k, act_group(scheme))
+    n_eff = n // 2 if kind == "swiglu" else n
+    bns = (128,) if kind == "swiglu" else (64, 128)
+    tmas = (False, True) if k % 16 == 0 else (False,)
+    out: list[GemmConfig] = []
+    for bn in bns:
+        # pipeline depth: ~48 KB of weight tiles in flight per program; the SwiGLU tile reads two
+        # 128x128 tiles a step, and 3 stages (96 KB) let two programs share an SM
+        stages = 3 if kind == "swiglu" else (6 if bn == 64 else 4)
+        shapes = [(True, 0, 4)]
+        if kind == "swiglu" and m >= 32:
+            shapes.append((True, 0, 8))  # two 128 x 64 float32 accumulators: 8 warps hold them
+        if m >= 64 and bn == 128:
+            shapes.append((False, 64, 8))
+        for swap, bm, warps in shapes:
+            for split in _splits(cdiv(n_eff, bn) * cdiv(m, bm or 64), k_iters):
+                for tma in tmas:
+                    cfg = GemmConfig(bn=bn, split_k=split, swap=swap, prequant=True, num_warps=warps,
+                                     num_stages=stages if swap else 3, bm=bm, tma=tma)
+                    check_config(kind, cfg, scheme)
+                    out.append(cfg)
+    return out
 
 
 _TUNED_FILE = os.path.join(os.path.dirname(__file__), "tuned_h200.json")
@@ -242,9 +371,11 @@ def _tuned() -> dict[str, dict[str, Any]]:
     """Best configs measured on the H200 by benchmarks/kernels (key 'kind:N:K:Mbucket')."""
     try:
         with open(_TUNED_FILE) as fh:
-            return json.load(fh)
+            raw = json.load(fh)
     except (OSError, ValueError):
         return {}
+    names = {f.name for f in fields(GemmConfig)}
+    return {key: {k: v for k, v in cfg.items() if k in names} for key, cfg in raw.items()}
 
 
 def m_bucket(m: int) -> int:
@@ -261,20 +392,16 @@ def config_key(kind: str, n: int, k: int, m: int) -> str:
 def heuristic_config(kind: str, m: int, n: int, k: int) -> GemmConfig:
     """Shapes the H200 sweep did not cover: fill the SMs with ~2 programs each (n-tiles x split-K).
 
-    Prefill (M > 128) is not a tuned target: it uses the most tested config family (bn 64, bm 64,
-    swapped operands, no split), which is correct at any M but not fast.
+    Prefill (M > 128) is not a tuned target: it uses the most tested config family (swapped
+    operands, no split), which is correct at any M but not fast.
     """
+    bn = 128 if kind == "swiglu" else 64
     if m > 128:
-        return GemmConfig(bn=64, split_k=1, swap=True)
-    bn = 64
+        return GemmConfig(bn=bn, split_k=1, swap=True, prequant=True)
     n_eff = n // 2 if kind == "swiglu" else n
-    tiles = triton.cdiv(n_eff, bn) * triton.cdiv(m, 64)
-    k_iters = triton.cdiv(k, BS_BLOCK)
-    split = 1
-    while tiles * split < 264 and split * 2 <= max(1, k_iters // 4):
-        split *= 2
+    split = _splits(cdiv(n_eff, bn) * cdiv(m, 64), cdiv(k, BS_BLOCK))[0]
     # the sweep found a separate quantize launch faster than prologue quantization for most linears
-    return GemmConfig(bn=bn, split_k=split, swap=True, prequant=kind == "linear")
+    return GemmConfig(bn=bn, split_k=split, swap=True, prequant=True)
 
 
 _OVERRIDE: dict[str, GemmConfig] = {}
@@ -302,7 +429,7 @@ def config_dict(cfg: GemmConfig) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------------------------
-# workspaces: split-K partials and tickets, one set per (device, stream)
+# workspaces and descriptors
 
 _WS: dict[tuple[int, int], list[torch.Tensor]] = {}
 
@@ -322,6 +449,32 @@ def _workspace(dev: torch.device, n_part: int, n_tickets: int) -> tuple[torch.Te
     return ws[0], ws[1]
 
 
+_DESC: dict[tuple[int, int, int, int, int], Any] = {}
+
+
+def tma_ok(qw: QuantizedWeight) -> bool:
+    """TMA needs a 16-byte aligned base and row stride (FP8: K % 16 == 0)."""
+    w = qw.qweight
+    return w.data_ptr() % 16 == 0 and w.stride(0) % 16 == 0 and w.stride(1) == 1
+
+
+def _weight_desc(qw: QuantizedWeight, bn: int, bk: int) -> Any:
+    """Host-side TMA descriptor of ``qw.qweight`` with a [bn, bk] box, cached per weight and box."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    w = qw.qweight
+    key = (w.data_ptr(), w.shape[0], w.shape[1], bn, bk)
+    d = _DESC.get(key)
+    if d is None:
+        d = _DESC[key] = TensorDescriptor.from_tensor(w, [bn, bk])
+    return d
+
+
+def launch_opts() -> dict[str, Any]:
+    """Extra launch keywords of every decode kernel (PDL on the GPU, nothing in the interpreter)."""
+    return {"launch_pdl": True} if PDL else {}
+
+
 def _scheme_params(qw: QuantizedWeight) -> tuple[bool, int, int, int]:
     """(mx, act group, weight row group, weight k group)."""
     if qw.scheme == "mxfp8":
@@ -331,21 +484,17 @@ def _scheme_params(qw: QuantizedWeight) -> tuple[bool, int, int, int]:
 
 def launch_gemm(a: torch.Tensor, a_scale: torch.Tensor | None, qw: QuantizedWeight, out: torch.Tensor,
                 bias: torch.Tensor | None, cfg: GemmConfig, epi: int = 0,
-                h_scale: torch.Tensor | None = None, a_group: int | None = None) -> None:
+                h_scale: torch.Tensor | None = None) -> None:
     """Launch one GEMM. ``a`` is FP8 codes (with ``a_scale``) or a float tensor (prologue quant)."""
     m, k = a.shape
     n = qw.shape[0]
-    mx, act_group, w_row_group, w_k_group = _scheme_params(qw)
+    mx, a_grp, w_row_group, w_k_group = _scheme_params(qw)
+    check_config("swiglu" if epi == 1 else "linear", cfg, qw.scheme)
     a_fp8 = a.dtype == torch.float8_e4m3fn
-    if a_group is not None:
-        act_group = a_group
-    bk = min(act_group, w_k_group)
+    bk = min(a_grp, w_k_group)
     f = n // 2 if epi == 1 else n
     bm = cfg.block_m(m)
     bn = cfg.bn
-    h_group = (bn if not mx else MX_BLOCK) if epi == 1 else 1
-    if epi == 1 and not mx and bn > BS_BLOCK:
-        raise ValueError("SwiGLU epilogue needs bn <= 128 for bsgemm")
     grid = (triton.cdiv(f, bn), triton.cdiv(m, bm), cfg.split_k)
     nslot = 2 if epi == 1 else 1
     tiles = grid[0] * grid[1]
@@ -353,19 +502,23 @@ def launch_gemm(a: torch.Tensor, a_scale: torch.Tensor | None, qw: QuantizedWeig
         part, tickets = _workspace(a.device, tiles * cfg.split_k * nslot * bm * bn, tiles)
     else:
         part = tickets = out  # unused
+    use_tma = cfg.tma and tma_ok(qw)
     sc = a_scale if a_scale is not None else a
     hs = h_scale if h_scale is not None else out
     sc_st = (sc.stride(0), sc.stride(1)) if sc.dim() == 2 else (0, 0)
     hs_st = (hs.stride(0), hs.stride(1)) if hs.dim() == 2 else (0, 0)
     fp8_gemm_kernel[grid](
-        a, sc, qw.qweight, qw.scale, out, bias if bias is not None else out, part, tickets, hs,
+        a, sc, qw.qweight, _weight_desc(qw, bn, bk) if use_tma else None, qw.scale, out,
+        bias if bias is not None else out, part, tickets, hs,
         m, n, k, f,
         a.stride(0), a.stride(1), *sc_st,
         qw.qweight.stride(0), qw.qweight.stride(1), qw.scale.stride(0), qw.scale.stride(1),
         out.stride(0), out.stride(1), *hs_st,
-        BM=bm, BN=bn, BK=bk, SPLIT_K=cfg.split_k, A_GROUP=act_group, W_ROW_GROUP=w_row_group,
-        W_K_GROUP=w_k_group, MX=mx, A_FP8=a_fp8, EPI=epi, HAS_BIAS=bias is not None,
-        SWAP=cfg.swap, H_GROUP=h_group, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        BM=bm, BN=bn, BK=bk, SPLIT_K=cfg.split_k, PER=cdiv(cdiv(k, bk), cfg.split_k), A_GROUP=a_grp,
+        W_ROW_GROUP=w_row_group, W_K_GROUP=w_k_group, MX=mx, A_FP8=a_fp8, EPI=epi,
+        HAS_BIAS=bias is not None, SWAP=cfg.swap, H_GROUP=a_grp if epi == 1 else 1, W_TMA=use_tma,
+        EXACT_CVT=INTERPRETING, USE_PDL=PDL, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        **launch_opts(),
     )
 
 
@@ -381,8 +534,19 @@ def linear_fp8_triton(x: torch.Tensor, qw: QuantizedWeight, bias: torch.Tensor |
     if cfg.prequant:
         from .triton_quant import quantize_activation_triton
 
-        xq, xs = quantize_activation_triton(x2, MX_BLOCK if qw.scheme == "mxfp8" else BS_BLOCK)
+        xq, xs = quantize_activation_triton(x2, act_group(qw.scheme))
         launch_gemm(xq, xs, qw, out, bias, cfg)
     else:
         launch_gemm(x2, None, qw, out, bias, cfg)
     return out.view(*x.shape[:-1], n)
+
+
+def linear_fp8_codes_triton(xq: torch.Tensor, xs: torch.Tensor, qw: QuantizedWeight,
+                            out_dtype: torch.dtype, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """GEMM on activations already quantized (by a fused norm or attention epilogue): one launch."""
+    k = xq.shape[-1]
+    xq2, xs2 = xq.reshape(-1, k), xs.reshape(-1, xs.shape[-1])
+    m, n = xq2.shape[0], qw.shape[0]
+    out = torch.empty(m, n, device=xq.device, dtype=out_dtype)
+    launch_gemm(xq2, xs2, qw, out, bias, get_config("linear", m, n, k))
+    return out.view(*xq.shape[:-1], n)

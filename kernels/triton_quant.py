@@ -12,13 +12,24 @@ import triton
 import triton.language as tl
 
 from .layout import MX_BLOCK, cdiv
-from .triton_gemm import FLT_MIN, _ue8m0_from_amax, _ue8m0_to_f32
+from .triton_gemm import (
+    FLT_MIN,
+    INTERPRETING,
+    PDL,
+    _ue8m0_from_amax,
+    _ue8m0_to_f32,
+    launch_opts,
+    pdl_entry,
+    to_e4m3,
+)
 
 
 @triton.jit
 def act_quant_kernel(x_ptr, q_ptr, s_ptr, K, s_xm, s_qm, s_sm,
-                     GROUP: tl.constexpr, G_PER_PROG: tl.constexpr, MX: tl.constexpr):
+                     GROUP: tl.constexpr, G_PER_PROG: tl.constexpr, MX: tl.constexpr,
+                     EXACT_CVT: tl.constexpr, USE_PDL: tl.constexpr):
     """One program: one row, G_PER_PROG consecutive groups of GROUP elements."""
+    pdl_entry(USE_PDL)
     row = tl.program_id(0)
     g0 = tl.program_id(1) * G_PER_PROG
     offs_g = g0 + tl.arange(0, G_PER_PROG)
@@ -31,8 +42,7 @@ def act_quant_kernel(x_ptr, q_ptr, s_ptr, K, s_xm, s_qm, s_sm,
         s = _ue8m0_to_f32(e)
     else:
         s = tl.maximum(tl.math.div_rn(amax, tl.full(amax.shape, 448.0, tl.float32)), FLT_MIN)
-    q = x * tl.math.div_rn(tl.full(s.shape, 1.0, tl.float32), s)[:, None]
-    q = tl.minimum(tl.maximum(q, -448.0), 448.0).to(tl.float8e4nv)
+    q = to_e4m3(x * tl.math.div_rn(tl.full(s.shape, 1.0, tl.float32), s)[:, None], EXACT_CVT)
     tl.store(q_ptr + row * s_qm + offs_k, q, mask=k_ok)
     g_ok = offs_g * GROUP < K
     if MX:
@@ -54,5 +64,7 @@ def quantize_activation_triton(x: torch.Tensor, block: int) -> tuple[torch.Tenso
     gpp = min(triton.next_power_of_2(kb), max(1, 1024 // block))
     if m:
         act_quant_kernel[(m, triton.cdiv(kb, gpp))](x2, q, s, k, x2.stride(0), q.stride(0), s.stride(0),
-                                                    GROUP=block, G_PER_PROG=gpp, MX=mx, num_warps=4)
+                                                    GROUP=block, G_PER_PROG=gpp, MX=mx,
+                                                    EXACT_CVT=INTERPRETING, USE_PDL=PDL, num_warps=4,
+                                                    **launch_opts())
     return q.view(*lead, k), s.view(*lead, kb)

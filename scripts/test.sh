@@ -3,6 +3,10 @@
 # packages), then run the whole suite. This is the README's test command and what CI runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The repository root holds the `operator/` component folder; `python3 -m ...` puts the working
+# directory first on sys.path, where that folder would shadow the standard library's `operator`
+# (pip and pytest die at start-up in a venv). Safe-path mode keeps the cwd off sys.path.
+export PYTHONSAFEPATH=1
 
 SUDO=""
 if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
@@ -23,11 +27,11 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 echo "== pip install (CPU torch wheel first, so nothing pulls a CUDA build)"
-python3 -m pip install -q --disable-pip-version-check "torch==2.13.0"
-python3 -m pip install -q --disable-pip-version-check -e ".[all]"
+python3 -P -m pip install -q --disable-pip-version-check "torch==2.13.0"
+python3 -P -m pip install -q --disable-pip-version-check -e ".[all]"
 
 echo "== ruff"
-python3 -m ruff check .
+python3 -P -m ruff check .
 
 echo "== pytest"
-python3 -m pytest -q -p no:cacheprovider "$@"
+python3 -P -m pytest -q -p no:cacheprovider "$@"

@@ -1,15 +1,23 @@
-"""Simulator benchmark: the default scenario's targets, other traces, and the speed target.
+"""Simulator benchmark: issue 16's targets on the default and other traces, and the speed case.
 
-Run:  python benchmarks/simulate/bench_simulate.py [--out benchmarks/simulate]
-Prints a table and writes results-<date>.json, the default run's PNG and README.md's numbers.
+Run:  python -P benchmarks/simulate/bench_simulate.py [--out benchmarks/simulate] [--skip-speed]
+Prints tables and writes results-<date>.json and the default run's PNG (default-run.png).
 
-Cases:
+Every case replays one trace three times: static-warm (always-on fleet sized for the peak, no
+autoscaling, no fill), inference-only (the autoscaler, no fill) and the policy (autoscaler +
+fill). Cases:
+
 * default   — the embedded scenario `ttsfleet simulate` runs (32 H200 + 32 RTX 5090, 3 days);
-* bursty    — 30 bursts/day of 1.4–2.2x for 1–8 min (not what the defaults were tuned on);
+* bursty    — 30 bursts/day of 1.4-2.2x for 1-8 min (not what the defaults were tuned on);
 * flat      — a shallow diurnal curve (trough 60% of peak);
-* mixed     — 48 H200 + 8 RTX 5090 + 8 RTX 6000 PRO, morning peak, 7 days;
+* multi-day — 48 H200 + 8 RTX 5090 + 8 RTX 6000 PRO, morning peak, 7 days;
+* measured-h200 — the default case with the H200 capacity curve of our own engine
+  (benchmarks/inference_h200/baseline.json, codes-only, 2026-11-30) instead of the write-up's;
 * speed     — 512 GPUs (256 H200 + 192 RTX 5090 + 64 RTX 6000 PRO), 7 days at 1 s, policy every
-              15 s: wall time of the policy run on one core (target < 60 s).
+  15 s: wall time of the policy run on one core.
+
+A sensitivity sweep runs the default case's policy at other fill busy fractions, from the
+measured CPU-stage fill of issue 16 (0.2% NVML) to 0.9.
 """
 
 from __future__ import annotations
@@ -25,20 +33,90 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from ttsfleet.sim.engine import check_targets, simulate, summarize
+from ttsfleet.catalog import GpuCatalog
+from ttsfleet.sim.engine import simulate
 from ttsfleet.sim.report import plot
-from ttsfleet.sim.scenario import Scenario, default_pools_for, default_training
-from ttsfleet.sim.trace import diurnal
+from ttsfleet.sim.scenario import FILL_BUSY_FRACTION, FillWorkload, Scenario, default_training
+from ttsfleet.sim.summary import check_targets, summarize
+from ttsfleet.sim.trace import EMBEDDED_DAYS, EMBEDDED_PEAK_RPS, EMBEDDED_SEED, diurnal
+
+ROOT = Path(__file__).resolve().parents[2]
+MEASURED_H200 = ROOT / "benchmarks/inference_h200/baseline.json"
+MODES = ("static-warm", "inference-only", "policy")
+#: Fill busy fractions of the sweep: issue 16's H200 measurement of today's CPU-stage fill
+#: (`ttsfleet fill run`, decode,hash,loudness,features: 0.2% mean NVML), and design points.
+SWEEP = (0.002, 0.5, 0.85, 0.88, 0.9, 0.95)
 
 
-def pair(fleet: dict[str, int], trace, days: float, training: bool = True):
-    sc = Scenario(fleet=fleet, pools=default_pools_for(fleet),
-                  training=default_training(fleet, days, 7) if training else [])
-    t0 = time.perf_counter()
-    pol = simulate(sc, trace, fill=True)
-    t1 = time.perf_counter()
-    base = simulate(sc, trace, fill=False)
-    return sc, pol, base, t1 - t0
+def scenario_for(fleet: dict[str, int], days: float, catalog: GpuCatalog | None = None) -> Scenario:
+    catalog = catalog or GpuCatalog.default()
+    return Scenario(catalog=catalog, fleet=fleet,
+                    training=default_training(fleet, days, EMBEDDED_SEED, catalog))
+
+
+def run_case(sc: Scenario, trace) -> tuple[dict, dict, float]:  # noqa: ANN001 - Trace
+    results, summaries, secs = {}, {}, 0.0
+    for mode in MODES:
+        t0 = time.perf_counter()
+        results[mode] = simulate(sc, trace, mode=mode)
+        if mode == "policy":
+            secs = time.perf_counter() - t0
+        summaries[mode] = summarize(results[mode])
+    return results, summaries, secs
+
+
+def cases(skip_speed: bool) -> dict:
+    small = {"h200": 32, "rtx5090": 32}
+    d = EMBEDDED_DAYS
+    out = {
+        "default": (small, diurnal(d, peak_rps=EMBEDDED_PEAK_RPS, seed=EMBEDDED_SEED), d, None),
+        "bursty": (small, diurnal(d, peak_rps=900.0, burst_per_day=30, burst_gain=(1.4, 2.2),
+                                  burst_minutes=(1, 8), seed=3), d, None),
+        "flat": (small, diurnal(d, peak_rps=800.0, trough_ratio=0.6, seed=5), d, None),
+        "multi-day": ({"h200": 48, "rtx5090": 8, "rtx6000pro": 8},
+                      diurnal(7.0, peak_rps=1300.0, seed=11, peak_hour=9.0), 7.0, None),
+        "measured-h200": (small, diurnal(d, peak_rps=EMBEDDED_PEAK_RPS, seed=EMBEDDED_SEED), d,
+                          GpuCatalog.default().with_measured_file("h200", MEASURED_H200)),
+    }
+    if not skip_speed:
+        out["speed"] = ({"h200": 256, "rtx5090": 192, "rtx6000pro": 64},
+                        diurnal(7.0, peak_rps=9600.0, seed=13), 7.0, None)
+    return out
+
+
+def case_table() -> Table:
+    table = Table(title="ttsfleet simulate: static-warm / inference-only / policy (inference + fill)")
+    for col in ("case", "GPUs", "days", "GPU-busy static / inf-only / policy", "allocated (policy)",
+                "load-weighted (policy)", "p99 TTFA ms static / inf-only / policy",
+                "SLO min inf-only / policy", "429 % inf-only / policy", "fill lost %",
+                "targets", "policy run s"):
+        table.add_column(col, justify="right")
+    return table
+
+
+def add_row(table: Table, name: str, fleet: dict, days: float, s: dict, tg: dict, secs: float) -> None:
+    b = {m: s[m]["utilization"]["overall"] for m in MODES}
+    inf = {m: s[m]["inference"] for m in MODES}
+    table.add_row(
+        name, str(sum(fleet.values())), f"{days:g}",
+        " / ".join(f"{b[m]['gpu_busy']:.1%}" for m in MODES),
+        f"{b['policy']['allocated_busy']:.1%}", f"{b['policy']['load_weighted']:.1%}",
+        " / ".join(f"{inf[m]['ttfa_p99_ms']:.0f}" for m in MODES),
+        f"{inf['inference-only']['slo_violation_minutes']} / {inf['policy']['slo_violation_minutes']}",
+        f"{inf['inference-only']['rejected_pct']:.2f} / {inf['policy']['rejected_pct']:.2f}",
+        f"{s['policy']['fill']['lost_pct']:.3f}", f"{sum(tg.values())}/{len(tg)}", f"{secs:.1f}")
+
+
+def sweep(fleet: dict, trace, days: float) -> dict:  # noqa: ANN001 - Trace
+    out = {}
+    base = scenario_for(fleet, days)
+    for f in SWEEP:
+        sc = base.model_copy(update={"fill": FillWorkload(busy_fraction=dict.fromkeys(fleet, f))})
+        s = summarize(simulate(sc, trace, mode="policy"))
+        out[str(f)] = {"gpu_busy": s["utilization"]["overall"]["gpu_busy"],
+                       "gpu_busy_by": s["utilization"]["overall"]["gpu_busy_by"],
+                       "load_weighted": s["utilization"]["overall"]["load_weighted"]}
+    return out
 
 
 def main() -> None:
@@ -48,52 +126,39 @@ def main() -> None:
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    small = {"h200": 32, "rtx5090": 32}
-    cases = {
-        "default": (small, diurnal(3.0, peak_rps=1200.0, seed=7), 3.0),
-        "bursty": (small, diurnal(3.0, peak_rps=900.0, burst_per_day=30, burst_gain=(1.4, 2.2),
-                                  burst_minutes=(1, 8), seed=3), 3.0),
-        "flat": (small, diurnal(3.0, peak_rps=800.0, trough_ratio=0.6, seed=5), 3.0),
-        "mixed": ({"h200": 48, "rtx5090": 8, "rtx6000pro": 8},
-                  diurnal(7.0, peak_rps=1300.0, seed=11, peak_hour=9.0), 7.0),
-    }
-    if not args.skip_speed:
-        cases["speed"] = ({"h200": 256, "rtx5090": 192, "rtx6000pro": 64},
-                          diurnal(7.0, peak_rps=9600.0, seed=13), 7.0)
+    console = Console(width=220)
     results = {}
-    table = Table(title="ttsfleet simulate: inference-only vs policy (inference + fill)")
-    for col in ("case", "GPUs", "days", "active base→policy", "allocated", "load-weighted",
-                "p99 TTFA ms base/policy", "SLO min base/policy", "429 % base/policy", "fill lost %",
-                "targets", "policy run s"):
-        table.add_column(col, justify="right")
-    for name, (fleet, trace, days) in cases.items():
-        sc, pol, base, secs = pair(fleet, trace, days)
-        sp, sb = summarize(pol), summarize(base)
-        tg = check_targets(sp, sb)
-        results[name] = {"fleet": fleet, "days": days, "policy": sp, "baseline": sb, "targets": tg,
-                         "policy_run_seconds": round(secs, 2)}
+    table = case_table()
+    for name, (fleet, trace, days, catalog) in cases(args.skip_speed).items():
+        console.print(f"[dim]running {name} …[/dim]")
+        sc = scenario_for(fleet, days, catalog)
+        runs, s, secs = run_case(sc, trace)
+        tg = check_targets(s["policy"], s["inference-only"])
+        results[name] = {"fleet": fleet, "days": days, "trace_seconds": trace.seconds,
+                         "h200_curve": sc.catalog.get("h200").capacity.source if "h200" in fleet else None,
+                         "runs": s, "targets": tg, "policy_run_seconds": round(secs, 2)}
         if name == "default":
-            plot([("inference-only", base), ("policy (inference + fill)", pol)],
-                 out / "default-run.png")
-        o, ob = sp["utilization"]["overall"], sb["utilization"]["overall"]
-        met = sum(bool(v) for v in tg.values())
-        table.add_row(name, str(sum(fleet.values())), f"{days:g}",
-                      f"{ob['active_total']:.1%} → {o['active_total']:.1%}",
-                      f"{o['allocated_busy']:.1%}", f"{o['load_weighted']:.1%}",
-                      f"{sb['inference']['ttfa_p99_ms']:.0f} / {sp['inference']['ttfa_p99_ms']:.0f}",
-                      f"{sb['inference']['slo_violation_minutes']} / "
-                      f"{sp['inference']['slo_violation_minutes']}",
-                      f"{sb['inference']['rejected_pct']:.2f} / {sp['inference']['rejected_pct']:.2f}",
-                      f"{sp['fill']['lost_pct']:.3f}", f"{met}/{len(tg)}", f"{secs:.1f}")
-    Console(width=200).print(table)
+            plot([(m, runs[m]) for m in MODES], out / "default-run.png")
+        add_row(table, name, fleet, days, s, tg, secs)
+    console.print(table)
+    fleet, trace, days, _ = cases(True)["default"]
+    sens = sweep(fleet, trace, days)
+    st = Table(title="default case, policy run: GPU-busy by fill busy fraction")
+    for col in ("fill busy fraction", "GPU-busy", "of it fill", "load-weighted"):
+        st.add_column(col, justify="right")
+    for f, v in sens.items():
+        st.add_row(f, f"{v['gpu_busy']:.1%}", f"{v['gpu_busy_by']['fill']:.1%}", f"{v['load_weighted']:.1%}")
+    console.print(st)
     stamp = dt.date.today().isoformat()
     doc = {"date": stamp, "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                                      "python": platform.python_version()},
+                                      "python": platform.python_version(),
+                                      "load_average_1m": round(os.getloadavg()[0], 2)},
            "note": "policy run wall time is single-threaded Python on a shared 2-core machine",
-           "results": results}
+           "fill_busy_fraction_default": FILL_BUSY_FRACTION,
+           "results": results, "fill_busy_sweep_default_case": sens}
     path = out / f"results-{stamp}.json"
     path.write_text(json.dumps(doc, indent=2))
-    Console().print(f"wrote {path}")
+    console.print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -17,10 +17,10 @@ def test_simulate_json(tmp_path):
             "--json", "--plot", str(tmp_path / "sim.png"), cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
-    assert set(doc["runs"]) == {"inference-only", "policy (inference + fill)"}
+    assert set(doc["runs"]) == {"static-warm", "inference-only", "policy (inference + fill)"}
     pol = doc["runs"]["policy (inference + fill)"]
-    assert pol["utilization"]["overall"]["active_total"] > doc["runs"]["inference-only"][
-        "utilization"]["overall"]["active_total"]
+    assert pol["utilization"]["overall"]["gpu_busy"] > doc["runs"]["inference-only"][
+        "utilization"]["overall"]["gpu_busy"]
     png = (tmp_path / "sim.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
 
@@ -30,7 +30,7 @@ def test_simulate_table_and_trace_file(tmp_path):
     f.write_text("t,rate\n" + "".join(f"{i * 60},{50 + 40 * (i % 10)}\n" for i in range(120)))
     p = run("simulate", "--trace", str(f), "--fleet", "h200=4", "--no-plot", "--quiet")
     assert p.returncode == 0, p.stderr
-    assert "GPU utilization, active" in p.stdout and "TTFA p50 / p99" in p.stdout
+    assert "GPU-busy (NVML)" in p.stdout and "TTFA p50 / p99" in p.stdout
 
 
 def test_bad_input_is_one_line_exit_2(tmp_path):
@@ -95,7 +95,7 @@ def test_simulate_takes_a_measured_capacity_curve(tmp_path):
         p = run(*common, *extra, cwd=tmp_path)
         assert p.returncode == 0, p.stderr
         doc = json.loads(p.stdout)
-        busy.append(doc["runs"]["inference-only"]["utilization"]["overall"]["active_total"])
+        busy.append(doc["runs"]["inference-only"]["utilization"]["overall"]["allocated_busy"])
     assert busy[1] > busy[0] * 1.5
     p = run(*common, "--measured", "a100=x.json", cwd=tmp_path)
     assert p.returncode == 2 and "--measured 'a100=x.json' must be CLASS=FILE" in p.stderr

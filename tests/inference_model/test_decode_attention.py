@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from ttsfleet.inference.decode_attention import decode_attention, decode_attention_ref
+from ttsfleet.kernels.decode import decode_attention, decode_attention_ref
 
 
 def _naive(q, kc, vc, slots, lengths):

@@ -16,11 +16,12 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUD
 FRAMES = 5
 
 
-def _greedy_frames(quantize: str, monkeypatch: pytest.MonkeyPatch, fused: str = "auto") -> torch.Tensor:
+def _greedy_frames(quantize: str, mode: str = "auto") -> torch.Tensor:
     from ttsfleet.inference.loader import load_model
     from ttsfleet.inference.sampling import SamplingBatch, SamplingParams
+    from ttsfleet.kernels import dispatch
 
-    monkeypatch.setenv("TTSFLEET_FUSED", fused)
+    dispatch.configure(mode)
     model = load_model("s2-pro-gate", device="cuda", dtype=torch.bfloat16, quantize=quantize, max_seq_len=256)
     c = model.config
     g = torch.Generator().manual_seed(11)
@@ -38,17 +39,18 @@ def _greedy_frames(quantize: str, monkeypatch: pytest.MonkeyPatch, fused: str = 
     frames = [model.decode_step(cache, slots, batch, window) for _ in range(FRAMES)]
     del model, cache
     torch.cuda.empty_cache()
+    dispatch.configure()
     return torch.stack(frames).cpu()
 
 
-def test_fp8_greedy_decode_equals_bf16_on_the_first_frames(monkeypatch: pytest.MonkeyPatch) -> None:
-    bf16 = _greedy_frames("none", monkeypatch)
-    fp8 = _greedy_frames("auto", monkeypatch)
+def test_fp8_greedy_decode_equals_bf16_on_the_first_frames() -> None:
+    bf16 = _greedy_frames("bf16")
+    fp8 = _greedy_frames("auto")
     assert (bf16[:, :, 1:] >= 0).all()
     assert torch.equal(fp8, bf16), f"FP8 frames differ from bf16:\n{fp8}\nvs\n{bf16}"
 
 
-def test_fused_decode_equals_the_reference_path_at_s2_pro_shape(monkeypatch: pytest.MonkeyPatch) -> None:
-    fused = _greedy_frames("auto", monkeypatch, fused="auto")
-    reference = _greedy_frames("auto", monkeypatch, fused="0")
+def test_fused_decode_equals_the_reference_path_at_s2_pro_shape() -> None:
+    fused = _greedy_frames("auto", mode="auto")
+    reference = _greedy_frames("auto", mode="reference")
     assert torch.equal(fused, reference), f"fused:\n{fused}\nreference:\n{reference}"

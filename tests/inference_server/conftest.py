@@ -134,3 +134,45 @@ def port_picker():
 def client(server: ServerProc) -> Iterator[httpx.Client]:
     with server.client() as c:
         yield c
+
+
+@pytest.fixture(scope="session")
+def sdk_server(server_factory, tmp_path_factory: pytest.TempPathFactory) -> ServerProc:
+    """The server the official SDKs talk to on their defaults.
+
+    The SDKs ask for up to 1024 frames per segment; the server's own cap (48 frames) keeps each call
+    about a second on the CPU model without touching what the client sends.
+    """
+    refs = tmp_path_factory.mktemp("sdk-references")
+    return server_factory("--max-running-requests", "4", "--max-new-tokens", "48",
+                          "--references-dir", str(refs), api_key=API_KEY)
+
+
+def speech_wav(text: str = "This is a reference voice.", seconds: float = 1.2) -> bytes:
+    """Real speech from espeak-ng as WAV bytes; a voiced tone where espeak-ng is not installed."""
+    import io
+    import shutil
+
+    import numpy as np
+    import soundfile as sf
+
+    if shutil.which("espeak-ng"):
+        out = subprocess.run(["espeak-ng", "--stdout", text], capture_output=True, timeout=60, check=True)
+        return out.stdout
+    sr = 22050
+    t = np.arange(int(seconds * sr)) / sr
+    x = 0.3 * np.sin(2 * np.pi * 160 * t) * (1 + 0.3 * np.sin(2 * np.pi * 3 * t))
+    buf = io.BytesIO()
+    sf.write(buf, x.astype(np.float32), sr, format="WAV", subtype="PCM_16")
+    return buf.getvalue()
+
+
+def metric_value(client: httpx.Client, name: str, **labels: str) -> float:
+    """The current value of one series on ``/metrics`` (0 when it does not exist yet)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for fam in text_string_to_metric_families(client.get("/metrics").text):
+        for s in fam.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                return float(s.value)
+    return 0.0

@@ -23,7 +23,7 @@ def test_operator_environment_is_read():
 def test_flags_override_env_and_catalog_defaults():
     env = {ENV["gpu_class"]: "rtx5090", ENV["max_running_requests"]: "8"}
     cfg = ServeConfig.from_env(env, max_running_requests=100, quantization="none")
-    assert cfg.max_running_requests == 100 and cfg.cuda_graph_max_bs == 64 and cfg.quantization == "none"
+    assert cfg.max_running_requests == 100 and cfg.cuda_graph_max_bs == 64 and cfg.quantization == "bf16"
     cat = ServeConfig.from_env({ENV["gpu_class"]: "rtx5090"})
     rtx = GpuCatalog.default().get("rtx5090")
     assert cat.max_running_requests == rtx.serving.max_running_requests
@@ -52,3 +52,21 @@ def test_prefill_chunk_tokens_from_env_and_flag():
 def test_bad_configuration_is_a_user_error(env):
     with pytest.raises(UserError):
         ServeConfig.from_env(env)
+
+
+def test_safe_defaults():
+    """Loopback unless told (a pod passes TTSFLEET_HOST=0.0.0.0); OpenAI's 4,096-character input."""
+    cfg = ServeConfig.from_env({})
+    assert cfg.host == "127.0.0.1" and cfg.api_keys == () and cfg.max_text_chars == 4096
+    assert ServeConfig.from_env({ENV["host"]: "0.0.0.0"}).host == "0.0.0.0"
+    assert ServeConfig.from_env({ENV["host"]: "0.0.0.0"}, host="127.0.0.1").host == "127.0.0.1"
+
+
+def test_env_names_and_quantization_come_from_the_contracts():
+    from ttsfleet import quantization, serving_env
+
+    assert ENV is serving_env.SERVER_ENV  # one place for the names: the operator imports the same
+    assert ServeConfig.from_env({serving_env.QUANTIZATION: "none"}).quantization == quantization.BF16
+    assert ServeConfig.from_env({serving_env.QUANTIZATION: " MXFP8 "}).quantization == "mxfp8"
+    for scheme in quantization.CHOICES:
+        assert ServeConfig.from_env({}, quantization=scheme).quantization == scheme

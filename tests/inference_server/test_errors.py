@@ -20,11 +20,13 @@ def _assert_error(resp: httpx.Response, status: int, reason: str | None = None) 
     ({"text": ""}, "empty_text"),
     ({"text": "   \n\t "}, "empty_text"),
     ({"text": "x" * 251}, "text_too_long"),
-    ({"text": "hi", "format": "flac"}, "unsupported_format"),
+    ({"text": "hi", "format": "ogg"}, "unsupported_format"),
     ({"text": "hi", "format": "wav", "sample_rate": 12345}, "bad_sample_rate"),
     ({"text": "hi", "format": "opus", "sample_rate": 44100}, "bad_sample_rate"),
     ({"text": "hi", "temperature": 5}, "invalid_request"),
-    ({"text": "hi", "max_new_tokens": 0}, "invalid_request"),
+    ({"text": "hi", "max_new_tokens": -1}, "invalid_request"),
+    ({"text": "hi", "chunk_length": 1001}, "invalid_request"),
+    ({"text": "hi", "opus_bitrate": 33}, "invalid_request"),
     ({"text": "hi", "mp3_bitrate": 100}, "invalid_request"),
     ({"txt": "missing text"}, "invalid_request"),
     ({"text": 42}, "invalid_request"),
@@ -67,8 +69,9 @@ def test_empty_body(client):
 
 
 def test_openai_bad_inputs(client):
-    _assert_error(client.post("/v1/audio/speech", json={"input": "hi", "response_format": "aac"}), 400,
+    _assert_error(client.post("/v1/audio/speech", json={"input": "hi", "response_format": "ogg"}), 400,
                   "unsupported_format")
+    _assert_error(client.post("/v1/audio/speech", json={"input": "hi", "speed": 4.5}), 400, "invalid_request")
     _assert_error(client.post("/v1/audio/speech", json={"input": "", "voice": "alloy"}), 400, "empty_text")
     _assert_error(client.post("/v1/audio/speech", json={"input": "hi", "voice": "unknown-voice"}), 404,
                   "reference_not_found")

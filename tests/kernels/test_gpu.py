@@ -38,8 +38,10 @@ SCHEMES = ["bsgemm_fp8", "mxfp8"]
 def _needs_sm90():
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
-    if torch.cuda.get_device_capability()[0] != 9:
-        pytest.skip("Triton path is sm_90 only")
+    from ttsfleet.kernels import dispatch
+
+    if not dispatch.plan("cuda").fused:
+        pytest.skip("the catalog does not run the Triton kernels on this GPU")
 
 
 def _gemm():
@@ -50,10 +52,10 @@ def _gemm():
 
 CONFIGS = [
     dict(bn=64, split_k=1, swap=True),
-    dict(bn=64, split_k=4, swap=True),
+    dict(bn=64, split_k=4, swap=True, tma=True, num_stages=6),
     dict(bn=128, split_k=2, swap=False),
-    dict(bn=32, split_k=8, swap=True, prequant=True),
-    dict(bn=128, split_k=3, swap=True, bm=64, num_warps=8, num_stages=3),
+    dict(bn=256, split_k=8, swap=True, prequant=True, num_stages=3),
+    dict(bn=128, split_k=3, swap=True, bm=64, num_warps=8, num_stages=3, tma=True),
 ]
 
 
@@ -105,9 +107,8 @@ def test_quantize_activation_bit_exact(gen, block, m, k):
     assert torch.equal(s.cpu().view(torch.uint8), rs.view(torch.uint8))
 
 
-@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("scheme,bn", [("bsgemm_fp8", 128), ("mxfp8", 64), ("mxfp8", 128)])
 @pytest.mark.parametrize("m", [1, 3, 64, 130])
-@pytest.mark.parametrize("bn", [64, 128])
 def test_swiglu_fused_vs_reference(gen, scheme, m, bn):
     tg = _gemm()
     d, f = 2560, 9728 if m < 100 else 1000
@@ -120,7 +121,7 @@ def test_swiglu_fused_vs_reference(gen, scheme, m, bn):
     finally:
         tg.set_config("swiglu", m, 2 * f, d, None)
     ref = swiglu_mlp_fp8_ref(x.cpu(), gu.to("cpu"), dn.to("cpu"))
-    assert rel_err(out, ref) < 3e-2  # same math; h codes may differ by one FP8 step here and there
+    assert rel_err(out, ref) < 1.5e-2  # same math and groups; h codes may differ by one FP8 step
     xd = x.double().cpu()
     from ttsfleet.kernels.reference import dequantize_weight
 

@@ -1,14 +1,67 @@
-"""``ttsfleet simulate``: the main command, runnable with no cluster and no arguments."""
+"""``ttsfleet simulate``: the main command, runnable with no cluster and no arguments.
+
+Option defaults and help come from the config models (:class:`~ttsfleet.config.AutoscaleConfig`,
+:class:`~ttsfleet.config.FillPolicyConfig`, :class:`~ttsfleet.sim.scenario.Scenario`,
+:class:`~ttsfleet.sim.scenario.FillWorkload`), so a default is set in one place.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import typer
+from pydantic import BaseModel
 
+from ttsfleet.config import AutoscaleConfig, FillPolicyConfig
 from ttsfleet.errors import UserError
-from ttsfleet.sim.scenario import DEFAULT_FLEET
+from ttsfleet.sim.scenario import DEFAULT_FLEET, FILL_BUSY_FRACTION, FillWorkload, Scenario
+from ttsfleet.sim.trace import EMBEDDED_DAYS, EMBEDDED_PEAK_RPS, EMBEDDED_SEED
+
+RUNS = {"policy": "policy (inference + fill)", "inference-only": "inference-only",
+        "static-warm": "static-warm"}
+
+
+def _opt(model: type[BaseModel], name: str, *flags: str, scale: float = 1.0, unit: str = "") -> Any:
+    """A typer option whose default and help are the config model field's."""
+    f = model.model_fields[name]
+    default = model().model_dump()[name] if f.default_factory else f.default
+    if scale != 1.0:
+        default = default * scale
+    text = (f.description or name.removesuffix("_s").replace("_", " ")) + (f" ({unit})" if unit else "")
+    return typer.Option(default, *flags, help=text)
+
+
+def _scenario_default(name: str) -> Any:
+    return Scenario.model_fields[name].default
+
+
+def _parse_busy(text: str) -> dict[str, float]:
+    """``0.87`` (every class) or ``h200=0.87,rtx5090=0.8``."""
+    try:
+        if "=" not in text:
+            return {"*": float(text)}
+        return {k.strip(): float(v) for k, v in (p.split("=", 1) for p in text.split(",") if p.strip())}
+    except ValueError:
+        raise UserError(f"--fill-busy {text!r} must be a fraction or CLASS=FRACTION,...") from None
+
+
+def _catalog(catalog_file: Path | None, measured: list[str]):  # noqa: ANN202 - GpuCatalog
+    from ttsfleet.catalog import NAMED_CURVES, GpuCatalog
+
+    catalog = GpuCatalog.load(catalog_file)
+    for item in measured:
+        name, sep, path = item.partition("=")
+        if not sep or name not in catalog.classes:
+            raise UserError(f"--measured {item!r} must be CLASS=FILE with CLASS one of "
+                            f"{', '.join(catalog.classes)}")
+        try:
+            catalog = (catalog.with_named_curve(name, path) if path in NAMED_CURVES
+                       else catalog.with_measured_file(name, path))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise UserError(f"--measured {item}: {type(exc).__name__}: {exc}") from None
+    return catalog
 
 
 def register(root: typer.Typer) -> None:
@@ -19,125 +72,120 @@ def register(root: typer.Typer) -> None:
         trace: Path | None = typer.Option(
             None, "--trace", help="CSV of arrivals: t,rate|arrivals[,mean_frames|text_chars]. "
                                   "Default: the embedded diurnal trace."),
-        days: float = typer.Option(3.0, help="length of the embedded trace, days"),
-        peak_rps: float = typer.Option(1200.0, help="peak request rate of the embedded trace"),
+        days: float = typer.Option(EMBEDDED_DAYS, help="length of the embedded trace, days"),
+        peak_rps: float = typer.Option(EMBEDDED_PEAK_RPS, help="peak request rate of the embedded trace"),
         fleet: str = typer.Option(",".join(f"{k}={v}" for k, v in DEFAULT_FLEET.items()),
                                   help="GPU classes and counts"),
-        no_fill: bool = typer.Option(False, "--no-fill",
-                                     help="only the inference-only baseline (no fill jobs)"),
-        baseline: bool = typer.Option(True, "--baseline/--no-baseline",
-                                      help="also run the inference-only baseline for comparison"),
+        runs: str = typer.Option(",".join(RUNS), help="runs to compare: policy, inference-only, "
+                                                      "static-warm (comma-separated)"),
         training: bool = typer.Option(True, "--training/--no-training",
                                       help="include the embedded training job stream"),
-        seed: int = typer.Option(0, help="seed for arrivals (the trace has its own seed)"),
-        trace_seed: int = typer.Option(7, help="seed of the embedded trace"),
-        policy_interval: float = typer.Option(15.0, help="operator cadence, seconds"),
-        target_in_flight: float = typer.Option(40.0, help="in-flight requests per H200 replica"),
-        ttfa_slo_ms: float = typer.Option(500.0, help="time-to-first-audio p99 SLO, ms"),
-        scale_down_window: float = typer.Option(300.0, help="scale-down stabilization, seconds"),
-        min_free_gpus: int = typer.Option(0, help="GPUs per class always kept empty"),
-        eviction_deadline: float = typer.Option(120.0, help="forecast horizon for fill headroom, s"),
-        grace: float = typer.Option(30.0, help="fill eviction grace period, s"),
-        checkpoint_interval: float = typer.Option(60.0, help="fill checkpoint interval, s"),
+        seed: int = typer.Option(_scenario_default("seed"), help="seed for arrivals"),
+        trace_seed: int = typer.Option(EMBEDDED_SEED, help="seed of the embedded trace"),
+        policy_interval: float = _opt(Scenario, "policy_interval_s", "--policy-interval", unit="s"),
+        gpus_per_node: int = _opt(Scenario, "gpus_per_node", "--gpus-per-node"),
+        target_in_flight: float = _opt(AutoscaleConfig, "target_in_flight_per_replica",
+                                       "--target-in-flight"),
+        ttfa_slo_ms: float = _opt(AutoscaleConfig, "ttfa_p99_slo_s", "--ttfa-slo-ms", scale=1000,
+                                  unit="ms"),
+        scale_down_window: float = _opt(AutoscaleConfig, "scale_down_stabilization_s",
+                                        "--scale-down-window", unit="s"),
+        min_free_gpus: int = _opt(FillPolicyConfig, "min_free_gpus", "--min-free-gpus"),
+        eviction_deadline: float = _opt(FillPolicyConfig, "eviction_deadline_s", "--eviction-deadline",
+                                        unit="s"),
+        grace: float = _opt(FillPolicyConfig, "grace_period_s", "--grace", unit="s"),
+        checkpoint_interval: float = _opt(FillPolicyConfig, "checkpoint_interval_s",
+                                          "--checkpoint-interval", unit="s"),
+        fill_busy: str = typer.Option(
+            str(FILL_BUSY_FRACTION), "--fill-busy",
+            help="GPU busy fraction of a running fill job: one value or CLASS=FRACTION,..."),
+        fill_start: float = _opt(FillWorkload, "start_s", "--fill-start", unit="s"),
+        fill_stop: float = _opt(FillWorkload, "stop_s", "--fill-stop", unit="s"),
         catalog_file: Path | None = typer.Option(None, "--catalog",
                                                  help="GPU catalog overrides (YAML/JSON)"),
         measured: list[str] = typer.Option(
             [], "--measured", help="CLASS=bench.json: that class's capacity curve from a measured benchmark "
-            "(ttsfleet bench engine/serve), e.g. h200=benchmarks/inference_h200/baseline.json; repeatable"),
+            "(ttsfleet bench engine/serve), e.g. h200=benchmarks/inference_h200/baseline.json, or "
+            "CLASS=writeup for the source write-up's curve; repeatable"),
         as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
         plot_path: Path | None = typer.Option(Path("ttsfleet-simulate.png"), "--plot",
                                               help="write a PNG plot here"),
         no_plot: bool = typer.Option(False, "--no-plot"),
         quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
     ) -> None:
-        """Replay traffic through the fleet policy and report GPU utilization and latency.
+        """Replay traffic through the fleet policy and report GPU-busy, allocation and latency.
 
         With no options: a 32 H200 + 32 RTX 5090 fleet under a deterministic 3-day diurnal trace,
-        run with the policy (inference + fill) and as the inference-only baseline.
+        run with the policy (inference + fill), as the autoscaled inference-only baseline and as
+        a static always-warm fleet sized for the peak.
         """
         from pydantic import ValidationError
-        from rich.console import Console
-        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-        from ttsfleet.catalog import GpuCatalog
-        from ttsfleet.config import AutoscaleConfig, FillPolicyConfig
-        from ttsfleet.sim.engine import check_targets, summarize
-        from ttsfleet.sim.engine import simulate as run_sim
-        from ttsfleet.sim.report import plot, print_report
-        from ttsfleet.sim.scenario import Scenario, default_pools_for, default_training, parse_fleet
+        from ttsfleet.sim.scenario import default_training, parse_fleet
         from ttsfleet.sim.trace import diurnal, load_csv
 
-        for name, value in (("days", days), ("peak-rps", peak_rps), ("policy-interval", policy_interval),
-                            ("target-in-flight", target_in_flight), ("ttfa-slo-ms", ttfa_slo_ms),
-                            ("grace", grace), ("checkpoint-interval", checkpoint_interval),
-                            ("eviction-deadline", eviction_deadline)):
+        wanted = [r.strip() for r in runs.split(",") if r.strip()]
+        if not wanted or any(r not in RUNS for r in wanted):
+            raise UserError(f"--runs {runs!r}: choose from {', '.join(RUNS)}")
+        for name, value in (("days", days), ("peak-rps", peak_rps)):
             if value <= 0:
                 raise UserError(f"--{name} must be > 0, got {value}")
-        if min_free_gpus < 0 or scale_down_window < 0:
-            raise UserError("--min-free-gpus and --scale-down-window must be >= 0")
-        try:
-            catalog = GpuCatalog.from_file(catalog_file) if catalog_file else GpuCatalog.default()
-        except (OSError, ValueError) as exc:
-            raise UserError(f"catalog {catalog_file}: {exc}") from None
-        for item in measured:
-            name, sep, path = item.partition("=")
-            if not sep or name not in catalog.classes:
-                raise UserError(f"--measured {item!r} must be CLASS=FILE with CLASS one of "
-                                f"{', '.join(catalog.classes)}")
-            try:
-                catalog = catalog.with_measured_file(name, path)
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                raise UserError(f"--measured {item}: {type(exc).__name__}: {exc}") from None
+        catalog = _catalog(catalog_file, measured)
         fleet_map = parse_fleet(fleet, catalog)
+        busy = _parse_busy(fill_busy)
+        busy = {c: busy.get(c, busy.get("*", FILL_BUSY_FRACTION)) for c in fleet_map}
         tr = load_csv(trace) if trace else diurnal(days, peak_rps=peak_rps, seed=trace_seed)
-        sim_days = tr.seconds / 86400
         try:
             scenario = Scenario(
-                fleet=fleet_map,
-                pools=default_pools_for(fleet_map),
+                catalog=catalog, fleet=fleet_map, gpus_per_node=gpus_per_node,
                 autoscale=AutoscaleConfig(target_in_flight_per_replica=target_in_flight,
                                           ttfa_p99_slo_s=ttfa_slo_ms / 1000,
                                           scale_down_stabilization_s=scale_down_window),
-                fill_policy=FillPolicyConfig(min_free_gpus=min_free_gpus,
-                                             eviction_deadline_s=eviction_deadline,
-                                             grace_period_s=grace,
-                                             checkpoint_interval_s=checkpoint_interval),
-                training=default_training(fleet_map, sim_days, trace_seed) if training else [],
-                policy_interval_s=policy_interval,
-                seed=seed,
-            )
+                fill_policy=FillPolicyConfig(**{
+                    **Scenario.model_fields["fill_policy"].default.model_dump(),
+                    "min_free_gpus": min_free_gpus, "eviction_deadline_s": eviction_deadline,
+                    "grace_period_s": grace, "checkpoint_interval_s": checkpoint_interval}),
+                fill=FillWorkload(start_s=fill_start, stop_s=fill_stop, busy_fraction=busy),
+                training=default_training(fleet_map, tr.seconds / 86400, trace_seed, catalog,
+                                          gpus_per_node) if training else [],
+                policy_interval_s=policy_interval, seed=seed)
         except ValidationError as exc:
-            raise UserError("; ".join(e["msg"] for e in exc.errors())) from None
+            raise UserError("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
+                                      for e in exc.errors())) from None
+        _run_and_report(scenario, tr, wanted, as_json=as_json, quiet=quiet,
+                        plot_path=None if no_plot else plot_path)
 
-        modes: list[tuple[str, bool]] = []
-        if no_fill:
-            modes.append(("inference-only", False))
-        else:
-            if baseline:
-                modes.append(("inference-only", False))
-            modes.append(("policy (inference + fill)", True))
-        console = Console(stderr=True, quiet=quiet or as_json)
-        results = []
-        with Progress(TextColumn("[bold]{task.description}"), BarColumn(),
-                      TextColumn("{task.percentage:>3.0f}%"), TimeRemainingColumn(),
-                      console=console, transient=True) as progress:
-            for name, with_fill in modes:
-                task = progress.add_task(f"simulating {name}", total=tr.seconds)
-                r = run_sim(scenario, tr, fill=with_fill, catalog=catalog,
-                            progress=lambda t, task=task: progress.update(task, completed=t))
-                results.append((name, r))
-        summaries = [(name, summarize(r)) for name, r in results]
-        base = next((s for n, s in summaries if n == "inference-only"), None)
-        pol = next((s for n, s in summaries if n != "inference-only"), None)
-        targets = check_targets(pol, base) if pol else None
-        out_plot = None
-        if not no_plot and plot_path is not None:
-            out_plot = plot(results, plot_path)
-        if as_json:
-            doc = {"trace": tr.name, "seconds": tr.seconds, "runs": dict(summaries),
-                   "targets": targets, "plot": str(out_plot) if out_plot else None}
-            typer.echo(json.dumps(doc, indent=2))
-            return
-        print_report(summaries, targets, Console())
-        if out_plot:
-            Console().print(f"plot: {out_plot}")
+
+def _run_and_report(scenario: Scenario, tr, wanted: list[str], *, as_json: bool, quiet: bool,  # noqa: ANN001
+                    plot_path: Path | None) -> None:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from ttsfleet.sim.engine import simulate as run_sim
+    from ttsfleet.sim.report import plot, print_report
+    from ttsfleet.sim.summary import check_targets, summarize
+
+    order = [m for m in ("static-warm", "inference-only", "policy") if m in wanted]
+    console = Console(stderr=True, quiet=quiet or as_json)
+    results = []
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                  TextColumn("{task.percentage:>3.0f}%"), TimeRemainingColumn(),
+                  console=console, transient=True) as progress:
+        for mode in order:
+            task = progress.add_task(f"simulating {RUNS[mode]}", total=tr.seconds)
+            r = run_sim(scenario, tr, mode=mode,
+                        progress=lambda t, task=task: progress.update(task, completed=t))
+            results.append((RUNS[mode], r))
+    summaries = [(name, summarize(r)) for name, r in results]
+    by_mode = {s["mode"]: s for _, s in summaries}
+    targets = (check_targets(by_mode["policy"], by_mode.get("inference-only"))
+               if "policy" in by_mode else None)
+    out_plot = plot(results, plot_path) if plot_path is not None else None
+    if as_json:
+        doc = {"trace": tr.name, "seconds": tr.seconds, "runs": dict(summaries),
+               "targets": targets, "plot": str(out_plot) if out_plot else None}
+        typer.echo(json.dumps(doc, indent=2))
+        return
+    print_report(summaries, targets, Console())
+    if out_plot:
+        Console().print(f"plot: {out_plot}")

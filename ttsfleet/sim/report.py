@@ -1,12 +1,7 @@
 """Presenting simulation results: a side-by-side table and a PNG plot.
 
-Utilization is always shown three ways and never one as another:
-
-* allocated — GPU-time held by a workload (a pod or job has the GPU, whatever it is doing);
-* active — GPU-time with work running: an inference replica with at least one request in flight,
-  a fill or training job while it runs (what ``nvidia-smi`` utilization shows);
-* load-weighted — work done over capacity: inference frames decoded over what the GPUs could
-  decode at their peak, plus fill and training GPU-time scaled by how hard they load the GPU.
+The headline is GPU-busy (what ``nvidia-smi`` / DCGM report), with allocated and load-weighted
+beside it (:mod:`ttsfleet.sim.summary` defines all three).
 """
 
 from __future__ import annotations
@@ -17,15 +12,15 @@ from rich.console import Console
 from rich.table import Table
 
 from ttsfleet.sim.engine import SimResult
+from ttsfleet.sim.summary import TARGET_GPU_BUSY
 
-TARGET_ACTIVE = 0.92
-
-#: Short labels for the targets of :func:`ttsfleet.sim.engine.check_targets`.
+#: Short labels for the targets of :func:`ttsfleet.sim.summary.check_targets`.
 TARGET_LABELS = {
-    "active_with_fill_ge_92pct": "target: ≥ 92% active",
+    "gpu_busy_with_fill_ge_90pct": "target: ≥ 90% GPU-busy with fill",
+    "p99_ttfa_within_slo": "target: p99 TTFA within SLO",
     "lost_fill_le_1pct": "target: fill lost ≤ 1%",
-    "p99_ttfa_within_5pct_of_baseline": "target: p99 TTFA ≤ base +5%",
-    "baseline_active_near_50pct": "target: baseline ≈ 50%",
+    "p99_ttfa_within_5pct_of_inference_only": "target: p99 TTFA ≤ inference-only +5%",
+    "inference_only_busy_near_50pct": "target: inference-only ≈ 50% busy",
 }
 
 
@@ -33,8 +28,8 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
-def summary_table(runs: list[tuple[str, dict]], targets: dict[str, bool | None] | None = None) -> Table:
-    """Rows of figures, one column per run (e.g. inference-only vs policy)."""
+def summary_table(runs: list[tuple[str, dict]], targets: dict[str, bool] | None = None) -> Table:
+    """Rows of figures, one column per run (static-warm, inference-only, policy)."""
     table = Table(title="ttsfleet simulate", show_lines=False)
     table.add_column("metric")
     for name, _ in runs:
@@ -44,16 +39,14 @@ def summary_table(runs: list[tuple[str, dict]], targets: dict[str, bool | None] 
         table.add_row(label, *[fn(s) for _, s in runs])
 
     o = lambda s: s["utilization"]["overall"]  # noqa: E731
-    row("GPU utilization, active", lambda s: _pct(o(s)["active_total"]))
-    row("  active: inference", lambda s: _pct(o(s)["active"]["inference"]))
-    row("  active: training", lambda s: _pct(o(s)["active"]["training"]))
-    row("  active: fill", lambda s: _pct(o(s)["active"]["fill"]))
-    row("GPU utilization, allocated", lambda s: _pct(o(s)["allocated_busy"]))
-    row("GPU utilization, load-weighted", lambda s: _pct(o(s)["load_weighted"]))
-    classes = sorted(runs[0][1]["utilization"]["per_class"])
-    for c in classes:
-        row(f"  {c}: active / allocated",
-            lambda s, c=c: f"{_pct(s['utilization']['per_class'][c]['active_total'])} / "
+    row("GPU-busy (NVML)", lambda s: _pct(o(s)["gpu_busy"]))
+    for w in ("inference", "training", "fill"):
+        row(f"  busy: {w}", lambda s, w=w: _pct(o(s)["gpu_busy_by"][w]))
+    row("GPU allocated", lambda s: _pct(o(s)["allocated_busy"]))
+    row("GPU load-weighted", lambda s: _pct(o(s)["load_weighted"]))
+    for c in sorted(runs[0][1]["utilization"]["per_class"]):
+        row(f"  {c}: busy / allocated",
+            lambda s, c=c: f"{_pct(s['utilization']['per_class'][c]['gpu_busy'])} / "
                            f"{_pct(s['utilization']['per_class'][c]['allocated_busy'])}")
     row("TTFA p50 / p99 (ms)",
         lambda s: f"{s['inference']['ttfa_p50_ms']:.0f} / {s['inference']['ttfa_p99_ms']:.0f}")
@@ -64,24 +57,28 @@ def summary_table(runs: list[tuple[str, dict]], targets: dict[str, bool | None] 
         lambda s: f"{s['inference']['scale_events']['up']} / {s['inference']['scale_events']['down']}")
     row("fill GPU-hours done", lambda s: f"{s['fill']['gpu_hours_done']:.1f}")
     row("fill GPU-hours lost", lambda s: f"{s['fill']['gpu_hours_lost']:.2f} ({s['fill']['lost_pct']:.2f}%)")
-    row("fill preemptions", lambda s: str(s["fill"]["evictions"]))
-    row("training GPU-h (mean wait s)",
-        lambda s: f"{s['training']['gpu_hours']:.1f} ({s['training']['mean_wait_s']:.0f})")
+    row("  restarts / stopping / abandoned / checkpoints",
+        lambda s: " / ".join(f"{v:.2f}" for v in s["fill"]["lost_by_h"].values()))
+    row("fill evictions (policy / scheduler)",
+        lambda s: f"{s['fill']['evictions']} / {s['fill']['preemptions_by_scheduler']}")
+    row("training GPU-h (jobs, mean wait s)",
+        lambda s: f"{s['training']['gpu_hours']:.1f} ({s['training']['jobs_started']}, "
+                  f"{s['training']['mean_wait_s']:.0f})")
     if targets:
         for k, v in targets.items():
-            mark = "n/a" if v is None else ("[green]met[/green]" if v else "[red]missed[/red]")
+            mark = "[green]met[/green]" if v else "[red]missed[/red]"
             table.add_row(TARGET_LABELS.get(k, f"target: {k}"), *([""] * (len(runs) - 1)), mark)
     return table
 
 
-def print_report(runs: list[tuple[str, dict]], targets: dict[str, bool | None] | None,
+def print_report(runs: list[tuple[str, dict]], targets: dict[str, bool] | None,
                  console: Console | None = None) -> None:
     console = console or Console()
     console.print(summary_table(runs, targets))
 
 
 def plot(results: list[tuple[str, SimResult]], path: str | Path) -> Path:
-    """Utilization stack, active fraction, replicas and traffic over time, as a PNG."""
+    """Allocation stack, GPU-busy share, replicas and traffic over time, as a PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -99,22 +96,21 @@ def plot(results: list[tuple[str, SimResult]], path: str | Path) -> Path:
     stack = [s["alloc_inference"], s["alloc_training"], s["alloc_fill"], s["alloc_idle"]]
     ax.stackplot(hours, *[x / total for x in stack], labels=["inference", "training", "fill", "idle"],
                  colors=["#3b75af", "#8c6bb1", "#5aa469", "#dddddd"], alpha=0.9)
-    ax.axhline(TARGET_ACTIVE, color="k", ls="--", lw=1, label="92% target")
     ax.set_ylabel("GPU share (allocated)")
     ax.set_ylim(0, 1)
-    ax.legend(loc="lower left", ncol=5, fontsize=8)
+    ax.legend(loc="lower left", ncol=4, fontsize=8)
     ax.set_title(f"{main_name}: GPUs allocated by workload ({total} GPUs)")
     ax = axes[1]
     for name, r in results:
-        ax.plot(hours, r.minute_series["active_frac"], lw=1, label=f"active, {name}")
-    ax.axhline(TARGET_ACTIVE, color="k", ls="--", lw=1)
-    ax.set_ylabel("active GPU share")
+        ax.plot(hours, r.minute_series["busy"] / total, lw=1, label=f"GPU-busy, {name}")
+    ax.axhline(TARGET_GPU_BUSY, color="k", ls="--", lw=1, label=f"{TARGET_GPU_BUSY:.0%} target")
+    ax.set_ylabel("GPU-busy share (NVML)")
     ax.set_ylim(0, 1.02)
     ax.legend(loc="lower left", fontsize=8)
     ax = axes[2]
-    for key, arr in s.items():
-        if key.startswith("replicas_"):
-            ax.plot(hours, arr, lw=1, label=key.removeprefix("replicas_"))
+    pools = [k for k in s if k.startswith("replicas_")]
+    for key, style in zip(pools, ("-", "--", ":", "-."), strict=False):
+        ax.plot(hours, s[key], lw=1, ls=style, label=key.removeprefix("replicas_"))
     ax.set_ylabel("ready replicas")
     ax.legend(loc="upper left", fontsize=8)
     ax = axes[3]

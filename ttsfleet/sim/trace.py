@@ -18,6 +18,18 @@ from ttsfleet.errors import UserError
 
 DAY_S = 86400
 
+#: Typical read-speech rate: ~15 characters of text per second of audio.
+SPEECH_CHARS_PER_S = 15.0
+#: Decoded frames per second of audio: the codec's 44.1 kHz at 2048 samples per frame
+#: (``inference/codec.py``); traces count audio in frames.
+FRAMES_PER_AUDIO_SECOND = 44100 / 2048
+FRAMES_PER_CHAR = FRAMES_PER_AUDIO_SECOND / SPEECH_CHARS_PER_S
+
+#: The embedded trace of ``ttsfleet simulate`` (and of the benchmark's default case).
+EMBEDDED_DAYS = 3.0
+EMBEDDED_PEAK_RPS = 1200.0
+EMBEDDED_SEED = 7
+
 
 @dataclass(frozen=True)
 class Trace:
@@ -47,11 +59,11 @@ class Trace:
         return rng.poisson(self.rate).astype(np.float64)
 
 
-def diurnal(days: float = 3.0, *, peak_rps: float = 1600.0, trough_ratio: float = 0.12,
+def diurnal(days: float = EMBEDDED_DAYS, *, peak_rps: float = EMBEDDED_PEAK_RPS, trough_ratio: float = 0.12,
             weekend_factor: float = 0.8, burst_per_day: float = 6.0, burst_gain: tuple[float, float] =
             (1.15, 1.45), burst_minutes: tuple[float, float] = (3.0, 20.0),
             mean_frames: float = 220.0, peak_hour: float = 15.0, noise: float = 0.04,
-            seed: int = 7, name: str = "diurnal") -> Trace:
+            seed: int = EMBEDDED_SEED, name: str = "diurnal") -> Trace:
     """A multi-day diurnal trace with weekday/weekend levels and random bursts.
 
     Shape: a raised cosine with its peak at ``peak_hour`` and its trough at
@@ -99,7 +111,7 @@ def load_csv(path: str | Path, *, default_mean_frames: float = 220.0) -> Trace:
     Columns: ``t`` (seconds from the start, ascending) and either ``rate`` (requests/s from
     this row until the next) or ``arrivals`` (requests in that second); optional
     ``mean_frames`` (decoded frames per request) or ``text_chars`` (characters per request,
-    converted at ~0.9 frames per character, i.e. ~24 characters per second of audio).
+    converted at ``FRAMES_PER_CHAR``: ~15 characters per second of audio).
     Rows may be at any resolution; values hold until the next row.
     """
     p = Path(path)
@@ -128,7 +140,7 @@ def load_csv(path: str | Path, *, default_mean_frames: float = 220.0) -> Trace:
                 if "mean_frames" in cols and row.get("mean_frames"):
                     f = float(row["mean_frames"])
                 elif "text_chars" in cols and row.get("text_chars"):
-                    f = float(row["text_chars"]) * 0.9
+                    f = float(row["text_chars"]) * FRAMES_PER_CHAR
                 else:
                     f = default_mean_frames
             except (TypeError, ValueError):

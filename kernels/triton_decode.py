@@ -7,7 +7,9 @@ CUDA graph each costs a few microseconds, which is what a 16 ms batch-1 step was
 kernels do the same arithmetic in the reference's rounding order (float32 math, bf16 results where
 the reference rounds to bf16), so tokens match the reference path except at float near-ties:
 
-* :func:`rmsnorm` — optional residual add, then RMSNorm (1 launch instead of ~9);
+* :func:`rmsnorm` — optional residual add, then RMSNorm (1 launch instead of ~9), optionally
+  emitting the FP8 codes + group scales the next GEMM reads instead of bf16 (the activation
+  quantizer's launch folded in, bit-identical to quantizing the bf16 output);
 * :func:`qkv_rope_store` — split the fused QKV output, per-head q/k RMSNorm, interleaved RoPE at
   each row's position, K/V written straight into the cache (1 launch instead of ~40);
 * :func:`sample_topk` — repetition penalty, greedy argmax, top-p/top-k/temperature, the counter-based
@@ -15,7 +17,7 @@ the reference rounds to bf16), so tokens match the reference path except at floa
   (2 launches + one ``torch.topk`` instead of ~140 ops per token).
 
 They run on CUDA, and on CPU tensors under ``TRITON_INTERPRET=1`` (how the tests check them without
-a GPU). Callers choose them through :mod:`ttsfleet.inference.fused`.
+a GPU). Callers reach them through :mod:`ttsfleet.kernels.decode`, which owns the dispatch.
 """
 
 from __future__ import annotations
@@ -25,13 +27,45 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .sampling import TOPK_CAP
+from .decode import TOPK_CAP
+from .layout import cdiv
+from .triton_gemm import (
+    FLT_MIN,
+    INTERPRETING,
+    PDL,
+    _ue8m0_from_amax,
+    _ue8m0_to_f32,
+    launch_opts,
+    pdl_entry,
+    to_e4m3,
+)
 
 
 # ----------------------------------------------------------------------------- RMSNorm
 @triton.jit
-def _rmsnorm_kernel(x_ptr, r_ptr, w_ptr, y_ptr, h_ptr, D, eps, s_x, s_r, s_y, s_h,
-                    HAS_RES: tl.constexpr, BLOCK: tl.constexpr):
+def quantize_groups(v, BLOCK: tl.constexpr, GROUP: tl.constexpr, MX: tl.constexpr, EXACT_CVT: tl.constexpr):
+    """``v [BLOCK]`` float32 -> (FP8 codes [BLOCK], scales [BLOCK // GROUP]) as the activation quantizer."""
+    g = tl.reshape(v, (BLOCK // GROUP, GROUP))
+    amax = tl.max(tl.abs(g), axis=1)
+    if MX:
+        e = _ue8m0_from_amax(amax)
+        s = _ue8m0_to_f32(e)
+    else:
+        s = tl.maximum(tl.math.div_rn(amax, tl.full(amax.shape, 448.0, tl.float32)), FLT_MIN)
+    q = to_e4m3(g * tl.math.div_rn(tl.full(s.shape, 1.0, tl.float32), s)[:, None], EXACT_CVT)
+    if MX:  # noqa: SIM108 - Triton code (one return: see triton_gemm)
+        sc = e.to(tl.uint8)
+    else:
+        sc = s
+    return tl.reshape(q, (BLOCK,)), sc
+
+
+@triton.jit
+def _rmsnorm_kernel(x_ptr, r_ptr, w_ptr, y_ptr, h_ptr, s_ptr, D, eps, s_x, s_r, s_y, s_h, s_s,
+                    HAS_RES: tl.constexpr, BLOCK: tl.constexpr, QUANT: tl.constexpr, GROUP: tl.constexpr,
+                    MX: tl.constexpr, OUT_DTYPE: tl.constexpr, EXACT_CVT: tl.constexpr,
+                    USE_PDL: tl.constexpr):
+    pdl_entry(USE_PDL)
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
     m = offs < D
@@ -44,21 +78,48 @@ def _rmsnorm_kernel(x_ptr, r_ptr, w_ptr, y_ptr, h_ptr, D, eps, s_x, s_r, s_y, s_
     inv = tl.math.rsqrt(tl.sum(xf * xf, axis=0) / D + eps)
     y = (xf * inv).to(x.dtype).to(tl.float32)  # reference: y.type_as(x) * weight
     w = tl.load(w_ptr + offs, mask=m, other=0.0).to(tl.float32)
-    tl.store(y_ptr + row * s_y + offs, (y * w).to(y_ptr.dtype.element_ty), mask=m)
+    out = (y * w).to(OUT_DTYPE)
+    if QUANT:  # the codes linear_fp8 would make of ``out``: quantize the rounded value
+        q, sc = quantize_groups(out.to(tl.float32), BLOCK, GROUP, MX, EXACT_CVT)
+        tl.store(y_ptr + row * s_y + offs, q, mask=m)
+        gi = tl.arange(0, BLOCK // GROUP)
+        tl.store(s_ptr + row * s_s + gi, sc, mask=gi * GROUP < D)
+    else:
+        tl.store(y_ptr + row * s_y + offs, out, mask=m)
 
 
-def rmsnorm(x: Tensor, weight: Tensor, eps: float, residual: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    """``x [M, D]`` (+ ``residual``) -> ``(rmsnorm(h) * weight, h)`` with ``h = x + residual`` (or ``x``)."""
+_TL_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
+
+
+def rmsnorm(x: Tensor, weight: Tensor, eps: float, residual: Tensor | None = None,
+            quant_group: int = 0) -> tuple[Tensor | tuple[Tensor, Tensor], Tensor]:
+    """``x [M, D]`` (+ ``residual``) -> ``(rmsnorm(h) * weight, h)`` with ``h = x + residual`` (or ``x``).
+
+    ``quant_group`` 128 (bsgemm) / 32 (mxfp8): the first result is ``(fp8 codes [M, D], scales
+    [M, ceil(D / group)])`` of the normed row instead of the row itself.
+    """
     m, d = x.shape
     if x.stride(1) != 1 or (residual is not None and residual.stride(1) != 1):
         raise ValueError("rmsnorm needs row-contiguous inputs")
-    out = torch.empty(m, d, device=x.device, dtype=torch.promote_types(x.dtype, weight.dtype))
+    out_dtype = torch.promote_types(x.dtype, weight.dtype)
+    quant = quant_group > 0
+    block = max(triton.next_power_of_2(d), quant_group)
+    mx = quant_group == 32
+    if quant:
+        out = torch.empty(m, d, device=x.device, dtype=torch.float8_e4m3fn)
+        scales = torch.empty(m, cdiv(d, quant_group), device=x.device,
+                             dtype=torch.uint8 if mx else torch.float32)
+    else:
+        out = torch.empty(m, d, device=x.device, dtype=out_dtype)
+        scales = out
     h = torch.empty_like(x) if residual is not None else x
     r = residual if residual is not None else x
-    _rmsnorm_kernel[(m,)](x, r, weight, out, h, d, eps, x.stride(0), r.stride(0), out.stride(0), h.stride(0),
-                          HAS_RES=residual is not None, BLOCK=triton.next_power_of_2(d),
-                          num_warps=4 if d <= 1024 else 8)
-    return out, h
+    _rmsnorm_kernel[(m,)](x, r, weight, out, h, scales, d, eps, x.stride(0), r.stride(0), out.stride(0),
+                          h.stride(0), scales.stride(0), HAS_RES=residual is not None, BLOCK=block,
+                          QUANT=quant, GROUP=max(quant_group, 1), MX=mx, OUT_DTYPE=_TL_DTYPES[out_dtype],
+                          EXACT_CVT=INTERPRETING, USE_PDL=PDL, num_warps=4 if d <= 1024 else 8,
+                          **launch_opts())
+    return ((out, scales) if quant else out), h
 
 
 # ----------------------------------------------------------------------------- q/k norm + RoPE + KV store
@@ -84,7 +145,8 @@ def _head_norm(x0, x1, w_ptr, eps, half, D: tl.constexpr, X_DTYPE: tl.constexpr)
 def _qkv_rope_store_kernel(qkv_ptr, qn_ptr, kn_ptr, rope_ptr, pos_ptr, slot_ptr, k_ptr, v_ptr, q_ptr,
                            eps, s_qkv, pos_stride, s_kslot, s_kpos, s_khead, s_qm, s_qh,
                            H: tl.constexpr, KV: tl.constexpr, D: tl.constexpr, QK_NORM: tl.constexpr,
-                           SLOT_IS_ROW: tl.constexpr):
+                           SLOT_IS_ROW: tl.constexpr, USE_PDL: tl.constexpr):
+    pdl_entry(USE_PDL)
     row = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
     half = tl.arange(0, D // 2)
@@ -143,7 +205,8 @@ def qkv_rope_store(qkv: Tensor, n_head: int, n_kv: int, head_dim: int, rope: Ten
         qkv, q_norm if norm else qkv, k_norm if norm else qkv, rope, pos, slots if slots is not None else pos,
         k_cache, v_cache, q, eps, qkv.stride(0), 0 if pos.numel() == 1 else pos.stride(0),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), q.stride(0), q.stride(1),
-        H=n_head, KV=n_kv, D=head_dim, QK_NORM=norm, SLOT_IS_ROW=slots is None, num_warps=1)
+        H=n_head, KV=n_kv, D=head_dim, QK_NORM=norm, SLOT_IS_ROW=slots is None, USE_PDL=PDL, num_warps=1,
+        **launch_opts())
     return q
 
 
@@ -169,8 +232,9 @@ def _noise(seed, step, draw, cols):
 
 @triton.jit
 def _penalty_kernel(l_ptr, win_ptr, pen_ptr, out_ptr, greedy_ptr, stat_ptr, V, s_l, s_wb, s_ww, s_o,
-                    W: tl.constexpr, HAS_WIN: tl.constexpr, BLOCK_V: tl.constexpr):
+                    W: tl.constexpr, HAS_WIN: tl.constexpr, BLOCK_V: tl.constexpr, USE_PDL: tl.constexpr):
     """Repetition penalty over the window, then the row's argmax, max and softmax denominator."""
+    pdl_entry(USE_PDL)
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK_V)
     m = offs < V
@@ -207,7 +271,8 @@ def _finish_kernel(vals_ptr, idx_ptr, stat_ptr, greedy_ptr, out_ptr, step_ptr,
                    temp_ptr, top_p_ptr, top_k_ptr, seed_ptr,
                    ras_ptr, ras_win_ptr, ras_temp_ptr, ras_top_p_ptr, win_ptr,
                    s_v, W, s_wb, s_ww, draw, end_index,
-                   K: tl.constexpr, BLOCK_K: tl.constexpr, RAS: tl.constexpr):
+                   K: tl.constexpr, BLOCK_K: tl.constexpr, RAS: tl.constexpr, USE_PDL: tl.constexpr):
+    pdl_entry(USE_PDL)
     row = tl.program_id(0).to(tl.int64)
     r = tl.arange(0, BLOCK_K)
     vals = tl.load(vals_ptr + row * s_v + r, mask=r < K, other=float("-inf")).to(tl.float32)
@@ -258,7 +323,8 @@ def sample_topk(logits: Tensor, batch, step: Tensor, draw: int, window: Tensor |
     s_wb, s_ww = (window.stride(0), window.stride(1)) if has_win else (0, 0)
     _penalty_kernel[(bs,)](logits, w_t, batch.repetition_penalty, pen, greedy, stat, v,
                            logits.stride(0), s_wb, s_ww, pen.stride(0), W=w_n, HAS_WIN=has_win,
-                           BLOCK_V=triton.next_power_of_2(v), num_warps=4 if v <= 2048 else 8)
+                           BLOCK_V=triton.next_power_of_2(v), USE_PDL=PDL, num_warps=4 if v <= 2048 else 8,
+                           **launch_opts())
     k = min(TOPK_CAP, v)
     vals, idx = torch.topk(pen, k, dim=-1)
     out = torch.empty(bs, device=dev, dtype=torch.int64)
@@ -266,5 +332,6 @@ def sample_topk(logits: Tensor, batch, step: Tensor, draw: int, window: Tensor |
     _finish_kernel[(bs,)](vals, idx, stat, greedy, out, step, batch.temperature, batch.top_p, batch.top_k,
                           batch.seed, batch.ras, batch.ras_window, batch.ras_temperature, batch.ras_top_p,
                           w_t, vals.stride(0), w_n, s_wb, s_ww, draw, ras_end_index if ras else -1,
-                          K=k, BLOCK_K=triton.next_power_of_2(k), RAS=ras, num_warps=1)
+                          K=k, BLOCK_K=triton.next_power_of_2(k), RAS=ras, USE_PDL=PDL, num_warps=1,
+                          **launch_opts())
     return out

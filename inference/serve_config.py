@@ -1,0 +1,127 @@
+"""``ServeConfig``: what ``ttsfleet serve`` runs with — defaults < ``TTSFLEET_*`` environment < CLI flags.
+
+The operator configures replicas through the environment; the names are the serving env contract
+(:mod:`ttsfleet.serving_env`), imported by both sides, and the quantization names are
+:mod:`ttsfleet.quantization`'s. Safe defaults: the server binds 127.0.0.1 unless
+told otherwise (``--host 0.0.0.0`` / ``TTSFLEET_HOST=0.0.0.0`` in a pod) and needs no key unless
+``TTSFLEET_API_KEYS`` / ``--api-key`` sets some.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ttsfleet.errors import UserError
+from ttsfleet.quantization import AUTO, parse_quantization
+from ttsfleet.serving_env import SERVER_ENV, read_server_env
+
+#: ``ServeConfig`` field -> the ``TTSFLEET_*`` variable the operator sets (the serving env contract).
+ENV = SERVER_ENV
+
+
+@dataclass
+class ServeConfig:
+    """Serving configuration: defaults < environment (``TTSFLEET_*``) < CLI flags."""
+
+    host: str = "127.0.0.1"  # loopback unless told: a pod passes TTSFLEET_HOST=0.0.0.0
+    port: int = 8000
+    checkpoint: str = "tiny"  # a directory, or a random-weight preset ("tiny": small, noise-like audio)
+    model_name: str = ""
+    gpu_class: str = ""
+    quantization: str = AUTO  # a scheme of ttsfleet.quantization, or auto (the GPU class's)
+    max_running_requests: int = 0  # 0 = the GPU class default (or 16 on CPU)
+    max_queue: int = 0  # 0 = 4 x max_running_requests
+    device: str = "auto"
+    api_keys: tuple[str, ...] = ()
+    references_dir: str = ""
+    max_text_chars: int = 4096  # OpenAI's limit for /v1/audio/speech input
+    max_new_tokens: int = 2048
+    max_body_bytes: int = 32 * 1024 * 1024
+    drain_grace_s: float = 0.0
+    drain_timeout_s: float = 600.0
+    seed: int = 0
+    cpu_threads: int = 1  # torch threads when serving on CPU (1 avoids OpenMP oversubscription)
+    cuda_graph_max_bs: int = 0  # 0 = ttsfleet.catalog.cuda_graph_max_bs(max_running_requests)
+    cuda_graphs: bool = True  # capture decode graphs when serving on CUDA
+    prefill_chunk_tokens: int = 256  # prompt tokens per prefill chunk (0 = whole prompts, no chunking)
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None, **flags: Any) -> ServeConfig:
+        """Build from the environment, then apply non-None ``flags``; validate into one config."""
+        env = dict(os.environ if env is None else env)
+        raw: dict[str, Any] = dict(read_server_env(env))
+        raw.update({k: v for k, v in flags.items() if v is not None})
+        cfg = cls()
+        for key, value in raw.items():
+            setattr(cfg, key, _coerce(key, value, getattr(cfg, key)))
+        cfg.resolve()
+        return cfg
+
+    def resolve(self) -> None:
+        """Fill derived values from the GPU catalog and check ranges."""
+        from ttsfleet.catalog import GpuCatalog, UnknownGpuClass, cuda_graph_max_bs
+
+        gpu = None
+        if self.gpu_class:
+            try:
+                gpu = GpuCatalog.default().get(self.gpu_class)
+            except UnknownGpuClass as exc:
+                raise UserError(str(exc)) from None
+        if self.max_running_requests == 0:
+            self.max_running_requests = gpu.serving.max_running_requests if gpu else 16
+        _at_least(1, max_running_requests=self.max_running_requests)
+        if self.max_queue == 0:
+            self.max_queue = 4 * self.max_running_requests
+        _at_least(1, max_queue=self.max_queue)
+        if self.cuda_graph_max_bs == 0:
+            self.cuda_graph_max_bs = cuda_graph_max_bs(self.max_running_requests)
+        if not 1 <= self.cuda_graph_max_bs <= self.max_running_requests:
+            raise UserError(f"cuda_graph_max_bs {self.cuda_graph_max_bs} must be in [1, max_running_requests="
+                            f"{self.max_running_requests}]")
+        self.quantization = parse_quantization(self.quantization)
+        if self.quantization == AUTO and gpu is not None:
+            self.quantization = gpu.quantization
+        self._check_ranges()
+        if not self.model_name:
+            self.model_name = "tiny" if self.checkpoint == "tiny" else Path(self.checkpoint).name
+        if self.references_dir:
+            Path(self.references_dir).mkdir(parents=True, exist_ok=True)
+
+    def _check_ranges(self) -> None:
+        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise UserError(f"device {self.device!r} is not auto, cpu or cuda[:N]")
+        if not 1 <= self.port <= 65535:
+            raise UserError(f"port {self.port} is out of range")
+        _at_least(0, cpu_threads=self.cpu_threads, prefill_chunk_tokens=self.prefill_chunk_tokens)
+        _at_least(1, max_text_chars=self.max_text_chars, max_new_tokens=self.max_new_tokens)
+        from ttsfleet.inference.model_config import PRESETS  # random-weight presets (tiny, s2-pro, ...)
+
+        if self.checkpoint not in PRESETS and not Path(self.checkpoint).is_dir():
+            raise UserError(f"checkpoint {self.checkpoint!r} is not a directory or a preset "
+                            f"({', '.join(PRESETS)})")
+
+
+def _coerce(key: str, value: Any, default: Any) -> Any:
+    """One raw value (env string or flag) into the type of its default, or a UserError naming it."""
+    try:
+        if key == "api_keys":
+            items = value.split(",") if isinstance(value, str) else value
+            return tuple(k.strip() for k in items if k.strip())
+        if isinstance(default, bool):
+            return str(value).lower() in ("1", "true", "yes")
+        if isinstance(default, int):
+            return int(value)
+        if isinstance(default, float):
+            return float(value)
+        return value
+    except ValueError:
+        raise UserError(f"{ENV.get(key, key)}: {value!r} is not a valid {type(default).__name__}") from None
+
+
+def _at_least(low: int, **values: int) -> None:
+    for name, value in values.items():
+        if value < low:
+            raise UserError(f"{name} must be >= {low}")

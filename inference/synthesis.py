@@ -1,0 +1,223 @@
+"""The request pipeline between a parsed request and the engine: validate it into a :class:`Job`, then
+stream its audio segment after segment with :class:`Generation`.
+
+HTTP routes and the live WebSocket both drive a ``Generation``: the HTTP routes know every text
+segment up front, the live session submits segments as text arrives. Each segment is one engine
+request whose prompt is conditioned on the previous segment's codes (Fish's
+``condition_on_previous_chunks``); overload on the first segment is a 429 before any byte is sent,
+later segments of an accepted request are never shed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from ttsfleet.inference.api import ApiError, TTSRequest, check_sample_rate, normalize_text, split_text
+from ttsfleet.inference.audio_io import can_encode
+from ttsfleet.inference.references import encode_reference
+from ttsfleet.inference.server_state import ServerState
+
+#: (first chunk, later chunks) in frames per latency mode: smaller chunks = earlier first audio.
+_CHUNKING = {"low": (1, 4), "balanced": (2, 8), "normal": (4, 16)}
+
+
+class GenerationFailed(RuntimeError):
+    """The engine reported an error for a segment (a server fault, not the client's)."""
+
+
+@dataclass
+class Job:
+    """A validated TTS request, ready for the engine."""
+
+    req: TTSRequest
+    fmt: str
+    sample_rate: int
+    segments: list[str]
+    references: list[tuple[Any, str]]
+    arrived: float
+
+
+def clean_text(state: ServerState, req: TTSRequest, text: str) -> str:
+    """The text as it will be spoken (normalized if asked), or the 400 that says why it cannot be."""
+    text = normalize_text(text) if req.normalize else text.strip()
+    if len(text) > state.cfg.max_text_chars:
+        raise ApiError(400, f"text is {len(text)} characters; the limit is {state.cfg.max_text_chars}",
+                       "text_too_long")
+    return text
+
+
+def check_output(req: TTSRequest) -> int:
+    """The output sample rate, once the format is known to be writable here."""
+    if not can_encode(req.format):
+        raise ApiError(400, f"format {req.format!r} needs ffmpeg, which this server does not have",
+                       "unsupported_format")
+    return check_sample_rate(req.format, req.sample_rate)
+
+
+async def resolve_references(state: ServerState, req: TTSRequest) -> list[tuple[Any, str]]:
+    """Stored (``reference_id``) and inline (``references``) voices as (codes, transcript) pairs."""
+    import torch
+
+    refs: list[tuple[Any, str]] = []
+    ids = req.reference_id
+    if isinstance(ids, list):
+        if len(ids) > 1:
+            raise ApiError(400, "multi-speaker reference_id lists are not supported by this server",
+                           "multi_speaker_unsupported")
+        ids = ids[0] if ids else None
+    if ids:
+        codes, text = state.references.get(ids)
+        refs.append((torch.from_numpy(np.asarray(codes)).long(), text))
+    for ref in req.references or []:
+        codes = await asyncio.to_thread(encode_reference, state.codec, state.encode_lock, ref.audio)
+        refs.append((codes, ref.text))
+    return refs
+
+
+async def validate(state: ServerState, req: TTSRequest) -> Job:
+    """Turn a parsed request into a Job or raise the right 4xx."""
+    text = clean_text(state, req, req.text)
+    if not text:
+        raise ApiError(400, "text is empty", "empty_text")
+    sr = check_output(req)
+    refs = await resolve_references(state, req)
+    return Job(req=req, fmt=req.format, sample_rate=sr, segments=split_text(text, req.chunk_length,
+                                                                             req.min_chunk_length),
+               references=refs, arrived=time.perf_counter())
+
+
+def _sampling(req: TTSRequest, segment: int) -> Any:
+    from ttsfleet.inference.sampling import SamplingParams
+
+    kw: dict[str, Any] = {}
+    if req.seed is not None:
+        kw["seed"] = (req.seed + segment) & 0x7FFFFFFF
+    return SamplingParams(temperature=req.temperature, top_p=max(req.top_p, 1e-3), top_k=req.top_k,
+                          repetition_penalty=req.repetition_penalty, **kw)
+
+
+class Generation:
+    """Streams the audio of one request across its text segments, recording the request's metrics."""
+
+    def __init__(self, state: ServerState, req: TTSRequest, references: list[tuple[Any, str]],
+                 arrived: float):
+        self.state = state
+        self.req = req
+        self.references = references
+        self.arrived = arrived
+        self.handle: Any = None
+        self.index = 0  # segments submitted so far
+        self.prompt_tokens = 0
+        self.frames = 0
+        self.samples = 0
+        self.first_audio: float | None = None
+        self.codec_rate = int(state.codec.sample_rate)
+        self.status: int | None = None  # set once by finish()
+        self._text = ""
+        self._previous: list[tuple[Any, str]] = []  # the last segment's codes, to condition the next
+        self._active = False  # a segment is in the engine and not done
+
+    @property
+    def frames_per_second(self) -> float:
+        return self.codec_rate / self.state.codec.frame_length
+
+    def submit(self, text: str) -> None:
+        """Hand the next segment to the engine; the first one may be refused (429), later ones never."""
+        from ttsfleet.inference.engine import (
+            EngineOverloaded,
+            EngineStopped,
+            GenerationRequest,
+            PromptTooLong,
+        )
+        from ttsfleet.inference.prompt import build_prompt
+
+        st = self.state
+        refs = self.references + self._previous
+        prompt = build_prompt(st.tokenizer, st.model.config, text, references=refs)
+        if self._previous and prompt.shape[-1] + 16 > st.engine.max_seq_len:  # drop conditioning, not text
+            prompt = build_prompt(st.tokenizer, st.model.config, text, references=self.references)
+        first, chunk = _CHUNKING[self.req.latency]
+        cap = st.cfg.max_new_tokens
+        gen = GenerationRequest(prompt=prompt, sampling=_sampling(self.req, self.index),
+                                max_new_tokens=min(self.req.max_new_tokens or cap, cap),
+                                first_chunk_frames=first, chunk_frames=chunk)
+        try:
+            self.handle = st.engine.submit(gen, asyncio.get_running_loop(), admitted=self.index > 0)
+        except PromptTooLong as exc:
+            raise ApiError(400, f"{exc} (shorten the text or the references)", "prompt_too_long") from None
+        except EngineOverloaded as exc:
+            raise ApiError(429, f"server overloaded: {exc}", "overloaded", {"Retry-After": "1"}) from None
+        except EngineStopped as exc:
+            raise ApiError(503, f"engine unavailable: {exc}", "unavailable") from None
+        self.index += 1
+        self.prompt_tokens += int(prompt.shape[-1])
+        self._text = text
+        self._active = True
+
+    async def segment_audio(self) -> AsyncIterator[np.ndarray]:
+        """Float32 audio of the submitted segment at the codec's rate, as it decodes."""
+        import torch
+
+        codes: list[np.ndarray] = []
+        while True:
+            ev = await self.handle.next()
+            if ev.kind == "audio":
+                if ev.codes is not None and ev.codes.shape[1]:
+                    codes.append(ev.codes)
+                if ev.audio is not None and ev.audio.size:
+                    self.samples += ev.audio.size
+                    yield ev.audio
+            elif ev.kind == "error":
+                self._active = False
+                raise GenerationFailed(ev.reason)
+            else:
+                self._active = False
+                self.frames += ev.frames
+                break
+        if self.req.condition_on_previous_chunks and codes:
+            self._previous = [(torch.from_numpy(np.concatenate(codes, axis=1)).long(), self._text)]
+
+    async def audio(self, segments: list[str]) -> AsyncIterator[np.ndarray]:
+        """All segments in turn; the first must already be submitted (so a 429 precedes the headers)."""
+        try:
+            for i, text in enumerate(segments):
+                if i > 0:
+                    self.submit(text)
+                async for chunk in self.segment_audio():
+                    yield chunk
+        finally:
+            self.cancel()
+
+    def cancel(self) -> None:
+        """Free the engine slot of a segment still decoding (the client went away); idempotent."""
+        if self._active and self.handle is not None:
+            self.state.engine.cancel(self.handle)
+        self._active = False
+
+    @property
+    def finished(self) -> bool:
+        return self.status is not None
+
+    def mark_first_audio(self) -> None:
+        if self.first_audio is None:
+            self.first_audio = time.perf_counter()
+            self.state.m("inference_ttfa_seconds").observe(self.first_audio - self.arrived)
+
+    def finish(self, status: int, reason: str = "", realtime: bool = True) -> None:
+        """Record the request's outcome once; ``realtime=False`` for sessions paced by their client."""
+        if self.finished:
+            return
+        self.status = status
+        st = self.state
+        st.count(status, reason)
+        if status == 200:
+            wall = time.perf_counter() - self.arrived
+            st.m("inference_request_duration_seconds").observe(wall)
+            audio_s = self.samples / self.codec_rate
+            if realtime and audio_s > 0:
+                st.m("inference_realtime_factor").observe(wall / audio_s)

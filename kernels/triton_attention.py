@@ -1,0 +1,103 @@
+"""Triton single-token decode attention over a slot KV cache (the kernel behind
+:func:`ttsfleet.kernels.decode.decode_attention`).
+
+One program per (row, KV head): it follows the row's slot index, walks only the slot's first
+``lengths[row]`` keys with an online softmax, and writes the G query heads it serves. Optionally
+(``quant_group``) the epilogue writes the FP8 codes + 1xgroup scales of the bf16 output that the
+output projection reads, instead of the bf16 output: a head of D >= group columns holds whole groups.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from .triton_decode import quantize_groups
+from .triton_gemm import INTERPRETING, PDL, launch_opts, pdl_entry
+
+
+@triton.jit
+def _decode_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, os_ptr, slots_ptr, len_ptr, scale,
+                             sq_b, sq_h, sk_slot, sk_pos, sk_head, so_b, so_h, s_osb, s_len,
+                             G: tl.constexpr, BLOCK_G: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr,
+                             SLOT_IS_ROW: tl.constexpr, KEYS_BOUND: tl.constexpr, QUANT: tl.constexpr,
+                             GROUP: tl.constexpr, MX: tl.constexpr, OUT_DTYPE: tl.constexpr,
+                             EXACT_CVT: tl.constexpr, USE_PDL: tl.constexpr):
+    pdl_entry(USE_PDL)
+    b = tl.program_id(0)
+    kvh = tl.program_id(1)
+    if SLOT_IS_ROW:  # noqa: SIM108 - Triton code
+        slot = b.to(tl.int64)
+    else:
+        slot = tl.load(slots_ptr + b).to(tl.int64)
+    n_keys = tl.load(len_ptr + b * s_len).to(tl.int32)
+    gi = tl.arange(0, BLOCK_G)
+    di = tl.arange(0, D)
+    heads = kvh * G + gi
+    gmask = gi < G
+    q = tl.load(q_ptr + b * sq_b + heads[:, None] * sq_h + di[None, :], mask=gmask[:, None], other=0.0)
+    m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_G], tl.float32)
+    acc = tl.zeros([BLOCK_G, D], tl.float32)
+    base = slot * sk_slot + kvh * sk_head
+    # KEYS_BOUND > 0 (Triton's interpreter, which cannot loop to a loaded bound): walk the whole
+    # cache length; the masks make the extra blocks no-ops.
+    for start in range(0, KEYS_BOUND if KEYS_BOUND > 0 else n_keys, BLOCK_N):
+        ni = start + tl.arange(0, BLOCK_N)
+        nmask = ni < n_keys
+        offs = base + ni[:, None].to(tl.int64) * sk_pos + di[None, :]
+        k = tl.load(k_ptr + offs, mask=nmask[:, None], other=0.0)
+        s = tl.dot(q, tl.trans(k)).to(tl.float32) * scale
+        s = tl.where(nmask[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_ptr + offs, mask=nmask[:, None], other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v).to(tl.float32)
+        m_i = m_new
+    out = (acc / l_i[:, None]).to(OUT_DTYPE)
+    o_ptrs = o_ptr + b * so_b + heads[:, None] * so_h + di[None, :]
+    if QUANT:  # each head row is D / GROUP whole groups of the [H * D] output row
+        NG: tl.constexpr = BLOCK_G * D // GROUP
+        codes, sc = quantize_groups(tl.reshape(out.to(tl.float32), (BLOCK_G * D,)), BLOCK_G * D, GROUP, MX,
+                                    EXACT_CVT)
+        tl.store(o_ptrs, tl.reshape(codes, (BLOCK_G, D)), mask=gmask[:, None])
+        gl = tl.arange(0, NG)
+        tl.store(os_ptr + b * s_osb + kvh * (G * D // GROUP) + gl, sc, mask=gl < G * D // GROUP)
+    else:
+        tl.store(o_ptrs, out, mask=gmask[:, None])
+
+
+_TL = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
+
+
+def decode_attention_triton(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor | None,
+                            lengths: Tensor, quant_group: int = 0) -> Tensor | tuple[Tensor, Tensor]:
+    """See :func:`ttsfleet.kernels.decode.decode_attention`; ``quant_group`` > 0 needs D % group == 0."""
+    bs, h, d = q.shape
+    kv = k_cache.shape[2]
+    g = h // kv
+    q = q.contiguous()
+    quant = quant_group > 0
+    if quant:
+        out = torch.empty(bs, h, d, device=q.device, dtype=torch.float8_e4m3fn)
+        osc = torch.empty(bs, h * d // quant_group, device=q.device,
+                          dtype=torch.uint8 if quant_group == 32 else torch.float32)
+    else:
+        out = torch.empty_like(q)
+        osc = out
+    _decode_attention_kernel[(bs, kv)](
+        q, k_cache, v_cache, out, osc, lengths if slots is None else slots, lengths, 1.0 / math.sqrt(d),
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        out.stride(0), out.stride(1), osc.stride(0), 0 if lengths.numel() == 1 else lengths.stride(0),
+        G=g, BLOCK_G=max(16, 1 << (g - 1).bit_length()), D=d, BLOCK_N=64 if k_cache.shape[1] > 16 else 16,
+        SLOT_IS_ROW=slots is None, KEYS_BOUND=k_cache.shape[1] if INTERPRETING else 0,
+        QUANT=quant, GROUP=max(quant_group, 1), MX=quant_group == 32, OUT_DTYPE=_TL[q.dtype],
+        EXACT_CVT=INTERPRETING, USE_PDL=PDL, **launch_opts(),
+    )
+    return (out.view(bs, h * d), osc) if quant else out
