@@ -144,7 +144,7 @@ def test_prefill_start_restarts_and_rejects_holes_and_overflow(tiny_model, tiny_
         m.prefill(small, 1, torch.zeros(11, 2, dtype=torch.long))
 
 
-def _batched_vs_alone(m, prompts: list[torch.Tensor], split: int) -> None:
+def _batched_vs_alone(m, prompts: list[torch.Tensor], split: int, frames: int = 4) -> None:
     """Prefill ``prompts`` one by one, then all in one ``prefill_batch`` (the last one continuing after
     ``split`` tokens prefilled earlier, the first into a slot that held another prompt): the same
     logits, hidden state, K/V and greedy frames per slot."""
@@ -170,7 +170,7 @@ def _batched_vs_alone(m, prompts: list[torch.Tensor], split: int) -> None:
         torch.testing.assert_close(batch.pending_hidden[s], alone.pending_hidden[s], atol=5e-5, rtol=1e-5)
         torch.testing.assert_close(batch.k[:, s, :t], alone.k[:, s, :t], atol=5e-5, rtol=1e-5)
         torch.testing.assert_close(batch.v[:, s, :t], alone.v[:, s, :t], atol=5e-5, rtol=1e-5)
-    for _ in range(4):
+    for _ in range(frames):
         assert m.decode_step(batch, slots, greedy).tolist() == m.decode_step(alone, slots, greedy).tolist()
 
 
@@ -186,21 +186,26 @@ def test_batched_prefill_equals_per_request_prefill(tiny_model, tiny_tok, split:
     _batched_vs_alone(tiny_model, _mixed_prompts(tiny_tok, tiny_model.config), split=split)
 
 
-def test_batched_prefill_fused_path_equals_per_request(tiny_tok, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_batched_prefill_fused_path_equals_per_request(tiny_tok) -> None:
     """The fused kernels (Triton's interpreter on CPU, compiled on CUDA) through the batched layout."""
     import os
 
     pytest.importorskip("triton")
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
-    if dev == "cpu":
-        if os.environ.get("TRITON_INTERPRET") != "1":
-            pytest.skip("needs TRITON_INTERPRET=1 before triton is imported (set by test_fused_decode)")
-        monkeypatch.setenv("TTSFLEET_FUSED", "interpret")
-    m = load_model("tiny", device=dev)
-    from ttsfleet.inference.fused import fused_enabled
+    from ttsfleet.kernels import dispatch
 
-    assert fused_enabled(m.main_head)
-    _batched_vs_alone(m, [p.to(dev) for p in _mixed_prompts(tiny_tok, m.config)], split=5)
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    if dev == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("needs TRITON_INTERPRET=1 before triton is imported (set by test_fused_decode)")
+    dispatch.configure("interpret" if dev == "cpu" else "auto")
+    try:
+        m = load_model("tiny", device=dev)
+        from ttsfleet.inference.fused import fused_enabled
+
+        assert fused_enabled(m.main_head)
+        prompts = _mixed_prompts(tiny_tok, m.config)
+        _batched_vs_alone(m, [p.to(dev) for p in (prompts[0], prompts[2], prompts[3])], split=5, frames=1)
+    finally:
+        dispatch.configure()  # back to what TTSFLEET_KERNELS says
 
 
 def test_batched_prefill_rejects_bad_pieces(tiny_model, tiny_tok) -> None:
