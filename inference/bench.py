@@ -33,6 +33,18 @@ class BenchConfig:
     api_key: str | None = None
     timeout_s: float = 300.0
     seed: int = 1
+    #: Runs of every level; the level reports the median frames/s and the spread (the gate's noise).
+    repeats: int = 1
+    #: Request i asks for ``max_new_tokens * (1 + frames_spread * u_i)`` frames, u_i uniform in [-1, 1].
+    frames_spread: float = 0.0
+
+    def frames_of(self, i: int) -> int:
+        if self.frames_spread <= 0:
+            return self.max_new_tokens
+        import random
+
+        u = random.Random(self.seed * 7919 + i).uniform(-1.0, 1.0)
+        return max(1, int(round(self.max_new_tokens * (1 + self.frames_spread * u))))
 
 
 @dataclass
@@ -42,10 +54,17 @@ class Sample:
     ttfa_s: float
     duration_s: float
     frames: float
+    audio_s: float = 0.0  # seconds of audio the request delivered
 
 
 @dataclass
 class Level:
+    """One concurrency level: frames/s is the median over ``repeats`` runs (``runs_frames_per_s``);
+    latencies are percentiles over every request of every run. ``frames_per_s_spread`` is the runs'
+    (max - min) / median, what :func:`ttsfleet.inference.bench_engine.regressions` derives its
+    tolerance from. Real-time factor per request = its wall time / the audio it got (< 1: faster than
+    real time)."""
+
     concurrency: int
     requests: int
     errors: int
@@ -56,6 +75,11 @@ class Level:
     ttfa_p99_s: float
     duration_p50_s: float
     statuses: dict[str, int] = field(default_factory=dict)
+    rtf_p50: float = float("nan")
+    rtf_p99: float = float("nan")
+    repeats: int = 1
+    runs_frames_per_s: list[float] = field(default_factory=list)
+    frames_per_s_spread: float = 0.0
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -64,7 +88,7 @@ def _pct(xs: list[float], q: float) -> float:
 
 async def _one(client: Any, cfg: BenchConfig, i: int) -> Sample:
     headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
-    body = {"text": cfg.text, "format": cfg.fmt, "streaming": True, "max_new_tokens": cfg.max_new_tokens,
+    body = {"text": cfg.text, "format": cfg.fmt, "streaming": True, "max_new_tokens": cfg.frames_of(i),
             "seed": cfg.seed + i, "latency": "low"}
     t0 = time.perf_counter()
     first = None
@@ -84,10 +108,10 @@ async def _one(client: Any, cfg: BenchConfig, i: int) -> Sample:
         return Sample(False, 0, 0.0, time.perf_counter() - t0, 0.0)
     end = time.perf_counter()
     seconds = (nbytes / 2 / rate) if cfg.fmt == "pcm" else 0.0
-    return Sample(True, 200, (first or end) - t0, end - t0, seconds * fps)
+    return Sample(True, 200, (first or end) - t0, end - t0, seconds * fps, seconds)
 
 
-async def _level(cfg: BenchConfig, c: int, n: int) -> Level:
+async def _run_level(cfg: BenchConfig, c: int, n: int) -> tuple[list[Sample], float]:
     import httpx
 
     limits = httpx.Limits(max_connections=c + 4, max_keepalive_connections=c + 4)
@@ -101,24 +125,43 @@ async def _level(cfg: BenchConfig, c: int, n: int) -> Level:
         t0 = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(c)))
         wall = time.perf_counter() - t0
-    return summarize_level(c, n, samples, wall)
+    return samples, wall
+
+
+def _level(cfg: BenchConfig, c: int, n: int) -> Level:
+    runs = [asyncio.run(_run_level(cfg, c, n)) for _ in range(max(cfg.repeats, 1))]
+    return summarize_runs(c, n, [(samples, wall, None) for samples, wall in runs])
 
 
 def summarize_level(c: int, n: int, samples: list[Sample], wall: float, frames: float | None = None) -> Level:
-    """One level's report from its samples; ``frames`` defaults to the successful samples' frames."""
-    ok = [s for s in samples if s.ok]
+    """One run's report from its samples; ``frames`` defaults to the successful samples' frames."""
+    return summarize_runs(c, n, [(samples, wall, frames)])
+
+
+def summarize_runs(c: int, n: int, runs: list[tuple[list[Sample], float, float | None]]) -> Level:
+    """A level's report from ``repeats`` runs ``(samples, wall, frames or None)`` of ``n`` requests each."""
+    fps = []
+    for samples, wall, frames in runs:
+        got = sum(s.frames for s in samples if s.ok) if frames is None else frames
+        fps.append(got / wall if wall > 0 else 0.0)
+    every = [s for samples, _, _ in runs for s in samples]
+    ok = [s for s in every if s.ok]
     statuses: dict[str, int] = {}
-    for s in samples:
+    for s in every:
         statuses[str(s.status)] = statuses.get(str(s.status), 0) + 1
-    if frames is None:
-        frames = sum(s.frames for s in ok)
+    med = float(np.median(fps))
+    rtf = [s.duration_s / s.audio_s for s in ok if s.audio_s > 0]
     return Level(
-        concurrency=c, requests=n, errors=len(samples) - len(ok), wall_s=wall,
-        frames_per_s=frames / wall if wall > 0 else 0.0,
+        concurrency=c, requests=n, errors=len(every) - len(ok),
+        wall_s=float(np.median([w for _, w, _ in runs])),
+        frames_per_s=med,
         per_request_frames_per_s=float(np.mean([s.frames / s.duration_s for s in ok if s.duration_s > 0]))
         if ok else 0.0,
         ttfa_p50_s=_pct([s.ttfa_s for s in ok], 50), ttfa_p99_s=_pct([s.ttfa_s for s in ok], 99),
-        duration_p50_s=_pct([s.duration_s for s in ok], 50), statuses=statuses)
+        duration_p50_s=_pct([s.duration_s for s in ok], 50), statuses=statuses,
+        rtf_p50=_pct(rtf, 50), rtf_p99=_pct(rtf, 99), repeats=len(runs),
+        runs_frames_per_s=[round(f, 3) for f in fps],
+        frames_per_s_spread=(max(fps) - min(fps)) / med if med > 0 else 0.0)
 
 
 def machine() -> dict[str, Any]:
@@ -158,11 +201,11 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
                 build = {k: v.strip('"') for k, v in build.items()}
     except httpx.HTTPError:
         pass
-    asyncio.run(_level(cfg, 1, 1))  # one unmeasured request: connections, server-side first calls
+    asyncio.run(_run_level(cfg, 1, 1))  # one unmeasured request: connections, server-side first calls
     levels = []
     for c in cfg.levels:
         n = cfg.requests or max(2 * c, 4)
-        levels.append(asyncio.run(_level(cfg, c, n)))
+        levels.append(_level(cfg, c, n))
     base = levels[0].frames_per_s
     report = {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -174,7 +217,9 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
         "points": [{"concurrency": lv.concurrency, "frames_per_s": round(lv.frames_per_s, 3),
                     "ttfa_s": round(lv.ttfa_p50_s, 5)} for lv in levels
                    if lv.frames_per_s > 0 and lv.ttfa_p50_s > 0],
-        "source": f"ttsfleet bench serve {cfg.url}",
+        "source": f"ttsfleet bench serve {cfg.url}" + (
+            f" (model {build['model']}, {build.get('quantization', '?')} on {build.get('device', '?')})"
+            if build.get("model") else ""),
     }
     return report
 
@@ -184,14 +229,16 @@ def print_table(report: dict[str, Any]) -> None:
     from rich.table import Table
 
     t = Table(title=report["source"])
-    for col in ("c", "requests", "errors", "frames/s", "per-req frames/s", "TTFA p50 ms", "TTFA p99 ms",
-                "duration p50 s"):
+    for col in ("c", "requests", "errors", "frames/s", "spread", "per-req frames/s", "TTFA p50 ms",
+                "TTFA p99 ms", "RTF p50", "duration p50 s"):
         t.add_column(col, justify="right")
     for lv in report["levels"]:
-        t.add_row(str(lv["concurrency"]), str(lv["requests"]), str(lv["errors"]), f"{lv['frames_per_s']:.1f}",
+        t.add_row(str(lv["concurrency"]), f"{lv['requests']}x{lv.get('repeats', 1)}", str(lv["errors"]),
+                  f"{lv['frames_per_s']:.1f}", f"{lv.get('frames_per_s_spread', 0.0):.1%}",
                   f"{lv['per_request_frames_per_s']:.1f}", f"{lv['ttfa_p50_s'] * 1000:.0f}",
-                  f"{lv['ttfa_p99_s'] * 1000:.0f}", f"{lv['duration_p50_s']:.2f}")
-    console = Console()
+                  f"{lv['ttfa_p99_s'] * 1000:.0f}", f"{lv.get('rtf_p50', float('nan')):.3f}",
+                  f"{lv['duration_p50_s']:.2f}")
+    console = Console(width=max(Console().width, 130))  # the table's columns, even in a pipe
     console.print(t)
     if report["scaling"] is not None:
         lv = report["levels"]

@@ -23,7 +23,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .bench import Level, Sample, machine, summarize_level
+from .bench import Level, Sample, machine, summarize_runs
 
 DEFAULT_LEVELS = [1, 2, 4, 8, 16, 32, 64]
 
@@ -40,8 +40,20 @@ class EngineBenchConfig:
     requests: int = 0  # per level; 0 = max(2c, 4)
     max_running_requests: int = 64
     prefill_chunk_tokens: int = 0  # 0 = whole prompts
+    prefill_token_budget: int = 2048  # prompt tokens per engine iteration, in one batched prefill call
     breakdown: bool = True
     seed: int = 0
+    repeats: int = 1  # runs per level (median frames/s and spread)
+    pipeline_depth: int = 1
+    #: Test hook for the gate: slow every decode step down by this fraction (0.1 = 10 % fewer frames/s)
+    #: with a GPU spin kernel (a host sleep would hide behind the pipelined GPU queue).
+    plant_slowdown: float = 0.0
+    #: Request i decodes ``frames * (1 + frames_spread * u_i)`` frames, ``u_i`` uniform in [-1, 1]
+    #: (seeded): lengths vary as real requests do, so the closed loop does not march in lock-step waves.
+    frames_spread: float = 0.0
+    #: After the levels, run them again as a re-run and once more with a planted 10 % slowdown, and
+    #: check both against the first pass with the gate (in the same process: no second set-up).
+    gate: bool = False
 
 
 # ----------------------------------------------------------------------------- set-up
@@ -54,16 +66,65 @@ def build_engine(cfg: EngineBenchConfig) -> Any:
 
     cuda = cfg.device.startswith("cuda")
     dtype = torch.bfloat16 if cuda else torch.float32
-    seq = cfg.prompt_tokens + cfg.frames + 8
+    seq = cfg.prompt_tokens + max_frames(cfg) + 8
     model = load_model(cfg.checkpoint, device=cfg.device, dtype=dtype, quantize=cfg.quantize, seed=cfg.seed,
                        max_seq_len=seq)
     codec = None if cfg.codec == "none" else load_codec(cfg.codec, device=cfg.device, dtype=torch.float32)
     ecfg = EngineConfig(max_running_requests=cfg.max_running_requests, max_queue=4 * cfg.max_running_requests,
                         cuda_graph_max_bs=min(cfg.max_running_requests, 64), max_seq_len=seq,
-                        prefill_token_budget=max(cfg.prompt_tokens, 1024),
-                        prefill_chunk_tokens=cfg.prefill_chunk_tokens,
+                        prefill_token_budget=cfg.prefill_token_budget,
+                        prefill_chunk_tokens=cfg.prefill_chunk_tokens, pipeline_depth=cfg.pipeline_depth,
                         device=cfg.device, pad_to_buckets=cuda, cuda_graphs=cuda)
-    return Engine(model, codec, ecfg, model_label=cfg.checkpoint)
+    engine = Engine(model, codec, ecfg, model_label=cfg.checkpoint)
+    if cfg.plant_slowdown > 0:
+        _plant_slowdown(engine, cfg.plant_slowdown)
+    return engine
+
+
+def _plant_slowdown(engine: Any, fraction: float) -> None:
+    """Make each decode step take ``1 / (1 - fraction)`` times as long (the gate's planted regression).
+
+    Before each launch, queue a spin of ``fraction / (1 - fraction)`` of the running average step
+    interval: on CUDA a ``torch.cuda._sleep`` kernel on the engine's stream (it delays the GPU, not
+    just the host), on CPU a sleep.
+    """
+    import torch
+
+    launch = engine._launch_step
+    state = {"last": 0.0, "avg": 0.0}
+    extra = fraction / (1 - fraction)
+    cuda = engine.device.type == "cuda"
+    hz = 1e3 * torch.cuda.clock_rate(engine.device) * 1e3 if cuda else 0.0  # SM clock (kHz -> Hz)
+
+    def slowed() -> None:
+        now = time.perf_counter()
+        if state["last"]:
+            gap = min(now - state["last"], 0.2)
+            state["avg"] = gap if not state["avg"] else 0.9 * state["avg"] + 0.1 * gap
+        state["last"] = now
+        delay = extra * state["avg"]
+        if delay > 0:
+            if cuda:
+                torch.cuda._sleep(int(delay * hz))
+            else:
+                time.sleep(delay)
+        launch()
+
+    engine._launch_step = slowed
+
+
+def max_frames(cfg: EngineBenchConfig) -> int:
+    return int(round(cfg.frames * (1 + cfg.frames_spread)))
+
+
+def request_frames(cfg: EngineBenchConfig, i: int) -> int:
+    """Frames request ``i`` decodes (deterministic per seed and index)."""
+    if cfg.frames_spread <= 0:
+        return cfg.frames
+    import random
+
+    u = random.Random(cfg.seed * 7919 + i).uniform(-1.0, 1.0)
+    return max(1, int(round(cfg.frames * (1 + cfg.frames_spread * u))))
 
 
 def _prompt(model: Any, n: int, seed: int) -> Any:
@@ -77,13 +138,15 @@ def _prompt(model: Any, n: int, seed: int) -> Any:
 
 
 # ----------------------------------------------------------------------------- closed loop
-async def _request(engine: Any, cfg: EngineBenchConfig, i: int) -> Sample:
+async def _request(engine: Any, cfg: EngineBenchConfig, i: int, tag: int) -> Sample:
+    """Request ``i`` of a level (its length depends on ``i`` only, so repeated runs do the same work);
+    ``tag`` seeds its prompt and sampling."""
     from .engine import GenerationRequest
     from .sampling import SamplingParams
 
-    req = GenerationRequest(prompt=_prompt(engine.model, cfg.prompt_tokens, cfg.seed * 100_003 + i),
-                            sampling=SamplingParams(seed=cfg.seed + i), max_new_tokens=cfg.frames,
-                            ignore_eos=True)
+    req = GenerationRequest(prompt=_prompt(engine.model, cfg.prompt_tokens, cfg.seed * 100_003 + tag),
+                            sampling=SamplingParams(seed=cfg.seed + tag),
+                            max_new_tokens=request_frames(cfg, i), ignore_eos=True)
     t0 = time.perf_counter()
     handle = engine.submit(req, asyncio.get_running_loop())
     first, frames, ok = None, 0, True
@@ -97,22 +160,43 @@ async def _request(engine: Any, cfg: EngineBenchConfig, i: int) -> Sample:
             ok = ev.kind == "done"
             break
     end = time.perf_counter()
-    return Sample(ok, 200 if ok else 500, (first or end) - t0, end - t0, float(frames))
+    return Sample(ok, 200 if ok else 500, (first or end) - t0, end - t0, float(frames),
+                  frames / FRAMES_PER_AUDIO_S)
 
 
-async def _level(engine: Any, cfg: EngineBenchConfig, c: int, n: int) -> Level:
+#: S2's codec: 44,100 Hz / 2,048 samples per frame.
+FRAMES_PER_AUDIO_S = 44100 / 2048
+
+#: Engine counters whose per-level difference says where the engine thread's time went.
+PHASES = ("prefill_s", "decode_s", "wait_s", "codec_s", "steps", "prefill_calls", "prefill_tokens",
+          "codec_calls", "codec_frames", "spare_rows")
+
+
+async def _run(engine: Any, cfg: EngineBenchConfig, c: int, n: int,
+               run: int) -> tuple[list[Sample], float, float]:
     samples: list[Sample] = []
     counter = iter(range(n))
 
     async def worker() -> None:
         for i in counter:
-            samples.append(await _request(engine, cfg, c * 1000 + i))
+            samples.append(await _request(engine, cfg, i, (run * 100 + c) * 1000 + i))
 
     f0 = engine.stats.frames
     t0 = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(c)))
     wall = time.perf_counter() - t0
-    return summarize_level(c, n, samples, wall, frames=engine.stats.frames - f0)
+    return samples, wall, float(engine.stats.frames - f0)
+
+
+def _level(engine: Any, cfg: EngineBenchConfig, c: int, n: int) -> tuple[Level, dict[str, float]]:
+    """``cfg.repeats`` closed-loop runs at ``c``; the level, and the engine's phase totals per run."""
+    before = engine.stats.snapshot()
+    runs = [asyncio.run(_run(engine, cfg, c, n, r)) for r in range(max(cfg.repeats, 1))]
+    after = engine.stats.snapshot()
+    wall = sum(w for _, w, _ in runs)
+    phases = {k: round((after[k] - before[k]) / len(runs), 4) for k in PHASES}
+    phases["wall_s"] = round(wall / len(runs), 4)
+    return summarize_runs(c, n, runs), phases
 
 
 # ----------------------------------------------------------------------------- step breakdown
@@ -195,22 +279,82 @@ def step_breakdown(model: Any, batch_sizes: list[int], context: int) -> list[dic
     return rows
 
 
-def codec_push_ms(codec: Any, frames: tuple[int, ...] = (2, 8, 32), reps: int = 10) -> dict[str, float]:
-    """Median wall ms of one streaming-decoder push of ``n`` frames (what one request's chunk costs)."""
+def prefill_breakdown(model: Any, tokens: int, batches: tuple[int, ...]) -> list[dict[str, float]]:
+    """GPU ms of one batched prefill of ``n`` fresh ``tokens``-token prompts (median of 3, eager)."""
+    import torch
+
+    from .model import PrefillPiece
+
+    rows = []
+    cache = model.new_cache(max(batches), tokens + 8)
+    for n in batches:
+        pieces = [PrefillPiece(i, _prompt(model, tokens, i), 0) for i in range(n)]
+        times = []
+        for _ in range(4):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            model.prefill_batch(cache, pieces)
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b))
+        ms = statistics.median(times[1:])
+        rows.append({"prompts": n, "tokens": n * tokens, "ms": round(ms, 3),
+                     "tokens_per_s": round(n * tokens / ms * 1000, 1)})
+    return rows
+
+
+def _gate_passes(engine: Any, cfg: EngineBenchConfig, first: list[Level]) -> dict[str, Any]:
+    """The levels once more (a re-run) and once with a planted 10 % slowdown, each gated on ``first``."""
+    def report(levels: list[Level]) -> dict[str, Any]:
+        return {"levels": [asdict(lv) for lv in levels],
+                "points": [{"concurrency": lv.concurrency, "frames_per_s": round(lv.frames_per_s, 3),
+                            "ttfa_s": round(lv.ttfa_p50_s, 5)} for lv in levels]}
+
+    def again() -> list[Level]:
+        return [_level(engine, cfg, c, cfg.requests or max(2 * c, 4))[0] for c in cfg.levels]
+
+    base = report(first)
+    rerun = report(again())
+    launch = engine._launch_step
+    _plant_slowdown(engine, 0.10)
+    try:
+        planted = report(again())
+    finally:
+        engine._launch_step = launch
+    out: dict[str, Any] = {"rerun": rerun, "planted": planted}
+    for name in ("rerun", "planted"):
+        try:
+            out[f"{name}_regressions"] = regressions(base, out[name])
+        except ValueError as exc:
+            out[f"{name}_regressions"] = [f"gate refused: {exc}"]
+    return out
+
+
+def codec_push_ms(codec: Any, batches: tuple[int, ...] = (1, 16, 64), frames: tuple[int, ...] = (1, 4),
+                  reps: int = 10) -> list[dict[str, float]]:
+    """Wall ms of one batched streaming push (``B`` streams x ``T`` frames), eager and graph-replayed.
+
+    What the codec thread pays per round: with the batched decoder a round is one push per frame
+    count for every stream, so ms per push / (B x T) is the codec's cost per frame."""
     import torch
 
     g = torch.Generator().manual_seed(0)
-    out = {}
-    for n in frames:
-        codes = torch.randint(0, 1024, (codec.num_codebooks, n), generator=g)
-        times = []
-        for _ in range(reps + 2):
-            dec = codec.stream_decoder()
-            t = time.perf_counter()
-            dec.push(codes)
-            times.append((time.perf_counter() - t) * 1000)
-        out[f"push_{n}_frames_ms"] = round(statistics.median(times[2:]), 3)
-    return out
+    cuda = codec.device.type == "cuda"
+    rows = []
+    for graphs in ((False, True) if cuda else (False,)):
+        dec = codec.slot_decoder(max(batches), graphs=graphs)
+        for b in batches:
+            for t in frames:
+                codes = torch.randint(0, 1024, (b, codec.num_codebooks, t), generator=g)
+                times = []
+                for _ in range(reps + 2):
+                    t0 = time.perf_counter()
+                    dec.push(list(range(b)), codes).cpu()
+                    times.append((time.perf_counter() - t0) * 1000)
+                ms = statistics.median(times[2:])
+                rows.append({"graphs": graphs, "streams": b, "frames": t, "ms": round(ms, 3),
+                             "frames_per_s": round(b * t / ms * 1000, 1)})
+    return rows
 
 
 # ----------------------------------------------------------------------------- run + gate
@@ -222,22 +366,26 @@ def run_engine_bench(cfg: EngineBenchConfig, progress: Any = None) -> dict[str, 
     engine = build_engine(cfg)
     engine.start()
     try:
-        asyncio.run(_level(engine, EngineBenchConfig(**{**asdict(cfg), "frames": 4}), 1, 1))  # warm-up
+        asyncio.run(_run(engine, EngineBenchConfig(**{**asdict(cfg), "frames": 4}), 1, 1, 0))  # warm-up
         setup_s = time.perf_counter() - t0
-        levels = []
+        levels, phases = [], []
         for c in cfg.levels:
-            levels.append(asyncio.run(_level(engine, cfg, c, cfg.requests or max(2 * c, 4))))
+            lv, ph = _level(engine, cfg, c, cfg.requests or max(2 * c, 4))
+            levels.append(lv)
+            phases.append({"concurrency": c, **ph})
             if progress is not None:
                 progress(levels[-1])
+        gate = _gate_passes(engine, cfg, levels) if cfg.gate else None
     finally:
         engine.stop()
     model = engine.model
-    codec_ms = codec_push_ms(engine.codec) if engine.codec is not None else {}
-    breakdown = []
+    codec_ms = codec_push_ms(engine.codec) if engine.codec is not None else []
+    breakdown, prefill = [], []
     if cfg.breakdown and str(cfg.device).startswith("cuda"):
         del engine
         torch.cuda.empty_cache()
         breakdown = step_breakdown(model, sorted(set(cfg.levels)), cfg.prompt_tokens + cfg.frames // 2)
+        prefill = prefill_breakdown(model, cfg.prompt_tokens, (1, 4, 16))
     base = levels[0].frames_per_s
     dev = torch.device(cfg.device)
     return {
@@ -250,7 +398,10 @@ def run_engine_bench(cfg: EngineBenchConfig, progress: Any = None) -> dict[str, 
         "setup_s": round(setup_s, 1),
         "levels": [asdict(lv) for lv in levels],
         "scaling": (levels[-1].frames_per_s / base) if base > 0 else None,
+        "engine_phases": phases,
         "breakdown": breakdown,
+        "prefill": prefill,
+        "gate": gate,
         "codec": codec_ms,
         "points": [{"concurrency": lv.concurrency, "frames_per_s": round(lv.frames_per_s, 3),
                     "ttfa_s": round(lv.ttfa_p50_s, 5)} for lv in levels
@@ -259,25 +410,59 @@ def run_engine_bench(cfg: EngineBenchConfig, progress: Any = None) -> dict[str, 
     }
 
 
-def regressions(baseline: dict[str, Any], result: dict[str, Any], tolerance: float = 0.05) -> list[str]:
-    """One line per concurrency where ``result`` decodes more than ``tolerance`` below ``baseline``.
+#: The gate's derived tolerance at one concurrency: the baseline's run-to-run spread, clamped to
+#: [GATE_FLOOR, GATE_CAP] (a level noisier than the cap is gated at the cap and reported as noisy).
+GATE_FLOOR, GATE_CAP, GATE_MIN_REPEATS = 0.03, 0.08, 3
 
-    Both are bench reports (``points``: concurrency, frames_per_s). A concurrency the baseline has and
-    the result lacks is a regression too (a gate that skips what it cannot see passes anything).
+
+def gate_tolerance(level: dict[str, Any] | None) -> float:
+    """Allowed drop of the median below a baseline level: its measured spread, clamped to [3 %, 8 %].
+
+    Why the spread: two runs of unchanged code differ by what the machine's noise does to a level
+    of that length; a fixed 5 % fails on that noise at some levels and is blind at others. The spread
+    is the (max - min) / median of the baseline's >= 3 runs, a pessimistic bound on how far a
+    re-run's *median* lands from the baseline's. The floor keeps very quiet levels from failing on
+    rounding-level jitter; the cap keeps a noisy level able to catch a 10 % slowdown (the H200
+    record: c=64 runs spread 10.6 %, a re-run's median came within 1.6 %, a planted 10 % slowdown
+    fell 13.2 %).
     """
-    if not 0 <= tolerance < 1:
+    if level is None or int(level.get("repeats", 1)) < GATE_MIN_REPEATS:
+        raise ValueError(f"the baseline needs >= {GATE_MIN_REPEATS} repetitions per level to derive a "
+                         "tolerance (re-record it with --repeats 3, or pass --tolerance)")
+    return min(max(GATE_FLOOR, float(level.get("frames_per_s_spread", 0.0))), GATE_CAP)
+
+
+def noisy_levels(baseline: dict[str, Any]) -> list[str]:
+    """Baseline levels whose spread exceeds the cap: gated at the cap, worth re-recording longer."""
+    return [f"c={lv['concurrency']}: baseline runs spread {lv['frames_per_s_spread']:.1%} (> {GATE_CAP:.0%})"
+            for lv in baseline.get("levels", []) if float(lv.get("frames_per_s_spread", 0.0)) > GATE_CAP]
+
+
+def regressions(baseline: dict[str, Any], result: dict[str, Any],
+                tolerance: float | None = None) -> list[str]:
+    """One line per concurrency where ``result`` decodes more than the tolerance below ``baseline``.
+
+    Both are bench reports (``points``: concurrency, median frames_per_s; ``levels``: repeats and
+    spread). ``tolerance`` None derives it per level from the baseline (:func:`gate_tolerance`).
+    A concurrency the baseline has and the result lacks is a regression too (a gate that skips
+    what it cannot see passes anything).
+    """
+    if tolerance is not None and not 0 <= tolerance < 1:
         raise ValueError(f"tolerance must be in [0, 1), got {tolerance}")
-    got = {int(p["concurrency"]): float(p["frames_per_s"]) for p in result.get("points", [])}
-    out = []
-    for p in baseline.get("points", []):
-        c, want = int(p["concurrency"]), float(p["frames_per_s"])
-        if c not in got:
-            out.append(f"c={c}: not measured (baseline {want:.1f} frames/s)")
-        elif got[c] < want * (1 - tolerance):
-            drop = 1 - got[c] / want
-            out.append(f"c={c}: {got[c]:.1f} frames/s is {drop:.1%} below the baseline {want:.1f}")
     if not baseline.get("points"):
         raise ValueError("the baseline has no points")
+    levels = {int(lv["concurrency"]): lv for lv in baseline.get("levels", [])}
+    got = {int(p["concurrency"]): float(p["frames_per_s"]) for p in result.get("points", [])}
+    out = []
+    for p in baseline["points"]:
+        c, want = int(p["concurrency"]), float(p["frames_per_s"])
+        tol = tolerance if tolerance is not None else gate_tolerance(levels.get(c))
+        if c not in got:
+            out.append(f"c={c}: not measured (baseline {want:.1f} frames/s)")
+        elif got[c] < want * (1 - tol):
+            drop = 1 - got[c] / want
+            out.append(f"c={c}: {got[c]:.1f} frames/s is {drop:.1%} below the baseline {want:.1f} "
+                       f"(tolerance {tol:.1%})")
     return out
 
 
@@ -303,8 +488,9 @@ def write_csv(report: dict[str, Any], out: Any) -> Any:
 
     path = Path(out) / "bench.csv"
     steps = {r["batch"]: r for r in report.get("breakdown", [])}
-    cols = ["concurrency", "frames_per_s", "per_request_frames_per_s", "ttfa_p50_s", "ttfa_p99_s",
-            "requests", "errors", "step_ms", "slow_ms", "fast_ms", "main_sample_ms", "other_ms"]
+    cols = ["concurrency", "frames_per_s", "frames_per_s_spread", "repeats", "per_request_frames_per_s",
+            "ttfa_p50_s", "ttfa_p99_s", "rtf_p50", "rtf_p99", "requests", "errors", "step_ms", "slow_ms",
+            "fast_ms", "main_sample_ms", "other_ms"]
     with path.open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
         w.writeheader()

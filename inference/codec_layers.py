@@ -17,7 +17,50 @@ from torch import Tensor, nn
 
 from .model_layers import RMSNorm, apply_rope, rope_table
 
-State = dict | None
+
+class SlotState:
+    """The stream state of many streams at once, one row per slot (like the decode KV cache).
+
+    Why: one batched streaming call for every active request costs about what one request's call
+    costs (the codec is launch-bound at streaming sizes). Layers use it through the same ``get`` /
+    ``[key] =`` / ``in`` as the per-stream dict: ``get`` gathers the rows of the slots this call
+    decodes (:meth:`select`, a device tensor), assignment scatters them back. A slot's rows start as
+    zeros, which every layer treats exactly like "no state yet" (zero conv history, zero overlap
+    tail, position 0, no valid window keys). Positions are state rows too, so a call never reads
+    the device from the host and can be captured in a CUDA graph; ``max_positions`` bounds them
+    (RoPE tables are built that long once, before any capture).
+    """
+
+    def __init__(self, max_slots: int, max_positions: int = 1 << 15) -> None:
+        self.max_slots = max_slots
+        self.max_positions = max_positions
+        self.store: dict = {}
+        self.rows: Tensor | None = None
+
+    def select(self, rows: Tensor) -> None:
+        """Decode the slots ``rows`` (int64 device tensor, distinct: the caller checks) next."""
+        self.rows = rows
+
+    def get(self, key: object, default: object = None) -> Tensor | None:
+        t = self.store.get(key)
+        return default if t is None else t.index_select(0, self.rows)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.store
+
+    def __setitem__(self, key: object, value: Tensor) -> None:
+        t = self.store.get(key)
+        if t is None:
+            t = self.store[key] = value.new_zeros(self.max_slots, *value.shape[1:])
+        t.index_copy_(0, self.rows, value)
+
+    def reset(self, slot: int) -> None:
+        """Forget ``slot``'s stream: the next push on it starts a new one."""
+        for t in self.store.values():
+            t[slot].zero_()
+
+
+State = dict | SlotState | None
 
 
 class Snake(nn.Module):
@@ -161,6 +204,8 @@ class WindowTransformer(nn.Module):
         return self.rope
 
     def forward(self, x: Tensor, st: State = None) -> Tensor:
+        if isinstance(st, SlotState):
+            return self._forward_slots(x, st)
         x = x.transpose(1, 2)
         if self.input_proj is not None:
             x = self.input_proj(x)
@@ -195,6 +240,55 @@ class WindowTransformer(nn.Module):
             x = x + f.w2(F.silu(f.w1(hf)) * f.w3(hf)) * layer.ffn_layer_scale.gamma
         if st is not None:
             st[(self, "pos")] = p0 + t
+        x = self.norm(x)
+        if self.output_proj is not None:
+            x = self.output_proj(x)
+        return x.transpose(1, 2)
+
+    def _forward_slots(self, x: Tensor, st: SlotState) -> Tensor:
+        """:meth:`forward` for many streams, each at its own position, with a fixed-size key window.
+
+        Each row keeps the last ``window - 1`` keys (zeros before its stream starts, masked out by
+        their negative positions), so shapes stay the same from the first push on and the rows
+        attend to exactly the keys the per-stream path keeps.
+        """
+        if self.window is None:
+            raise ValueError("batched streaming needs a windowed transformer")
+        x = x.transpose(1, 2)
+        if self.input_proj is not None:
+            x = self.input_proj(x)
+        b, t, _ = x.shape
+        keep = self.window - 1
+        p0 = st.get((self, "pos"))  # int64 [b]: positions already decoded per stream
+        if p0 is None:
+            p0 = torch.zeros(b, dtype=torch.int64, device=x.device)
+        table = self._table(st.max_positions)
+        pos = (p0[:, None] + torch.arange(t, device=x.device)).clamp(max=table.shape[0] - 1)  # [b, t]
+        kpos = p0[:, None] - keep + torch.arange(keep + t, device=x.device)  # [b, keep + t]
+        q_at, k_at = pos[:, :, None], kpos[:, None, :]
+        mask = (k_at <= q_at) & (k_at > q_at - self.window) & (k_at >= 0)  # [b, t, keep + t]
+        rope = table[pos]  # [b, t, D/2, 2]
+        for layer in self.layers:
+            a = layer.attention
+            h = layer.attention_norm(x)
+            q, k, v = a.wqkv(h).split(a.n_head * a.head_dim, dim=-1)
+            q = apply_rope(q.view(b, t, a.n_head, a.head_dim), rope)
+            k = apply_rope(k.view(b, t, a.n_head, a.head_dim), rope)
+            v = v.view(b, t, a.n_head, a.head_dim)
+            ck, cv = st.get((layer, "k")), st.get((layer, "v"))
+            if ck is None:
+                ck = k.new_zeros(b, keep, a.n_head, a.head_dim)
+                cv = torch.zeros_like(ck)
+            k, v = torch.cat([ck, k], 1), torch.cat([cv, v], 1)
+            st[(layer, "k")], st[(layer, "v")] = k[:, t:], v[:, t:]
+            y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                               attn_mask=mask[:, None])
+            y = a.wo(y.transpose(1, 2).reshape(b, t, -1))
+            x = x + y * layer.attention_layer_scale.gamma
+            f = layer.feed_forward
+            hf = layer.ffn_norm(x)
+            x = x + f.w2(F.silu(f.w1(hf)) * f.w3(hf)) * layer.ffn_layer_scale.gamma
+        st[(self, "pos")] = p0 + t
         x = self.norm(x)
         if self.output_proj is not None:
             x = self.output_proj(x)

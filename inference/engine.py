@@ -2,33 +2,37 @@
 
 Why this shape (sglang's scheduler style): all batch state — ``waiting`` (admitted, no KV slot yet),
 ``running`` (holding a slot, decoding one frame per step) and finished — lives in the engine
-thread and is mutated only there. HTTP handlers talk to it through a thread-safe inbox and get
-results back on their own asyncio queue, so no lock guards model state. A request moves
-``waiting`` → ``prefilling`` (holds a KV slot, prompt partly prefilled) → ``running`` → finished.
-Every loop iteration:
+thread and is mutated only there. HTTP handlers talk to it through a thread-safe inbox of typed
+messages (:class:`Submit`, :class:`Wake`) and get results back on their own asyncio queue, so no
+lock guards model state. A request moves ``waiting`` → ``prefilling`` (holds a KV slot, prompt
+partly prefilled) → ``running`` → finished. Every loop iteration:
 
 1. ingest new requests and cancellations from the inbox; free the slots of cancelled requests
    (waiting, mid-prefill or running);
-2. chunked prefill, separately from decode: continue the requests already prefilling (in
-   turn), then move waiting requests into free KV slots, spending at most
-   ``prefill_token_budget`` prompt tokens between two decode steps. A prompt is fed to
-   ``model.prefill`` in chunks of at most ``prefill_chunk_tokens`` that continue its slot where the
-   previous chunk stopped; each request advances by at most one chunk per iteration, and the last
-   chunk of the iteration may be cut short by the budget. So a long prompt (a voice-cloning reference
-   of hundreds of frames) is spread over several iterations and delays each decode step of the
-   running batch by a bounded amount. ``prefill_chunk_tokens = 0`` turns chunking off: whole
-   prompts, always at least one per iteration, more while they fit the budget;
-3. a request whose last chunk ran joins the running batch, and one decode step runs over the whole
-   running batch — new requests join as soon as a slot frees and their prompt is in;
-4. shift each row's ``previous_tokens`` window (int32 ``[bs, W, cw]``, contract enforced by
-   :func:`ttsfleet.kernels.prev_tokens_shift_`), retire rows on EOS or ``max_new_tokens``.
+2. batched, chunked prefill: plan this iteration's prompt pieces within ``prefill_token_budget`` —
+   first the requests already prefilling (one chunk of at most ``prefill_chunk_tokens`` each), then
+   waiting requests into free KV slots — and run them all in **one** variable-length
+   ``model.prefill_batch`` call. A long prompt is spread over several iterations, each bounded, so
+   admission never stalls the running batch for long, and every waiting prompt of an iteration gets
+   its first frame at the same step (time to first audio does not grow with queue position within
+   the budget). ``prefill_chunk_tokens = 0``: whole prompts, at least one per iteration;
+3. a request whose last chunk ran joins the running batch, and one decode step is *launched* over
+   the whole running batch; its frames are copied to a pinned host buffer behind a CUDA event;
+4. the frames of the previous step (``pipeline_depth`` = 1) are read back — by then the GPU is
+   already running the next step, so there is no per-step host barrier — their codes go to the
+   codec thread, and rows that hit EOS or ``max_new_tokens`` retire (a retired row's frame in the
+   step already in flight is dropped: ``stats.spare_rows``).
 
 The decode batch lives in static buffers (slots, window; one row per KV slot); each step uses
 the leading ``bs`` rows, kept dense by swap-removal. On CUDA a step is padded up to the next
 bucket size (1, 2, 4, 8, 16, 24, … ``cuda_graph_max_bs``; padded rows write into a scratch slot)
-and replays the CUDA graph captured for that size on the same storage. Decoded frames go in
-chunks to the codec thread, which turns codes into audio with one streaming decoder per request
-and hands chunks to the HTTP side: audio leaves while later frames are still decoding.
+and replays the CUDA graph captured for that size on the same storage.
+
+The codec thread (:class:`CodesChunk` / :class:`DropStream` / :class:`StopCodec` messages) decodes
+the frames of **every** stream with pending codes in one batched streaming call per frame count
+(:class:`~ttsfleet.inference.codec.SlotCodecStream`: stream state in slots like the KV cache, on its
+own CUDA stream, replayed from CUDA graphs), then hands float32 audio chunks to the HTTP side,
+which encodes them (wav/pcm/mp3/opus) on its own event loop, never on the engine thread.
 """
 
 from __future__ import annotations
@@ -108,7 +112,7 @@ class GenerationRequest:
     ignore_eos: bool = False
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity: two requests are never "equal"
 class _Running:
     """Engine-thread state of one admitted request."""
 
@@ -119,6 +123,53 @@ class _Running:
     generated: int = 0
     pending: list[np.ndarray] = field(default_factory=list)  # codes not yet sent to the codec
     chunks_sent: int = 0
+    retired: bool = False  # left the batch (a decode step in flight may still hold its row)
+
+    @property
+    def prompt_len(self) -> int:
+        return int(self.req.prompt.shape[-1])
+
+
+# ----------------------------------------------------------------------------- typed messages
+# The engine inbox (HTTP side -> engine thread) and the codec queue (engine -> codec thread) carry
+# these, so a handler is chosen by type and a misspelt kind cannot pass silently.
+@dataclass(frozen=True)
+class Submit:
+    """A new request for the waiting queue."""
+
+    state: _Running
+
+
+@dataclass(frozen=True)
+class Wake:
+    """Nothing to carry: look at cancellations / the stop flag now."""
+
+
+@dataclass(frozen=True)
+class CodesChunk:
+    """Decoded frames of one request for the codec; ``final`` = the request's last chunk."""
+
+    handle: RequestHandle
+    codes: np.ndarray  # int64 [num_codebooks, frames]
+    final: bool
+    reason: str
+    generated: int
+
+
+@dataclass(frozen=True)
+class DropStream:
+    """The request was cancelled: forget its audio stream."""
+
+    handle: RequestHandle
+
+
+@dataclass(frozen=True)
+class StopCodec:
+    """End the codec thread."""
+
+
+InboxMessage = Submit | Wake
+CodecMessage = CodesChunk | DropStream | StopCodec
 
 
 @dataclass
@@ -127,8 +178,9 @@ class EngineConfig:
     max_queue: int = 64
     cuda_graph_max_bs: int = 16
     max_seq_len: int | None = None
-    prefill_token_budget: int = 1024  # prompt tokens prefilled per loop iteration (>= 1)
-    #: Largest prompt piece one ``model.prefill`` call runs; a longer prompt is prefilled over several
+    #: Prompt tokens prefilled per loop iteration (>= 1), all in one batched ``model.prefill_batch``.
+    prefill_token_budget: int = 2048
+    #: Largest piece of one prompt an iteration prefills; a longer prompt is prefilled over several
     #: loop iterations, one chunk per iteration, with decode steps in between. 0 = whole prompts.
     prefill_chunk_tokens: int = 256
     window: int = DEFAULT_WINDOW
@@ -141,6 +193,19 @@ class EngineConfig:
     #: Capture one CUDA graph of ``model.decode_step`` per batch bucket at start (CUDA only; needs
     #: ``pad_to_buckets``). A capture failure logs and falls back to eager decoding.
     cuda_graphs: bool = False
+    #: Decode steps launched before the host reads a step's frames (0 = read each step at once). With
+    #: 1 the host handles step k's frames while the GPU runs step k+1: no per-step host barrier; a
+    #: row that ended at step k decodes one frame too many, which is dropped.
+    pipeline_depth: int = 1
+    #: Largest number of frames one batched codec call decodes per request.
+    codec_max_frames: int = 8
+    #: Replay small batched codec calls from CUDA graphs captured on first use (CUDA only). Off by
+    #: default: on the H200 it cut time to first audio at c=1 from 87 to 54 ms, but replayed audio
+    #: differed from eager by up to 1e-2 (TF32 convolutions, not yet confirmed) and captures during
+    #: load stalled the c=64 level (benchmarks/inference_h200/2026-12-01-served/run3-codec-graphs).
+    codec_graphs: bool = False
+    #: Share of the free GPU memory the KV cache may take; the context per slot shrinks to fit.
+    kv_cache_memory_fraction: float = 0.5
 
 
 def batch_buckets(max_bs: int) -> list[int]:
@@ -151,15 +216,29 @@ def batch_buckets(max_bs: int) -> list[int]:
 
 
 class _Stats:
-    """Counters the engine thread writes and anyone may read (plain ints; reads may be a step old)."""
+    """Counters the engine threads write and anyone may read (plain numbers; reads may be a step old).
+
+    The ``*_s`` fields are host wall seconds spent launching + waiting in each phase: with the
+    pipeline on, ``wait_s`` is where the engine thread waits for the GPU."""
 
     def __init__(self) -> None:
         self.waiting = 0
         self.running = 0
         self.frames = 0
         self.steps = 0
-        self.prefill_chunks = 0  # model.prefill calls
+        self.prefill_chunks = 0  # prompt pieces prefilled
+        self.prefill_calls = 0  # batched model.prefill_batch calls
         self.prefill_tokens = 0
+        self.spare_rows = 0  # rows decoded for requests that had already ended (pipeline lag)
+        self.prefill_s = 0.0
+        self.decode_s = 0.0
+        self.wait_s = 0.0
+        self.codec_calls = 0
+        self.codec_frames = 0
+        self.codec_s = 0.0
+
+    def snapshot(self) -> dict[str, float]:
+        return dict(vars(self))
 
 
 class Engine:
@@ -179,8 +258,9 @@ class Engine:
         mc = model.config
         self.num_codebooks = int(mc.num_codebooks)
         self.im_end_id = int(mc.im_end_id)
-        self.max_seq_len = int(min(config.max_seq_len or mc.max_seq_len, mc.max_seq_len))
         self.max_slots = config.max_running_requests
+        context = int(min(config.max_seq_len or mc.max_seq_len, mc.max_seq_len))
+        self.max_seq_len = self._fit_seq_len(model, context)
         # One extra scratch slot receives the padded rows' writes when batches are padded.
         self.pad_slot = self.max_slots
         self.cache = model.new_cache(self.max_slots + (1 if config.pad_to_buckets else 0), self.max_seq_len)
@@ -197,12 +277,17 @@ class Engine:
         self._sampling: Any = None
         if config.prefill_token_budget < 1 or config.prefill_chunk_tokens < 0:
             raise ValueError("prefill_token_budget must be >= 1 and prefill_chunk_tokens >= 0")
+        if config.pipeline_depth < 0 or config.codec_max_frames < 1:
+            raise ValueError("pipeline_depth must be >= 0 and codec_max_frames >= 1")
         self.waiting: deque[_Running] = deque()
         self.prefilling: deque[_Running] = deque()  # hold a slot, prompt not fully prefilled yet
         self.running: list[_Running] = []
         self.stats = _Stats()
-        self._inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
-        self._codec_q: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self._inbox: queue.SimpleQueue[InboxMessage] = queue.SimpleQueue()
+        self._codec_q: queue.SimpleQueue[CodecMessage] = queue.SimpleQueue()
+        self._in_flight: deque[_StepInFlight] = deque()  # launched decode steps not yet read back
+        self._host_bufs: list[Any] = []  # pinned frame buffers, one per in-flight step
+        self.codec_slots = 2 * self.max_slots  # audio streams may outlive their KV slot
         self._admit_lock = threading.Lock()
         self._queued = 0  # submitted and not yet holding a slot (guarded by _admit_lock)
         self._ids = itertools.count(1)
@@ -214,6 +299,31 @@ class Engine:
                          threading.Thread(target=self._codec_main, name="ttsfleet-codec", daemon=True)]
         if collectors is not None:
             self.attach_metrics(collectors, model_label)
+
+    def _fit_seq_len(self, model: Any, want: int) -> int:
+        """``want``, or less where a KV cache of ``want`` positions per slot would not fit the GPU.
+
+        Why: a model's own context (S2 Pro: 32,768) times 64 slots is ~300 GB of bf16 K/V; the cache
+        takes at most ``kv_cache_memory_fraction`` of the free device memory instead (like sglang's
+        static memory fraction), and prompts beyond that context get the usual 400.
+        """
+        import torch
+
+        dev = torch.device(self.cfg.device)
+        if dev.type != "cuda":
+            return want
+        mc = model.config
+        slots = self.max_slots + 1
+        per_pos = 2 * mc.n_layer * mc.n_local_heads * mc.head_dim * model.dtype.itemsize * slots
+        free, _ = torch.cuda.mem_get_info(dev)
+        fit = int(free * self.cfg.kv_cache_memory_fraction // per_pos)
+        if fit >= want:
+            return want
+        if fit < 64:
+            raise ValueError(f"no room for a KV cache of {self.max_slots} slots "
+                             f"({free / 2**30:.1f} GiB free)")
+        log.warning("KV cache: %d positions per slot fit (model context %d); longer prompts: 400", fit, want)
+        return fit
 
     def attach_metrics(self, collectors: Any, label: str) -> None:
         """Start exporting (after a warm-up, so it does not show up as traffic)."""
@@ -231,8 +341,8 @@ class Engine:
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
-        self._inbox.put(("wake", None))
-        self._codec_q.put(("stop", None))
+        self._inbox.put(Wake())
+        self._codec_q.put(StopCodec())
         for t in self._threads:
             if t.is_alive():
                 t.join(timeout)
@@ -263,14 +373,14 @@ class Engine:
                 raise EngineOverloaded(f"queue full ({self.cfg.max_queue} waiting)")
             self._queued += 1
         handle = RequestHandle(next(self._ids), loop)
-        self._inbox.put(("submit", _Running(req=req, handle=handle)))
+        self._inbox.put(Submit(_Running(req=req, handle=handle)))
         return handle
 
     def cancel(self, handle: RequestHandle) -> None:
         """The client went away: free its slot at the next step (idempotent)."""
         if not handle.cancelled.is_set():
             handle.cancelled.set()
-            self._inbox.put(("wake", None))
+            self._inbox.put(Wake())
 
     @property
     def queue_depth(self) -> int:
@@ -288,12 +398,16 @@ class Engine:
             if self.cfg.cuda_graphs:
                 self.graphs = _DecodeGraphs.capture(self)
             while not self._stop.is_set():
-                idle = not self.running and not self.waiting and not self.prefilling
+                idle = not (self.running or self.waiting or self.prefilling or self._in_flight)
                 self._ingest(block=idle)
                 self._drop_cancelled()
                 self._admit()
                 if self.running:
-                    self._decode_step()
+                    self._launch_step()
+                # read back the oldest step once enough are queued behind it (or nothing new ran)
+                depth = self.cfg.pipeline_depth if self.running else 0
+                while len(self._in_flight) > depth:
+                    self._finish_step(self._in_flight.popleft())
                 self._publish()
         except Exception as exc:  # a bug, not bad input: fail everyone loudly, mark not alive
             log.exception("engine loop died")
@@ -306,22 +420,25 @@ class Engine:
     def _drain_inbox_on_exit(self) -> None:
         while True:
             try:
-                kind, item = self._inbox.get_nowait()
+                msg = self._inbox.get_nowait()
             except queue.Empty:
                 return
-            if kind == "submit":
-                item.handle.post(Event("error", reason="engine stopped"))
+            if isinstance(msg, Submit):
+                msg.state.handle.post(Event("error", reason="engine stopped"))
 
     def _ingest(self, block: bool) -> None:
         try:
-            kind, item = self._inbox.get(timeout=0.5) if block else self._inbox.get_nowait()
+            msg = self._inbox.get(timeout=0.5) if block else self._inbox.get_nowait()
         except queue.Empty:
             return
         while True:
-            if kind == "submit":
-                self.waiting.append(item)
+            match msg:
+                case Submit(state=st):
+                    self.waiting.append(st)
+                case Wake():
+                    pass
             try:
-                kind, item = self._inbox.get_nowait()
+                msg = self._inbox.get_nowait()
             except queue.Empty:
                 return
 
@@ -358,71 +475,67 @@ class Engine:
         self.model.release(self.cache, slot)
         self.free_slots.append(slot)
 
+    # ------------------------------------------------------------------ batched, chunked prefill
     def _admit(self) -> None:
-        """Chunked prefill within the token budget: continue prefilling requests, then start waiting ones.
+        """Plan this iteration's prefill within the token budget, then run it as one batched call.
 
-        Each request advances by at most one chunk per call; one whose whole prompt is in joins the
-        running batch (and so the decode step that follows).
+        Requests already prefilling continue first (in turn, one chunk each), then waiting requests
+        take free KV slots while the budget lasts. Every piece of the plan goes into a single
+        ``model.prefill_batch``; a request whose whole prompt is in joins the running batch (and so
+        the decode step that follows). With chunking off, whole prompts: at least one per iteration,
+        more while they fit the budget.
         """
         budget = self.cfg.prefill_token_budget
         chunk = self.cfg.prefill_chunk_tokens
-        if chunk <= 0:  # chunking off: whole prompts, at least one per iteration
-            admitted = 0
-            while self.waiting and self.free_slots and len(self.running) < self.static_bs:
-                plen = int(self.waiting[0].req.prompt.shape[-1])
-                if admitted and plen > budget:
-                    break  # the rest waits for the next iteration; decode keeps going meanwhile
-                st = self.waiting.popleft()
-                st.slot = self.free_slots.popleft()
-                if self._prefill_chunk(st, plen):
-                    self._join(st)
-                    budget -= plen
-                    admitted += 1
-            return
-        for _ in range(len(self.prefilling)):  # in turn; each one advances by one chunk at most
-            if budget <= 0:
-                return
+        plan: list[tuple[_Running, int]] = []
+        while self.prefilling and budget > 0:
             st = self.prefilling.popleft()
-            n = min(chunk, budget, int(st.req.prompt.shape[-1]) - st.prefilled)
+            n = min(chunk, budget, st.prompt_len - st.prefilled)
+            plan.append((st, n))
             budget -= n
-            self._advance(st, n)
-        while (budget > 0 and self.waiting and self.free_slots
-               and len(self.running) + len(self.prefilling) < self.static_bs):
+        while (self.waiting and self.free_slots and budget > 0
+               and len(self.running) + len(self.prefilling) + len(plan) < self.static_bs):
+            plen = self.waiting[0].prompt_len
+            if chunk <= 0:
+                if plan and plen > budget:
+                    break  # the rest waits for the next iteration; decode keeps going meanwhile
+                n = plen
+            else:
+                n = min(chunk, budget, plen)
             st = self.waiting.popleft()
             st.slot = self.free_slots.popleft()
-            n = min(chunk, budget, int(st.req.prompt.shape[-1]))
+            plan.append((st, n))
             budget -= n
-            self._advance(st, n)
+        if plan:
+            self._prefill(plan)
 
-    def _advance(self, st: _Running, n: int) -> None:
-        """Prefill ``st``'s next ``n`` prompt tokens; then it joins the batch or waits for its next chunk."""
-        if not self._prefill_chunk(st, n):
-            return
-        if self._prefill_done(st):
-            self._join(st)
-        else:
-            self.prefilling.append(st)
+    def _prefill(self, plan: list[tuple[_Running, int]]) -> None:
+        """One ``model.prefill_batch`` over every planned piece; on failure each of them ends in an error."""
+        from ttsfleet.inference.model import PrefillPiece
 
-    @staticmethod
-    def _prefill_done(st: _Running) -> bool:
-        return st.prefilled >= int(st.req.prompt.shape[-1])
-
-    def _prefill_chunk(self, st: _Running, n: int) -> bool:
-        """Prefill the next ``n`` prompt tokens of ``st`` into its slot; on failure end it with an error."""
-        start = st.prefilled
+        t0 = time.perf_counter()
         try:
-            piece = st.req.prompt[:, start:start + n].to(self.device)
-            self.model.prefill(self.cache, st.slot, piece, start=start)
+            pieces = [PrefillPiece(st.slot, st.req.prompt[:, st.prefilled:st.prefilled + n], st.prefilled)
+                      for st, n in plan]
+            self.model.prefill_batch(self.cache, pieces)
         except Exception as exc:
             log.exception("prefill failed")
-            self._free_slot(st.slot)
-            self._dequeued()
-            st.handle.post(Event("error", reason=f"prefill failed: {type(exc).__name__}: {exc}"))
-            return False
-        st.prefilled = start + n
-        self.stats.prefill_chunks += 1
-        self.stats.prefill_tokens += n
-        return True
+            for st, _ in plan:
+                self._free_slot(st.slot)
+                self._dequeued()
+                st.handle.post(Event("error", reason=f"prefill failed: {type(exc).__name__}: {exc}"))
+            return
+        finally:
+            self.stats.prefill_s += time.perf_counter() - t0
+        self.stats.prefill_calls += 1
+        for st, n in plan:
+            st.prefilled += n
+            self.stats.prefill_chunks += 1
+            self.stats.prefill_tokens += n
+            if st.prefilled >= st.prompt_len:
+                self._join(st)
+            else:
+                self.prefilling.append(st)
 
     def _join(self, st: _Running) -> None:
         """A fully prefilled request takes the next decode batch row."""
@@ -434,15 +547,19 @@ class Engine:
             self._queued -= 1
             self.stats.running = len(self.running)
 
+    # ------------------------------------------------------------------ decode, pipelined
     def padded_size(self, bs: int) -> int:
         """The static batch size a step of ``bs`` rows runs at (itself beyond the largest bucket)."""
         if not self.cfg.pad_to_buckets:
             return bs
         return next((b for b in self.buckets if b >= bs), bs)
 
-    def _decode_step(self) -> None:
+    def _launch_step(self) -> None:
+        """Queue one decode step over the running batch and its frames' copy to the host (no wait)."""
+        import torch
         from ttsfleet.kernels import prev_tokens_shift_
 
+        t0 = time.perf_counter()
         bs = len(self.running)
         pbs = self.padded_size(bs)
         if pbs > bs:
@@ -453,36 +570,66 @@ class Engine:
             frames = self.graphs.replay(pbs, sampling)
         else:
             frames = self.model.decode_step(self.cache, self.slots_buf[:pbs], sampling, window)
-        codes = frames[:, 1:].to(torch_int32()).contiguous()
-        prev_tokens_shift_(window, codes)
+        prev_tokens_shift_(window, frames[:, 1:].to(torch.int32).contiguous())
         if pbs > bs:
             self.model.release(self.cache, self.pad_slot)
-        host = frames[:bs].cpu().numpy()
+        step = _StepInFlight(rows=list(self.running))
+        if self.device.type == "cuda":
+            buf = self._host_buf(len(self._in_flight), frames.shape)
+            buf[:bs].copy_(frames[:bs], non_blocking=True)
+            step.host, step.done = buf, torch.cuda.Event()
+            step.done.record()
+        else:
+            step.host = frames[:bs].clone()
+        self._in_flight.append(step)
+        self.stats.decode_s += time.perf_counter() - t0
+
+    def _host_buf(self, i: int, shape: Any) -> Any:
+        """Pinned host buffer ``i`` for a step's frames (one per in-flight step, reused)."""
+        import torch
+
+        while len(self._host_bufs) <= self.cfg.pipeline_depth:
+            self._host_bufs.append(torch.empty((self.static_bs, *shape[1:]), dtype=torch.int64,
+                                               pin_memory=True))
+        return self._host_bufs[(self.stats.steps + i) % len(self._host_bufs)]
+
+    def _finish_step(self, step: _StepInFlight) -> None:
+        """Read one step's frames (waiting for it if needed); hand codes on, retire finished rows."""
+        t0 = time.perf_counter()
+        if step.done is not None:
+            step.done.synchronize()
+        host = step.host.numpy()
+        self.stats.wait_s += time.perf_counter() - t0
         now = time.perf_counter()
         self.stats.steps += 1
+        bs = len(step.rows)
         if self.metrics is not None:
             self.metrics["inference_batch_size"].labels(self.label).observe(bs)
-        done: list[tuple[int, str]] = []
-        for i, st in enumerate(self.running):
+        new_frames = 0
+        finished: list[tuple[_Running, str]] = []
+        for i, st in enumerate(step.rows):
+            if st.retired:  # ended at an earlier step; this row's frame is the pipeline's spare
+                self.stats.spare_rows += 1
+                continue
             if int(host[i, 0]) == self.im_end_id and not st.req.ignore_eos:
-                done.append((i, "stop"))
+                finished.append((st, "stop"))
                 continue
             if st.handle.first_frame_at is None:
                 st.handle.first_frame_at = now
             st.generated += 1
+            new_frames += 1
             st.pending.append(host[i, 1:].copy())
             if st.generated >= st.req.max_new_tokens:
-                done.append((i, "length"))
+                finished.append((st, "length"))
             else:
                 want = st.req.first_chunk_frames if st.chunks_sent == 0 else st.req.chunk_frames
                 if len(st.pending) >= want:
                     self._send_codes(st, final=False)
-        new_frames = bs - sum(1 for _, r in done if r == "stop")
         self.stats.frames += new_frames
         if self.metrics is not None and new_frames:
             self.metrics["inference_frames"].labels(self.label).inc(new_frames)
-        for i, reason in sorted(done, reverse=True):
-            self._retire(i, reason)
+        for st, reason in finished:
+            self._retire(self.running.index(st), reason)
 
     def _sampling_batch(self, pbs: int) -> Any:
         """The running rows' sampling tensors, rebuilt only when the batch's requests change.
@@ -494,7 +641,9 @@ class Engine:
         if self._sampling_key != key:
             params = [st.req.sampling for st in self.running]
             pad = pbs if pbs > len(params) else None
-            self._sampling = self._SamplingBatch.from_params(params, self.device, pad_to=pad)
+            host = self._SamplingBatch.from_params(params, "cpu", pad_to=pad)
+            moved = {k: v.to(self.device, non_blocking=True) for k, v in host.tensors().items()}  # no sync
+            self._sampling = self._SamplingBatch(**moved, fusable=host.fusable)
             self._sampling_key = key
         return self._sampling
 
@@ -502,13 +651,14 @@ class Engine:
         codes = np.stack(st.pending, axis=1) if st.pending else np.zeros((self.num_codebooks, 0), np.int64)
         st.pending = []
         st.chunks_sent += 1
-        self._codec_q.put(("codes", (st.handle, codes, final, reason, st.generated)))
+        self._codec_q.put(CodesChunk(st.handle, codes, final, reason, st.generated))
 
     def _retire(self, row: int, reason: str) -> None:
         """Finish running[row]: flush its audio, free its slot, keep the batch rows dense."""
         st = self.running[row]
+        st.retired = True
         if reason == "cancelled":
-            self._codec_q.put(("drop", st.handle))
+            self._codec_q.put(DropStream(st.handle))
         else:
             self._send_codes(st, final=True, reason=reason)
         self._free_slot(st.slot)
@@ -531,77 +681,178 @@ class Engine:
 
     # ------------------------------------------------------------------ codec thread
     def _codec_main(self) -> None:
-        """Decode codes to audio. Under backlog, chunks of one request merge into one push (the codec's
-        per-call cost dominates small pushes) and requests without audio yet go first (time to first
-        audio does not queue behind long streams)."""
+        """Turn codes into audio: one batched streaming decode per round for every request with frames.
+
+        Each request owns a slot of the batched decoder's stream state (like a KV slot; it is kept
+        until its last chunk is decoded, which may be after its KV slot is freed). A round groups
+        the requests by how many frames they decode now (the largest power of two of their backlog,
+        at most ``codec_max_frames``) and runs one call per group, so 64 streams cost a few calls,
+        not 64. A request's remaining frames wait for the next round, which follows at once.
+        """
         import torch
 
         torch.set_grad_enabled(False)
         if self.cfg.cpu_threads:
             torch.set_num_threads(self.cfg.cpu_threads)
         if self.device.type == "cuda":  # its own stream: codec kernels overlap the decode graphs
-            # (a high-priority stream was measured: the same time to first audio, lower throughput)
             torch.cuda.set_stream(torch.cuda.Stream(self.device))
-        decoders: dict[int, Any] = {}
-        pending: dict[int, _CodecJob] = {}  # insertion order = arrival order
-        while True:
-            items = [] if pending else [self._codec_q.get()]  # block only when idle
-            while True:
-                try:
-                    items.append(self._codec_q.get_nowait())
-                except queue.Empty:
-                    break
-            for kind, item in items:
-                if kind == "stop":
-                    return
-                if kind == "drop":
-                    pending.pop(item.rid, None)
-                    decoders.pop(item.rid, None)
-                    item.post(Event("done", reason="cancelled"))
-                    continue
-                handle, codes, final, reason, generated = item
-                job = pending.get(handle.rid)
-                if job is None:
-                    pending[handle.rid] = _CodecJob(handle, [codes], final, reason, generated)
-                else:
-                    job.codes.append(codes)
-                    job.final, job.reason, job.generated = final, reason, generated
-            if not pending:
-                continue
-            rid = next((r for r in pending if r not in decoders), next(iter(pending)))
-            self._codec_run(pending.pop(rid), decoders)
+        decoder = None
+        if self.codec is not None:
+            decoder = self.codec.slot_decoder(self.codec_slots, max_frames=self.max_seq_len,
+                                              graphs=self.device.type == "cuda" and self.cfg.codec_graphs)
+        codec = _BatchedCodec(self, decoder)
+        try:
+            while self._codec_pass(codec):
+                pass
+        except Exception as exc:  # a bug: fail the streams in the codec and mark the engine not alive
+            log.exception("codec loop died")
+            self._dead = f"codec failed: {type(exc).__name__}: {exc}"
+            for job in codec.jobs.values():
+                job.handle.post(Event("error", reason=self._dead))
 
-    def _codec_run(self, job: _CodecJob, decoders: dict[int, Any]) -> None:
+    def _codec_pass(self, codec: _BatchedCodec) -> bool:
+        """Take the queued messages, then one decode round; False once told to stop."""
+        msgs = [] if codec.has_work() else [self._codec_q.get()]  # block only when idle
+        while True:
+            try:
+                msgs.append(self._codec_q.get_nowait())
+            except queue.Empty:
+                break
+        for msg in msgs:
+            match msg:
+                case StopCodec():
+                    return False
+                case DropStream(handle=h):
+                    codec.drop(h)
+                case CodesChunk():
+                    codec.add(msg)
+        t0 = time.perf_counter()
+        codec.round()
+        self.stats.codec_s += time.perf_counter() - t0
+        return True
+
+
+@dataclass
+class _StepInFlight:
+    """A launched decode step: its rows' requests at launch, the host copy of its frames, and when
+    that copy is complete (a CUDA event; None on CPU, where the copy is done at launch)."""
+
+    rows: list[_Running]
+    host: Any = None
+    done: Any = None
+
+
+@dataclass
+class _CodecJob:
+    """One request's audio stream in the codec thread: codes waiting to be decoded and its state slot."""
+
+    handle: RequestHandle
+    codes: list[np.ndarray]
+    final: bool
+    reason: str
+    generated: int
+    slot: int = -1
+
+    @property
+    def backlog(self) -> int:
+        return sum(c.shape[1] for c in self.codes)
+
+    def take(self, n: int) -> np.ndarray:
+        """The next ``n`` frames ``[ncb, n]`` (removed from the backlog); ``n`` <= :attr:`backlog`."""
+        allc = np.concatenate(self.codes, axis=1) if len(self.codes) != 1 else self.codes[0]
+        self.codes = [allc[:, n:]] if allc.shape[1] > n else []
+        return allc[:, :n]
+
+
+class _BatchedCodec:
+    """The codec thread's bookkeeping around a :class:`~ttsfleet.inference.codec.SlotCodecStream`
+    (``decoder`` None: a codes-only engine, whose "audio" events carry codes and no samples)."""
+
+    def __init__(self, eng: Engine, decoder: Any) -> None:
+        self.eng = eng
+        self.decoder = decoder
+        self.jobs: dict[int, _CodecJob] = {}  # insertion order = arrival order
+        self.free: deque[int] = deque(range(decoder.max_slots if decoder is not None else 0))
+
+    def add(self, msg: CodesChunk) -> None:
+        job = self.jobs.get(msg.handle.rid)
+        if job is None:
+            self.jobs[msg.handle.rid] = _CodecJob(msg.handle, [msg.codes], msg.final, msg.reason,
+                                                  msg.generated)
+        else:
+            job.codes.append(msg.codes)
+            job.final, job.reason, job.generated = msg.final, msg.reason, msg.generated
+
+    def drop(self, handle: RequestHandle) -> None:
+        job = self.jobs.pop(handle.rid, None)
+        if job is not None:
+            self._release(job)
+        handle.post(Event("done", reason="cancelled"))
+
+    def _release(self, job: _CodecJob) -> None:
+        if job.slot >= 0:
+            self.decoder.reset(job.slot)
+            self.free.append(job.slot)
+            job.slot = -1
+
+    def has_work(self) -> bool:
+        def ready(j: _CodecJob) -> bool:
+            if not j.backlog:
+                return j.final
+            return j.slot >= 0 or bool(self.free) or self.decoder is None
+
+        return any(ready(j) for j in self.jobs.values())
+
+    def round(self) -> None:
+        if self.decoder is None:
+            for job in list(self.jobs.values()):
+                if job.backlog:
+                    codes = job.take(job.backlog)
+                    job.handle.post(Event("audio", audio=np.zeros(0, np.float32), codes=codes,
+                                          frames=codes.shape[1]))
+            self._finish_done()
+            return
+        groups: dict[int, list[_CodecJob]] = {}
+        cap = self.eng.cfg.codec_max_frames
+        for job in self.jobs.values():
+            n = job.backlog
+            if not n:
+                continue
+            if job.slot < 0:
+                if not self.free:
+                    continue
+                job.slot = self.free.popleft()
+            size = 1 << (min(n, cap).bit_length() - 1)
+            groups.setdefault(size, []).append(job)
+        for size, jobs in groups.items():
+            self._decode(size, jobs)
+        self._finish_done()
+
+    def _decode(self, size: int, jobs: list[_CodecJob]) -> None:
         import torch
 
-        handle = job.handle
-        codes = np.concatenate(job.codes, axis=1)
-        if self.codec is None:  # codes-only engine: no waveform, the codes are the result
-            if codes.shape[1]:
-                handle.post(Event("audio", audio=np.zeros(0, np.float32), codes=codes, frames=codes.shape[1]))
-            if job.final:
-                handle.post(Event("done", frames=job.generated, reason=job.reason))
-            return
+        codes = [job.take(size) for job in jobs]
         try:
-            dec = decoders.get(handle.rid)
-            if dec is None:
-                dec = decoders[handle.rid] = self.codec.stream_decoder()
-            parts = []
-            if codes.shape[1]:
-                parts.append(np.asarray(dec.push(torch.from_numpy(codes).long()), dtype=np.float32))
-            if job.final:
-                parts.append(np.asarray(dec.flush(), dtype=np.float32))
-                decoders.pop(handle.rid, None)
-            audio = np.concatenate([p.reshape(-1) for p in parts]) if parts else np.zeros(0, np.float32)
-            if audio.size or codes.shape[1]:
-                handle.post(Event("audio", audio=audio, codes=codes, frames=codes.shape[1]))
-            if job.final:
-                handle.post(Event("done", frames=job.generated, reason=job.reason))
+            wave = self.decoder.push([j.slot for j in jobs], torch.from_numpy(np.stack(codes)))
+            audio = wave.float().cpu().numpy()
         except Exception as exc:
             log.exception("codec decode failed")
-            decoders.pop(handle.rid, None)
-            self.cancel(handle)  # stop decoding frames nobody can hear
-            handle.post(Event("error", reason=f"codec failed: {type(exc).__name__}: {exc}"))
+            for job in jobs:
+                self.jobs.pop(job.handle.rid, None)
+                self._release(job)
+                self.eng.cancel(job.handle)  # stop decoding frames nobody can hear
+                job.handle.post(Event("error", reason=f"codec failed: {type(exc).__name__}: {exc}"))
+            return
+        self.eng.stats.codec_calls += 1
+        self.eng.stats.codec_frames += size * len(jobs)
+        for i, job in enumerate(jobs):
+            job.handle.post(Event("audio", audio=audio[i], codes=codes[i], frames=size))
+
+    def _finish_done(self) -> None:
+        for rid in [r for r, j in self.jobs.items() if j.final and not j.backlog]:
+            job = self.jobs.pop(rid)
+            self._release(job)
+            job.handle.post(Event("done", frames=job.generated, reason=job.reason))
 
 
 class _DecodeGraphs:
@@ -661,18 +912,3 @@ class _DecodeGraphs:
             getattr(static, name).copy_(value, non_blocking=True)
         graph.replay()
         return out
-
-
-@dataclass
-class _CodecJob:
-    handle: RequestHandle
-    codes: list[np.ndarray]
-    final: bool
-    reason: str
-    generated: int
-
-
-def torch_int32() -> Any:
-    import torch
-
-    return torch.int32

@@ -26,6 +26,11 @@ API (the engine / server build on exactly this)::
         # updates the pending logits/hidden from its last position, so only the final chunk's matter.
         # start > cache.length(slot) (a hole) or start + T >= cache.max_seq_len (no room left for
         # the first decoded frame) raises ValueError; nothing is clamped.
+    model.prefill_batch(cache, [PrefillPiece(slot, tokens [1 + ncb, T], start), ...])
+        # Several slots' pieces in one variable-length call (the engine's per-iteration prefill):
+        # each slot ends as prefill(cache, slot, tokens, start) leaves it (up to float rounding).
+        # Rows of all pieces share the GEMMs; attention regroups them per slot (causal flash when
+        # every piece starts at 0, else a mask over the slot's cache). An explicit start is trusted.
     frames = model.decode_step(cache, slots: LongTensor[bs], sampling: SamplingBatch,
                                window: IntTensor[bs, W, num_codebooks]) -> LongTensor[bs, 1 + num_codebooks]
         # row b = [main_token, cb0..cb{n-1}] for slots[b]; main_token == im_end_id: request finished.
@@ -97,6 +102,64 @@ class KVCache:
 
     def length(self, slot: int) -> int:
         return int(self.lengths[slot])
+
+
+@dataclass
+class PrefillPiece:
+    """One slot's prompt piece for :meth:`DualARModel.prefill_batch`: ``tokens [1 + ncb, T]`` at ``start``."""
+
+    slot: int
+    tokens: Tensor
+    start: int | None = None
+
+
+@dataclass
+class _VarlenLayout:
+    """Where the rows of a variable-length prefill batch sit: per row its slot and position; per piece
+    its slot, end and last row; and the padded ``[pieces, max_len]`` grid attention regroups rows into."""
+
+    pos: Tensor  # int64 [N]
+    row_slots: Tensor  # int64 [N]
+    slots: Tensor  # int64 [B]
+    starts: Tensor  # int64 [B]
+    ends: Tensor  # int64 [B]
+    last: Tensor  # int64 [B]: row index of each piece's last position
+    grid: Tensor  # int64 [N]: row -> index into the flattened [B, max_len] query grid
+    mask: Tensor  # bool [B, 1, max_len, max_end]: query i of piece b sees keys 0 .. start_b + i
+    max_len: int
+    max_end: int
+    fresh: bool = False  # every piece starts at position 0
+
+    @classmethod
+    def build(cls, slots: list[int], spans: list[tuple[int, int]], device: torch.device) -> _VarlenLayout:
+        lens = [e - s for s, e in spans]
+        max_len, max_end = max(lens), max(e for _, e in spans)
+        pos = torch.cat([torch.arange(s, e) for s, e in spans])
+        row_slots = torch.cat([torch.full((n,), slot) for slot, n in zip(slots, lens, strict=True)])
+        grid = torch.cat([b * max_len + torch.arange(n) for b, n in enumerate(lens)])
+        last = torch.cumsum(torch.tensor(lens), 0) - 1
+        starts = torch.tensor([s for s, _ in spans])
+        seen = starts[:, None, None] + torch.arange(max_len)[None, :, None]  # last key of each query
+        mask = torch.arange(max_end)[None, None, :] <= seen
+        host = (pos, row_slots, torch.tensor(slots), starts, torch.tensor([e for _, e in spans]), last, grid)
+        dev = [t.to(device, torch.int64, non_blocking=True) for t in host]  # no host sync
+        return cls(*dev, mask=mask[:, None].to(device, non_blocking=True), max_len=max_len, max_end=max_end,
+                   fresh=all(s == 0 for s, _ in spans))
+
+    def attend(self, q: Tensor, k_cache: Tensor, v_cache: Tensor) -> Tensor:
+        """Rows ``q [N, H, D]`` against their slots' caches ``[slots, S, KV, D]`` -> ``[N, H, D]``.
+
+        When every piece starts its slot (``fresh``), the padded grid is plain causal attention over
+        positions ``0 .. max_len`` (a padded tail sits after every real query): the flash kernel.
+        Otherwise a mask says which cached keys each query sees."""
+        b = self.slots.shape[0]
+        grid_q = q.new_zeros(b * self.max_len, *q.shape[1:])
+        grid_q[self.grid] = q
+        k = k_cache[:, :self.max_end].index_select(0, self.slots)
+        v = v_cache[:, :self.max_end].index_select(0, self.slots)
+        grid_q = grid_q.view(b, self.max_len, *q.shape[1:])
+        y = attend(grid_q, k, v, None if self.fresh else self.mask, causal=self.fresh)  # [B, max_len, H*D]
+        return y.reshape(b * self.max_len, *q.shape[1:])[self.grid]
 
 
 class DualARModel(nn.Module):
@@ -239,16 +302,9 @@ class DualARModel(nn.Module):
         normed, to_fast = self._hand_off(x)
         return self._lm_head(normed).float(), to_fast
 
-    @torch.inference_mode()
-    def prefill(self, cache: KVCache, slot: int, prompt: Tensor, start: int | None = None) -> None:
-        """Run ``prompt [1 + ncb, T]`` into ``slot`` at positions ``start .. start+T-1``.
-
-        ``start`` defaults to the slot's current length (0 for a fresh slot), so a long prompt can be
-        fed as consecutive chunks; each chunk attends causally to everything before it in the slot.
-        The slot keeps the last position's logits / hidden state, so after the final chunk it is in
-        the same state as after a one-shot prefill of the whole prompt. ``start == 0`` resets the
-        slot's sampling counter.
-        """
+    def _check_prefill(self, cache: KVCache, slot: int, prompt: Tensor, start: int | None,
+                       trust_start: bool = False) -> tuple[int, int]:
+        """Validate one prefill piece; returns its ``(start, end)`` positions (see :meth:`prefill`)."""
         n = self.config.num_codebooks
         if prompt.dim() != 2 or prompt.shape[0] != 1 + n:
             raise ValueError(f"prompt must be [1 + {n}, T], got {tuple(prompt.shape)}")
@@ -257,7 +313,7 @@ class DualARModel(nn.Module):
         t = int(prompt.shape[1])
         if t < 1:
             raise ValueError("prompt chunk is empty")
-        if start is None or start != 0:  # (start == 0 needs no device -> host read of the length)
+        if start is None or (start != 0 and not trust_start):  # (reading the length syncs the device)
             held = cache.length(slot)
             start = held if start is None else int(start)
             if not 0 <= start <= held:
@@ -268,6 +324,19 @@ class DualARModel(nn.Module):
             raise ValueError(f"prefill of positions [{start}, {end}) overflows the cache: the prompt must "
                              f"end before max_seq_len {cache.max_seq_len} (one position is kept for the "
                              "first decoded frame)")
+        return start, end
+
+    @torch.inference_mode()
+    def prefill(self, cache: KVCache, slot: int, prompt: Tensor, start: int | None = None) -> None:
+        """Run ``prompt [1 + ncb, T]`` into ``slot`` at positions ``start .. start+T-1``.
+
+        ``start`` defaults to the slot's current length (0 for a fresh slot), so a long prompt can be
+        fed as consecutive chunks; each chunk attends causally to everything before it in the slot.
+        The slot keeps the last position's logits / hidden state, so after the final chunk it is in
+        the same state as after a one-shot prefill of the whole prompt. ``start == 0`` resets the
+        slot's sampling counter.
+        """
+        start, end = self._check_prefill(cache, slot, prompt, start)
         tokens = prompt.to(self.device, torch.int64)[None]
         if fused_enabled(tokens):
             h, normed = fused.prefill(self, cache, slot, tokens, start)
@@ -290,6 +359,50 @@ class DualARModel(nn.Module):
             x = self._ffn_block(blk, x)
         normed, to_fast = self._hand_off(x[:, -1])
         self._finish_prefill(cache, slot, x[:, -1], normed, start, end, to_fast)
+
+    @torch.inference_mode()
+    def prefill_batch(self, cache: KVCache, pieces: list[PrefillPiece]) -> None:
+        """Prefill several slots in one variable-length call: each piece as :meth:`prefill` would.
+
+        Why: a model call costs the same host time (and nearly the same weight reads) for one prompt
+        or many, so the engine prefills every waiting prompt chunk of an iteration together. The
+        pieces' tokens are concatenated into one ``[N, dim]`` row stream (row = one position of one
+        slot); the GEMMs and norms run once over all rows, and attention groups the rows back per
+        slot (padded, masked SDPA over the slot's cache up to the row's position). Slots must be
+        distinct. An explicit ``start`` is trusted (not checked against the slot's length, which would
+        cost a device -> host sync per call: the engine keeps the lengths itself); ``start=None``
+        reads the slot's length as :meth:`prefill` does.
+        """
+        if not pieces:
+            return None
+        if len({p.slot for p in pieces}) != len(pieces):
+            raise ValueError("prefill_batch needs distinct slots")
+        spans = [self._check_prefill(cache, p.slot, p.tokens, p.start, trust_start=True) for p in pieces]
+        lay = _VarlenLayout.build([p.slot for p in pieces], spans, self.device)
+        tokens = torch.cat([p.tokens.to(torch.int64) for p in pieces], dim=1)
+        tokens = tokens.to(self.device, non_blocking=True)[None]
+        x = self.embed(tokens)[0]  # [N, dim]
+        if fused_enabled(tokens):
+            h, normed = fused.run_blocks(list(self.layers), x, self.rope, lay.pos, cache.k, cache.v,
+                                         lay.row_slots, lay.attend, self.norm)
+            h, normed = h[lay.last], normed[lay.last]
+            to_fast = self.fast_input(h, normed)
+        else:
+            x = x[None]
+            rope = self.rope[lay.pos][None]
+            for i, blk in enumerate(self.layers):
+                q, k, v = blk.attention.qkv(blk.attention_norm(x), rope)
+                cache.k[i].index_put_((lay.row_slots, lay.pos), k[0])
+                cache.v[i].index_put_((lay.row_slots, lay.pos), v[0])
+                y = lay.attend(q[0], cache.k[i], cache.v[i])
+                x = x + blk.attention.wo(y.reshape(1, y.shape[0], -1))
+                x = self._ffn_block(blk, x)
+            normed, to_fast = self._hand_off(x[0, lay.last])
+        cache.pending_logits[lay.slots] = self.main_logits(normed)
+        cache.pending_hidden[lay.slots] = to_fast.to(cache.pending_hidden.dtype)
+        cache.lengths[lay.slots] = lay.ends
+        cache.steps[lay.slots] = torch.where(lay.starts == 0, 0, cache.steps[lay.slots])
+        return None
 
     def _finish_prefill(self, cache: KVCache, slot: int, h: Tensor, normed: Tensor, start: int, end: int,
                         to_fast: Tensor | None = None) -> None:

@@ -69,12 +69,13 @@ class TinyTokenizer(_Base):
     SEMANTIC_BEGIN = 500
     NUM_SEMANTIC = 64
 
-    def __init__(self) -> None:
-        self.specials = {"<|begin_of_text|>": 0, "<|end_of_text|>": 1, "<|pad|>": 2, IM_START: 10, IM_END: 11,
-                         VOICE: 12, "<|text|>": 13, "<|interleave|>": 14, "<|phoneme_start|>": 15,
-                         "<|phoneme_end|>": 16}
+    def __init__(self, im_start: int = 10, im_end: int = 11, voice: int = 12,
+                 semantic_begin: int = SEMANTIC_BEGIN, num_semantic: int = NUM_SEMANTIC) -> None:
+        self.specials = {"<|begin_of_text|>": 0, "<|end_of_text|>": 1, "<|pad|>": 2, IM_START: im_start,
+                         IM_END: im_end, VOICE: voice, "<|text|>": 13, "<|interleave|>": 14,
+                         "<|phoneme_start|>": 15, "<|phoneme_end|>": 16}
         self.specials.update({f"<|speaker:{i}|>": 20 + i for i in range(8)})
-        self.specials.update({f"<|semantic:{i}|>": self.SEMANTIC_BEGIN + i for i in range(self.NUM_SEMANTIC)})
+        self.specials.update({f"<|semantic:{i}|>": semantic_begin + i for i in range(num_semantic)})
         self._inv = {v: k for k, v in self.specials.items()}
         self._split = re.compile("(" + "|".join(re.escape(s) for s in self.specials) + ")")
         self._init_ids()
@@ -162,10 +163,27 @@ class TiktokenTokenizer(_Base):
         return self._enc.decode(ids)
 
 
+def preset_tokenizer(name: str) -> TinyTokenizer:
+    """The byte-level tokenizer of a random-weight model preset (``s2-pro``, ...): tiny's layout with the
+    preset's ``<|im_start|>`` / ``<|im_end|>`` / ``<|voice|>`` / semantic ids, so a served preset (a
+    benchmark at the real shape) builds prompts of the real format; the text itself is bytes."""
+    from .model_config import preset
+
+    c = preset(name)
+    return TinyTokenizer(im_start=10 if c.im_start_id is None else c.im_start_id, im_end=c.im_end_id,
+                         voice=12 if c.voice_id is None else c.voice_id,
+                         semantic_begin=c.semantic_begin_id, num_semantic=c.num_semantic)
+
+
 def load_tokenizer(name_or_dir: str | Path) -> Tokenizer:
-    """``"tiny"`` or a checkpoint directory holding ``tokenizer.json`` or ``tokenizer.tiktoken``."""
+    """``"tiny"``, another random-weight model preset (:func:`preset_tokenizer`) or a checkpoint directory
+    holding ``tokenizer.json`` or ``tokenizer.tiktoken``."""
+    from .model_config import PRESETS
+
     if str(name_or_dir) == "tiny":
         return TinyTokenizer()
+    if str(name_or_dir) in PRESETS and not Path(name_or_dir).exists():
+        return preset_tokenizer(str(name_or_dir))
     d = Path(name_or_dir)
     if d.is_file():
         d = d.parent

@@ -142,3 +142,81 @@ def test_prefill_start_restarts_and_rejects_holes_and_overflow(tiny_model, tiny_
         m.prefill(small, 0, torch.zeros(11, 0, dtype=torch.long))
     with pytest.raises(ValueError):
         m.prefill(small, 1, torch.zeros(11, 2, dtype=torch.long))
+
+
+def _batched_vs_alone(m, prompts: list[torch.Tensor], split: int, frames: int = 4) -> None:
+    """Prefill ``prompts`` one by one, then all in one ``prefill_batch`` (the last one continuing after
+    ``split`` tokens prefilled earlier, the first into a slot that held another prompt): the same
+    logits, hidden state, K/V and greedy frames per slot."""
+    from ttsfleet.inference.model import PrefillPiece
+
+    n = len(prompts)
+    alone = m.new_cache(n + 1, 256)
+    for i, p in enumerate(prompts):
+        m.prefill(alone, i + 1, p)
+    greedy = SamplingBatch.from_params([SamplingParams(temperature=0.0)] * n, m.device)
+    slots = torch.arange(1, n + 1, device=m.device)
+    batch = m.new_cache(n + 1, 256)
+    m.prefill(batch, 1, prompts[-1].flip(1))  # stale content: start=0 must overwrite it
+    if split:
+        m.prefill(batch, n, prompts[-1][:, :split])
+    pieces = [PrefillPiece(i + 1, p, 0) for i, p in enumerate(prompts[:-1])]
+    pieces.append(PrefillPiece(n, prompts[-1][:, split:], split))
+    m.prefill_batch(batch, pieces)
+    for i, p in enumerate(prompts):
+        s, t = i + 1, p.shape[1]
+        assert batch.length(s) == t and int(batch.steps[s]) == 0
+        torch.testing.assert_close(batch.pending_logits[s], alone.pending_logits[s], atol=5e-5, rtol=1e-5)
+        torch.testing.assert_close(batch.pending_hidden[s], alone.pending_hidden[s], atol=5e-5, rtol=1e-5)
+        torch.testing.assert_close(batch.k[:, s, :t], alone.k[:, s, :t], atol=5e-5, rtol=1e-5)
+        torch.testing.assert_close(batch.v[:, s, :t], alone.v[:, s, :t], atol=5e-5, rtol=1e-5)
+    for _ in range(frames):
+        assert m.decode_step(batch, slots, greedy).tolist() == m.decode_step(alone, slots, greedy).tolist()
+
+
+def _mixed_prompts(tok, cfg) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(4)
+    codes = torch.randint(0, cfg.codebook_size, (cfg.num_codebooks, 9), generator=gen)
+    return [build_prompt(tok, cfg, "short"), build_prompt(tok, cfg, "a longer prompt " * 3),
+            build_prompt(tok, cfg, "x"), build_prompt(tok, cfg, "voiced", references=[(codes, "ref text")])]
+
+
+@pytest.mark.parametrize("split", [7, 0])  # 0: every piece starts its slot (the causal fast path)
+def test_batched_prefill_equals_per_request_prefill(tiny_model, tiny_tok, split: int) -> None:
+    _batched_vs_alone(tiny_model, _mixed_prompts(tiny_tok, tiny_model.config), split=split)
+
+
+def test_batched_prefill_fused_path_equals_per_request(tiny_tok) -> None:
+    """The fused kernels (Triton's interpreter on CPU, compiled on CUDA) through the batched layout."""
+    import os
+
+    pytest.importorskip("triton")
+    from ttsfleet.kernels import dispatch
+
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    if dev == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("needs TRITON_INTERPRET=1 before triton is imported (set by test_fused_decode)")
+    dispatch.configure("interpret" if dev == "cpu" else "auto")
+    try:
+        m = load_model("tiny", device=dev)
+        from ttsfleet.inference.fused import fused_enabled
+
+        assert fused_enabled(m.main_head)
+        prompts = _mixed_prompts(tiny_tok, m.config)
+        _batched_vs_alone(m, [p.to(dev) for p in (prompts[0], prompts[2], prompts[3])], split=5, frames=1)
+    finally:
+        dispatch.configure()  # back to what TTSFLEET_KERNELS says
+
+
+def test_batched_prefill_rejects_bad_pieces(tiny_model, tiny_tok) -> None:
+    from ttsfleet.inference.model import PrefillPiece
+
+    m = tiny_model
+    p = build_prompt(tiny_tok, m.config, "hello")
+    cache = m.new_cache(2, 64)
+    with pytest.raises(ValueError, match="distinct"):
+        m.prefill_batch(cache, [PrefillPiece(0, p, 0), PrefillPiece(0, p, 0)])
+    with pytest.raises(ValueError, match="overflow"):
+        too_long = torch.zeros(11, 70, dtype=torch.long)
+        m.prefill_batch(cache, [PrefillPiece(0, p, 0), PrefillPiece(1, too_long, 0)])
+    assert cache.length(0) == 0 and cache.length(1) == 0  # a rejected batch changes nothing

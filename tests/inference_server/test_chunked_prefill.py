@@ -31,16 +31,19 @@ class Recorder:
         self._model = model
         self.engine: Engine | None = None
         self.log: list[tuple] = []
+        self.batches: list[list[int]] = []  # slots of each batched prefill call
         self.on_prefill = None  # optional hook (slot, start) run after each prefill call
 
     def __getattr__(self, name):
         return getattr(self._model, name)
 
-    def prefill(self, cache, slot, prompt, start=None):
-        self._model.prefill(cache, slot, prompt, start=start)
-        self.log.append(("prefill", slot, start, int(prompt.shape[1])))
-        if self.on_prefill is not None:
-            self.on_prefill(slot, start)
+    def prefill_batch(self, cache, pieces):
+        self._model.prefill_batch(cache, pieces)
+        self.batches.append([p.slot for p in pieces])
+        for p in pieces:
+            self.log.append(("prefill", p.slot, p.start, int(p.tokens.shape[1])))
+            if self.on_prefill is not None:
+                self.on_prefill(p.slot, p.start)
 
     def decode_step(self, cache, slots, sampling, window=None):
         generated = {st.slot: st.generated for st in self.engine.running}  # before this step

@@ -38,15 +38,15 @@ def _run(parts, cfg: EngineConfig, seeds: list[int], max_new: int = 16):
             req = GenerationRequest(prompt=prompt, sampling=SamplingParams(seed=seed), max_new_tokens=max_new,
                                     first_chunk_frames=1, chunk_frames=4)
             h = eng.submit(req, loop)
-            codes, audio = [], 0
+            codes, audio = [], []
             while True:
                 ev = await h.next()
                 if ev.kind == "audio":
                     codes.append(ev.codes)
-                    audio += ev.audio.size
+                    audio.append(ev.audio)
                 elif ev.kind == "done":
                     c = np.concatenate(codes, axis=1) if codes else np.zeros((10, 0), np.int64)
-                    return c, audio, ev.reason
+                    return c, np.concatenate(audio) if audio else np.zeros(0, np.float32), ev.reason
                 else:
                     raise AssertionError(ev.reason)
 
@@ -69,13 +69,21 @@ def test_continuous_batching_is_batch_invariant_and_padding_neutral(parts):
     assert eng.stats.steps < total  # several rows per decode step
     assert len(eng.free_slots) == 4 and not eng.running and not eng.waiting
     assert eng.window_buf.dtype == torch.int32 and tuple(eng.window_buf.shape[1:]) == (16, 10)
-    frame_len = parts[1].frame_length
+    # the waiting prompts were prefilled together: fewer batched calls than prompts
+    assert eng.stats.prefill_chunks == len(seeds) and eng.stats.prefill_calls < len(seeds)
+    # one batched codec call decoded several streams at once
+    assert eng.stats.codec_frames == total and eng.stats.codec_calls < total
+    codec = parts[1]
     for codes, audio, reason in batched:
         assert reason in ("stop", "length")
         assert codes.shape[1] <= 16 and (reason == "stop" or codes.shape[1] == 16)
-        assert audio == codes.shape[1] * frame_len  # every frame became exactly one frame of audio
+        assert audio.size == codes.shape[1] * codec.frame_length  # every frame became one frame of audio
+        # the batched streaming codec gives each request the audio its own one-shot decode gives
+        np.testing.assert_allclose(audio, codec.decode(torch.from_numpy(codes)), atol=1e-4, rtol=0)
     rows = metrics.registry.get_sample_value(spec("inference_batch_size").name + "_sum", {"model": "tiny"})
-    assert rows == total + sum(1 for _, _, r in batched if r == "stop")  # EOS rows also took a step
+    # EOS rows also took a step, and with the pipeline on each request may decode one spare row
+    assert 0 < eng.stats.spare_rows <= len(seeds) * cfg.pipeline_depth
+    assert rows == total + sum(1 for _, _, r in batched if r == "stop") + eng.stats.spare_rows
 
     single = EngineConfig(max_running_requests=1, max_queue=8, cuda_graph_max_bs=1)
     _, alone, _ = _run(parts, single, seeds[:2])
