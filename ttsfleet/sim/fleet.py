@@ -92,6 +92,8 @@ class ClassState:
     fill_jobs: dict[str, FillJob] = field(default_factory=dict)
     train_pending: list[tuple[float, TrainingJob]] = field(default_factory=list)
     total: int = 0
+    #: The policy's preferred nodes for new inference pods, best first (empty: pack)
+    inference_order: list[Node] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.total = sum(n.size for n in self.nodes)
@@ -103,6 +105,14 @@ class ClassState:
     @property
     def idle(self) -> int:
         return self.total - self.inference_gpus - self.train_gpus - self.fill_gpus
+
+    def for_inference(self) -> Node | None:
+        """The policy's first preferred node with a free GPU (not nominated), else :meth:`pack`
+        — kube-scheduler honouring a preferred node affinity."""
+        for n in self.inference_order:
+            if n.free > 0 and not n.nominated:
+                return n
+        return self.pack(allow_nominated=True)
 
     def pack(self, *, allow_nominated: bool) -> Node | None:
         """The fullest node with a free GPU (MostAllocated), nominated nodes last."""
@@ -262,13 +272,16 @@ class Fleet:
         rep.state = "gone"
         self.push(t + self.scenario.release_s, self.on_released, (pool.traffic.gpu_class, rep.node))
 
-    def admit_fill(self, t: float, c: str, count: int) -> int:
-        """Start up to ``count`` fill jobs on free GPUs of class ``c``; return how many started."""
+    def admit_fill(self, t: float, c: str, count: int, nodes: Sequence[Node] = ()) -> int:
+        """Start up to ``count`` fill jobs on free GPUs of class ``c``, on ``nodes`` (one per job,
+        as placed by the policy) where they are free, else packed; return how many started."""
         self.account(t)
         cl = self.classes[c]
         started = 0
-        for _ in range(count):
-            node = cl.pack(allow_nominated=False)
+        for i in range(count):
+            node = nodes[i] if i < len(nodes) else None
+            if node is None or node.free <= 0 or node.nominated:
+                node = cl.pack(allow_nominated=False)
             if node is None:
                 break
             self._fill_seq += 1
@@ -318,7 +331,7 @@ class Fleet:
         for cl in self.classes.values():
             for pool in cl.pools:
                 while pool.pending > 0:
-                    node = cl.pack(allow_nominated=True)
+                    node = cl.for_inference()
                     if node is None:
                         waiting = True
                         break
