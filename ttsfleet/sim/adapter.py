@@ -23,7 +23,7 @@ from ttsfleet.policy import (
     plan_fill,
 )
 from ttsfleet.policy.demand import DemandTracker, InferenceNeed, fill_forecast
-from ttsfleet.sim.fleet import ClassState, Fleet, Node
+from ttsfleet.sim.fleet import ClassState, Fleet
 
 DECISIONS_KEPT = 40
 
@@ -50,10 +50,6 @@ def to_pool_signals(fleet: Fleet, t: float) -> DeploymentSignals:
     return DeploymentSignals(t, sig)
 
 
-def node_name(cl: ClassState, node: Node) -> str:
-    return f"{cl.name}-node{node.idx:03d}"
-
-
 def to_class_observation(cl: ClassState, t: float, checkpoint_interval_s: float, gpus_per_node: int,
                          forecast_gpus: float | None = None, *, fill_jobs: bool = True,
                          nodes: bool = False) -> ClassObservation:
@@ -61,9 +57,9 @@ def to_class_observation(cl: ClassState, t: float, checkpoint_interval_s: float,
     fill pods with their seconds since the last checkpoint and (``nodes``) the node topology."""
     views = tuple(FillJobView(j.id, 1, ((t - j.run_start) % checkpoint_interval_s)
                               if j.state == "running" else 0.0, j.state == "stopping",
-                              node_name(cl, j.node) if nodes else "")
+                              j.node.name if nodes else "")
                   for j in cl.fill_jobs.values()) if fill_jobs else ()
-    node_views = tuple(NodeView(node_name(cl, n), n.size, n.inference, n.training)
+    node_views = tuple(NodeView(n.name, n.size, n.inference, n.training)
                        for n in cl.nodes) if nodes else ()
     return ClassObservation(
         gpu_class=cl.name, t=t, total_gpus=cl.total, inference_gpus=cl.inference_gpus,
@@ -99,9 +95,8 @@ def policy_step(t: float, fleet: Fleet, ctl: Controllers, *, fill: bool) -> Scal
                                    fill_forecast(ctl.demand, c, t, cfg, need),
                                    nodes=scenario.observe_nodes)
         plan = plan_fill(cfg, obs)
-        by_name = {node_name(cl, n): n for n in cl.nodes} if scenario.observe_nodes else {}
         # the operator's counterpart: preferred node affinity on the pods it creates
-        cl.inference_order = [by_name[n] for n in plan.inference_nodes]
+        cl.inference_order = [cl.by_name[n] for n in plan.inference_nodes]
         fleet.evict_fill(t, c, plan.evict)
-        fleet.admit_fill(t, c, plan.admit, [by_name[n] for n in plan.placements])
+        fleet.admit_fill(t, c, plan.admit, [cl.by_name[n] for n in plan.placements])
     return decision

@@ -42,6 +42,7 @@ class Node:
     fill: int = 0  # fill pods bound here (starting, running, stopping or releasing)
     training: int = 0
     nominated: bool = False  # a pending training job waits for this node to empty
+    name: str = ""  # what the policy calls it (NodeView.name)
 
     @property
     def free(self) -> int:
@@ -94,9 +95,11 @@ class ClassState:
     total: int = 0
     #: The policy's preferred nodes for new inference pods, best first (empty: pack)
     inference_order: list[Node] = field(default_factory=list)
+    by_name: dict[str, Node] = field(default_factory=dict)  # Node.name -> node
 
     def __post_init__(self) -> None:
         self.total = sum(n.size for n in self.nodes)
+        self.by_name = {n.name: n for n in self.nodes}
 
     @property
     def fill_gpus(self) -> int:
@@ -143,7 +146,8 @@ class Fleet:
         cat = scenario.catalog
         self.classes: dict[str, ClassState] = {}
         for name in scenario.fleet:
-            nodes = [Node(i, s) for i, s in enumerate(scenario.node_sizes(name))]
+            nodes = [Node(i, s, name=f"{name}-node{i:03d}")
+                     for i, s in enumerate(scenario.node_sizes(name))]
             mine = [PoolHoldings(p, cat.get(name).model_load_s) for p in pools if p.gpu_class == name]
             self.classes[name] = ClassState(name, nodes, mine)
         self.pools = [h for c in self.classes.values() for h in c.pools]
