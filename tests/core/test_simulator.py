@@ -358,3 +358,23 @@ def test_node_aware_adapter_places_fill_where_the_policy_says():
     on = [sum(1 for j in cl.fill_jobs.values() if j.node is n) for n in cl.nodes]
     # the empty node fills first; inference's own free GPUs are the last to take fill
     assert on[1] == 8 and on[0] <= 2
+
+
+def test_burst_headroom_and_node_knobs_through_the_cli(tmp_path):
+    """--burst-headroom / --forecast / --node-blind reach the scenario; bad values are exit 2."""
+    cli = [sys.executable, "-P", "-m", "ttsfleet.cli", "simulate", "--days", "0.05", "--fleet",
+           "h200=16", "--peak-rps", "150", "--runs", "inference-only", "--no-training", "--json",
+           "--no-plot", "--quiet"]
+
+    def inference_allocated(*extra: str) -> float:
+        p = subprocess.run([*cli, *extra], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert p.returncode == 0, p.stderr
+        run = json.loads(p.stdout)["runs"]["inference-only"]
+        return run["utilization"]["overall"]["allocated"]["inference"]
+
+    none = inference_allocated("--burst-headroom", "0", "--no-forecast")
+    assert inference_allocated("--burst-headroom", "0.5", "--forecast", "--node-blind") > none * 1.2
+    for bad in (["--burst-headroom", "-1"], ["--forecast-horizon", "0"]):
+        p = subprocess.run([*cli, *bad], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert p.returncode == 2 and "Traceback" not in p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1, p.stderr
