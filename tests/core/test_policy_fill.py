@@ -195,6 +195,9 @@ def test_training_victims_free_a_whole_node_with_the_fewest_evictions():
     plan = plan_fill(CFG, obs)
     # 2 GPUs of c are free already: exactly 6 more, all on c, although a's and b's jobs are younger
     assert sorted(plan.evict) == sorted(j.id for j in fill if j.node == "c")
+    # with a GPU of head-room on top, the whole node still frees first, then one more GPU
+    plan = plan_fill(FillPolicyConfig(min_free_gpus=1), obs)
+    assert len(plan.evict) == 7 and {j.id for j in fill if j.node == "c"} <= set(plan.evict)
 
 
 def test_fill_is_placed_where_fill_packs_and_away_from_inference():
@@ -258,8 +261,7 @@ def test_node_rules_invariants(obs, min_free):
         assert all(v.seconds_since_checkpoint <= s.seconds_since_checkpoint
                    for s in spared if s.node == v.node)
     busy = {n.name: n.inference_gpus + n.training_gpus for n in obs.nodes}
-    training_only = (obs.pending_training_gpus and not obs.pending_inference_gpus
-                     and not plan.headroom_gpus)
+    training_only = obs.pending_training_gpus and not obs.pending_inference_gpus
     fill_running = {}
     for j in running:
         fill_running[j.node] = fill_running.get(j.node, 0) + 1

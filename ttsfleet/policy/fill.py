@@ -234,7 +234,8 @@ def plan_fill(config: FillPolicyConfig, obs: ClassObservation) -> FillPlan:
     shortfall = reserved - (demand - evict_demand) - becoming_free
     inference_nodes = inference_node_order(obs.nodes)
     if shortfall > 0:
-        for_training = evict_for_training > 0 and not obs.pending_inference_gpus and not headroom
+        # pending inference outranks training: its victims decide the order when both wait
+        for_training = evict_for_training > 0 and not obs.pending_inference_gpus
         victims = choose_victims(obs.fill_jobs, shortfall, obs.nodes, for_training=for_training)
         if victims:
             why = []
