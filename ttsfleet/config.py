@@ -44,6 +44,28 @@ class AutoscaleConfig(WireModel):
                                        description="at least ready/rate replicas are kept")
     queue_depth_per_replica: float = Field(
         default=4.0, ge=0, description="queued requests per replica that count as SLO pressure")
+    # Burst handling (2026-12-01, benchmarks/simulate/): a replica ordered now serves only after
+    # its class's model_load_s, so bursts that grow faster are met by spare capacity or by
+    # scaling ahead. Both default off here, keeping a TTSDeployment's behaviour; the simulator's
+    # scenario sets the head-room its bursty trace measured.
+    burst_headroom: float = Field(
+        default=0.0, ge=0, le=4,
+        description="spare capacity as a share of the load: what the ready replicas absorb of a "
+                    "burst while new ones load (model_load_s); 0: none")
+    forecast: bool = Field(
+        default=False,
+        description="also size replicas for the load the rising trend expects when a replica "
+                    "ordered now is ready (reason forecast)")
+    forecast_horizon_s: float | None = Field(
+        default=None, gt=0,
+        description="how far ahead the forecast looks; null: each pool's GPU class "
+                    "model_load_s (catalog)")
+    forecast_window_s: float = Field(
+        default=60.0, gt=0, description="history the load trend is fitted over (least squares)")
+    forecast_min_growth: float = Field(
+        default=0.5, ge=0,
+        description="the forecast acts only when it expects at least this share more load than "
+                    "the step sizes for: a burst's ramp, not the noise of a steady load")
 
     @model_validator(mode="after")
     def _windows(self) -> AutoscaleConfig:

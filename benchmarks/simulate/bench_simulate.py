@@ -18,6 +18,11 @@ fill). Cases:
 
 A sensitivity sweep runs the default case's policy at other fill busy fractions, from the
 measured CPU-stage fill of issue 16 (0.2% NVML) to 0.9.
+
+Every case also runs the policy node-blind (the adapter hides the node topology from the policy,
+as before 2026-12-01), for the training wait fill causes. The burst-rule ablation replays the
+bursty and default cases with the autoscaler's burst rules off, the trend forecast alone, burst
+head-room alone and both (inference-only and policy runs).
 """
 
 from __future__ import annotations
@@ -46,6 +51,17 @@ MODES = ("static-warm", "inference-only", "policy")
 #: Fill busy fractions of the sweep: issue 16's H200 measurement of today's CPU-stage fill
 #: (`ttsfleet fill run`, decode,hash,loudness,features: 0.2% mean NVML), and design points.
 SWEEP = (0.002, 0.5, 0.85, 0.88, 0.9, 0.95)
+#: Burst-rule variants of the ablation: AutoscaleConfig updates over the scenario's default.
+ABLATION = {
+    "off (before 2026-12-01)": {"burst_headroom": 0.0, "forecast": False},
+    "forecast only": {"burst_headroom": 0.0, "forecast": True},
+    "forecast only, min growth 0.1": {"burst_headroom": 0.0, "forecast": True,
+                                      "forecast_min_growth": 0.1},
+    "head-room 0.1": {"burst_headroom": 0.1, "forecast": False},
+    "head-room 0.15": {"burst_headroom": 0.15, "forecast": False},
+    "head-room 0.2 (default)": {},
+    "head-room 0.2 + forecast": {"forecast": True},
+}
 
 
 def scenario_for(fleet: dict[str, int], days: float, catalog: GpuCatalog | None = None) -> Scenario:
@@ -62,6 +78,8 @@ def run_case(sc: Scenario, trace) -> tuple[dict, dict, float]:  # noqa: ANN001 -
         if mode == "policy":
             secs = time.perf_counter() - t0
         summaries[mode] = summarize(results[mode])
+    blind = sc.model_copy(update={"observe_nodes": False})
+    summaries["policy-node-blind"] = summarize(simulate(blind, trace, mode="policy"))
     return results, summaries, secs
 
 
@@ -89,7 +107,7 @@ def case_table() -> Table:
     for col in ("case", "GPUs", "days", "GPU-busy static / inf-only / policy", "allocated (policy)",
                 "load-weighted (policy)", "p99 TTFA ms static / inf-only / policy",
                 "SLO min inf-only / policy", "429 % inf-only / policy", "fill lost %",
-                "targets", "policy run s"):
+                "training wait s inf-only / policy / node-blind", "targets", "policy run s"):
         table.add_column(col, justify="right")
     return table
 
@@ -104,7 +122,10 @@ def add_row(table: Table, name: str, fleet: dict, days: float, s: dict, tg: dict
         " / ".join(f"{inf[m]['ttfa_p99_ms']:.0f}" for m in MODES),
         f"{inf['inference-only']['slo_violation_minutes']} / {inf['policy']['slo_violation_minutes']}",
         f"{inf['inference-only']['rejected_pct']:.2f} / {inf['policy']['rejected_pct']:.2f}",
-        f"{s['policy']['fill']['lost_pct']:.3f}", f"{sum(tg.values())}/{len(tg)}", f"{secs:.1f}")
+        f"{s['policy']['fill']['lost_pct']:.3f}",
+        " / ".join(f"{s[m]['training']['mean_wait_s']:.0f}"
+                   for m in ("inference-only", "policy", "policy-node-blind")),
+        f"{sum(tg.values())}/{len(tg)}", f"{secs:.1f}")
 
 
 def sweep(fleet: dict, trace, days: float) -> dict:  # noqa: ANN001 - Trace
@@ -117,6 +138,63 @@ def sweep(fleet: dict, trace, days: float) -> dict:  # noqa: ANN001 - Trace
                        "gpu_busy_by": s["utilization"]["overall"]["gpu_busy_by"],
                        "load_weighted": s["utilization"]["overall"]["load_weighted"]}
     return out
+
+
+def ablation(all_cases: dict) -> dict:
+    """The burst rules on and off, on the bursty and default cases."""
+    out: dict = {}
+    for case in ("bursty", "default"):
+        fleet, trace, days, catalog = all_cases[case]
+        base = scenario_for(fleet, days, catalog)
+        for name, update in ABLATION.items():
+            sc = base.model_copy(update={"autoscale": base.autoscale.model_copy(update=update)})
+            runs = {m: summarize(simulate(sc, trace, mode=m)) for m in ("inference-only", "policy")}
+            row = {"autoscale": sc.autoscale.model_dump(include={
+                "burst_headroom", "forecast", "forecast_min_growth"})}
+            for m, r in runs.items():
+                row[m] = {"gpu_busy": r["utilization"]["overall"]["gpu_busy"],
+                          "load_weighted": r["utilization"]["overall"]["load_weighted"],
+                          "ttfa_p99_ms": r["inference"]["ttfa_p99_ms"],
+                          "slo_violation_minutes": r["inference"]["slo_violation_minutes"],
+                          "rejected_pct": r["inference"]["rejected_pct"],
+                          "fill_lost_pct": r["fill"]["lost_pct"],
+                          "training_mean_wait_s": r["training"]["mean_wait_s"],
+                          "scale_events": r["inference"]["scale_events"]}
+            out.setdefault(case, {})[name] = row
+    return out
+
+
+def nodes_without_burst_rules(all_cases: dict) -> dict:
+    """The 512-GPU case with the burst rules off (the autoscaler of 2026-11-30): training wait
+    without fill, and with fill node-aware and node-blind."""
+    fleet, trace, days, catalog = all_cases["speed"]
+    base = scenario_for(fleet, days, catalog)
+    sc = base.model_copy(update={"autoscale": base.autoscale.model_copy(update=ABLATION[
+        "off (before 2026-12-01)"])})
+    runs = {"inference-only": simulate(sc, trace, mode="inference-only"),
+            "policy": simulate(sc, trace, mode="policy"),
+            "policy-node-blind": simulate(sc.model_copy(update={"observe_nodes": False}), trace,
+                                          mode="policy")}
+    return {m: {"training_mean_wait_s": summarize(r)["training"]["mean_wait_s"],
+                "training_jobs": summarize(r)["training"]["jobs_started"],
+                "gpu_busy": summarize(r)["utilization"]["overall"]["gpu_busy"]}
+            for m, r in runs.items()}
+
+
+def ablation_table(ab: dict) -> Table:
+    t = Table(title="burst rules: inference-only / policy")
+    for col in ("case", "variant", "p99 TTFA ms", "SLO min", "GPU-busy", "load-weighted (policy)",
+                "fill lost %", "training wait s"):
+        t.add_column(col, justify="right")
+    for case, rows in ab.items():
+        for name, row in rows.items():
+            a, b = row["inference-only"], row["policy"]
+            t.add_row(case, name, f"{a['ttfa_p99_ms']:.0f} / {b['ttfa_p99_ms']:.0f}",
+                      f"{a['slo_violation_minutes']} / {b['slo_violation_minutes']}",
+                      f"{a['gpu_busy']:.1%} / {b['gpu_busy']:.1%}", f"{b['load_weighted']:.1%}",
+                      f"{b['fill_lost_pct']:.2f}",
+                      f"{a['training_mean_wait_s']:.0f} / {b['training_mean_wait_s']:.0f}")
+    return t
 
 
 def main() -> None:
@@ -149,13 +227,27 @@ def main() -> None:
     for f, v in sens.items():
         st.add_row(f, f"{v['gpu_busy']:.1%}", f"{v['gpu_busy_by']['fill']:.1%}", f"{v['load_weighted']:.1%}")
     console.print(st)
+    console.print("[dim]running the burst-rule ablation …[/dim]")
+    ab = ablation(cases(True))
+    console.print(ablation_table(ab))
+    nodes = {}
+    if not args.skip_speed:
+        console.print("[dim]running the 512-GPU case without burst rules, node-aware and node-blind …[/dim]")
+        nodes = nodes_without_burst_rules(cases(False))
+        nt = Table(title="speed case, burst rules off: training wait")
+        for col in ("run", "training mean wait s", "jobs", "GPU-busy"):
+            nt.add_column(col, justify="right")
+        for m, v in nodes.items():
+            nt.add_row(m, f"{v['training_mean_wait_s']:.1f}", str(v["training_jobs"]), f"{v['gpu_busy']:.1%}")
+        console.print(nt)
     stamp = dt.date.today().isoformat()
     doc = {"date": stamp, "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
                                       "python": platform.python_version(),
                                       "load_average_1m": round(os.getloadavg()[0], 2)},
            "note": "policy run wall time is single-threaded Python on a shared 2-core machine",
            "fill_busy_fraction_default": FILL_BUSY_FRACTION,
-           "results": results, "fill_busy_sweep_default_case": sens}
+           "results": results, "fill_busy_sweep_default_case": sens, "burst_rule_ablation": ab,
+           "speed_case_burst_rules_off_nodes": nodes}
     path = out / f"results-{stamp}.json"
     path.write_text(json.dumps(doc, indent=2))
     console.print(f"wrote {path}")

@@ -149,17 +149,21 @@ signals = st.builds(
     ttfa_p99_s=st.one_of(st.none(), st.floats(0.01, 10)))
 
 
+BURSTY = CFG.model_copy(update={"burst_headroom": 0.2, "forecast": True,
+                                "forecast_min_growth": 0.1})
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(signals, signals), min_size=1, max_size=8),
-       st.integers(0, 5), st.integers(0, 30))
-def test_invariants_bounds_and_determinism(history, lo, span):
+       st.integers(0, 5), st.integers(0, 30), st.sampled_from([CFG, BURSTY]))
+def test_invariants_bounds_and_determinism(history, lo, span, cfg):
     pools = [PoolSpec(gpu_class="h200", min_replicas=lo, max_replicas=lo + span),
              PoolSpec(gpu_class="rtx5090", min_replicas=0, max_replicas=span + 1)]
     s1 = s2 = AutoscaleState()
     for i, (a, b) in enumerate(history):
         sig = DeploymentSignals(15.0 * i, {"h200": a, "rtx5090": b})
-        d1, s1 = decide_replicas(CFG, pools, CAT, s1, sig)
-        d2, s2 = decide_replicas(CFG, pools, CAT, s2, sig)
+        d1, s1 = decide_replicas(cfg, pools, CAT, s1, sig)
+        d2, s2 = decide_replicas(cfg, pools, CAT, s2, sig)
         assert d1 == d2  # deterministic: same inputs, same decision
         for p, spec in zip(d1.pools, pools, strict=True):
             assert spec.min_replicas <= p.desired <= spec.max_replicas
@@ -175,3 +179,100 @@ def test_scale_down_victims_are_the_least_busy():
     assert scale_down_victims(load, 2) == ("b", "d")
     assert scale_down_victims(load, 3) == ("b", "d", "c")
     assert scale_down_victims(load, 0) == () and scale_down_victims({}, 2) == ()
+
+
+# -- bursts: spare capacity and sizing ahead for the load trend -------------------------------
+
+def ramp(cfg, loads, ready, t0=0.0):
+    """Feed ``loads`` 15 s apart; return the last decision."""
+    s = AutoscaleState()
+    for i, load in enumerate(loads):
+        d, s = step(s, t0 + 15.0 * i, load, ready, ready, cfg=cfg)
+    return d
+
+
+def test_defaults_keep_the_rules_off():
+    """A TTSDeployment without the new knobs decides as before: no head-room, no forecast."""
+    cfg = AutoscaleConfig()
+    assert cfg.burst_headroom == 0 and not cfg.forecast
+    d = ramp(AutoscaleConfig(), [100, 200, 300, 400], 10)
+    assert d.pools[0].desired == math.ceil(250 / 40) and d.pools[0].reason == "load"
+
+
+def test_burst_headroom_sizes_for_spare_capacity():
+    cfg = CFG.model_copy(update={"burst_headroom": 0.25})
+    d, _ = step(AutoscaleState(), 0, in_flight=400, ready=10, current=10, cfg=cfg)
+    assert d.pools[0].desired == math.ceil(400 * 1.25 / 40)
+    # the head-room is spare capacity, so panic is judged against the load the replicas are
+    # sized for: 13 ready replicas carry 13 * 40 / 1.25 = 416 requests, panic at 1.5 x that
+    s = AutoscaleState()
+    for t in (0, 15, 30):
+        d, s = step(s, t, 416, 13, 13, cfg=cfg)
+    d, s = step(s, 45, 1.5 * 416 * 1.01, 13, 13, cfg=cfg)
+    assert d.panic
+    d, _ = step(AutoscaleState(), 45, 1.5 * 416 * 0.99, 13, 13, cfg=cfg)
+    assert not d.panic
+
+
+def test_forecast_sizes_for_the_load_when_a_new_replica_is_ready():
+    cfg = CFG.model_copy(update={"forecast": True, "forecast_min_growth": 0.1})
+    loads = [200, 225, 250, 275, 300]  # +25 per 15 s
+    d = ramp(cfg, loads, 10)
+    (p,) = d.pools
+    horizon = CAT.get("h200").model_load_s  # 90 s: pod start to ready
+    expected = 300 + (25 / 15) * horizon
+    assert p.reason == "forecast" and p.direction == "up"
+    assert p.desired == math.ceil(expected / 40 - 1e-9)
+    assert f"in {horizon:.0f}s" in p.message
+    assert p.needed >= p.desired  # fill is evicted ahead of it too
+    # an explicit horizon overrides the class's model load time
+    d = ramp(cfg.model_copy(update={"forecast_horizon_s": 30.0}), loads, 10)
+    assert d.pools[0].desired == math.ceil((300 + 50) / 40 - 1e-9)
+    # off: the load rule alone (stable mean 250)
+    d = ramp(cfg.model_copy(update={"forecast": False}), loads, 10)
+    assert d.pools[0].reason == "load" and d.pools[0].desired == math.ceil(250 / 40)
+
+
+def test_forecast_extrapolates_growth_only_and_ignores_small_rises():
+    cfg = CFG.model_copy(update={"forecast": True, "forecast_min_growth": 0.1})
+    falling = ramp(cfg, [600, 550, 500, 450, 400], 15)
+    assert falling.pools[0].reason != "forecast"
+    # 530 expected in 90 s is < 10% above the stable load of 506: noise, not a burst
+    gentle = [500, 503, 506, 509, 512]
+    assert ramp(cfg, gentle, 13).pools[0].reason != "forecast"
+    assert ramp(cfg.model_copy(update={"forecast_min_growth": 0.0}), gentle,
+                13).pools[0].reason == "forecast"
+    # 600 expected is 15% above 520: a burst's ramp
+    assert ramp(cfg, [500, 510, 520, 530, 540], 13).pools[0].reason == "forecast"
+
+
+def test_forecast_horizon_is_per_class_model_load():
+    from ttsfleet.policy import forecast_horizon
+
+    cfg = CFG.model_copy(update={"forecast": True})
+    assert forecast_horizon(cfg, H200, CAT) == CAT.get("h200").model_load_s
+    r = PoolSpec(gpu_class="rtx5090", max_replicas=20)
+    assert forecast_horizon(cfg, r, CAT) == CAT.get("rtx5090").model_load_s
+    pools = [H200, r]
+    s = AutoscaleState()
+    for i, load in enumerate([400, 450, 500, 550, 600]):
+        sig = DeploymentSignals(15.0 * i, {
+            "h200": PoolSignals(in_flight=load / 2, ready_replicas=10, current_replicas=10),
+            "rtx5090": PoolSignals(in_flight=load / 2, ready_replicas=10, current_replicas=10)})
+        d, s = decide_replicas(cfg.model_copy(update={"forecast_min_growth": 0.1}), pools, CAT,
+                               s, sig)
+    by = {p.pool: p for p in d.pools}
+    assert by["h200"].reason == by["rtx5090"].reason == "forecast"
+    assert "in 90s" in by["h200"].message and "in 75s" in by["rtx5090"].message
+
+
+def test_forecast_keeps_history_beyond_the_stable_window():
+    cfg = CFG.model_copy(update={"forecast": True, "forecast_window_s": 120.0})
+    s = AutoscaleState()
+    for i in range(12):
+        _, s = step(s, 15.0 * i, 400, 10, 10, cfg=cfg)
+    assert s.samples[0][0] > 165 - 120 and len(s.samples) == 8
+    _, s0 = step(AutoscaleState(), 0, 400, 10, 10)
+    for i in range(1, 12):
+        _, s0 = step(s0, 15.0 * i, 400, 10, 10)
+    assert len(s0.samples) == 4  # forecast off: the stable window only, as before

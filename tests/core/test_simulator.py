@@ -312,3 +312,69 @@ def test_b200_added_by_one_catalog_file_runs_through_simulate(tmp_path):
         p = subprocess.run([*cli, *bad], capture_output=True, text=True, timeout=300, cwd=tmp_path)
         assert p.returncode == 2 and msg in p.stderr and "Traceback" not in p.stderr, p.stderr
         assert len(p.stderr.strip().splitlines()) == 1
+
+
+def _scattered_fleet(observe_nodes: bool):
+    """24 H200 (3 nodes) full of fill, 2 inference pods on node 0; the policy runs one pass
+    that scales inference up by 3."""
+    from ttsfleet.sim.adapter import Controllers, policy_step
+
+    f = _fleet(observe_nodes=observe_nodes)
+    f = Fleet(f.scenario.model_copy(update={"fleet": {"h200": 24}}), build_pools(f.scenario))
+    cl, pool = f.classes["h200"], f.pools[0]
+    f.bind_ready(pool, 2)
+    # fill on every other GPU; node 0's (beside inference) have the most un-checkpointed work
+    assert f.admit_fill(0, "h200", 22) == 22
+    _run(f, 0, 100)
+    for j in cl.fill_jobs.values():
+        j.run_start = 50.0 if j.node.idx == 0 else 90.0  # 50 s vs 10 s since a checkpoint
+    # 4 replicas' load with the scenario's 20% burst head-room: 5 replicas
+    pool.traffic.in_flight = pool.traffic.in_flight_obs = 4 * pool.traffic.target
+    policy_step(100.0, f, Controllers(), fill=True)
+    return f, cl
+
+
+def test_node_aware_adapter_evicts_fill_beside_inference_and_binds_inference_there():
+    f, cl = _scattered_fleet(observe_nodes=True)
+    stopping = [j for j in cl.fill_jobs.values() if j.state == "stopping"]
+    assert len(stopping) == 3 and {j.node.idx for j in stopping} == {0}
+    _run(f, 100, 110)
+    assert [n.inference for n in cl.nodes] == [5, 0, 0]  # nodes 1 and 2 stay whole for training
+    # node-blind, the youngest checkpoints (nodes 1 and 2) are evicted and inference scatters
+    f, cl = _scattered_fleet(observe_nodes=False)
+    assert {j.node.idx for j in cl.fill_jobs.values() if j.state == "stopping"} != {0}
+    _run(f, 100, 110)
+    assert sum(1 for n in cl.nodes if n.inference) > 1
+
+
+def test_node_aware_adapter_places_fill_where_the_policy_says():
+    from ttsfleet.sim.adapter import Controllers, policy_step
+
+    f = _fleet()
+    cl, pool = f.classes["h200"], f.pools[0]
+    f.bind_ready(pool, 6)  # node 0: 6 inference, 2 free; node 1: empty
+    pool.traffic.in_flight = pool.traffic.in_flight_obs = 5 * pool.traffic.target  # 6 with head-room
+    policy_step(0.0, f, Controllers(), fill=True)
+    on = [sum(1 for j in cl.fill_jobs.values() if j.node is n) for n in cl.nodes]
+    # the empty node fills first; inference's own free GPUs are the last to take fill
+    assert on[1] == 8 and on[0] <= 2
+
+
+def test_burst_headroom_and_node_knobs_through_the_cli(tmp_path):
+    """--burst-headroom / --forecast / --node-blind reach the scenario; bad values are exit 2."""
+    cli = [sys.executable, "-P", "-m", "ttsfleet.cli", "simulate", "--days", "0.05", "--fleet",
+           "h200=16", "--peak-rps", "150", "--runs", "inference-only", "--no-training", "--json",
+           "--no-plot", "--quiet"]
+
+    def inference_allocated(*extra: str) -> float:
+        p = subprocess.run([*cli, *extra], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert p.returncode == 0, p.stderr
+        run = json.loads(p.stdout)["runs"]["inference-only"]
+        return run["utilization"]["overall"]["allocated"]["inference"]
+
+    none = inference_allocated("--burst-headroom", "0", "--no-forecast")
+    assert inference_allocated("--burst-headroom", "0.5", "--forecast", "--node-blind") > none * 1.2
+    for bad in (["--burst-headroom", "-1"], ["--forecast-horizon", "0"]):
+        p = subprocess.run([*cli, *bad], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert p.returncode == 2 and "Traceback" not in p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1, p.stderr

@@ -8,19 +8,23 @@ reads a clock or imports an adapter; it imports only the core (:mod:`ttsfleet.ca
 * :mod:`~ttsfleet.policy.autoscale` — replicas per pool from traffic signals;
 * :mod:`~ttsfleet.policy.fill` — fill admission and eviction for one GPU class;
 * :mod:`~ttsfleet.policy.demand` — the inference demand forecast fill keeps head-room for, and
-  the typed :class:`InferenceNeed` the autoscaler hands the fill plan.
+  the typed :class:`InferenceNeed` the autoscaler hands the fill plan;
+* :mod:`~ttsfleet.policy.trend` — the least-squares trend both forecasts read.
 """
 
 from ttsfleet.policy.autoscale import (
     PRESSURES,
     AutoscaleState,
     DeploymentSignals,
+    LoadForecast,
     PoolDecision,
     PoolSignals,
     Pressure,
     ScaleDecision,
     clamp_replicas,
     decide_replicas,
+    forecast_horizon,
+    load_forecasts,
     pool_targets,
     pressure_step,
     scale_down_victims,
@@ -40,16 +44,21 @@ from ttsfleet.policy.fill import (
     ClassObservation,
     FillJobView,
     FillPlan,
+    NodeView,
     choose_victims,
+    fill_placements,
     headroom_gpus,
+    inference_node_order,
     plan_fill,
 )
+from ttsfleet.policy.trend import Trend, fit_trend
 
 __all__ = [
     "PRESSURES", "AutoscaleState", "ClassObservation", "DemandTracker", "DeploymentSignals",
-    "FillJobView", "FillPlan", "InferenceNeed", "PoolDecision", "PoolSignals", "Pressure",
-    "ScaleDecision", "choose_victims", "clamp_replicas", "decide_replicas", "demand_trend",
-    "fill_forecast", "fill_forecasts", "forecast_demand", "headroom_gpus", "inference_demand",
-    "needed_by_class", "plan_fill", "pool_targets", "pressure_step", "scale_down_victims",
-    "split_load",
+    "FillJobView", "FillPlan", "InferenceNeed", "LoadForecast", "NodeView", "PoolDecision",
+    "PoolSignals", "Pressure", "ScaleDecision", "Trend", "choose_victims", "clamp_replicas",
+    "decide_replicas", "demand_trend", "fill_forecast", "fill_forecasts", "fill_placements",
+    "forecast_demand", "forecast_horizon", "headroom_gpus", "inference_demand",
+    "inference_node_order", "load_forecasts", "needed_by_class", "plan_fill", "pool_targets",
+    "pressure_step", "scale_down_victims", "split_load", "fit_trend",
 ]

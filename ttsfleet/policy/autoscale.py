@@ -13,13 +13,18 @@ The algorithm, in the order it applies:
 3. The load is split across pools by weight, water-filling around pool bounds; each pool's
    target in-flight per replica is the deployment target scaled by its GPU class's throughput
    relative to the fastest class.
-4. Pressures (:data:`PRESSURES`, a rule table: signal, threshold knob, reason): time to first
+4. Forecast: replicas take a class's ``model_load_s`` to become ready, so each pool is also sized
+   for the load the least-squares trend over ``forecast_window_s`` expects that far ahead
+   (with ``forecast``; ``forecast_horizon_s`` overrides the horizon); growth only, and only when
+   it is ``forecast_min_growth`` above the load; reason ``forecast``. ``burst_headroom`` sizes
+   every step for that share more load than it carries (spare capacity for what outruns a load).
+5. Pressures (:data:`PRESSURES`, a rule table: signal, threshold knob, reason): time to first
    audio p99 above the SLO, or queued requests beyond ``queue_depth_per_replica``, add replicas
    even if the load target is met. A new signal is one :class:`Pressure` row.
-5. Scale-up is immediate but bounded by ``max_scale_up_rate``; scale-down takes the highest
+6. Scale-up is immediate but bounded by ``max_scale_up_rate``; scale-down takes the highest
    recommendation of the last ``scale_down_stabilization_s`` seconds and at most halves the pool
    per step (``max_scale_down_rate``).
-6. Every result is clamped to the pool's bounds by :func:`clamp_replicas`, the only clamp.
+7. Every result is clamped to the pool's bounds by :func:`clamp_replicas`, the only clamp.
 """
 
 from __future__ import annotations
@@ -27,9 +32,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
+from typing import NamedTuple
 
 from ttsfleet.catalog import GpuCatalog
 from ttsfleet.config import AutoscaleConfig, PoolSpec
+from ttsfleet.policy.trend import Trend, fit_trend
 
 
 @dataclass(frozen=True)
@@ -131,7 +138,7 @@ class PoolDecision:
     current: int
     desired: int
     direction: str  # up | down | none
-    reason: str  # load | panic | stabilized | min | max | steady | a Pressure's reason (slo, queue)
+    reason: str  # load | panic | forecast | stabilized | min | max | steady | a Pressure's reason
     message: str
     #: Replicas the load needs before the scale-up rate limit and scale-down stabilization
     #: (within min/max). Fill eviction plans for it, so GPUs are free before later steps need them.
@@ -222,6 +229,51 @@ class _Step:
     ready_capacity: float
     targets: Mapping[str, float]
     pressures: Sequence[Pressure]
+    forecasts: Mapping[str, LoadForecast]
+
+
+class LoadForecast(NamedTuple):
+    """The replicas a pool needs for the load expected when a replica ordered now is ready."""
+
+    replicas: int
+    load: float  # requests (in flight + queued) the trend expects at now + horizon_s
+    horizon_s: float
+    slope: float  # requests per second
+
+
+def forecast_horizon(config: AutoscaleConfig, pool: PoolSpec, catalog: GpuCatalog) -> float:
+    """How far ahead a pool is sized: ``forecast_horizon_s``, else its class's ``model_load_s``."""
+    if config.forecast_horizon_s is not None:
+        return config.forecast_horizon_s
+    return float(catalog.get(pool.gpu_class).model_load_s)
+
+
+def load_forecasts(config: AutoscaleConfig, pools: Sequence[PoolSpec], catalog: GpuCatalog,
+                   samples: Sequence[tuple[float, float]], now: float, basis: float,
+                   targets: Mapping[str, float]) -> dict[str, LoadForecast]:
+    """Per pool, the replicas for the deployment load the rising trend expects one horizon ahead
+    (the line fitted over ``forecast_window_s``, split like the load); only pools whose forecast
+    exceeds ``basis``, the load the step already sizes for. Empty when the load is not rising."""
+    if not config.forecast:
+        return {}
+    trend = fit_trend(samples, now, config.forecast_window_s)
+    if trend is None or trend.slope <= 0:
+        return {}
+    out: dict[str, LoadForecast] = {}
+    by_horizon: dict[float, dict[str, int]] = {}
+    for p in pools:
+        h = forecast_horizon(config, p, catalog)
+        load = _expected(trend, now, h)
+        if load <= basis * (1 + config.forecast_min_growth):
+            continue
+        if h not in by_horizon:
+            by_horizon[h] = split_load(load * (1.0 + config.burst_headroom), pools, targets)
+        out[p.key] = LoadForecast(by_horizon[h][p.key], load, h, trend.slope)
+    return out
+
+
+def _expected(trend: Trend, now: float, horizon_s: float) -> float:
+    return trend.at(now - trend.t + horizon_s)
 
 
 def _check_pools(pools: Sequence[PoolSpec]) -> None:
@@ -253,19 +305,25 @@ def decide_replicas(config: AutoscaleConfig, pools: Sequence[PoolSpec], catalog:
     now = signals.t
     sig = {p.key: signals.pools.get(p.key, PoolSignals()) for p in pools}
     load_now = sum(s.in_flight + s.queue_depth for s in sig.values())
-    keep_from = now - config.stable_window_s
+    keep_from = now - max(config.stable_window_s,
+                          config.forecast_window_s if config.forecast else 0.0)
     samples = tuple((t, v) for (t, v) in state.samples if t > keep_from) + ((now, load_now),)
     stable = _window_mean(samples, now, config.stable_window_s)
     panic_load = _window_mean(samples, now, config.panic_window_s)
 
     targets = pool_targets(pools, catalog, config)
-    ready_capacity = sum(sig[p.key].ready_replicas * targets[p.key] for p in pools)
+    # the load the ready replicas are sized to carry (their targets less the burst head-room)
+    ready_capacity = sum(sig[p.key].ready_replicas * targets[p.key] for p in pools) / (
+        1.0 + config.burst_headroom)
     panic_until = _panic_until(config, state, now, panic_load, ready_capacity)
     panic = panic_until is not None
     basis = max(stable, panic_load) if panic else stable
-    wanted = split_load(basis, pools, targets)
+    spare = 1.0 + config.burst_headroom
+    wanted = split_load(basis * spare, pools, targets)
+    forecasts = load_forecasts(config, pools, catalog, samples, now, basis, targets)
 
-    step = _Step(config, now, panic, basis, panic_load, ready_capacity, targets, tuple(pressures))
+    step = _Step(config, now, panic, basis, panic_load, ready_capacity, targets, tuple(pressures),
+                 forecasts)
     recs = dict(state.recommendations)
     decisions = []
     for p in pools:
@@ -280,7 +338,8 @@ def decide_replicas(config: AutoscaleConfig, pools: Sequence[PoolSpec], catalog:
 def _decide_pool(step: _Step, p: PoolSpec, s: PoolSignals, want: int,
                  history: tuple[tuple[float, int], ...]) -> tuple[PoolDecision,
                                                                  tuple[tuple[float, int], ...]]:
-    """One pool: load (or panic) -> pressures -> scale-up cap -> scale-down stabilization -> clamp."""
+    """One pool: load (or panic) -> forecast -> pressures -> scale-up cap -> scale-down
+    stabilization -> clamp."""
     cfg, current, ready = step.config, s.current_replicas, s.ready_replicas
     if step.panic:
         reason, msg = "panic", (f"panic: {step.panic_load:.1f} req in {cfg.panic_window_s:.0f}s "
@@ -288,6 +347,12 @@ def _decide_pool(step: _Step, p: PoolSpec, s: PoolSignals, want: int,
     else:
         reason, msg = "load", (f"load {step.basis:.1f} req split by weight; target "
                                f"{step.targets[p.key]:.1f}/replica")
+    ahead = step.forecasts.get(p.key)
+    if ahead is not None and ahead.replicas > want:
+        want, reason = ahead.replicas, "forecast"
+        msg = (f"load rising {ahead.slope:.2f} req/s: {ahead.load:.1f} req expected in "
+               f"{ahead.horizon_s:.0f}s, when a replica ordered now is ready; target "
+               f"{step.targets[p.key]:.1f}/replica")
     if want <= current:
         for rule in step.pressures:
             fired = rule.fires(cfg, s)

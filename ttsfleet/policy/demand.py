@@ -25,31 +25,23 @@ from types import MappingProxyType
 from ttsfleet.config import FillPolicyConfig
 from ttsfleet.policy.autoscale import ScaleDecision
 from ttsfleet.policy.fill import ClassObservation
+from ttsfleet.policy.trend import fit_trend
 
 Samples = tuple[tuple[float, float], ...]
 
 
 def demand_trend(history: Sequence[tuple[float, float]], now: float, horizon_s: float,
                  window_s: float) -> float | None:
-    """Demand expected at ``now + horizon_s`` from a least-squares trend over ``window_s``.
+    """Demand expected at ``now + horizon_s``: the newest sample plus the growth of the
+    least-squares trend over ``window_s`` (:func:`~ttsfleet.policy.trend.fit_trend`).
 
     Only growth is extrapolated (a falling trend forecasts the current value), so the forecast
     reserves room for scale-ups and never releases capacity early. Returns None with no history.
     """
-    pts = [(t, v) for (t, v) in history if now - window_s <= t <= now]
-    if not pts:
+    trend = fit_trend(history, now, window_s)
+    if trend is None:
         return None
-    current = pts[-1][1]
-    if len(pts) < 2:
-        return current
-    n = len(pts)
-    mt = sum(t for t, _ in pts) / n
-    mv = sum(v for _, v in pts) / n
-    var = sum((t - mt) ** 2 for t, _ in pts)
-    if var <= 0:
-        return current
-    slope = sum((t - mt) * (v - mv) for t, v in pts) / var
-    return current + max(slope, 0.0) * horizon_s
+    return trend.last + max(trend.slope, 0.0) * horizon_s
 
 
 #: The old name (adapters switch to :func:`fill_forecasts`).

@@ -16,6 +16,14 @@ Rules:
   twice across consecutive decisions.
 * Victims: least un-checkpointed work first (seconds since their last checkpoint), ties broken by
   job id. Exactly enough GPUs are freed: never more than needed.
+* Nodes (optional: :attr:`ClassObservation.nodes` and :attr:`FillJobView.node`), because training
+  takes whole nodes and inference pods that scatter leave none whole: victims freed for inference
+  come from the nodes that already hold the most inference, so inference packs onto few nodes;
+  victims freed for training come from the nodes with the least fill and no inference, so a
+  whole node frees with the fewest evictions; admitted fill is placed on the nodes that already
+  hold fill (:attr:`FillPlan.placements`) and inference on the nodes that already hold
+  inference (:attr:`FillPlan.inference_nodes`). Within a node the least un-checkpointed work
+  still goes first; the count is still exactly what is needed.
 * Admission: only onto GPUs that are free now and not reserved for demand or headroom, never
   while training waits (when ``hold_while_training_pending``), never beyond ``max_fill_gpus`` or the
   work available.
@@ -42,6 +50,20 @@ class FillJobView(NamedTuple):
     gpus: int = 1
     seconds_since_checkpoint: float = 0.0
     terminating: bool = False
+    node: str = ""  # the node it runs on ("": unknown; node rules skip the job's node)
+
+
+class NodeView(NamedTuple):
+    """One node of the class as the policy sees it: its GPUs and what non-fill work holds them.
+
+    Fill on the node is read from the :class:`FillJobView` entries naming it.
+    """
+
+    name: str
+    gpus: int
+    inference_gpus: int = 0  # bound inference pods (loading, serving or releasing)
+    training_gpus: int = 0
+    unavailable_gpus: int = 0
 
 
 @dataclass(frozen=True)
@@ -63,6 +85,9 @@ class ClassObservation:
     #: start on their own as GPUs free up, so admission counts them as already admitted.
     queued_fill_jobs: int = 0
     inference_forecast_gpus: float | None = None  # inference GPUs expected at t + deadline
+    #: The class's nodes (optional): with them victims, fill placement and inference placement
+    #: keep nodes whole for training. Without them every rule is node-blind, as before.
+    nodes: tuple[NodeView, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("total_gpus", "inference_gpus", "training_gpus", "pending_inference_gpus",
@@ -74,6 +99,9 @@ class ClassObservation:
         ids = [j.id for j in self.fill_jobs]
         if len(set(ids)) != len(ids):
             raise ValueError("fill job ids must be unique")
+        names = [n.name for n in self.nodes]
+        if len(set(names)) != len(names):
+            raise ValueError("node names must be unique")
 
 
 @dataclass(frozen=True)
@@ -85,6 +113,11 @@ class FillPlan:
     reserved_gpus: int  # demand now + headroom
     headroom_gpus: int
     reasons: tuple[str, ...]
+    #: With nodes observed: a node for each admitted job (where fill already packs), and the
+    #: nodes pending inference should bind to, best first (where inference already runs).
+    #: Empty without nodes; adapters that cannot steer placement ignore them.
+    placements: tuple[str, ...] = ()
+    inference_nodes: tuple[str, ...] = ()
 
 
 def fill_gpus(jobs: Sequence[FillJobView], *, terminating: bool) -> int:
@@ -101,12 +134,25 @@ def headroom_gpus(config: FillPolicyConfig, obs: ClassObservation) -> int:
     return base + growth
 
 
-def choose_victims(jobs: Sequence[FillJobView], gpus_needed: int) -> tuple[str, ...]:
-    """Running fill jobs to evict: least un-checkpointed work first, just enough GPUs."""
+def choose_victims(jobs: Sequence[FillJobView], gpus_needed: int,
+                   nodes: Sequence[NodeView] = (), *, for_training: bool = False) -> tuple[str, ...]:
+    """Running fill jobs to evict: just enough GPUs, least un-checkpointed work first.
+
+    With ``nodes``, whole nodes come first: for inference (the default) the nodes that already
+    hold the most non-fill work, so inference packs onto them; ``for_training`` the nodes with no
+    inference or training and the least fill, so a whole node frees with the fewest evictions.
+    Within a node (and among jobs whose node is not observed, ranked last) the least
+    un-checkpointed work goes first.
+    """
     if gpus_needed <= 0:
         return ()
-    candidates = sorted((j for j in jobs if not j.terminating),
-                        key=lambda j: (j.seconds_since_checkpoint, j.id))
+    candidates = [j for j in jobs if not j.terminating]
+    if nodes:
+        rank = _victim_node_rank(nodes, candidates, for_training=for_training)
+        last = (len(rank),)
+        candidates.sort(key=lambda j: (rank.get(j.node, last), j.seconds_since_checkpoint, j.id))
+    else:
+        candidates.sort(key=lambda j: (j.seconds_since_checkpoint, j.id))
     victims: list[str] = []
     freed = 0
     for j in candidates:
@@ -115,6 +161,56 @@ def choose_victims(jobs: Sequence[FillJobView], gpus_needed: int) -> tuple[str, 
         victims.append(j.id)
         freed += j.gpus
     return tuple(victims)
+
+
+def _victim_node_rank(nodes: Sequence[NodeView], running: Sequence[FillJobView], *,
+                      for_training: bool) -> dict[str, tuple]:
+    """Order of the nodes victims are taken from (lower first)."""
+    fill = _fill_by_node(running)
+    youngest: dict[str, float] = {}
+    for j in running:
+        youngest[j.node] = min(youngest.get(j.node, math.inf), j.seconds_since_checkpoint)
+    out = {}
+    for n in nodes:
+        busy = n.inference_gpus + n.training_gpus
+        if for_training:
+            key = (busy > 0, fill.get(n.name, 0), youngest.get(n.name, math.inf), n.name)
+        else:
+            key = (-busy, n.gpus, youngest.get(n.name, math.inf), n.name)
+        out[n.name] = key
+    return {name: (i,) for i, (name, _) in enumerate(sorted(out.items(), key=lambda kv: kv[1]))}
+
+
+def _fill_by_node(jobs: Sequence[FillJobView]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for j in jobs:
+        out[j.node] = out.get(j.node, 0) + j.gpus
+    return out
+
+
+def inference_node_order(nodes: Sequence[NodeView]) -> tuple[str, ...]:
+    """Nodes for new inference pods, best first: those already holding the most inference (or
+    training), then the smaller ones, so the nodes left whole stay free for training."""
+    return tuple(n.name for n in sorted(
+        nodes, key=lambda n: (-(n.inference_gpus + n.training_gpus), n.gpus, n.name)))
+
+
+def fill_placements(nodes: Sequence[NodeView], jobs: Sequence[FillJobView], count: int,
+                    gpus_per_job: int = 1) -> tuple[str, ...]:
+    """A node for each of ``count`` new fill jobs: nodes without inference first, then those
+    holding the most fill, then the fullest, so fill packs and free GPUs gather where inference
+    runs. At most as many as the nodes' free GPUs hold."""
+    fill = _fill_by_node(jobs)
+    free = {n.name: n.gpus - n.unavailable_gpus - n.inference_gpus - n.training_gpus
+            - fill.get(n.name, 0) for n in nodes}
+    order = sorted(nodes, key=lambda n: (n.inference_gpus > 0, -fill.get(n.name, 0),
+                                         free[n.name], n.name))
+    out: list[str] = []
+    for n in order:
+        while len(out) < count and free[n.name] >= gpus_per_job:
+            out.append(n.name)
+            free[n.name] -= gpus_per_job
+    return tuple(out)
 
 
 def plan_fill(config: FillPolicyConfig, obs: ClassObservation) -> FillPlan:
@@ -136,8 +232,11 @@ def plan_fill(config: FillPolicyConfig, obs: ClassObservation) -> FillPlan:
     reasons: list[str] = []
     becoming_free = free + terminating
     shortfall = reserved - (demand - evict_demand) - becoming_free
+    inference_nodes = inference_node_order(obs.nodes)
     if shortfall > 0:
-        victims = choose_victims(obs.fill_jobs, shortfall)
+        # pending inference outranks training: its victims decide the order when both wait
+        for_training = evict_for_training > 0 and not obs.pending_inference_gpus
+        victims = choose_victims(obs.fill_jobs, shortfall, obs.nodes, for_training=for_training)
         if victims:
             why = []
             if demand:
@@ -150,7 +249,8 @@ def plan_fill(config: FillPolicyConfig, obs: ClassObservation) -> FillPlan:
                 why.append(f"headroom {headroom} GPU(s) for forecast inference growth")
             reasons.append(f"evict {len(victims)} fill job(s): need {reserved} free, "
                            f"{becoming_free} free or freeing; " + "; ".join(why))
-        return FillPlan(obs.gpu_class, 0, victims, free, reserved, headroom, tuple(reasons))
+        return FillPlan(obs.gpu_class, 0, victims, free, reserved, headroom, tuple(reasons),
+                        inference_nodes=inference_nodes)
 
     admit_gpus = max(free - reserved, 0)
     if obs.pending_training_gpus and config.hold_while_training_pending:
@@ -165,4 +265,7 @@ def plan_fill(config: FillPolicyConfig, obs: ClassObservation) -> FillPlan:
         admit = min(admit, obs.fill_work_available)
     if admit:
         reasons.append(f"admit {admit} fill job(s): {free} GPU(s) idle, {reserved} reserved")
-    return FillPlan(obs.gpu_class, admit, (), free, reserved, headroom, tuple(reasons))
+    placements = (fill_placements(obs.nodes, obs.fill_jobs, admit, obs.fill_gpus_per_job)
+                  if obs.nodes and admit else ())
+    return FillPlan(obs.gpu_class, admit, (), free, reserved, headroom, tuple(reasons),
+                    placements, inference_nodes)

@@ -16,6 +16,7 @@ from ttsfleet.policy import (
     ClassObservation,
     DeploymentSignals,
     FillJobView,
+    NodeView,
     PoolSignals,
     ScaleDecision,
     decide_replicas,
@@ -50,17 +51,21 @@ def to_pool_signals(fleet: Fleet, t: float) -> DeploymentSignals:
 
 
 def to_class_observation(cl: ClassState, t: float, checkpoint_interval_s: float, gpus_per_node: int,
-                         forecast_gpus: float | None = None, *, fill_jobs: bool = True) -> ClassObservation:
-    """One GPU class as the fill controller sees it: nodes' allocations and (``fill_jobs``) the
-    fill pods with their seconds since the last checkpoint."""
+                         forecast_gpus: float | None = None, *, fill_jobs: bool = True,
+                         nodes: bool = False) -> ClassObservation:
+    """One GPU class as the fill controller sees it: nodes' allocations, (``fill_jobs``) the
+    fill pods with their seconds since the last checkpoint and (``nodes``) the node topology."""
     views = tuple(FillJobView(j.id, 1, ((t - j.run_start) % checkpoint_interval_s)
-                              if j.state == "running" else 0.0, j.state == "stopping")
+                              if j.state == "running" else 0.0, j.state == "stopping",
+                              j.node.name if nodes else "")
                   for j in cl.fill_jobs.values()) if fill_jobs else ()
+    node_views = tuple(NodeView(n.name, n.size, n.inference, n.training)
+                       for n in cl.nodes) if nodes else ()
     return ClassObservation(
         gpu_class=cl.name, t=t, total_gpus=cl.total, inference_gpus=cl.inference_gpus,
         training_gpus=cl.train_gpus, pending_inference_gpus=sum(h.pending for h in cl.pools),
         pending_training_gpus=gpus_per_node * sum(j.nodes for _, j in cl.train_pending),
-        fill_jobs=views, inference_forecast_gpus=forecast_gpus)
+        fill_jobs=views, inference_forecast_gpus=forecast_gpus, nodes=node_views)
 
 
 def policy_step(t: float, fleet: Fleet, ctl: Controllers, *, fill: bool) -> ScaleDecision:
@@ -87,8 +92,11 @@ def policy_step(t: float, fleet: Fleet, ctl: Controllers, *, fill: bool) -> Scal
     ctl.demand = ctl.demand.observe_classes(t, held, cfg.forecast_window_s)
     for c, cl in fleet.classes.items():
         obs = to_class_observation(cl, t, cfg.checkpoint_interval_s, scenario.gpus_per_node,
-                                   fill_forecast(ctl.demand, c, t, cfg, need))
+                                   fill_forecast(ctl.demand, c, t, cfg, need),
+                                   nodes=scenario.observe_nodes)
         plan = plan_fill(cfg, obs)
+        # the operator's counterpart: preferred node affinity on the pods it creates
+        cl.inference_order = [cl.by_name[n] for n in plan.inference_nodes]
         fleet.evict_fill(t, c, plan.evict)
-        fleet.admit_fill(t, c, plan.admit)
+        fleet.admit_fill(t, c, plan.admit, [cl.by_name[n] for n in plan.placements])
     return decision

@@ -37,6 +37,15 @@ def _scenario_default(name: str) -> Any:
     return Scenario.model_fields[name].default
 
 
+def _scenario_opt(part: str, name: str, *flags: str, unit: str = "") -> Any:
+    """A typer option for a knob of one of the scenario's config models (``autoscale``,
+    ``fill_policy``): default from the scenario's value, help from the model field."""
+    value = _scenario_default(part)
+    f = type(value).model_fields[name]
+    text = (f.description or name.replace("_", " ")) + (f" ({unit})" if unit else "")
+    return typer.Option(getattr(value, name), *flags, help=text)
+
+
 def _parse_busy(text: str) -> dict[str, float]:
     """``0.87`` (every class) or ``h200=0.87,rtx5090=0.8``."""
     try:
@@ -90,6 +99,18 @@ def register(root: typer.Typer) -> None:
                                   unit="ms"),
         scale_down_window: float = _opt(AutoscaleConfig, "scale_down_stabilization_s",
                                         "--scale-down-window", unit="s"),
+        burst_headroom: float = _scenario_opt("autoscale", "burst_headroom", "--burst-headroom"),
+        forecast: bool = typer.Option(
+            _scenario_default("autoscale").forecast, "--forecast/--no-forecast",
+            help=AutoscaleConfig.model_fields["forecast"].description),
+        forecast_horizon: float | None = _scenario_opt(
+            "autoscale", "forecast_horizon_s", "--forecast-horizon",
+            unit="s; unset: the class's model load time"),
+        forecast_min_growth: float = _scenario_opt("autoscale", "forecast_min_growth",
+                                                   "--forecast-min-growth"),
+        observe_nodes: bool = typer.Option(
+            _scenario_default("observe_nodes"), "--node-aware/--node-blind",
+            help=Scenario.model_fields["observe_nodes"].description),
         min_free_gpus: int = _opt(FillPolicyConfig, "min_free_gpus", "--min-free-gpus"),
         eviction_deadline: float = _opt(FillPolicyConfig, "eviction_deadline_s", "--eviction-deadline",
                                         unit="s"),
@@ -138,9 +159,15 @@ def register(root: typer.Typer) -> None:
         try:
             scenario = Scenario(
                 catalog=catalog, fleet=fleet_map, gpus_per_node=gpus_per_node,
-                autoscale=AutoscaleConfig(target_in_flight_per_replica=target_in_flight,
-                                          ttfa_p99_slo_s=ttfa_slo_ms / 1000,
-                                          scale_down_stabilization_s=scale_down_window),
+                autoscale=AutoscaleConfig(**{
+                    **_scenario_default("autoscale").model_dump(),
+                    "target_in_flight_per_replica": target_in_flight,
+                    "ttfa_p99_slo_s": ttfa_slo_ms / 1000,
+                    "scale_down_stabilization_s": scale_down_window,
+                    "burst_headroom": burst_headroom, "forecast": forecast,
+                    "forecast_horizon_s": forecast_horizon,
+                    "forecast_min_growth": forecast_min_growth}),
+                observe_nodes=observe_nodes,
                 fill_policy=FillPolicyConfig(**{
                     **Scenario.model_fields["fill_policy"].default.model_dump(),
                     "min_free_gpus": min_free_gpus, "eviction_deadline_s": eviction_deadline,

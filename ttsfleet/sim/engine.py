@@ -87,14 +87,20 @@ def warm_start(fleet: Fleet, trace: Trace, mode: str) -> Controllers:
     state for the first minute (Little's law), and controllers with the history that state
     leaves (load samples, scale-down recommendations, demand), so t = 0 is not a cold start."""
     sc = fleet.scenario
-    in_flight = _little(fleet, float(trace.rate[:60].mean()), float(trace.mean_frames[:60].mean()))
-    sized_for = _peak_load(fleet, trace) if mode == "static-warm" else in_flight
+    rate = float(trace.rate[:60].mean())
+    in_flight = _little(fleet, rate, float(trace.mean_frames[:60].mean()))
+    spare = 1.0 + sc.autoscale.burst_headroom
+    sized_for = _peak_load(fleet, trace) if mode == "static-warm" else in_flight * spare
     want = split_load(sized_for, sc.pools, {h.traffic.key: h.traffic.target for h in fleet.pools})
     for h in fleet.pools:
         fleet.bind_ready(h, want[h.traffic.key])
     cap = sum(h.traffic.ready * h.traffic.target for h in fleet.pools) or 1.0
     for h in fleet.pools:
-        h.traffic.in_flight = h.traffic.in_flight_obs = in_flight * h.traffic.ready * h.traffic.target / cap
+        share = h.traffic.ready * h.traffic.target / cap
+        # the observed in-flight (arrivals of the second admitted, completions not yet) is the
+        # Little's-law figure; the fluid holds one second's arrivals less before it
+        h.traffic.in_flight_obs = in_flight * share
+        h.traffic.in_flight = max(in_flight - rate, 0.0) * share
     step = sc.policy_interval_s
     ago = lambda window: [-step * k for k in range(int(window // step), 0, -1)]  # noqa: E731
     samples = tuple((t, in_flight) for t in ago(sc.autoscale.stable_window_s))

@@ -42,6 +42,7 @@ class Node:
     fill: int = 0  # fill pods bound here (starting, running, stopping or releasing)
     training: int = 0
     nominated: bool = False  # a pending training job waits for this node to empty
+    name: str = ""  # what the policy calls it (NodeView.name)
 
     @property
     def free(self) -> int:
@@ -92,9 +93,13 @@ class ClassState:
     fill_jobs: dict[str, FillJob] = field(default_factory=dict)
     train_pending: list[tuple[float, TrainingJob]] = field(default_factory=list)
     total: int = 0
+    #: The policy's preferred nodes for new inference pods, best first (empty: pack)
+    inference_order: list[Node] = field(default_factory=list)
+    by_name: dict[str, Node] = field(default_factory=dict)  # Node.name -> node
 
     def __post_init__(self) -> None:
         self.total = sum(n.size for n in self.nodes)
+        self.by_name = {n.name: n for n in self.nodes}
 
     @property
     def fill_gpus(self) -> int:
@@ -103,6 +108,14 @@ class ClassState:
     @property
     def idle(self) -> int:
         return self.total - self.inference_gpus - self.train_gpus - self.fill_gpus
+
+    def for_inference(self) -> Node | None:
+        """The policy's first preferred node with a free GPU (not nominated), else :meth:`pack`
+        — kube-scheduler honouring a preferred node affinity."""
+        for n in self.inference_order:
+            if n.free > 0 and not n.nominated:
+                return n
+        return self.pack(allow_nominated=True)
 
     def pack(self, *, allow_nominated: bool) -> Node | None:
         """The fullest node with a free GPU (MostAllocated), nominated nodes last."""
@@ -133,7 +146,8 @@ class Fleet:
         cat = scenario.catalog
         self.classes: dict[str, ClassState] = {}
         for name in scenario.fleet:
-            nodes = [Node(i, s) for i, s in enumerate(scenario.node_sizes(name))]
+            nodes = [Node(i, s, name=f"{name}-node{i:03d}")
+                     for i, s in enumerate(scenario.node_sizes(name))]
             mine = [PoolHoldings(p, cat.get(name).model_load_s) for p in pools if p.gpu_class == name]
             self.classes[name] = ClassState(name, nodes, mine)
         self.pools = [h for c in self.classes.values() for h in c.pools]
@@ -262,13 +276,16 @@ class Fleet:
         rep.state = "gone"
         self.push(t + self.scenario.release_s, self.on_released, (pool.traffic.gpu_class, rep.node))
 
-    def admit_fill(self, t: float, c: str, count: int) -> int:
-        """Start up to ``count`` fill jobs on free GPUs of class ``c``; return how many started."""
+    def admit_fill(self, t: float, c: str, count: int, nodes: Sequence[Node] = ()) -> int:
+        """Start up to ``count`` fill jobs on free GPUs of class ``c``, on ``nodes`` (one per job,
+        as placed by the policy) where they are free, else packed; return how many started."""
         self.account(t)
         cl = self.classes[c]
         started = 0
-        for _ in range(count):
-            node = cl.pack(allow_nominated=False)
+        for i in range(count):
+            node = nodes[i] if i < len(nodes) else None
+            if node is None or node.free <= 0 or node.nominated:
+                node = cl.pack(allow_nominated=False)
             if node is None:
                 break
             self._fill_seq += 1
@@ -318,7 +335,7 @@ class Fleet:
         for cl in self.classes.values():
             for pool in cl.pools:
                 while pool.pending > 0:
-                    node = cl.pack(allow_nominated=True)
+                    node = cl.for_inference()
                     if node is None:
                         waiting = True
                         break

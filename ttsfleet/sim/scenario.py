@@ -80,7 +80,11 @@ class Scenario(BaseModel):
                                 description="the run's GPU classes; pass it, never re-read the built-in one")
     fleet: dict[str, int] = Field(default_factory=lambda: dict(DEFAULT_FLEET))
     pools: list[PoolSpec] = Field(default_factory=list, description="empty: one pool per class")
-    autoscale: AutoscaleConfig = AutoscaleConfig()
+    # Bursts outrun a replica's model load (90 s on the H200): the simulated deployment keeps 20%
+    # spare capacity (benchmarks/simulate/README.md, bursty trace and the burst-rule ablation,
+    # 2026-12-01; the trend forecast added fill churn there and no p99). AutoscaleConfig's own
+    # defaults (both off) keep a TTSDeployment's behaviour.
+    autoscale: AutoscaleConfig = AutoscaleConfig(burst_headroom=0.2)
     # The simulated kube-scheduler preempts fill for pending training by itself (the chart's
     # PriorityClasses: training above fill), so the policy evicts only for inference and headroom.
     fill_policy: FillPolicyConfig = FillPolicyConfig(scheduler_preempts_training=True)
@@ -96,6 +100,9 @@ class Scenario(BaseModel):
                                      description="operator cadence: autoscaler and fill timers")
     queue_per_replica: int = Field(default=64, ge=0,
                                    description="bounded server queue per replica; beyond it 429")
+    observe_nodes: bool = Field(
+        default=True, description="the adapter shows the policy the node topology (node-aware "
+                                  "victims and placement); off: node-blind, as before 2026-12-01")
     # Assumed (not measured here): a data-parallel training step keeps its GPUs ~95% busy.
     training_busy_fraction: float = Field(default=0.95, gt=0, le=1)
     seed: int = 0
