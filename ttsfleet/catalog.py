@@ -233,13 +233,37 @@ def _curve(c64_fps: float, c1_fps: float, ttfa1: float, ttfa64: float, source: s
     return CapacityCurve(points=tuple(pts), source=source)
 
 
+#: Our served H200 curve: ``ttsfleet bench serve`` against ``ttsfleet serve --checkpoint s2-pro``
+#: (FP8, codec in the loop, streaming audio over HTTP), one H200, 2026-12-01,
+#: benchmarks/inference_h200/2026-12-01-served/served_curve_h200.json (run2).
+_SERVED_H200 = ((1, 147.872, 0.08652), (8, 480.29, 0.34985), (64, 1631.249, 0.82905))
+_SERVED_SOURCE = ("measured: ttsfleet serve, S2 Pro shape FP8, audio over HTTP, one H200, 2026-12-01 "
+                  "(benchmarks/inference_h200/2026-12-01-served)")
+
+
+def _served(scale: float, source: str) -> CapacityCurve:
+    """Our served H200 curve, throughput scaled by ``scale`` (1.0: the measurement itself)."""
+    return CapacityCurve(points=tuple(CapacityPoint(concurrency=c, frames_per_s=round(f * scale, 1),
+                                                    ttfa_s=t) for c, f, t in _SERVED_H200),
+                         source=source)
+
+
+#: The source write-up's RTX 5090 / H200 throughput ratio at c=64 (5,869 / 8,006): borrowed, and
+#: used only to estimate an RTX 5090 curve from our H200 measurement (no RTX 5090 here).
+_WRITEUP_5090_PER_H200 = 5869 / 8006
+
 #: Capacity curves by name and class, selectable with ``ttsfleet simulate --measured CLASS=NAME``
-#: (:meth:`GpuCatalog.with_named_curve`). ``writeup``: the source write-up's figures, the seed of
-#: the built-in H200 and RTX 5090 entries until a served benchmark of ours replaces them.
+#: (:meth:`GpuCatalog.with_named_curve`). ``served``: ours, the built-in default; ``writeup``: the
+#: source write-up's figures (borrowed, kept as a named alternative, out of the defaults).
 NAMED_CURVES: dict[str, dict[str, CapacityCurve]] = {
+    "served": {
+        "h200": _served(1.0, _SERVED_SOURCE),
+        "rtx5090": _served(_WRITEUP_5090_PER_H200, "estimate: our served H200 curve x the write-up's "
+                                                   "RTX 5090/H200 ratio (no RTX 5090 measured here)"),
+    },
     "writeup": {
-        "h200": _curve(8006, 8006 / 52, 0.073, 0.110, "seed: source write-up, H200 bsgemm FP8"),
-        "rtx5090": _curve(5869, 5869 / 45, 0.080, 0.135, "seed: source write-up, RTX 5090 mxfp8"),
+        "h200": _curve(8006, 8006 / 52, 0.073, 0.110, "borrowed: source write-up, H200 bsgemm FP8"),
+        "rtx5090": _curve(5869, 5869 / 45, 0.080, 0.135, "borrowed: source write-up, RTX 5090 mxfp8"),
     },
 }
 
@@ -256,7 +280,7 @@ def default_classes() -> dict[str, GpuClass]:
         weight_block=(128, 128),
         scale_format="fp32",
         kernel_backend="triton",
-        capacity=NAMED_CURVES["writeup"]["h200"],
+        capacity=NAMED_CURVES["served"]["h200"],
         model_load_s=90,
         relative_cost=1.0,
         node_label="h200",
@@ -270,7 +294,7 @@ def default_classes() -> dict[str, GpuClass]:
         activation_block=(1, 32),
         weight_block=(1, 32),
         scale_format="ue8m0",
-        capacity=NAMED_CURVES["writeup"]["rtx5090"],
+        capacity=NAMED_CURVES["served"]["rtx5090"],
         model_load_s=75,
         relative_cost=0.25,
         node_label="rtx5090",
@@ -284,7 +308,8 @@ def default_classes() -> dict[str, GpuClass]:
         activation_block=(1, 32),
         weight_block=(1, 32),
         scale_format="ue8m0",
-        capacity=_curve(6300, 6300 / 47, 0.078, 0.128, "estimate: scaled from RTX 5090 by bandwidth"),
+        capacity=_served(_WRITEUP_5090_PER_H200 * 6300 / 5869,
+                         "estimate: the RTX 5090 estimate scaled by memory bandwidth"),
         model_load_s=80,
         relative_cost=0.45,
         node_label="rtx6000pro",

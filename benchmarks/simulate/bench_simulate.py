@@ -7,12 +7,15 @@ Every case replays one trace three times: static-warm (always-on fleet sized for
 autoscaling, no fill), inference-only (the autoscaler, no fill) and the policy (autoscaler +
 fill). Cases:
 
-* default   — the embedded scenario `ttsfleet simulate` runs (32 H200 + 32 RTX 5090, 3 days);
-* bursty    — 30 bursts/day of 1.4-2.2x for 1-8 min (not what the defaults were tuned on);
-* flat      — a shallow diurnal curve (trough 60% of peak);
+* default   — the embedded scenario `ttsfleet simulate` runs (32 H200 + 32 RTX 5090, 3 days,
+  peak at 0.3 of the fleet's c=64 capacity; the catalog's default curves: our served H200 curve,
+  benchmarks/inference_h200/2026-12-01-served, and an RTX 5090 estimate from it);
+* bursty    — 30 bursts/day of 1.4-2.2x for 1-8 min, peak share 0.225 (not what the defaults
+  were tuned on);
+* flat      — a shallow diurnal curve (trough 60% of peak), peak share 0.2;
 * multi-day — 48 H200 + 8 RTX 5090 + 8 RTX 6000 PRO, morning peak, 7 days;
-* measured-h200 — the default case with the H200 capacity curve of our own engine
-  (benchmarks/inference_h200/baseline.json, codes-only, 2026-11-30) instead of the write-up's;
+* writeup-curves — the default case with the source write-up's H200 and RTX 5090 curves
+  (borrowed, ~4.9x ours at c=64) instead of ours;
 * speed     — 512 GPUs (256 H200 + 192 RTX 5090 + 64 RTX 6000 PRO), 7 days at 1 s, policy every
   15 s: wall time of the policy run on one core.
 
@@ -43,10 +46,9 @@ from ttsfleet.sim.engine import simulate
 from ttsfleet.sim.report import plot
 from ttsfleet.sim.scenario import FILL_BUSY_FRACTION, FillWorkload, Scenario, default_training
 from ttsfleet.sim.summary import check_targets, summarize
-from ttsfleet.sim.trace import EMBEDDED_DAYS, EMBEDDED_PEAK_RPS, EMBEDDED_SEED, diurnal
+from ttsfleet.sim.trace import EMBEDDED_DAYS, EMBEDDED_PEAK_LOAD, EMBEDDED_SEED, diurnal, peak_rps_for
 
 ROOT = Path(__file__).resolve().parents[2]
-MEASURED_H200 = ROOT / "benchmarks/inference_h200/baseline.json"
 MODES = ("static-warm", "inference-only", "policy")
 #: Fill busy fractions of the sweep: issue 16's H200 measurement of today's CPU-stage fill
 #: (`ttsfleet fill run`, decode,hash,loudness,features: 0.2% mean NVML), and design points.
@@ -84,21 +86,30 @@ def run_case(sc: Scenario, trace) -> tuple[dict, dict, float]:  # noqa: ANN001 -
 
 
 def cases(skip_speed: bool) -> dict:
+    """Each case's trace peaks at a share of its own fleet's peak decode capacity (the embedded
+    default: ``EMBEDDED_PEAK_LOAD``), so a case keeps its load whatever the catalog's curves."""
+    cat = GpuCatalog.default()
+    writeup = cat.with_named_curve("h200", "writeup").with_named_curve("rtx5090", "writeup")
     small = {"h200": 32, "rtx5090": 32}
+    mixed = {"h200": 48, "rtx5090": 8, "rtx6000pro": 8}
+
+    def peak(share: float, fleet: dict, catalog: GpuCatalog = cat) -> float:
+        return peak_rps_for(share, catalog, fleet)
+
     d = EMBEDDED_DAYS
     out = {
-        "default": (small, diurnal(d, peak_rps=EMBEDDED_PEAK_RPS, seed=EMBEDDED_SEED), d, None),
-        "bursty": (small, diurnal(d, peak_rps=900.0, burst_per_day=30, burst_gain=(1.4, 2.2),
+        "default": (small, diurnal(d, peak_rps=peak(EMBEDDED_PEAK_LOAD, small), seed=EMBEDDED_SEED), d, None),
+        "bursty": (small, diurnal(d, peak_rps=peak(0.225, small), burst_per_day=30, burst_gain=(1.4, 2.2),
                                   burst_minutes=(1, 8), seed=3), d, None),
-        "flat": (small, diurnal(d, peak_rps=800.0, trough_ratio=0.6, seed=5), d, None),
-        "multi-day": ({"h200": 48, "rtx5090": 8, "rtx6000pro": 8},
-                      diurnal(7.0, peak_rps=1300.0, seed=11, peak_hour=9.0), 7.0, None),
-        "measured-h200": (small, diurnal(d, peak_rps=EMBEDDED_PEAK_RPS, seed=EMBEDDED_SEED), d,
-                          GpuCatalog.default().with_measured_file("h200", MEASURED_H200)),
+        "flat": (small, diurnal(d, peak_rps=peak(0.2, small), trough_ratio=0.6, seed=5), d, None),
+        "multi-day": (mixed, diurnal(7.0, peak_rps=peak(EMBEDDED_PEAK_LOAD, mixed), seed=11,
+                                     peak_hour=9.0), 7.0, None),
+        "writeup-curves": (small, diurnal(d, peak_rps=peak(EMBEDDED_PEAK_LOAD, small, writeup),
+                                          seed=EMBEDDED_SEED), d, writeup),
     }
     if not skip_speed:
-        out["speed"] = ({"h200": 256, "rtx5090": 192, "rtx6000pro": 64},
-                        diurnal(7.0, peak_rps=9600.0, seed=13), 7.0, None)
+        big = {"h200": 256, "rtx5090": 192, "rtx6000pro": 64}
+        out["speed"] = (big, diurnal(7.0, peak_rps=peak(EMBEDDED_PEAK_LOAD, big), seed=13), 7.0, None)
     return out
 
 

@@ -14,6 +14,7 @@ def run(*args: str, cwd=None) -> subprocess.CompletedProcess:
 
 def test_simulate_json(tmp_path):
     p = run("simulate", "--days", "0.25", "--peak-rps", "200", "--fleet", "h200=4,rtx5090=4",
+            "--measured", "h200=writeup", "--measured", "rtx5090=writeup",
             "--json", "--plot", str(tmp_path / "sim.png"), cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
@@ -91,7 +92,7 @@ def test_simulate_takes_a_measured_capacity_curve(tmp_path):
     common = ["simulate", "--days", "0.25", "--peak-rps", "100", "--fleet", "h200=16", "--json", "--no-plot",
               "--quiet"]
     busy = []
-    for extra in ([], ["--measured", f"h200={bench}"]):
+    for extra in (["--measured", "h200=writeup"], ["--measured", f"h200={bench}"]):
         p = run(*common, *extra, cwd=tmp_path)
         assert p.returncode == 0, p.stderr
         doc = json.loads(p.stdout)

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from ttsfleet.config import AutoscaleConfig, FillPolicyConfig
 from ttsfleet.errors import UserError
 from ttsfleet.sim.scenario import DEFAULT_FLEET, FILL_BUSY_FRACTION, FillWorkload, Scenario
-from ttsfleet.sim.trace import EMBEDDED_DAYS, EMBEDDED_PEAK_RPS, EMBEDDED_SEED
+from ttsfleet.sim.trace import EMBEDDED_DAYS, EMBEDDED_PEAK_LOAD, EMBEDDED_SEED
 
 RUNS = {"policy": "policy (inference + fill)", "inference-only": "inference-only",
         "static-warm": "static-warm"}
@@ -82,7 +82,10 @@ def register(root: typer.Typer) -> None:
             None, "--trace", help="CSV of arrivals: t,rate|arrivals[,mean_frames|text_chars]. "
                                   "Default: the embedded diurnal trace."),
         days: float = typer.Option(EMBEDDED_DAYS, help="length of the embedded trace, days"),
-        peak_rps: float = typer.Option(EMBEDDED_PEAK_RPS, help="peak request rate of the embedded trace"),
+        peak_load: float = typer.Option(EMBEDDED_PEAK_LOAD, help="peak demand of the embedded trace as "
+                                        "a share of the fleet's peak decode capacity"),
+        peak_rps: float | None = typer.Option(None, help="peak request rate of the embedded trace "
+                                                         "(overrides --peak-load)"),
         fleet: str = typer.Option(",".join(f"{k}={v}" for k, v in DEFAULT_FLEET.items()),
                                   help="GPU classes and counts"),
         runs: str = typer.Option(",".join(RUNS), help="runs to compare: policy, inference-only, "
@@ -93,8 +96,8 @@ def register(root: typer.Typer) -> None:
         trace_seed: int = typer.Option(EMBEDDED_SEED, help="seed of the embedded trace"),
         policy_interval: float = _opt(Scenario, "policy_interval_s", "--policy-interval", unit="s"),
         gpus_per_node: int = _opt(Scenario, "gpus_per_node", "--gpus-per-node"),
-        target_in_flight: float = _opt(AutoscaleConfig, "target_in_flight_per_replica",
-                                       "--target-in-flight"),
+        target_in_flight: float = _scenario_opt("autoscale", "target_in_flight_per_replica",
+                                                "--target-in-flight"),
         ttfa_slo_ms: float = _opt(AutoscaleConfig, "ttfa_p99_slo_s", "--ttfa-slo-ms", scale=1000,
                                   unit="ms"),
         scale_down_window: float = _opt(AutoscaleConfig, "scale_down_stabilization_s",
@@ -143,18 +146,20 @@ def register(root: typer.Typer) -> None:
         from pydantic import ValidationError
 
         from ttsfleet.sim.scenario import default_training, parse_fleet
-        from ttsfleet.sim.trace import diurnal, load_csv
+        from ttsfleet.sim.trace import diurnal, load_csv, peak_rps_for
 
         wanted = [r.strip() for r in runs.split(",") if r.strip()]
         if not wanted or any(r not in RUNS for r in wanted):
             raise UserError(f"--runs {runs!r}: choose from {', '.join(RUNS)}")
-        for name, value in (("days", days), ("peak-rps", peak_rps)):
-            if value <= 0:
+        for name, value in (("days", days), ("peak-rps", peak_rps), ("peak-load", peak_load)):
+            if value is not None and value <= 0:
                 raise UserError(f"--{name} must be > 0, got {value}")
         catalog = _catalog(catalog_file, measured)
         fleet_map = parse_fleet(fleet, catalog)
         busy = _parse_busy(fill_busy)
         busy = {c: busy.get(c, busy.get("*", FILL_BUSY_FRACTION)) for c in fleet_map}
+        if peak_rps is None:
+            peak_rps = peak_rps_for(peak_load, catalog, fleet_map)
         tr = load_csv(trace) if trace else diurnal(days, peak_rps=peak_rps, seed=trace_seed)
         try:
             scenario = Scenario(
