@@ -25,6 +25,28 @@ from .triton_gemm import (
 
 
 @triton.jit
+def quantize_group_rows(g, MX: tl.constexpr, EXACT_CVT: tl.constexpr):
+    """``g [G, GROUP]`` float32 -> (FP8 codes [G, GROUP], the scale each group stores [G]).
+
+    The one copy of the quantizer's arithmetic inside Triton code (the activation quantizer below
+    and the decode kernels' fused norm both call it): UE8M0 exponent bytes when ``MX``, else float32
+    amax / 448 floored at FLT_MIN; codes are g * (1/s) with one IEEE division per group.
+    """
+    amax = tl.max(tl.abs(g), axis=1)
+    if MX:
+        e = _ue8m0_from_amax(amax)
+        s = _ue8m0_to_f32(e)
+    else:
+        s = tl.maximum(tl.math.div_rn(amax, tl.full(amax.shape, 448.0, tl.float32)), FLT_MIN)
+    q = to_e4m3(g * tl.math.div_rn(tl.full(s.shape, 1.0, tl.float32), s)[:, None], EXACT_CVT)
+    if MX:  # noqa: SIM108 - Triton code (one return: see triton_gemm)
+        sc = e.to(tl.uint8)
+    else:
+        sc = s
+    return q, sc
+
+
+@triton.jit
 def act_quant_kernel(x_ptr, q_ptr, s_ptr, K, s_xm, s_qm, s_sm,
                      GROUP: tl.constexpr, G_PER_PROG: tl.constexpr, MX: tl.constexpr,
                      EXACT_CVT: tl.constexpr, USE_PDL: tl.constexpr):
@@ -36,19 +58,10 @@ def act_quant_kernel(x_ptr, q_ptr, s_ptr, K, s_xm, s_qm, s_sm,
     offs_k = offs_g[:, None] * GROUP + tl.arange(0, GROUP)[None, :]
     k_ok = offs_k < K
     x = tl.load(x_ptr + row * s_xm + offs_k, mask=k_ok, other=0.0).to(tl.float32)
-    amax = tl.max(tl.abs(x), axis=1)
-    if MX:
-        e = _ue8m0_from_amax(amax)
-        s = _ue8m0_to_f32(e)
-    else:
-        s = tl.maximum(tl.math.div_rn(amax, tl.full(amax.shape, 448.0, tl.float32)), FLT_MIN)
-    q = to_e4m3(x * tl.math.div_rn(tl.full(s.shape, 1.0, tl.float32), s)[:, None], EXACT_CVT)
+    q, sc = quantize_group_rows(x, MX, EXACT_CVT)
     tl.store(q_ptr + row * s_qm + offs_k, q, mask=k_ok)
     g_ok = offs_g * GROUP < K
-    if MX:
-        tl.store(s_ptr + row * s_sm + offs_g, e.to(tl.uint8), mask=g_ok)
-    else:
-        tl.store(s_ptr + row * s_sm + offs_g, s, mask=g_ok)
+    tl.store(s_ptr + row * s_sm + offs_g, sc, mask=g_ok)
 
 
 def quantize_activation_triton(x: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:
