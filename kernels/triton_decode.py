@@ -34,8 +34,8 @@ from .triton_gemm import (
     PDL,
     launch_opts,
     pdl_entry,
+    quantize_group_rows,
 )
-from .triton_quant import quantize_group_rows
 
 
 # ----------------------------------------------------------------------------- RMSNorm

@@ -13,37 +13,12 @@ import triton.language as tl
 
 from .layout import MX_BLOCK, cdiv
 from .triton_gemm import (
-    FLT_MIN,
     INTERPRETING,
     PDL,
-    _ue8m0_from_amax,
-    _ue8m0_to_f32,
     launch_opts,
     pdl_entry,
-    to_e4m3,
+    quantize_group_rows,
 )
-
-
-@triton.jit
-def quantize_group_rows(g, MX: tl.constexpr, EXACT_CVT: tl.constexpr):
-    """``g [G, GROUP]`` float32 -> (FP8 codes [G, GROUP], the scale each group stores [G]).
-
-    The one copy of the quantizer's arithmetic inside Triton code (the activation quantizer below
-    and the decode kernels' fused norm both call it): UE8M0 exponent bytes when ``MX``, else float32
-    amax / 448 floored at FLT_MIN; codes are g * (1/s) with one IEEE division per group.
-    """
-    amax = tl.max(tl.abs(g), axis=1)
-    if MX:
-        e = _ue8m0_from_amax(amax)
-        s = _ue8m0_to_f32(e)
-    else:
-        s = tl.maximum(tl.math.div_rn(amax, tl.full(amax.shape, 448.0, tl.float32)), FLT_MIN)
-    q = to_e4m3(g * tl.math.div_rn(tl.full(s.shape, 1.0, tl.float32), s)[:, None], EXACT_CVT)
-    if MX:  # noqa: SIM108 - Triton code (one return: see triton_gemm)
-        sc = e.to(tl.uint8)
-    else:
-        sc = s
-    return q, sc
 
 
 @triton.jit
