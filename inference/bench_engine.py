@@ -200,8 +200,9 @@ def _level(engine: Any, cfg: EngineBenchConfig, c: int, n: int) -> tuple[Level, 
 
 
 # ----------------------------------------------------------------------------- step breakdown
-def _graph_ms(fn: Any, reps: int = 20) -> float:
-    """Median GPU time of one ``fn()`` replayed from a CUDA graph (launch gaps excluded)."""
+def capture_graph(fn: Any) -> Any:
+    """``fn`` captured into a CUDA graph, after two warm-up calls on a side stream (as capture wants:
+    lazy allocations and autotuning happen outside the graph)."""
     import torch
 
     side = torch.cuda.Stream()
@@ -213,6 +214,14 @@ def _graph_ms(fn: Any, reps: int = 20) -> float:
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         fn()
+    return graph
+
+
+def _graph_ms(fn: Any, reps: int = 20) -> float:
+    """Median GPU time of one ``fn()`` replayed from a CUDA graph (launch gaps excluded)."""
+    import torch
+
+    graph = capture_graph(fn)
     times = []
     for _ in range(reps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

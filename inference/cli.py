@@ -55,6 +55,8 @@ def serve(
     prefill_chunk_tokens: int = typer.Option(None, help="Longest prompt piece prefilled between two decode "
                                              "steps; longer prompts are prefilled in chunks, 0 = whole "
                                              "prompts (env TTSFLEET_PREFILL_CHUNK_TOKENS, default 256)."),
+    catalog: str = typer.Option(None, help="GPU catalog file merged over the built-in classes: a class "
+                                "it adds gets its scheme, limits and kernels (env TTSFLEET_CATALOG)."),
     log_level: str = typer.Option("info", help="debug | info | warning | error."),
 ) -> None:
     """Serve text-to-speech (Fish Audio /v1/tts and /v1/tts/live, OpenAI /v1/audio/speech, /metrics)."""
@@ -68,7 +70,8 @@ def serve(
         cuda_graph_max_bs=cuda_graph_max_bs,
         device=device, api_keys=tuple(api_key) if api_key else None, references_dir=references_dir,
         max_text_chars=max_text_chars, max_new_tokens=max_new_tokens, drain_grace_s=drain_grace_s,
-        drain_timeout_s=drain_timeout_s, seed=seed, prefill_chunk_tokens=prefill_chunk_tokens)
+        drain_timeout_s=drain_timeout_s, seed=seed, prefill_chunk_tokens=prefill_chunk_tokens,
+        catalog=catalog)
     code = run(cfg, log_level=log_level)
     if code:
         raise typer.Exit(code)

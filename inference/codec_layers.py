@@ -183,6 +183,25 @@ class _TBlock(nn.Module):
         self.attention_layer_scale = _LayerScale(dim)
         self.ffn_layer_scale = _LayerScale(dim)
 
+    def qkv(self, x: Tensor, rope: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries and keys (RoPE applied) and values of ``x [b, t, dim]``, as ``[b, t, heads, hd]``."""
+        a = self.attention
+        b, t, _ = x.shape
+        q, k, v = a.wqkv(self.attention_norm(x)).split(a.n_head * a.head_dim, dim=-1)
+        q = apply_rope(q.view(b, t, a.n_head, a.head_dim), rope)
+        k = apply_rope(k.view(b, t, a.n_head, a.head_dim), rope)
+        return q, k, v.view(b, t, a.n_head, a.head_dim)
+
+    def attend_and_mlp(self, x: Tensor, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+        """The rest of the block once the keys are known: masked attention, then the SwiGLU FFN."""
+        b, t, _ = x.shape
+        y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                           attn_mask=mask)
+        x = x + self.attention.wo(y.transpose(1, 2).reshape(b, t, -1)) * self.attention_layer_scale.gamma
+        f = self.feed_forward
+        hf = self.ffn_norm(x)
+        return x + f.w2(F.silu(f.w1(hf)) * f.w3(hf)) * self.ffn_layer_scale.gamma
+
 
 class WindowTransformer(nn.Module):
     """Causal transformer attending to the last ``window`` positions; channels-first in and out."""
@@ -203,23 +222,28 @@ class WindowTransformer(nn.Module):
                 self.rope.device)
         return self.rope
 
+    def _enter(self, x: Tensor) -> Tensor:
+        """Channels-first ``[b, c, t]`` in -> ``[b, t, dim]``."""
+        x = x.transpose(1, 2)
+        return x if self.input_proj is None else self.input_proj(x)
+
+    def _leave(self, x: Tensor) -> Tensor:
+        """Final norm and projection back to ``[b, c, t]``."""
+        x = self.norm(x)
+        if self.output_proj is not None:
+            x = self.output_proj(x)
+        return x.transpose(1, 2)
+
     def forward(self, x: Tensor, st: State = None) -> Tensor:
         if isinstance(st, SlotState):
             return self._forward_slots(x, st)
-        x = x.transpose(1, 2)
-        if self.input_proj is not None:
-            x = self.input_proj(x)
+        x = self._enter(x)
         b, t, _ = x.shape
         p0 = 0 if st is None else st.get((self, "pos"), 0)
         pos = torch.arange(p0, p0 + t, device=x.device)
         rope = self._table(p0 + t)[pos][None]
         for layer in self.layers:
-            a = layer.attention
-            h = layer.attention_norm(x)
-            q, k, v = a.wqkv(h).split(a.n_head * a.head_dim, dim=-1)
-            q = apply_rope(q.view(b, t, a.n_head, a.head_dim), rope)
-            k = apply_rope(k.view(b, t, a.n_head, a.head_dim), rope)
-            v = v.view(b, t, a.n_head, a.head_dim)
+            q, k, v = layer.qkv(x, rope)
             kpos = pos
             if st is not None and (layer, "kv") in st:
                 ck, cv, cpos = st[(layer, "kv")]
@@ -231,19 +255,10 @@ class WindowTransformer(nn.Module):
                 keep = k.shape[1] if self.window is None else min(k.shape[1], self.window - 1)
                 n_keys = k.shape[1]
                 st[(layer, "kv")] = (k[:, n_keys - keep:], v[:, n_keys - keep:], kpos[n_keys - keep:])
-            y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                               attn_mask=mask[None, None])
-            y = a.wo(y.transpose(1, 2).reshape(b, t, -1))
-            x = x + y * layer.attention_layer_scale.gamma
-            f = layer.feed_forward
-            hf = layer.ffn_norm(x)
-            x = x + f.w2(F.silu(f.w1(hf)) * f.w3(hf)) * layer.ffn_layer_scale.gamma
+            x = layer.attend_and_mlp(x, q, k, v, mask[None, None])
         if st is not None:
             st[(self, "pos")] = p0 + t
-        x = self.norm(x)
-        if self.output_proj is not None:
-            x = self.output_proj(x)
-        return x.transpose(1, 2)
+        return self._leave(x)
 
     def _forward_slots(self, x: Tensor, st: SlotState) -> Tensor:
         """:meth:`forward` for many streams, each at its own position, with a fixed-size key window.
@@ -254,9 +269,7 @@ class WindowTransformer(nn.Module):
         """
         if self.window is None:
             raise ValueError("batched streaming needs a windowed transformer")
-        x = x.transpose(1, 2)
-        if self.input_proj is not None:
-            x = self.input_proj(x)
+        x = self._enter(x)
         b, t, _ = x.shape
         keep = self.window - 1
         p0 = st.get((self, "pos"))  # int64 [b]: positions already decoded per stream
@@ -269,30 +282,16 @@ class WindowTransformer(nn.Module):
         mask = (k_at <= q_at) & (k_at > q_at - self.window) & (k_at >= 0)  # [b, t, keep + t]
         rope = table[pos]  # [b, t, D/2, 2]
         for layer in self.layers:
-            a = layer.attention
-            h = layer.attention_norm(x)
-            q, k, v = a.wqkv(h).split(a.n_head * a.head_dim, dim=-1)
-            q = apply_rope(q.view(b, t, a.n_head, a.head_dim), rope)
-            k = apply_rope(k.view(b, t, a.n_head, a.head_dim), rope)
-            v = v.view(b, t, a.n_head, a.head_dim)
+            q, k, v = layer.qkv(x, rope)
             ck, cv = st.get((layer, "k")), st.get((layer, "v"))
             if ck is None:
-                ck = k.new_zeros(b, keep, a.n_head, a.head_dim)
+                ck = k.new_zeros(b, keep, *k.shape[2:])
                 cv = torch.zeros_like(ck)
             k, v = torch.cat([ck, k], 1), torch.cat([cv, v], 1)
             st[(layer, "k")], st[(layer, "v")] = k[:, t:], v[:, t:]
-            y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                               attn_mask=mask[:, None])
-            y = a.wo(y.transpose(1, 2).reshape(b, t, -1))
-            x = x + y * layer.attention_layer_scale.gamma
-            f = layer.feed_forward
-            hf = layer.ffn_norm(x)
-            x = x + f.w2(F.silu(f.w1(hf)) * f.w3(hf)) * layer.ffn_layer_scale.gamma
+            x = layer.attend_and_mlp(x, q, k, v, mask[:, None])
         st[(self, "pos")] = p0 + t
-        x = self.norm(x)
-        if self.output_proj is not None:
-            x = self.output_proj(x)
-        return x.transpose(1, 2)
+        return self._leave(x)
 
 
 def run(seq: nn.ModuleList, x: Tensor, st: State = None) -> Tensor:

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from ttsfleet.kernels import dispatch
 
 from ttsfleet.catalog import DeviceDispatch, GpuCatalog
 from ttsfleet.errors import UserError
@@ -244,8 +245,12 @@ def load_model(name_or_path: str | Path, device: str | torch.device = "cpu",
     ``config_overrides`` replaces config fields (e.g. ``{"im_end_id": 11}`` for an S1 directory
     without a tokenizer, whose config.json carries no token ids). ``quantize``: a scheme of
     :mod:`ttsfleet.quantization` or ``auto`` (resolved through ``catalog``, the run's GPU catalog).
+    A ``catalog`` given here also becomes the kernel dispatch's (:func:`ttsfleet.kernels.dispatch.
+    use_catalog`), so the scheme and the backend come from the same file.
     """
     device = torch.device(device)
+    if catalog is not None:
+        dispatch.use_catalog(catalog)
     scheme = resolve_quantization(quantize, device, catalog)
     name = str(name_or_path)
     path = Path(name)

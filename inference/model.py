@@ -13,7 +13,7 @@ API (the engine / server build on exactly this)::
 
     from ttsfleet.inference.loader import load_model, load_codec, load_tokenizer
     model = load_model("tiny" | "s1-mini" | "s2-pro" | "/path/to/checkpoint_dir", device="cpu",
-                       dtype=torch.float32, quantize="none" | "bsgemm_fp8" | "mxfp8" | "auto", seed=0)
+                       dtype=torch.float32, quantize="bf16" | "bsgemm_fp8" | "mxfp8" | "auto", seed=0)
     model.config            # DualARConfig: num_codebooks, codebook_size, semantic_begin_id,
                             # semantic_end_id, im_end_id, vocab_size, max_seq_len, ...
     cache = model.new_cache(max_slots: int, max_seq_len: int)      # static KV cache + per-slot state
@@ -73,6 +73,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from ttsfleet.kernels.decode import decode_attention
+
+from ttsfleet.quantization import BF16, QuantScheme, is_fp8, parse_scheme
 
 from . import fused
 from .fused import fused_enabled
@@ -192,7 +194,7 @@ class DualARModel(nn.Module):
         self.register_buffer("main_head_ids", torch.empty(0, dtype=torch.int64), persistent=False)
         self.register_buffer("fast_head", torch.empty(0), persistent=False)
         self.register_buffer("fast_positions", torch.empty(0, dtype=torch.int64), persistent=False)
-        self.quantization = "none"
+        self.quantization: QuantScheme = BF16  # the scheme its projections run (set by quantize_)
         self.restrict_main_head = True  # False: reference path over the whole vocab (tests only)
 
     # ----------------------------------------------------------------- set-up
@@ -214,8 +216,12 @@ class DualARModel(nn.Module):
         self.fast_positions = torch.arange(c.num_codebooks + 1, device=self.device)
 
     def quantize_(self, scheme: str) -> None:
-        """Quantize every block's projections (slow and fast) to FP8 once; heads/embeddings stay dense."""
-        if scheme == "none":
+        """Quantize every block's projections (slow and fast) to FP8 once; heads/embeddings stay dense.
+
+        ``scheme`` is a name of :mod:`ttsfleet.quantization` (``bf16``, or its alias ``none``: no-op).
+        """
+        scheme = parse_scheme(scheme)
+        if not is_fp8(scheme):
             return
         for blk in [*self.layers, *self.fast_layers]:
             blk.quantize_(scheme)

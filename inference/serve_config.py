@@ -10,13 +10,16 @@ told otherwise (``--host 0.0.0.0`` / ``TTSFLEET_HOST=0.0.0.0`` in a pod) and nee
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ttsfleet.errors import UserError
 from ttsfleet.quantization import AUTO, parse_quantization
 from ttsfleet.serving_env import SERVER_ENV, read_server_env
+
+if TYPE_CHECKING:
+    from ttsfleet.catalog import GpuCatalog
 
 #: ``ServeConfig`` field -> the ``TTSFLEET_*`` variable the operator sets (the serving env contract).
 ENV = SERVER_ENV
@@ -47,6 +50,10 @@ class ServeConfig:
     cuda_graph_max_bs: int = 0  # 0 = ttsfleet.catalog.cuda_graph_max_bs(max_running_requests)
     cuda_graphs: bool = True  # capture decode graphs when serving on CUDA
     prefill_chunk_tokens: int = 256  # prompt tokens per prefill chunk (0 = whole prompts, no chunking)
+    catalog: str = ""  # GPU catalog file merged over the built-in classes ("" = the built-in catalog)
+    #: The run's catalog, loaded by :meth:`resolve` from ``catalog``: class defaults, ``auto``
+    #: quantization and the kernel dispatch all come from it.
+    gpu_catalog: GpuCatalog | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **flags: Any) -> ServeConfig:
@@ -64,10 +71,11 @@ class ServeConfig:
         """Fill derived values from the GPU catalog and check ranges."""
         from ttsfleet.catalog import GpuCatalog, UnknownGpuClass, cuda_graph_max_bs
 
+        self.gpu_catalog = GpuCatalog.load(self.catalog)  # a bad file: one-line UserError
         gpu = None
         if self.gpu_class:
             try:
-                gpu = GpuCatalog.default().get(self.gpu_class)
+                gpu = self.gpu_catalog.get(self.gpu_class)
             except UnknownGpuClass as exc:
                 raise UserError(str(exc)) from None
         if self.max_running_requests == 0:

@@ -122,10 +122,11 @@ class ServerState:
             threads = 0 if on_cuda else cfg.cpu_threads
             if threads:
                 torch.set_num_threads(threads)
-            quant = loader.resolve_quantization(cfg.quantization, torch.device(device))  # auto: the catalog's
+            # auto: the run's catalog's scheme; the same catalog drives the kernel dispatch
+            quant = loader.resolve_quantization(cfg.quantization, torch.device(device), cfg.gpu_catalog)
             self.model = loader.load_model(cfg.checkpoint, device=device,
                                            dtype=torch.bfloat16 if on_cuda else torch.float32,
-                                           quantize=quant, seed=cfg.seed)
+                                           quantize=quant, seed=cfg.seed, catalog=cfg.gpu_catalog)
             self.codec = load_codec(cfg.checkpoint, device=device)
             self.tokenizer = load_tokenizer(cfg.checkpoint)
             self.engine = Engine(self.model, self.codec, EngineConfig(

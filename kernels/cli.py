@@ -47,7 +47,10 @@ def bench(
     sweep: bool = typer.Option(False, help="Try several launch configs per shape and keep the fastest."),
     compile_mode: str = typer.Option("default", help="torch.compile mode for the compiled baselines."),
 ) -> None:
-    """Time our kernels against cuBLAS/torch at the S2 Pro shapes with CUDA graphs (needs an sm_90 GPU)."""
+    """Time our kernels against cuBLAS/torch at the S2 Pro shapes with CUDA graphs (needs a Triton GPU).
+
+    A Triton GPU: one whose GPU catalog class has kernel_backend triton (the H200 built in).
+    """
     try:
         m_list = [int(v) for v in ms.split(",") if v.strip()]
     except ValueError as exc:

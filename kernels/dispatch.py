@@ -13,8 +13,10 @@ One process switch, ``TTSFLEET_KERNELS``, read once (at the first decision):
 * ``interpret``: the Triton kernels on CPU tensors too, through Triton's interpreter (needs
   ``TRITON_INTERPRET=1`` before triton is imported: how CI checks the kernels without a GPU).
 
-:func:`configure` sets the mode and the run's catalog explicitly (the server at start-up; tests that
-compare the two backends in one process). Call sites ask :func:`use_triton` (a dictionary lookup).
+:func:`configure` sets the mode (tests that compare the two backends in one process);
+:func:`use_catalog` sets the run's catalog (the model loader, with the catalog the server or CLI
+resolved), so a class added by a catalog file gets its backend. Call sites ask :func:`use_triton`
+(a dictionary lookup).
 """
 
 from __future__ import annotations
@@ -81,6 +83,20 @@ def configure(mode: Mode | None = None, catalog: GpuCatalog | None = None) -> No
     _plans.clear()
 
 
+def use_catalog(catalog: GpuCatalog | None) -> None:
+    """Decide with ``catalog`` from now on (``None``: the built-in one); keeps the mode, forgets plans."""
+    global _catalog
+    _catalog = catalog
+    _plans.clear()
+
+
+def run_catalog() -> GpuCatalog:
+    """The catalog decisions are made with: the run's (:func:`use_catalog`), else the built-in one."""
+    from ttsfleet.catalog import GpuCatalog
+
+    return _catalog if _catalog is not None else GpuCatalog.default()
+
+
 @functools.cache
 def triton_importable() -> bool:
     try:
@@ -92,10 +108,9 @@ def triton_importable() -> bool:
 
 def plan_for_capability(capability: tuple[int, int], catalog: GpuCatalog | None = None,
                         kernel_mode: Mode = "auto", device: str = "cuda:0") -> KernelPlan:
-    """The plan for a CUDA device of ``capability`` (pure: no device is touched)."""
-    from ttsfleet.catalog import GpuCatalog
-
-    d = (catalog or GpuCatalog.default()).dispatch_for_capability(*capability)
+    """The plan for a CUDA device of ``capability`` (no device is touched); ``catalog`` defaults to
+    :func:`run_catalog`."""
+    d = (catalog or run_catalog()).dispatch_for_capability(*capability)
     if kernel_mode == "reference":
         return KernelPlan(device, "reference", d.quantization, d.gpu_classes, f"{ENV}=reference")
     if d.kernel_backend == "triton" and not triton_importable():

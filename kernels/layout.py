@@ -28,13 +28,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ttsfleet.quantization import FP8_SCHEMES, SCHEME_LAYOUTS
+
 if TYPE_CHECKING:
     from torch import Tensor
 
 LAYOUT_VERSION = 1
-SCHEMES: dict[str, int] = {"bsgemm_fp8": 1, "mxfp8": 2}
-BS_BLOCK = 128  # bsgemm weight block (128x128) and activation group (1x128)
-MX_BLOCK = 32  # mxfp8 group along K (1x32), weights and activations alike
+#: Each FP8 scheme of :mod:`ttsfleet.quantization` and its id in a saved weight's ``meta`` (a file
+#: format: the ids follow ``FP8_SCHEMES``' order and are never renumbered).
+SCHEMES: dict[str, int] = dict(zip(FP8_SCHEMES, (1, 2), strict=True))
+BS_BLOCK = SCHEME_LAYOUTS["bsgemm_fp8"].weight_block[1]  # 128: weight block 128x128, activation group 1x128
+MX_BLOCK = SCHEME_LAYOUTS["mxfp8"].weight_block[1]  # 32: group along K (1x32), weights and activations alike
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
 
 

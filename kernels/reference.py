@@ -18,6 +18,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ttsfleet.quantization import FP8_SCHEMES
+
 from .layout import BS_BLOCK, FP8_MAX, MX_BLOCK, QuantizedWeight, cdiv
 
 FP8 = torch.float8_e4m3fn
@@ -90,7 +92,7 @@ def quantize_weight_ref(w: Tensor, scheme: str) -> QuantizedWeight:
     if scheme == "mxfp8":
         q, e = quantize_activation_ref(w, MX_BLOCK)
         return QuantizedWeight(q, e, scheme, (n, k))
-    raise ValueError(f"unknown quantization scheme {scheme!r}; expected 'bsgemm_fp8' or 'mxfp8'")
+    raise ValueError(f"unknown quantization scheme {scheme!r}; expected one of {', '.join(FP8_SCHEMES)}")
 
 
 def expand_scales(scale: Tensor, rows_block: int, k_block: int, rows: int, k: int) -> Tensor:

@@ -30,14 +30,11 @@ from torch import Tensor
 from .decode import TOPK_CAP
 from .layout import cdiv
 from .triton_gemm import (
-    FLT_MIN,
     INTERPRETING,
     PDL,
-    _ue8m0_from_amax,
-    _ue8m0_to_f32,
     launch_opts,
     pdl_entry,
-    to_e4m3,
+    quantize_group_rows,
 )
 
 
@@ -45,18 +42,7 @@ from .triton_gemm import (
 @triton.jit
 def quantize_groups(v, BLOCK: tl.constexpr, GROUP: tl.constexpr, MX: tl.constexpr, EXACT_CVT: tl.constexpr):
     """``v [BLOCK]`` float32 -> (FP8 codes [BLOCK], scales [BLOCK // GROUP]) as the activation quantizer."""
-    g = tl.reshape(v, (BLOCK // GROUP, GROUP))
-    amax = tl.max(tl.abs(g), axis=1)
-    if MX:
-        e = _ue8m0_from_amax(amax)
-        s = _ue8m0_to_f32(e)
-    else:
-        s = tl.maximum(tl.math.div_rn(amax, tl.full(amax.shape, 448.0, tl.float32)), FLT_MIN)
-    q = to_e4m3(g * tl.math.div_rn(tl.full(s.shape, 1.0, tl.float32), s)[:, None], EXACT_CVT)
-    if MX:  # noqa: SIM108 - Triton code (one return: see triton_gemm)
-        sc = e.to(tl.uint8)
-    else:
-        sc = s
+    q, sc = quantize_group_rows(tl.reshape(v, (BLOCK // GROUP, GROUP)), MX, EXACT_CVT)
     return tl.reshape(q, (BLOCK,)), sc
 
 

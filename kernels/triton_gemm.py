@@ -89,6 +89,30 @@ def to_e4m3(x, EXACT: tl.constexpr):
     return x.to(tl.float8e4nv)
 
 
+@triton.jit
+def quantize_group_rows(g, MX: tl.constexpr, EXACT_CVT: tl.constexpr):
+    """``g [..., GROUP]`` float32 -> (FP8 codes like ``g``, the scale each group stores ``[...]``).
+
+    The one copy of the quantizer's arithmetic inside Triton code (the activation quantizer, the
+    decode kernels' fused norm and the SwiGLU epilogue below call it), groups along the last axis:
+    UE8M0 exponent bytes when ``MX``, else float32 amax / 448 floored at FLT_MIN; codes are
+    g * (1/s) with one IEEE division per group.
+    """
+    AX: tl.constexpr = len(g.shape) - 1
+    amax = tl.max(tl.abs(g), axis=AX)
+    if MX:
+        e = _ue8m0_from_amax(amax)
+        s = _ue8m0_to_f32(e)
+    else:
+        s = tl.maximum(tl.math.div_rn(amax, tl.full(amax.shape, 448.0, tl.float32)), FLT_MIN)
+    q = to_e4m3(g * tl.expand_dims(tl.math.div_rn(tl.full(s.shape, 1.0, tl.float32), s), AX), EXACT_CVT)
+    if MX:  # noqa: SIM108 - Triton code (one return: see below)
+        sc = e.to(tl.uint8)
+    else:
+        sc = s
+    return q, sc
+
+
 # (helpers end in one ``return``: Triton compiles every ``return`` of a function, also one after a
 # constexpr ``if`` that returned, so two differently shaped returns fail to compile)
 @triton.jit
@@ -241,24 +265,13 @@ def _epilogue(res, res_u, offs_m, offs_n, m_ok, n_ok, out_ptr, bias_ptr, hs_ptr,
     else:
         h = res / (1.0 + tl.exp(-res)) * res_u  # silu(g) * u in float32
         NG: tl.constexpr = BN // H_GROUP
-        hg = tl.reshape(h, (BM, NG, H_GROUP))
-        amax = tl.max(tl.abs(hg), axis=2)
-        if MX:
-            e = _ue8m0_from_amax(amax)
-            sh = _ue8m0_to_f32(e)
-        else:
-            sh = tl.maximum(tl.math.div_rn(amax, tl.full(amax.shape, 448.0, tl.float32)), FLT_MIN)
-        inv = tl.math.div_rn(tl.full(sh.shape, 1.0, tl.float32), sh)
-        q = tl.reshape(to_e4m3(hg * inv[:, :, None], EXACT_CVT), (BM, BN))
+        q, sc = quantize_group_rows(tl.reshape(h, (BM, NG, H_GROUP)), MX, EXACT_CVT)
         o_ptrs = out_ptr + offs_m[:, None] * s_om + offs_n[None, :] * s_on
-        tl.store(o_ptrs, q, mask=m_ok[:, None] & n_ok[None, :])
+        tl.store(o_ptrs, tl.reshape(q, (BM, BN)), mask=m_ok[:, None] & n_ok[None, :])
         offs_g = pid_n * NG + tl.arange(0, NG)
         g_ok = offs_g * H_GROUP < F
         hs_ptrs = hs_ptr + offs_m[:, None] * s_hsm + offs_g[None, :] * s_hsk
-        if MX:
-            tl.store(hs_ptrs, e.to(tl.uint8), mask=m_ok[:, None] & g_ok[None, :])
-        else:
-            tl.store(hs_ptrs, sh, mask=m_ok[:, None] & g_ok[None, :])
+        tl.store(hs_ptrs, sc, mask=m_ok[:, None] & g_ok[None, :])
 
 
 # ----------------------------------------------------------------------------------------------

@@ -13,14 +13,11 @@ import triton.language as tl
 
 from .layout import MX_BLOCK, cdiv
 from .triton_gemm import (
-    FLT_MIN,
     INTERPRETING,
     PDL,
-    _ue8m0_from_amax,
-    _ue8m0_to_f32,
     launch_opts,
     pdl_entry,
-    to_e4m3,
+    quantize_group_rows,
 )
 
 
@@ -36,19 +33,10 @@ def act_quant_kernel(x_ptr, q_ptr, s_ptr, K, s_xm, s_qm, s_sm,
     offs_k = offs_g[:, None] * GROUP + tl.arange(0, GROUP)[None, :]
     k_ok = offs_k < K
     x = tl.load(x_ptr + row * s_xm + offs_k, mask=k_ok, other=0.0).to(tl.float32)
-    amax = tl.max(tl.abs(x), axis=1)
-    if MX:
-        e = _ue8m0_from_amax(amax)
-        s = _ue8m0_to_f32(e)
-    else:
-        s = tl.maximum(tl.math.div_rn(amax, tl.full(amax.shape, 448.0, tl.float32)), FLT_MIN)
-    q = to_e4m3(x * tl.math.div_rn(tl.full(s.shape, 1.0, tl.float32), s)[:, None], EXACT_CVT)
+    q, sc = quantize_group_rows(x, MX, EXACT_CVT)
     tl.store(q_ptr + row * s_qm + offs_k, q, mask=k_ok)
     g_ok = offs_g * GROUP < K
-    if MX:
-        tl.store(s_ptr + row * s_sm + offs_g, e.to(tl.uint8), mask=g_ok)
-    else:
-        tl.store(s_ptr + row * s_sm + offs_g, s, mask=g_ok)
+    tl.store(s_ptr + row * s_sm + offs_g, sc, mask=g_ok)
 
 
 def quantize_activation_triton(x: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -38,8 +38,7 @@ CPU_THREADS = "TTSFLEET_CPU_THREADS"
 CUDA_GRAPHS = "TTSFLEET_CUDA_GRAPHS"
 PREFILL_CHUNK_TOKENS = "TTSFLEET_PREFILL_CHUNK_TOKENS"
 #: Path of the run's GPU catalog file (``GpuCatalog.load``), so a server on a class added by a
-#: catalog file knows that class; empty = the built-in catalog. Reserved for the server's
-#: ``catalog`` setting: it joins :data:`SERVER_ENV` when ``ServeConfig`` gains that field.
+#: catalog file knows that class (its scheme, limits and kernel dispatch); empty = the built-in one.
 CATALOG = "TTSFLEET_CATALOG"
 
 #: ``ServeConfig`` field -> environment variable, in the server's order.
@@ -64,6 +63,7 @@ SERVER_ENV: Mapping[str, str] = MappingProxyType({
     "cpu_threads": CPU_THREADS,
     "cuda_graphs": CUDA_GRAPHS,
     "prefill_chunk_tokens": PREFILL_CHUNK_TOKENS,
+    "catalog": CATALOG,
 })
 
 

@@ -91,6 +91,7 @@ def _family(name: str) -> str:
 def profile_step(model: Any, cache: Any, bs: int, context: int) -> dict[str, Any]:
     """Kernel GPU time by family and launch count of one graph-replayed decode step."""
     from torch.profiler import ProfilerActivity, profile
+    from ttsfleet.inference.bench_engine import capture_graph
     from ttsfleet.inference.sampling import SamplingBatch, SamplingParams
 
     c, dev = model.config, model.device
@@ -102,15 +103,7 @@ def profile_step(model: Any, cache: Any, bs: int, context: int) -> dict[str, Any
         cache.lengths.fill_(context)
         model.decode_step(cache, slots, batch, window)
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        whole()
-        whole()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        whole()
+    graph = capture_graph(whole)
     graph.replay()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:

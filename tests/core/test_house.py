@@ -5,10 +5,9 @@
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
 
+from tests.catalogs import B200_YAML
 from ttsfleet.catalog import NODE_LABEL_KEY, GpuCatalog
 from ttsfleet.config import AutoscaleConfig, PoolSpec
 from ttsfleet.policy import (
@@ -20,24 +19,6 @@ from ttsfleet.policy import (
     clamp_replicas,
     decide_replicas,
 )
-
-#: Everything a B200 is, in one file. The capacity figures are placeholders for this test, not
-#: measurements (a real entry takes them from ``ttsfleet bench`` on the card).
-B200_YAML = textwrap.dedent("""\
-    classes:
-      b200:
-        display_name: NVIDIA B200 180GB
-        arch: sm_100a
-        memory_gb: 180
-        quantization: mxfp8
-        model_load_s: 90
-        relative_cost: 1.4
-        capacity:
-          source: "placeholder for tests, not measured"
-          points:
-            - {concurrency: 1, frames_per_s: 200, ttfa_s: 0.07}
-            - {concurrency: 64, frames_per_s: 10000, ttfa_s: 0.10}
-    """)
 
 
 @pytest.fixture

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest
 
+from tests.catalogs import B200_YAML
 from ttsfleet.catalog import NAMED_CURVES, GpuCatalog
 from ttsfleet.config import FillPolicyConfig
 from ttsfleet.errors import UserError
@@ -26,23 +26,6 @@ FLEET = {"h200": 16, "rtx5090": 8}
 WRITEUP = GpuCatalog.default().with_named_curve("h200", "writeup").with_named_curve("rtx5090", "writeup")
 MECH = {"catalog": WRITEUP, "autoscale": Scenario.model_fields["autoscale"].default.model_copy(
     update={"target_in_flight_per_replica": 40})}
-
-#: A B200 is one catalog file (placeholder figures for the test, not measurements).
-B200_YAML = textwrap.dedent("""\
-    classes:
-      b200:
-        display_name: NVIDIA B200 180GB
-        arch: sm_100a
-        memory_gb: 180
-        quantization: mxfp8
-        model_load_s: 90
-        relative_cost: 1.4
-        capacity:
-          source: "placeholder for tests, not measured"
-          points:
-            - {concurrency: 1, frames_per_s: 200, ttfa_s: 0.07}
-            - {concurrency: 64, frames_per_s: 10000, ttfa_s: 0.10}
-    """)
 
 
 @pytest.fixture(scope="module")

@@ -39,6 +39,7 @@ def _gate(device: str, scheme: str, tok) -> None:
     ref = load_model("tiny-fp8", device=device, dtype=torch.bfloat16)
     fp8 = load_model("tiny-fp8", device=device, dtype=torch.bfloat16, quantize=scheme)
     assert fp8.quantization == scheme and fp8.layers[0].feed_forward.gate_up_q is not None
+    assert ref.quantization == "bf16"  # the canonical name, never the input alias "none"
     prompt = _gate_prompt(tok, ref.config)
     assert _greedy_frames(fp8, prompt) == _greedy_frames(ref, prompt)
 

@@ -21,39 +21,11 @@ from ttsfleet.slurm.localcluster import LocalCluster
 from ttsfleet.slurm.sbatch import FillShardSpec, fill_submit_request, shard_of
 
 from .conftest import GRACE_TIME_S, job_by_id, wait_for
+from .fillhelpers import STAGES, items_done, output_rows, uninterrupted_run
 
 pytestmark = [pytest.mark.slurm, pytest.mark.audio]
 
 SHARDS = 4
-STAGES = "decode,hash"
-
-
-def output_rows(out_dir: Path) -> list[tuple]:
-    """Every committed row of every shard manifest, reduced to what must match a clean run."""
-    rows = []
-    for path in sorted(out_dir.glob("manifest.shard-*.jsonl")):
-        for line in path.read_text().splitlines():
-            r = json.loads(line)
-            rows.append((r["id"], r["status"], r["metrics"].get("content_hash"),
-                         tuple(round(o["seconds"], 3) for o in r.get("outputs") or ())))
-    return rows
-
-
-def uninterrupted_run(manifest: Path, out: Path, ckpt: Path) -> list[tuple]:
-    """The whole manifest as one shard, in this process (one import of the fill job, no Slurm)."""
-    from ttsfleet.cli import main
-
-    args = ["fill", "run", "--input", str(manifest), "--output", str(out), "--checkpoint", str(ckpt),
-            "--stages", STAGES, "--shard", "0/1"]
-    assert main(args) == 0
-    return output_rows(out)
-
-
-def items_done(spec: FillShardSpec, index: int) -> int:
-    try:
-        return json.loads(spec.checkpoint_file(index).read_text()).get("items_done", 0)
-    except (OSError, ValueError):
-        return 0
 
 
 def test_preempted_fill_shards_resume_and_lose_nothing(slurm: LocalCluster, corpus: Path,

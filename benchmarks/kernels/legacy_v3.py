@@ -17,8 +17,7 @@ from typing import Any
 import torch
 import triton
 import triton.language as tl
-
-from .layout import BS_BLOCK, MX_BLOCK, QuantizedWeight, cdiv
+from ttsfleet.kernels.layout import BS_BLOCK, MX_BLOCK, QuantizedWeight, cdiv
 
 FLT_MIN = tl.constexpr(1.1754943508222875e-38)
 
