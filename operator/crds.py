@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 from ttsfleet.operator.models import (
+    DNS1035,
     GROUP,
     VERSION,
     FillJobSpec,
@@ -36,6 +37,15 @@ def _resolve(node: Any, defs: dict[str, Any]) -> Any:
         merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
         return _resolve(merged, defs)
     return {k: _resolve(v, defs) for k, v in node.items()}
+
+
+def _without_none(value: Any) -> Any:
+    """A default as the API server may store it: unset (None) optional fields left out."""
+    if isinstance(value, dict):
+        return {k: _without_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_none(v) for v in value]
+    return value
 
 
 def _structural(node: dict[str, Any]) -> dict[str, Any]:
@@ -61,7 +71,9 @@ def _structural(node: dict[str, Any]) -> dict[str, Any]:
     if node.get("default", 0) is None:
         node.pop("default")
     if isinstance(node.get("default"), dict):
-        node["default"] = {}  # the API server fills the nested defaults itself
+        # The model's own default object, as it is: a field default (FillJob resources 16Gi) may
+        # differ from the nested class's defaults (32Gi), and `{}` would silently take the latter.
+        node["default"] = _without_none(node["default"])
     if "properties" in node:
         node["type"] = "object"
         node["properties"] = {k: _structural(v) for k, v in node["properties"].items()}
@@ -76,11 +88,41 @@ def _structural(node: dict[str, Any]) -> dict[str, Any]:
     return node
 
 
+def _factory_defaults(model: type[BaseModel], schema: dict[str, Any]) -> dict[str, Any]:
+    """pydantic writes no default for ``default_factory`` fields; a non-empty one (FillJob's
+    ``command``) must still be what the API server stores, so it is added here."""
+    for name, info in model.model_fields.items():
+        prop = schema.get("properties", {}).get(info.alias or name)
+        if prop is None:
+            continue
+        if info.default_factory is not None and (value := info.default_factory()):  # type: ignore[call-arg]
+            prop["default"] = value
+        if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel):
+            _factory_defaults(info.annotation, prop)
+    return schema
+
+
 def structural(model: type[BaseModel]) -> dict[str, Any]:
     """The structural OpenAPI v3 schema of a wire model (camelCase, input mode)."""
     raw = model.model_json_schema(by_alias=True, mode="validation")
     defs = raw.get("$defs", {})
-    return _structural(_resolve(raw, defs))
+    return _factory_defaults(model, _structural(_resolve(raw, defs)))
+
+
+#: Rules on the object's own name (CEL may read metadata.name at the root): a name the CRD accepts
+#: must make children the API server accepts.
+NAME_RULES: dict[str, list[dict[str, str]]] = {
+    "TTSDeployment": [
+        {"rule": f"self.metadata.name.matches(r'{DNS1035}')",
+         "message": "metadata.name must be a DNS-1035 label (a-z, 0-9, '-', starting with a letter): "
+                    "it names the pools' Services"},
+        {"rule": "self.spec.pools.all(p, size(self.metadata.name) + 1 + "
+                 "size(has(p.name) && p.name != '' ? p.name : p.gpuClass) <= 63)",
+         "message": "metadata.name + '-' + pool name must be at most 63 characters (Service names)"}],
+    "FillJob": [
+        {"rule": "size(self.metadata.name) <= 63",
+         "message": "metadata.name must be at most 63 characters: it is a label value on fill pods"}],
+}
 
 
 def _crd(kind: str, plural: str, short: list[str], spec: type[BaseModel], status: type[BaseModel],
@@ -109,6 +151,7 @@ def _crd(kind: str, plural: str, short: list[str], spec: type[BaseModel], status
                 "schema": {"openAPIV3Schema": {
                     "type": "object",
                     "required": ["spec"],
+                    "x-kubernetes-validations": NAME_RULES[kind],
                     "properties": {
                         "apiVersion": {"type": "string"},
                         "kind": {"type": "string"},

@@ -86,7 +86,8 @@ def serving_env(spec: TTSDeploymentSpec, pool: TTSPool, catalog: GpuCatalog,
     ]
     ours = {e["name"] for e in env}
     env += [{"name": e.name, "value": e.value} for e in spec.env if e.name not in ours]
-    return env
+    # The API server drops empty values (omitempty); a desired "" would never match the live object.
+    return [e if e["value"] else {"name": e["name"]} for e in env]
 
 
 def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
@@ -152,10 +153,11 @@ def pod_template(name: str, spec: TTSDeploymentSpec, pool: TTSPool,
                 "nodeSelectorTerms": [{"matchExpressions": [
                     {"key": GPU_CLASS_LABEL, "operator": "In",
                      "values": [catalog.get(pool.gpu_class).node_label]}]}]}}},
-            "nodeSelector": dict(spec.node_selector),
             "tolerations": tolerations,
             "containers": [container],
             "volumes": volumes,
+            # Only when set: the API server drops an empty map, so `{}` would be drift for ever.
+            **({"nodeSelector": dict(spec.node_selector)} if spec.node_selector else {}),
         },
     }
 

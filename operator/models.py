@@ -9,9 +9,11 @@ class to the catalog's names so the schema can reject unknown classes).
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
+from ttsfleet.operator import quantity
 
 from ttsfleet.catalog import cuda_graph_max_bs, default_classes
 from ttsfleet.config import AutoscaleConfig, FillPolicyConfig, PoolSpec, WireModel
@@ -25,17 +27,53 @@ GPU_CLASS_LABEL = "ttsfleet.io/gpu-class"
 GpuClassName = Literal[tuple(sorted(default_classes()))]  # type: ignore[valid-type]
 Quantization = Literal["auto", "bsgemm_fp8", "mxfp8", "bf16"]
 
-_QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|M|G|T)?$"
+_QUANTITY = quantity.PATTERN
+#: What the API server accepts as label keys (qualified names) and label values: checked here so a
+#: spec the CRD admits never yields a child object the API server rejects.
+LABEL_KEY = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+             r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+LABEL_VALUE = r"^$|^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+#: DNS-1035 label: what a Service name must be (TTSDeployment names prefix their Services').
+DNS1035 = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+_NODE_SELECTOR_RULES = {"x-kubernetes-validations": [
+    {"rule": f"self.all(k, size(k) <= 317 && k.matches(r'{LABEL_KEY}'))",
+     "message": "nodeSelector keys must be label keys (prefix/name)"}],
+    "additionalProperties": {"type": "string", "maxLength": 63, "pattern": LABEL_VALUE}, "maxProperties": 32}
+
+
+def _check_node_selector(value: dict[str, str]) -> dict[str, str]:
+    for k, v in value.items():
+        if not re.match(LABEL_KEY, k) or len(v) > 63 or not re.match(LABEL_VALUE, v):
+            raise ValueError(f"nodeSelector {k}={v!r} is not a valid label key/value")
+    return value
 
 
 class Toleration(WireModel):
-    """A pod toleration (the subset of core/v1 Toleration a GPU pool needs)."""
+    """A pod toleration (core/v1 Toleration), with the API server's own consistency rules."""
 
-    key: str = ""
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "(has(self.operator) && self.operator == 'Exists') || (has(self.key) && self.key != '')",
+         "message": "a toleration without a key needs operator: Exists"},
+        {"rule": "!has(self.operator) || self.operator != 'Exists' || !has(self.value) || self.value == ''",
+         "message": "operator Exists takes no value"},
+        {"rule": "!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+         "message": "tolerationSeconds needs effect: NoExecute"}]})
+
+    key: str = Field(default="", max_length=317, pattern=r"^$|" + LABEL_KEY)
     operator: Literal["Exists", "Equal"] = "Equal"
-    value: str = ""
+    value: str = Field(default="", max_length=63, pattern=LABEL_VALUE)
     effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] = ""
     toleration_seconds: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Toleration:
+        if self.operator != "Exists" and not self.key:
+            raise ValueError("a toleration without a key needs operator: Exists")
+        if self.operator == "Exists" and self.value:
+            raise ValueError("operator Exists takes no value")
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            raise ValueError("tolerationSeconds needs effect: NoExecute")
+        return self
 
 
 class Resources(WireModel):
@@ -44,6 +82,12 @@ class Resources(WireModel):
     cpu: str = Field(default="4", pattern=_QUANTITY)
     memory: str = Field(default="32Gi", pattern=_QUANTITY)
     gpus: int = Field(default=1, ge=1, le=8, description="nvidia.com/gpu per pod")
+
+    @field_validator("cpu", "memory")
+    @classmethod
+    def _canonical(cls, value: str) -> str:
+        """The API server's spelling (0.5 -> 500m), so desired objects equal the stored ones."""
+        return quantity.canonical(value)
 
 
 class EnvVar(WireModel):
@@ -110,9 +154,11 @@ class TTSDeploymentSpec(WireModel):
     serving: ServingSpec = ServingSpec()
     autoscale: AutoscaleConfig = AutoscaleConfig()
     resources: Resources = Resources()
-    node_selector: dict[str, str] = Field(default_factory=dict)
-    tolerations: list[Toleration] = Field(default_factory=list)
+    node_selector: dict[str, str] = Field(default_factory=dict, json_schema_extra=_NODE_SELECTOR_RULES)
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=32)
     env: list[EnvVar] = Field(default_factory=list)
+
+    _selector = field_validator("node_selector")(_check_node_selector)
 
     @model_validator(mode="after")
     def _unique_pools(self) -> TTSDeploymentSpec:
@@ -157,8 +203,10 @@ class FillJobSpec(WireModel):
         default=3, ge=0, description="crashes (exit code other than 0 and 99) before a shard is given up")
     policy: FillPolicyConfig = FillPolicyConfig()
     resources: Resources = Resources(cpu="4", memory="16Gi")
-    node_selector: dict[str, str] = Field(default_factory=dict)
-    tolerations: list[Toleration] = Field(default_factory=list)
+    node_selector: dict[str, str] = Field(default_factory=dict, json_schema_extra=_NODE_SELECTOR_RULES)
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=32)
+
+    _selector = field_validator("node_selector")(_check_node_selector)
 
 
 # --- status -------------------------------------------------------------------------------------

@@ -58,6 +58,7 @@ def _stale_keys(desired: dict[str, Any], live: dict[str, Any]) -> dict[tuple[str
     out = {}
     for p in EXACT_MAPS.get(desired.get("kind", ""), ()):
         want, have = _get(desired, p), _get(live, p)
+        want = {} if want is None else want  # left out because empty (the server drops `{}`)
         if isinstance(want, dict) and isinstance(have, dict) and (extra := sorted(set(have) - set(want))):
             out[p] = extra
     return out
@@ -77,7 +78,9 @@ def patch_for(desired: dict[str, Any], live: dict[str, Any] | None,
     want["metadata"] = {k: v for k, v in want.get("metadata", {}).items()
                         if k in ("labels", "annotations", "ownerReferences")}
     for p, keys in stale.items():
-        node = _get(want, p)
+        node = want
+        for key in p:
+            node = node.setdefault(key, {})
         for k in keys:
             node[k] = None  # merge-patch null: delete the key
     return want
