@@ -127,8 +127,14 @@ class FakeKubelet:
             r = self.client.post("/api/v1/nodes", json=node_object(spec))
             if r.status_code not in (201, 409):
                 raise RuntimeError(f"node {spec['name']}: HTTP {r.status_code} {r.text[:300]}")
+            merge = {"Content-Type": "application/merge-patch+json"}
             self.client.patch(f"/api/v1/nodes/{spec['name']}/status", content=json.dumps(node_status()),
-                              headers={"Content-Type": "application/merge-patch+json"}).raise_for_status()
+                              headers=merge).raise_for_status()
+            # The API server taints a new node not-ready; the node lifecycle controller (off here:
+            # nothing heartbeats) would lift it once Ready. This kubelet is Ready at once.
+            taints = {"spec": {"taints": list(spec["taints"])}}
+            self.client.patch(f"/api/v1/nodes/{spec['name']}", headers=merge,
+                              content=json.dumps(taints)).raise_for_status()
 
     # --- the pod state machine ------------------------------------------------------------
     def ip_for(self, uid: str) -> str:

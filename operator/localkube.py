@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import json
 import os
 import secrets
+import signal
 import socket
 import ssl
 import subprocess
@@ -42,7 +44,8 @@ ADMISSION = ("NamespaceLifecycle,ServiceAccount,Priority,DefaultTolerationSecond
 #: Controllers the tests need; node lifecycle is off (fake nodes have no heartbeat to watch).
 CONTROLLERS = ",".join(f"{c}-controller" for c in (
     "deployment", "replicaset", "garbage-collector", "disruption", "serviceaccount", "namespace",
-    "endpointslice", "pod-garbage-collector", "root-ca-certificate-publisher", "clusterrole-aggregation"))
+    "endpointslice", "pod-garbage-collector", "root-ca-certificate-publisher", "clusterrole-aggregation",
+    "persistentvolume-binder"))
 
 
 #: Requests by ServiceAccounts (the operator under test) are recorded, nothing else.
@@ -84,6 +87,13 @@ class FakeNode:
     cpu: str = "64"
     memory: str = "512Gi"
     taints: tuple[dict[str, str], ...] = ()
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the process that started us dies (Linux), so a killed
+    test run leaves no control plane behind even when atexit never runs."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _openssl(*args: str, cwd: Path) -> None:
@@ -188,7 +198,8 @@ class LocalKube:
         self.log(name).parent.mkdir(parents=True, exist_ok=True)
         out = open(self.log(name), "ab")  # noqa: SIM115 - handed to the child, closed with it
         self.procs[name] = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=self.root,
-                                            env={**os.environ, **(env or {})}, start_new_session=True)
+                                            env={**os.environ, **(env or {})}, start_new_session=True,
+                                            preexec_fn=_die_with_parent)
         out.close()
 
     def _tail(self, name: str, lines: int = 25) -> str:
