@@ -60,7 +60,8 @@ async def test_pools_run_on_their_gpu_class_settle_and_are_collected(
         assert set(h200) <= {"h200-a", "h200-b"} and rtx == ["rtx5090-a"]
         rs = await api.items(f"/apis/apps/v1/namespaces/{NS}/replicasets",
                              labelSelector="app.kubernetes.io/instance=voice")
-        assert sorted(r["metadata"]["ownerReferences"][0]["name"] for r in rs) == ["voice-h200", "voice-rtx5090"]
+        owners = sorted(r["metadata"]["ownerReferences"][0]["name"] for r in rs)
+        assert owners == ["voice-h200", "voice-rtx5090"]
         dep = await api.get(f"/apis/apps/v1/namespaces/{NS}/deployments/voice-h200")
         assert dep is not None
         res = dep["spec"]["template"]["spec"]["containers"][0]["resources"]
