@@ -17,7 +17,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ttsfleet.catalog import DeviceDispatch, GpuCatalog
 from ttsfleet.errors import UserError
+from ttsfleet.quantization import QuantScheme, is_fp8, parse_quantization
 
 from .codec import load_codec
 from .model import DualARModel
@@ -25,29 +27,35 @@ from .model_config import LAYOUT_S2, DualARConfig, config_from_file, preset
 from .tokenizer import load_tokenizer
 
 __all__ = ["load_model", "load_codec", "load_tokenizer", "load_state_dict_file", "map_checkpoint_keys",
-           "CheckpointMismatch", "resolve_quantization"]
-
-QUANT_CHOICES = ("none", "bsgemm_fp8", "mxfp8", "auto")
+           "CheckpointMismatch", "resolve_quantization", "quantization_for_capability", "device_dispatch"]
 
 
 class CheckpointMismatch(UserError):
     """The checkpoint's tensors do not match the model its config.json describes."""
 
 
-def resolve_quantization(quantize: str, device: torch.device) -> str:
-    """``auto``: ``bsgemm_fp8`` on sm_90 (H200), ``mxfp8`` on sm_100+/sm_120 (RTX 5090), else ``none``."""
-    if quantize not in QUANT_CHOICES:
-        raise UserError(f"unknown quantize={quantize!r} (choose from {', '.join(QUANT_CHOICES)})")
-    if quantize != "auto":
-        return quantize
-    if device.type != "cuda":
-        return "none"
-    major, _ = torch.cuda.get_device_capability(device)
-    if major == 9:
-        return "bsgemm_fp8"
-    if major >= 10:
-        return "mxfp8"
-    return "none"
+def device_dispatch(capability: tuple[int, int] | None,
+                    catalog: GpuCatalog | None = None) -> DeviceDispatch:
+    """What a device of ``capability`` (``None``: CPU) runs, as the run's catalog says: the
+    scheme ``auto`` means and the kernel backend. No table here: a GPU class is a catalog entry."""
+    return (catalog or GpuCatalog.default()).dispatch_for_device(capability)
+
+
+def quantization_for_capability(quantize: str, capability: tuple[int, int] | None,
+                                catalog: GpuCatalog | None = None) -> QuantScheme:
+    """The scheme to run: ``quantize`` itself, or for ``auto`` the device's (:func:`device_dispatch`)."""
+    requested = parse_quantization(quantize, what="quantize")
+    if requested != "auto":
+        return requested
+    return device_dispatch(capability, catalog).quantization
+
+
+def resolve_quantization(quantize: str, device: torch.device,
+                         catalog: GpuCatalog | None = None) -> QuantScheme:
+    """``quantize`` for ``device``: ``auto`` follows the catalog's class for the device's compute
+    capability (bsgemm_fp8 on sm_90a, mxfp8 on sm_120a, ...), bf16 on CPU or unknown devices."""
+    capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
+    return quantization_for_capability(quantize, capability, catalog)
 
 
 # ----------------------------------------------------------------------------- checkpoint files
@@ -225,18 +233,20 @@ def _finish_config(config: DualARConfig, max_seq_len: int | None,
 
 
 def load_model(name_or_path: str | Path, device: str | torch.device = "cpu",
-               dtype: torch.dtype = torch.float32, quantize: str = "none", seed: int = 0,
+               dtype: torch.dtype = torch.float32, quantize: str = "bf16", seed: int = 0,
                max_seq_len: int | None = None,
-               config_overrides: dict[str, Any] | None = None) -> DualARModel:
+               config_overrides: dict[str, Any] | None = None,
+               catalog: GpuCatalog | None = None) -> DualARModel:
     """A ready model: preset (``tiny`` / ``tiny-fp8`` / ``s2-pro`` / ``s1-mini``, random weights) or a
     checkpoint dir.
 
     ``max_seq_len`` optionally lowers the RoPE table / cache limit (e.g. 4096 instead of 32768).
     ``config_overrides`` replaces config fields (e.g. ``{"im_end_id": 11}`` for an S1 directory
-    without a tokenizer, whose config.json carries no token ids).
+    without a tokenizer, whose config.json carries no token ids). ``quantize``: a scheme of
+    :mod:`ttsfleet.quantization` or ``auto`` (resolved through ``catalog``, the run's GPU catalog).
     """
     device = torch.device(device)
-    scheme = resolve_quantization(quantize, device)
+    scheme = resolve_quantization(quantize, device, catalog)
     name = str(name_or_path)
     path = Path(name)
     if not path.exists() and "/" not in name:
@@ -257,5 +267,6 @@ def load_model(name_or_path: str | Path, device: str | torch.device = "cpu",
         model.load_state_dict(sd, strict=True, assign=True)
         _reset_buffers(model)
     model.finalize()
-    model.quantize_(scheme)
+    if is_fp8(scheme):  # bf16: the weights stay as loaded
+        model.quantize_(scheme)
     return model.eval().requires_grad_(False)

@@ -1,8 +1,17 @@
 """GPU class catalog: what each GPU class is, how it serves TTS, and how much it can carry.
 
-Everything that differs between GPU classes lives here, so adding a class is one entry. The
-operator reads serving defaults from it, the policy and the simulator read capacity curves from
-it, and the inference server reads its quantization scheme from it.
+Everything that differs between GPU classes lives here, so adding a class is one entry (one YAML
+file passed with ``--catalog``, merged over the built-in classes). What reads it:
+
+* quantization: a class's ``quantization`` is what ``auto`` means on it (operator, server);
+* kernel dispatch: :meth:`GpuCatalog.dispatch_for_capability` maps a device's compute capability
+  to the scheme and kernel backend of the classes with that ``arch`` (loader, kernels);
+* placement: :meth:`GpuClass.node_selector` / :meth:`GpuCatalog.class_for_node_label` are the one
+  node label (:data:`NODE_LABEL_KEY` = ``node_label``) inference pods, fill pods and the GPU
+  inventory agree on;
+* descriptions: :meth:`GpuCatalog.names_text` and :meth:`GpuCatalog.quantization_text` feed help
+  texts and schema descriptions, so prose lists of classes are generated, not typed;
+* capacity: the policy and the simulator read the capacity curves.
 
 Capacity curves are piecewise-linear in concurrency (requests decoding at once on one replica).
 Seed figures come from the source write-up (H200 bsgemm FP8 8,006 frames/s at c=64, ~52x
@@ -15,15 +24,35 @@ from __future__ import annotations
 import bisect
 import json
 import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-QuantScheme = Literal["bsgemm_fp8", "mxfp8", "bf16"]
+from ttsfleet.errors import UserError, one_line
+from ttsfleet.quantization import BF16, SCHEME_LAYOUTS, QuantScheme, QuantSchemeField
 
-#: 21.53 decoded frames are one second of 44.1 kHz audio (2048 samples per frame).
-FRAMES_PER_AUDIO_SECOND = 44100 / 2048
+__all__ = ["NODE_LABEL_KEY", "CapacityCurve", "CapacityPoint", "DeviceDispatch", "GpuCatalog",
+           "GpuClass", "KernelBackend", "QuantScheme", "ServingDefaults", "UnknownGpuClass",
+           "compute_capability", "cuda_graph_max_bs", "default_classes"]
+
+#: The node label key whose value (a class's ``node_label``) says which GPU class a node has.
+NODE_LABEL_KEY = "ttsfleet.io/gpu-class"
+
+#: Which GEMM/attention kernels a class runs: the Triton FP8 kernels, or the torch reference.
+KernelBackend = Literal["triton", "reference"]
+
+
+def compute_capability(arch: str) -> tuple[int, int]:
+    """``sm_90a`` -> (9, 0), ``sm_100a`` -> (10, 0), ``sm_120a`` -> (12, 0): CUDA's numbering."""
+    m = re.fullmatch(r"sm_(\d+)(\d)[a-z]?", arch)
+    if m is None:
+        raise ValueError(f"arch {arch!r} is not a CUDA arch like sm_90a")
+    return int(m.group(1)), int(m.group(2))
 
 
 class CapacityPoint(BaseModel):
@@ -122,17 +151,65 @@ class GpuClass(BaseModel):
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
     display_name: str
-    arch: str = Field(description="CUDA arch the kernels target, e.g. sm_90a")
+    arch: str = Field(pattern=r"^sm_\d+[a-z]?$",
+                      description="CUDA arch the kernels target, e.g. sm_90a; gives the compute "
+                                  "capability a device of this class reports")
     memory_gb: float = Field(gt=0)
-    quantization: QuantScheme
-    activation_block: tuple[int, int] = Field(description="activation scale block (rows, cols)")
-    weight_block: tuple[int, int] = Field(description="weight scale block (rows, cols)")
-    scale_format: Literal["fp32", "ue8m0"]
+    quantization: QuantSchemeField = Field(description="the scheme 'auto' means on this class")
+    kernel_backend: KernelBackend = Field(
+        default="reference", description="triton: the FP8 Triton kernels (validated on sm_90a); "
+                                         "reference: the torch path, same numerics")
+    activation_block: tuple[int, int] = Field(
+        description="activation scale block (rows, cols); defaults to the scheme's")
+    weight_block: tuple[int, int] = Field(description="weight scale block (rows, cols); defaults "
+                                                      "to the scheme's")
+    scale_format: Literal["fp32", "ue8m0"] = Field(description="defaults to the scheme's")
     serving: ServingDefaults = ServingDefaults()
     capacity: CapacityCurve
     model_load_s: float = Field(gt=0, description="pod start to ready: image, weights, graph capture")
     relative_cost: float = Field(gt=0, description="cost per GPU-hour relative to an H200")
-    node_label: str = Field(description="value of the node label ttsfleet.io/gpu-class")
+    node_label: str = Field(default="", pattern=r"^$|^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
+                            description=f"value of the node label {NODE_LABEL_KEY}; defaults to "
+                                        "the name")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _scheme_defaults(cls, data: Any) -> Any:
+        """Block layout and node label default to what the scheme and the name imply."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        layout = SCHEME_LAYOUTS.get(str(data.get("quantization", "")).strip().lower())
+        if layout is not None:
+            data.setdefault("activation_block", layout.activation_block)
+            data.setdefault("weight_block", layout.weight_block)
+            data.setdefault("scale_format", layout.scale_format)
+        elif data.get("quantization") is not None:  # bf16: no scales; the fields are inert
+            data.setdefault("activation_block", (1, 1))
+            data.setdefault("weight_block", (1, 1))
+            data.setdefault("scale_format", "fp32")
+        if not data.get("node_label") and data.get("name"):
+            data["node_label"] = data["name"]
+        return data
+
+    @property
+    def compute_capability(self) -> tuple[int, int]:
+        """(major, minor) a device of this class reports, from ``arch``."""
+        return compute_capability(self.arch)
+
+    def node_selector(self) -> dict[str, str]:
+        """The node selector that places a pod (inference or fill) on this class's nodes."""
+        return {NODE_LABEL_KEY: self.node_label}
+
+
+@dataclass(frozen=True)
+class DeviceDispatch:
+    """What a device of one compute capability runs, as the catalog says."""
+
+    capability: tuple[int, int] | None  # None: not a CUDA device (CPU)
+    gpu_classes: tuple[str, ...]  # the catalog classes with this arch (empty: unknown device)
+    quantization: QuantScheme  # what ``auto`` resolves to (bf16 on an unknown device)
+    kernel_backend: KernelBackend
 
 
 def _curve(c64_fps: float, c1_fps: float, ttfa1: float, ttfa64: float, source: str) -> CapacityCurve:
@@ -158,6 +235,7 @@ def default_classes() -> dict[str, GpuClass]:
         activation_block=(1, 128),
         weight_block=(128, 128),
         scale_format="fp32",
+        kernel_backend="triton",
         capacity=_curve(8006, 8006 / 52, 0.073, 0.110, "seed: source write-up, H200 bsgemm FP8"),
         model_load_s=90,
         relative_cost=1.0,
@@ -198,6 +276,15 @@ class UnknownGpuClass(ValueError):
     """Raised for a GPU class name that is not in the catalog."""
 
 
+_LAYOUT_FIELDS = ("activation_block", "weight_block", "scale_format")
+
+
+def _errors_text(exc: ValidationError) -> str:
+    """A pydantic error as one line: ``field: message; field: message``."""
+    return "; ".join(f"{'.'.join(str(x) for x in e['loc']) or 'catalog'}: {e['msg']}"
+                     for e in exc.errors())
+
+
 class GpuCatalog(BaseModel):
     """The set of GPU classes a fleet may use, overridable by config."""
 
@@ -206,10 +293,26 @@ class GpuCatalog(BaseModel):
     classes: dict[str, GpuClass]
 
     @model_validator(mode="after")
-    def _names_match_keys(self) -> GpuCatalog:
+    def _consistent(self) -> GpuCatalog:
         for key, cls in self.classes.items():
             if key != cls.name:
                 raise ValueError(f"catalog key {key!r} does not match class name {cls.name!r}")
+        labels: dict[str, str] = {}
+        for cls in self.classes.values():
+            if cls.node_label in labels:
+                raise ValueError(f"classes {labels[cls.node_label]!r} and {cls.name!r} share node "
+                                 f"label {cls.node_label!r}")
+            labels[cls.node_label] = cls.name
+        # A device only reports its compute capability: classes of one arch must agree on what it
+        # runs, or kernel dispatch and ``auto`` quantization would depend on which class was meant.
+        by_arch: dict[str, GpuClass] = {}
+        for cls in sorted(self.classes.values(), key=lambda c: c.name):
+            first = by_arch.setdefault(cls.arch, cls)
+            if (first.quantization, first.kernel_backend) != (cls.quantization, cls.kernel_backend):
+                raise ValueError(
+                    f"classes {first.name!r} and {cls.name!r} share arch {cls.arch} but differ in "
+                    f"quantization/kernel_backend ({first.quantization}/{first.kernel_backend} vs "
+                    f"{cls.quantization}/{cls.kernel_backend})")
         return self
 
     @classmethod
@@ -218,18 +321,47 @@ class GpuCatalog(BaseModel):
 
     @classmethod
     def from_file(cls, path: str | Path) -> GpuCatalog:
-        """Load overrides (JSON or YAML: ``{classes: {name: {...}}}``) merged over the defaults."""
-        import yaml
+        """Load overrides (JSON or YAML: ``{classes: {name: {...}}}``) merged over the defaults.
 
-        raw = yaml.safe_load(Path(path).read_text())
+        A new class is one entry with every field that has no default; an entry for a built-in
+        class changes only the fields it names. Raises ``ValueError`` for a malformed file.
+        """
+        try:
+            raw = yaml.safe_load(Path(path).read_text())
+        except yaml.YAMLError as exc:
+            raise ValueError(f"{path}: not YAML/JSON: {one_line(exc)}") from None
         if not isinstance(raw, dict) or not isinstance(raw.get("classes"), dict):
             raise ValueError(f"{path}: expected a mapping with a 'classes' mapping")
         merged = {k: v.model_dump() for k, v in default_classes().items()}
         for name, override in raw["classes"].items():
+            if not isinstance(override, dict):
+                raise ValueError(f"{path}: class {name!r} must be a mapping")
             base = merged.get(name, {"name": name})
+            if "quantization" in override:  # a new scheme brings its own block layout
+                for key in _LAYOUT_FIELDS:
+                    base.pop(key, None)
             base.update(override)
             merged[name] = base
-        return cls(classes={k: GpuClass.model_validate(v) for k, v in merged.items()})
+        classes = {}
+        for key, value in merged.items():
+            try:
+                classes[key] = GpuClass.model_validate(value)
+            except ValidationError as exc:
+                raise ValueError(f"class {key!r}: {_errors_text(exc)}") from None
+        return cls(classes=classes)
+
+    @classmethod
+    def load(cls, path: str | Path | None) -> GpuCatalog:
+        """The run's catalog: the built-in one, or ``path`` merged over it; bad input is a
+        :class:`UserError` with one line (CLI exit 2)."""
+        if not path:
+            return cls.default()
+        try:
+            return cls.from_file(path)
+        except ValidationError as exc:
+            raise UserError(f"catalog {path}: {_errors_text(exc)}") from None
+        except (OSError, ValueError) as exc:
+            raise UserError(f"catalog {path}: {one_line(exc)}") from None
 
     def get(self, name: str) -> GpuClass:
         try:
@@ -241,6 +373,75 @@ class GpuCatalog(BaseModel):
     def names(self) -> list[str]:
         return sorted(self.classes)
 
+    # ------------------------------------------------------------------ kernel dispatch
+    def classes_for_capability(self, major: int, minor: int) -> tuple[GpuClass, ...]:
+        """The classes whose ``arch`` is this compute capability (sorted by name)."""
+        return tuple(c for c in sorted(self.classes.values(), key=lambda c: c.name)
+                     if c.compute_capability == (major, minor))
+
+    def dispatch_for_capability(self, major: int, minor: int) -> DeviceDispatch:
+        """Scheme and kernel backend for a device reporting compute capability ``major.minor``.
+
+        A device no class describes runs bf16 on the reference kernels: add a catalog entry with
+        its ``arch`` to give it FP8.
+        """
+        found = self.classes_for_capability(major, minor)
+        if not found:
+            return DeviceDispatch((major, minor), (), BF16, "reference")
+        first = found[0]  # the validator made every class of one arch agree
+        return DeviceDispatch((major, minor), tuple(c.name for c in found), first.quantization,
+                              first.kernel_backend)
+
+    def dispatch_for_device(self, capability: tuple[int, int] | None) -> DeviceDispatch:
+        """:meth:`dispatch_for_capability`, with ``None`` (CPU) running bf16 on the reference."""
+        if capability is None:
+            return DeviceDispatch(None, (), BF16, "reference")
+        return self.dispatch_for_capability(*capability)
+
+    def scheme_for_capability(self, major: int, minor: int) -> QuantScheme:
+        """What ``auto`` quantization means on a device of this compute capability."""
+        return self.dispatch_for_capability(major, minor).quantization
+
+    # ------------------------------------------------------------------ placement
+    def class_for_node_label(self, value: str | None) -> GpuClass | None:
+        """The class whose ``node_label`` is ``value`` (a node's :data:`NODE_LABEL_KEY`)."""
+        for cls in self.classes.values():
+            if value and cls.node_label == value:
+                return cls
+        return None
+
+    def class_of_node(self, labels: Mapping[str, str] | None) -> GpuClass | None:
+        """The class of a node (or pod) from its labels; None when it carries no known class."""
+        return self.class_for_node_label((labels or {}).get(NODE_LABEL_KEY))
+
+    # ------------------------------------------------------------------ capacity
+    def relative_throughput(self, name: str) -> float:
+        """Peak frames/s of ``name`` over the fastest class's (1.0 for the fastest)."""
+        peak = max(c.capacity.peak_frames_per_s for c in self.classes.values())
+        return self.get(name).capacity.peak_frames_per_s / peak
+
+    # ------------------------------------------------------------------ descriptions
+    def names_text(self, sep: str = " | ") -> str:
+        """``h200 | rtx5090 | rtx6000pro``: the class list for help texts and schemas."""
+        return sep.join(self.names())
+
+    def quantization_text(self) -> str:
+        """What ``auto`` means per class, for help texts and schema descriptions."""
+        per = ", ".join(f"{c.name} ({c.arch}): {c.quantization}" for c in
+                        sorted(self.classes.values(), key=lambda c: c.name))
+        return f"auto = the GPU class's scheme: {per}; other devices: bf16"
+
+    def markdown_table(self) -> str:
+        """A Markdown table of the classes (README / docs generation)."""
+        rows = ["| class | GPU | arch | memory | quantization | kernels | node label |",
+                "|---|---|---|---|---|---|---|"]
+        for c in sorted(self.classes.values(), key=lambda c: c.name):
+            rows.append(f"| {c.name} | {c.display_name} | {c.arch} | {c.memory_gb:g} GB | "
+                        f"{c.quantization} | {c.kernel_backend} | "
+                        f"`{NODE_LABEL_KEY}={c.node_label}` |")
+        return "\n".join(rows)
+
+    # ------------------------------------------------------------------ measured curves
     def with_measured(self, name: str, curve: CapacityCurve) -> GpuCatalog:
         """A copy whose ``name`` class carries a measured capacity curve (e.g. from a benchmark)."""
         cls = self.get(name)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from ttsfleet.catalog import GpuCatalog
+
 
 class WireModel(BaseModel):
     """Base for models that appear in manifests: camelCase aliases, unknown fields rejected."""
@@ -55,7 +57,7 @@ class PoolSpec(WireModel):
 
     name: str = Field(default="", pattern=r"^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
                       description="pool name; defaults to the GPU class")
-    gpu_class: str = Field(description="catalog name: h200 | rtx5090 | rtx6000pro")
+    gpu_class: str = Field(description=f"catalog name: {GpuCatalog.default().names_text()}")
     min_replicas: int = Field(default=1, ge=0)
     max_replicas: int = Field(default=8, ge=0)
     weight: float = Field(default=1.0, gt=0, description="share of the load this pool takes")

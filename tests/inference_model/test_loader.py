@@ -86,8 +86,9 @@ def test_tiny_preset_is_deterministic_and_seeded() -> None:
     assert ids == (10, 64, 500, 563, 11)
 
 
-def test_auto_quantization_is_none_on_cpu() -> None:
-    assert resolve_quantization("auto", torch.device("cpu")) == "none"
+def test_auto_quantization_is_bf16_on_cpu() -> None:
+    assert resolve_quantization("auto", torch.device("cpu")) == "bf16"
+    assert resolve_quantization("none", torch.device("cpu")) == "bf16"  # alias, read only
     assert resolve_quantization("mxfp8", torch.device("cpu")) == "mxfp8"
 
 

@@ -13,18 +13,20 @@ The algorithm, in the order it applies:
 3. The load is split across pools by weight, water-filling around pool bounds; each pool's
    target in-flight per replica is the deployment target scaled by its GPU class's throughput
    relative to the fastest class.
-4. SLO pressure: time to first audio p99 above the SLO, or queued requests beyond
-   ``queue_depth_per_replica``, adds replicas even if the load target is met.
+4. Pressures (:data:`PRESSURES`, a rule table: signal, threshold knob, reason): time to first
+   audio p99 above the SLO, or queued requests beyond ``queue_depth_per_replica``, add replicas
+   even if the load target is met. A new signal is one :class:`Pressure` row.
 5. Scale-up is immediate but bounded by ``max_scale_up_rate``; scale-down takes the highest
    recommendation of the last ``scale_down_stabilization_s`` seconds and at most halves the pool
    per step (``max_scale_down_rate``).
+6. Every result is clamped to the pool's bounds by :func:`clamp_replicas`, the only clamp.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 from ttsfleet.catalog import GpuCatalog
 from ttsfleet.config import AutoscaleConfig, PoolSpec
@@ -32,20 +34,85 @@ from ttsfleet.config import AutoscaleConfig, PoolSpec
 
 @dataclass(frozen=True)
 class PoolSignals:
-    """What one pool reports at time ``t`` (from Prometheus or the pods' /metrics)."""
+    """What one pool reports at time ``t``: the type every adapter converts its world into.
+
+    Each adapter writes its own ``to_pool_signals`` (operator: Prometheus or the pods' /metrics;
+    simulator: its fluid model; tests: literals). ``extra`` carries signals the built-in fields do
+    not name (e.g. a real-time factor), read by :class:`Pressure` rows by key.
+    """
 
     in_flight: float = 0.0
     queue_depth: float = 0.0
     ready_replicas: int = 0
     current_replicas: int = 0
     ttfa_p99_s: float | None = None
-    frames_per_s: float = 0.0
+    extra: Mapping[str, float] = field(default_factory=dict)
+
+    def value(self, signal: str) -> float | None:
+        """A signal by name: a field of this class, else a key of ``extra`` (None: not reported)."""
+        if signal != "extra" and signal in _SIGNAL_FIELDS:
+            v = getattr(self, signal)
+            return None if v is None else float(v)
+        v = self.extra.get(signal)
+        return None if v is None else float(v)
+
+
+_SIGNAL_FIELDS = frozenset(f.name for f in fields(PoolSignals))
 
 
 @dataclass(frozen=True)
 class DeploymentSignals:
     t: float
     pools: Mapping[str, PoolSignals]
+
+
+@dataclass(frozen=True)
+class Pressure:
+    """One rule of the pressure table: a signal that adds replicas while it is above its threshold,
+    even when the load target is met.
+
+    ``signal`` names a :class:`PoolSignals` value (:meth:`PoolSignals.value`); ``threshold`` is the
+    name of the :class:`AutoscaleConfig` knob that bounds it, or a fixed number; with
+    ``per_replica`` the bound is multiplied by the ready replicas. ``reason`` labels the decision
+    (and the ``reason`` label of ``operator_scaling_decisions``); ``message`` is formatted with
+    ``value`` and ``threshold``. A pool with no ready replica feels no pressure (its signals
+    describe nothing yet); the first row that fires wins.
+    """
+
+    reason: str
+    signal: str
+    threshold: str | float
+    message: str
+    per_replica: bool = False
+
+    def limit(self, config: AutoscaleConfig) -> float:
+        if isinstance(self.threshold, str):
+            return float(getattr(config, self.threshold))
+        return float(self.threshold)
+
+    def fires(self, config: AutoscaleConfig, s: PoolSignals) -> str | None:
+        """The message when the rule fires for ``s``, else None."""
+        value = s.value(self.signal)
+        if value is None or s.ready_replicas <= 0:
+            return None
+        limit = self.limit(config)
+        bound = limit * s.ready_replicas if self.per_replica else limit
+        if value <= bound:
+            return None
+        return self.message.format(value=value, threshold=limit)
+
+
+#: The pressure table. A new signal is one row here (and a value in the adapters' PoolSignals).
+PRESSURES: tuple[Pressure, ...] = (
+    Pressure("slo", "ttfa_p99_s", "ttfa_p99_slo_s", "ttfa p99 {value:.3f}s > SLO {threshold:g}s"),
+    Pressure("queue", "queue_depth", "queue_depth_per_replica",
+             "queue depth {value:.0f} > {threshold:g}/replica", per_replica=True),
+)
+
+
+def pressure_step(current: int) -> int:
+    """Replicas a firing pressure asks for: 10% more, at least one."""
+    return current + max(1, math.ceil(0.1 * current))
 
 
 @dataclass(frozen=True)
@@ -64,7 +131,7 @@ class PoolDecision:
     current: int
     desired: int
     direction: str  # up | down | none
-    reason: str  # short label: load | panic | slo | queue | stabilized | min | max | steady
+    reason: str  # load | panic | stabilized | min | max | steady | a Pressure's reason (slo, queue)
     message: str
     #: Replicas the load needs before the scale-up rate limit and scale-down stabilization
     #: (within min/max). Fill eviction plans for it, so GPUs are free before later steps need them.
@@ -82,21 +149,26 @@ class ScaleDecision:
     def desired(self) -> dict[str, int]:
         return {p.pool: p.desired for p in self.pools}
 
-    def by_pool(self) -> dict[str, PoolDecision]:
-        return {p.pool: p for p in self.pools}
+
+def clamp_replicas(pool: PoolSpec, replicas: int) -> int:
+    """``replicas`` within the pool's ``[min_replicas, max_replicas]``: the only replica clamp.
+
+    The autoscaler applies it to every decision; an adapter applies it when the bounds change
+    between decisions (``clamp_replicas(pool, live)``), or to size a new pool
+    (``clamp_replicas(pool, 0)`` = ``min_replicas``).
+    """
+    return min(max(replicas, pool.min_replicas), pool.max_replicas)
 
 
 def pool_targets(pools: Sequence[PoolSpec], catalog: GpuCatalog,
                  config: AutoscaleConfig) -> dict[str, float]:
     """In-flight target per replica for each pool, scaled by class throughput."""
-    peak = max(c.capacity.peak_frames_per_s for c in catalog.classes.values())
     out = {}
     for p in pools:
         if p.target_in_flight_per_replica is not None:
             out[p.key] = p.target_in_flight_per_replica
         else:
-            rel = catalog.get(p.gpu_class).capacity.peak_frames_per_s / peak
-            out[p.key] = config.target_in_flight_per_replica * rel
+            out[p.key] = config.target_in_flight_per_replica * catalog.relative_throughput(p.gpu_class)
     return out
 
 
@@ -138,15 +210,46 @@ def _window_mean(samples: Sequence[tuple[float, float]], now: float, window: flo
     return sum(vals) / len(vals) if vals else 0.0
 
 
-def decide_replicas(config: AutoscaleConfig, pools: Sequence[PoolSpec], catalog: GpuCatalog,
-                    state: AutoscaleState, signals: DeploymentSignals) -> tuple[ScaleDecision,
-                                                                               AutoscaleState]:
-    """Decide desired replicas for every pool of one deployment; return the next state."""
+@dataclass(frozen=True)
+class _Step:
+    """What every pool's decision of one step shares."""
+
+    config: AutoscaleConfig
+    now: float
+    panic: bool
+    basis: float  # the load the replicas are sized for
+    panic_load: float
+    ready_capacity: float
+    targets: Mapping[str, float]
+    pressures: Sequence[Pressure]
+
+
+def _check_pools(pools: Sequence[PoolSpec]) -> None:
     if not pools:
         raise ValueError("a deployment needs at least one pool")
     keys = [p.key for p in pools]
     if len(set(keys)) != len(keys):
         raise ValueError(f"pool names must be unique, got {keys}")
+
+
+def _panic_until(config: AutoscaleConfig, state: AutoscaleState, now: float, panic_load: float,
+                 ready_capacity: float) -> float | None:
+    """Panic starts when the short-window load needs ``panic_threshold`` x the ready capacity and
+    lasts one stable window."""
+    until = state.panic_until
+    if until is not None and now >= until:
+        until = None
+    if panic_load >= config.panic_threshold * max(ready_capacity, 1e-9) and panic_load > 0:
+        until = now + config.stable_window_s
+    return until
+
+
+def decide_replicas(config: AutoscaleConfig, pools: Sequence[PoolSpec], catalog: GpuCatalog,
+                    state: AutoscaleState, signals: DeploymentSignals,
+                    pressures: Sequence[Pressure] = PRESSURES) -> tuple[ScaleDecision,
+                                                                        AutoscaleState]:
+    """Decide desired replicas for every pool of one deployment; return the next state."""
+    _check_pools(pools)
     now = signals.t
     sig = {p.key: signals.pools.get(p.key, PoolSignals()) for p in pools}
     load_now = sum(s.in_flight + s.queue_depth for s in sig.values())
@@ -157,77 +260,71 @@ def decide_replicas(config: AutoscaleConfig, pools: Sequence[PoolSpec], catalog:
 
     targets = pool_targets(pools, catalog, config)
     ready_capacity = sum(sig[p.key].ready_replicas * targets[p.key] for p in pools)
-    panic_until = state.panic_until
-    if panic_until is not None and now >= panic_until:
-        panic_until = None
-    if panic_load >= config.panic_threshold * max(ready_capacity, 1e-9) and panic_load > 0:
-        panic_until = now + config.stable_window_s
+    panic_until = _panic_until(config, state, now, panic_load, ready_capacity)
     panic = panic_until is not None
-
     basis = max(stable, panic_load) if panic else stable
     wanted = split_load(basis, pools, targets)
 
+    step = _Step(config, now, panic, basis, panic_load, ready_capacity, targets, tuple(pressures))
     recs = dict(state.recommendations)
     decisions = []
     for p in pools:
-        s = sig[p.key]
-        current = s.current_replicas
-        ready = s.ready_replicas
-        want = wanted[p.key]
-        reason, msg = "load", (f"load {basis:.1f} req split by weight; target "
-                               f"{targets[p.key]:.1f}/replica")
-        if panic:
-            reason = "panic"
-            msg = f"panic: {panic_load:.1f} req in {config.panic_window_s:.0f}s window vs " \
-                  f"ready capacity {ready_capacity:.1f}"
-        # SLO pressure adds replicas even when the load target is met.
-        slo_bad = s.ttfa_p99_s is not None and s.ttfa_p99_s > config.ttfa_p99_slo_s and ready > 0
-        queue_bad = ready > 0 and s.queue_depth > config.queue_depth_per_replica * ready
-        if (slo_bad or queue_bad) and want <= current:
-            want = current + max(1, math.ceil(0.1 * current))
-            if slo_bad:
-                reason, msg = "slo", f"ttfa p99 {s.ttfa_p99_s:.3f}s > SLO {config.ttfa_p99_slo_s}s"
-            else:
-                reason, msg = "queue", (f"queue depth {s.queue_depth:.0f} > "
-                                        f"{config.queue_depth_per_replica:g}/replica")
-        # Scale-up rate limit.
-        needed = min(max(want, p.min_replicas), p.max_replicas)
-        up_cap = max(math.ceil(max(ready, 1) * config.max_scale_up_rate), ready + 4)
-        if want > up_cap:
-            want = up_cap
-            msg += f"; capped by scale-up rate at {up_cap}"
-        # Scale-down stabilization: the highest recommendation in the window wins.
-        hist = tuple((t, v) for (t, v) in recs.get(p.key, ())
-                     if t > now - config.scale_down_stabilization_s) + ((now, want),)
-        recs[p.key] = hist
-        if want < current:
-            if panic:
-                want = current
-                reason, msg = "panic", "panic mode: no scale-down"
-            else:
-                stabilized = max(v for (_, v) in hist)
-                floor = math.ceil(current / config.max_scale_down_rate)
-                target = max(stabilized, floor, want)
-                if target > want:
-                    reason = "stabilized"
-                    msg = (f"load wants {want}; holding {min(target, current)} (max recommendation "
-                           f"in {config.scale_down_stabilization_s:.0f}s window, at most "
-                           f"1/{config.max_scale_down_rate:g} removed per step)")
-                want = min(target, current)
-        clamped = min(max(want, p.min_replicas), p.max_replicas)
-        if clamped != want:
-            reason = "min" if clamped > want else "max"
-            msg = f"{msg}; clamped to [{p.min_replicas}, {p.max_replicas}]"
-            want = clamped
-        direction = "up" if want > current else "down" if want < current else "none"
-        if direction == "none" and reason == "load":
-            reason = "steady"
-        decisions.append(PoolDecision(p.key, p.gpu_class, current, want, direction, reason, msg,
-                                      needed=max(needed, want)))
-
+        decision, recs[p.key] = _decide_pool(step, p, sig[p.key], wanted[p.key],
+                                             recs.get(p.key, ()))
+        decisions.append(decision)
     decision = ScaleDecision(now, tuple(decisions), stable, panic_load, panic)
     new_state = replace(state, samples=samples, recommendations=recs, panic_until=panic_until)
     return decision, new_state
+
+
+def _decide_pool(step: _Step, p: PoolSpec, s: PoolSignals, want: int,
+                 history: tuple[tuple[float, int], ...]) -> tuple[PoolDecision,
+                                                                 tuple[tuple[float, int], ...]]:
+    """One pool: load (or panic) -> pressures -> scale-up cap -> scale-down stabilization -> clamp."""
+    cfg, current, ready = step.config, s.current_replicas, s.ready_replicas
+    if step.panic:
+        reason, msg = "panic", (f"panic: {step.panic_load:.1f} req in {cfg.panic_window_s:.0f}s "
+                                f"window vs ready capacity {step.ready_capacity:.1f}")
+    else:
+        reason, msg = "load", (f"load {step.basis:.1f} req split by weight; target "
+                               f"{step.targets[p.key]:.1f}/replica")
+    if want <= current:
+        for rule in step.pressures:
+            fired = rule.fires(cfg, s)
+            if fired is not None:
+                want, reason, msg = pressure_step(current), rule.reason, fired
+                break
+    needed = clamp_replicas(p, want)
+    up_cap = max(math.ceil(max(ready, 1) * cfg.max_scale_up_rate), ready + 4)
+    if want > up_cap:
+        want = up_cap
+        msg += f"; capped by scale-up rate at {up_cap}"
+    # Scale-down stabilization: the highest recommendation in the window wins.
+    history = tuple((t, v) for (t, v) in history
+                    if t > step.now - cfg.scale_down_stabilization_s) + ((step.now, want),)
+    if want < current:
+        if step.panic:
+            want, reason, msg = current, "panic", "panic mode: no scale-down"
+        else:
+            stabilized = max(v for (_, v) in history)
+            floor = math.ceil(current / cfg.max_scale_down_rate)
+            target = max(stabilized, floor, want)
+            if target > want:
+                reason = "stabilized"
+                msg = (f"load wants {want}; holding {min(target, current)} (max recommendation "
+                       f"in {cfg.scale_down_stabilization_s:.0f}s window, at most "
+                       f"1/{cfg.max_scale_down_rate:g} removed per step)")
+            want = min(target, current)
+    clamped = clamp_replicas(p, want)
+    if clamped != want:
+        reason = "min" if clamped > want else "max"
+        msg = f"{msg}; clamped to [{p.min_replicas}, {p.max_replicas}]"
+        want = clamped
+    direction = "up" if want > current else "down" if want < current else "none"
+    if direction == "none" and reason == "load":
+        reason = "steady"
+    return PoolDecision(p.key, p.gpu_class, current, want, direction, reason, msg,
+                        needed=max(needed, want)), history
 
 
 def scale_down_victims(in_flight_by_pod: Mapping[str, float], count: int) -> tuple[str, ...]:

@@ -9,9 +9,9 @@ Rules:
 
 * Higher-priority work waiting for GPUs (pending inference or training) must find them free: fill
   is evicted for it at once.
-* Headroom: GPUs kept empty for inference growth that the demand forecast expects within the
-  eviction deadline (grace period plus pod start), plus a configured minimum, so scale-up never
-  waits for a fill job's grace period.
+* Headroom: GPUs kept empty for inference growth that the demand forecast
+  (:mod:`ttsfleet.policy.demand`) expects within the eviction deadline (grace period plus pod
+  start), plus a configured minimum, so scale-up never waits for a fill job's grace period.
 * Fill jobs already terminating count as freeing capacity, so the same need is never evicted
   twice across consecutive decisions.
 * Victims: least un-checkpointed work first (seconds since their last checkpoint), ties broken by
@@ -166,26 +166,3 @@ def plan_fill(config: FillPolicyConfig, obs: ClassObservation) -> FillPlan:
     if admit:
         reasons.append(f"admit {admit} fill job(s): {free} GPU(s) idle, {reserved} reserved")
     return FillPlan(obs.gpu_class, admit, (), free, reserved, headroom, tuple(reasons))
-
-
-def forecast_demand(history: Sequence[tuple[float, float]], now: float, horizon_s: float,
-                    window_s: float) -> float | None:
-    """Demand expected at ``now + horizon_s`` from a least-squares trend over ``window_s``.
-
-    Only growth is extrapolated (a falling trend forecasts the current value), so the forecast
-    reserves room for scale-ups and never releases capacity early. Returns None with no history.
-    """
-    pts = [(t, v) for (t, v) in history if now - window_s <= t <= now]
-    if not pts:
-        return None
-    current = pts[-1][1]
-    if len(pts) < 2:
-        return current
-    n = len(pts)
-    mt = sum(t for t, _ in pts) / n
-    mv = sum(v for _, v in pts) / n
-    var = sum((t - mt) ** 2 for t, _ in pts)
-    if var <= 0:
-        return current
-    slope = sum((t - mt) * (v - mv) for t, v in pts) / var
-    return current + max(slope, 0.0) * horizon_s

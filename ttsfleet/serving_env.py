@@ -1,0 +1,73 @@
+"""The serving env contract: the ``TTSFLEET_*`` variables the inference server reads.
+
+The server (``ttsfleet serve``: defaults < these variables < flags) reads them and the operator
+writes them into each pool's pod template, so both import the names from here instead of typing
+them twice. Light on purpose (no torch, no pydantic): the operator imports it without the
+inference stack.
+
+:data:`SERVER_ENV` maps each ``ServeConfig`` field to its variable; the constants name the ones
+the operator sets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+PREFIX = "TTSFLEET_"
+
+HOST = "TTSFLEET_HOST"
+PORT = "TTSFLEET_PORT"
+CHECKPOINT = "TTSFLEET_CHECKPOINT"
+MODEL_NAME = "TTSFLEET_MODEL_NAME"
+GPU_CLASS = "TTSFLEET_GPU_CLASS"
+#: A scheme of :mod:`ttsfleet.quantization` (``auto`` | ``bsgemm_fp8`` | ``mxfp8`` | ``bf16``).
+QUANTIZATION = "TTSFLEET_QUANTIZATION"
+MAX_RUNNING_REQUESTS = "TTSFLEET_MAX_RUNNING_REQUESTS"
+CUDA_GRAPH_MAX_BS = "TTSFLEET_CUDA_GRAPH_MAX_BS"
+MAX_QUEUE = "TTSFLEET_MAX_QUEUE"
+DEVICE = "TTSFLEET_DEVICE"
+API_KEYS = "TTSFLEET_API_KEYS"  # comma-separated
+REFERENCES_DIR = "TTSFLEET_REFERENCES_DIR"
+MAX_TEXT_CHARS = "TTSFLEET_MAX_TEXT_CHARS"
+MAX_NEW_TOKENS = "TTSFLEET_MAX_NEW_TOKENS"
+DRAIN_GRACE_S = "TTSFLEET_DRAIN_GRACE_S"
+DRAIN_TIMEOUT_S = "TTSFLEET_DRAIN_TIMEOUT_S"
+SEED = "TTSFLEET_SEED"
+CPU_THREADS = "TTSFLEET_CPU_THREADS"
+CUDA_GRAPHS = "TTSFLEET_CUDA_GRAPHS"
+PREFILL_CHUNK_TOKENS = "TTSFLEET_PREFILL_CHUNK_TOKENS"
+#: Path of the run's GPU catalog file (``GpuCatalog.load``), so a server on a class added by a
+#: catalog file knows that class; empty = the built-in catalog. Reserved for the server's
+#: ``catalog`` setting: it joins :data:`SERVER_ENV` when ``ServeConfig`` gains that field.
+CATALOG = "TTSFLEET_CATALOG"
+
+#: ``ServeConfig`` field -> environment variable, in the server's order.
+SERVER_ENV: Mapping[str, str] = MappingProxyType({
+    "host": HOST,
+    "port": PORT,
+    "checkpoint": CHECKPOINT,
+    "model_name": MODEL_NAME,
+    "gpu_class": GPU_CLASS,
+    "quantization": QUANTIZATION,
+    "max_running_requests": MAX_RUNNING_REQUESTS,
+    "cuda_graph_max_bs": CUDA_GRAPH_MAX_BS,
+    "max_queue": MAX_QUEUE,
+    "device": DEVICE,
+    "api_keys": API_KEYS,
+    "references_dir": REFERENCES_DIR,
+    "max_text_chars": MAX_TEXT_CHARS,
+    "max_new_tokens": MAX_NEW_TOKENS,
+    "drain_grace_s": DRAIN_GRACE_S,
+    "drain_timeout_s": DRAIN_TIMEOUT_S,
+    "seed": SEED,
+    "cpu_threads": CPU_THREADS,
+    "cuda_graphs": CUDA_GRAPHS,
+    "prefill_chunk_tokens": PREFILL_CHUNK_TOKENS,
+})
+
+
+def read_server_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The contract's variables that are set and not blank, as ``{field: stripped value}``."""
+    return {field: env[var].strip() for field, var in SERVER_ENV.items()
+            if env.get(var, "").strip() != ""}
