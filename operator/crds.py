@@ -24,6 +24,8 @@ from ttsfleet.operator.models import (
     TTSDeploymentStatus,
 )
 
+from ttsfleet.catalog import GpuCatalog
+
 _DROP = {"title", "examples", "$defs", "definitions"}
 
 
@@ -125,9 +127,22 @@ NAME_RULES: dict[str, list[dict[str, str]]] = {
 }
 
 
+#: Where a GPU class name sits in each spec schema: the enum there is the run's catalog.
+CLASS_FIELDS = {"TTSDeployment": ("pools", "items", "gpuClass"), "FillJob": ("gpuClasses", "items")}
+
+
+def _class_enum(kind: str, schema: dict[str, Any], catalog: GpuCatalog) -> None:
+    node = schema
+    for key in CLASS_FIELDS[kind]:
+        node = node["items"] if key == "items" else node["properties"][key]
+    node["enum"] = catalog.names()
+    node["description"] = f"a GPU class of the catalog: {catalog.names_text()}"
+
+
 def _crd(kind: str, plural: str, short: list[str], spec: type[BaseModel], status: type[BaseModel],
-         columns: list[dict[str, Any]]) -> dict[str, Any]:
+         columns: list[dict[str, Any]], catalog: GpuCatalog) -> dict[str, Any]:
     spec_schema = structural(spec)
+    _class_enum(kind, spec_schema, catalog)
     spec_schema["description"] = (spec.__doc__ or "").strip().splitlines()[0]
     status_schema = structural(status)
     status_schema.pop("description", None)
@@ -172,8 +187,9 @@ def _col(name: str, path: str, type_: str = "string", priority: int = 0) -> dict
     return col
 
 
-def crd_documents() -> dict[str, dict[str, Any]]:
-    """File name → CRD document, for both custom resources."""
+def crd_documents(catalog: GpuCatalog | None = None) -> dict[str, dict[str, Any]]:
+    """File name → CRD document, for both custom resources (class enums from ``catalog``)."""
+    catalog = catalog or GpuCatalog.default()
     ready = '.status.conditions[?(@.type=="Ready")].status'
     ttsd = _crd("TTSDeployment", "ttsdeployments", ["ttsd"], TTSDeploymentSpec, TTSDeploymentStatus, [
         _col("Ready", ready),
@@ -182,7 +198,7 @@ def crd_documents() -> dict[str, dict[str, Any]]:
         _col("Pools", ".status.summary"),
         _col("Model", ".spec.model.checkpoint", priority=1),
         _col("Age", ".metadata.creationTimestamp", "date"),
-    ])
+    ], catalog)
     fill = _crd("FillJob", "filljobs", ["fj"], FillJobSpec, FillJobStatus, [
         _col("Done", ".status.shardsDone", "integer"),
         _col("Shards", ".spec.shards", "integer"),
@@ -190,7 +206,7 @@ def crd_documents() -> dict[str, dict[str, Any]]:
         _col("Preempted", ".status.preemptionsSurvived", "integer"),
         _col("Complete", '.status.conditions[?(@.type=="Complete")].status'),
         _col("Age", ".metadata.creationTimestamp", "date"),
-    ])
+    ], catalog)
     return {"ttsdeployments.ttsfleet.io.yaml": ttsd, "filljobs.ttsfleet.io.yaml": fill}
 
 
@@ -201,11 +217,11 @@ def render(doc: dict[str, Any]) -> str:
     return HEADER + yaml.safe_dump(doc, sort_keys=False, width=100)
 
 
-def write_crds(out: Path) -> list[Path]:
+def write_crds(out: Path, catalog: GpuCatalog | None = None) -> list[Path]:
     """Write every CRD into ``out``; returns the paths written."""
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, doc in crd_documents().items():
+    for name, doc in crd_documents(catalog).items():
         path = out / name
         path.write_text(render(doc))
         written.append(path)

@@ -79,12 +79,12 @@ def build_registry(rt: Runtime) -> kopf.OperatorRegistry:
         out = await inference.autoscale(rt, body, {**status, **fixed}, mem)
         patch.status.update(st.changes(status, {**fixed, **(out or {})}))
 
-    @kopf.on.delete(*TTSD, id="cleanup", registry=registry)
+    @kopf.on.delete(*TTSD, id="cleanup", registry=registry, backoff=rt.retry_delay_s)
     async def ttsd_delete(body: kopf.Body, **_: Any) -> None:
-        rt.inference_needed.pop(f"{body['metadata'].get('namespace')}/{body['metadata']['name']}", None)
+        rt.inference_need.pop(f"{body['metadata'].get('namespace')}/{body['metadata']['name']}", None)
         await inference.delete_children(rt, body, body.get("spec"))
 
-    @kopf.timer(*FILLJOB, id="fill", interval=rt.fill_interval_s, registry=registry)
+    @kopf.timer(*FILLJOB, id="fill", interval=rt.fill_interval_s, registry=registry, backoff=rt.retry_delay_s)
     async def filljob_pass(body: kopf.Body, status: kopf.Status, patch: kopf.Patch, **_: Any) -> None:
         try:
             patch.status.update(st.changes(status, await fill.fill_pass(rt, body, status)))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,13 +26,16 @@ from ttsfleet.operator.reconcile import apply
 from ttsfleet.operator.runtime import Runtime
 from ttsfleet.operator.signals import PoolMeasure, PrometheusSource, ScrapeSource
 
+from ttsfleet.catalog import GpuCatalog
 from ttsfleet.policy import (
     AutoscaleState,
     DeploymentSignals,
     PoolSignals,
+    clamp_replicas,
     decide_replicas,
     scale_down_victims,
 )
+from ttsfleet.policy.demand import InferenceNeed
 
 log = logging.getLogger(__name__)
 REPLICAS = ("spec", "replicas")
@@ -45,10 +49,12 @@ class Memory:
     scraper: ScrapeSource | None = None
 
 
-def validate(spec_raw: Any, name: str) -> tuple[TTSDeploymentSpec | None, str]:
-    """Validate with the CRD's own model; an invalid spec is reported, never acted on."""
+def validate(spec_raw: Any, name: str,
+             catalog: GpuCatalog | None = None) -> tuple[TTSDeploymentSpec | None, str]:
+    """Validate with the CRD's own model and the run's catalog; an invalid spec is reported,
+    never acted on."""
     try:
-        spec = TTSDeploymentSpec.model_validate(dict(spec_raw or {}))
+        spec = TTSDeploymentSpec.model_validate(dict(spec_raw or {}), context={"catalog": catalog})
     except ValidationError as exc:
         errs = "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors())
         return None, errs
@@ -82,7 +88,8 @@ def pools_status(rt: Runtime, name: str, spec: TTSDeploymentSpec,
                  live: dict[str, dict[str, Any] | None],
                  desired: dict[str, int] | None = None) -> list[dict[str, Any]]:
     return [st.pool_status(p.key, p.gpu_class, live[p.key], (desired or {}).get(p.key),
-                           d.quantization(spec, p, rt.catalog), spec.cuda_graph_max_bs(p.gpu_class))
+                           d.quantization(spec, p, rt.catalog),
+                           spec.cuda_graph_max_bs(p.gpu_class, rt.catalog))
             for p in spec.pools]
 
 
@@ -90,7 +97,7 @@ async def reconcile(rt: Runtime, body: Any, status: Any) -> dict[str, Any]:
     """Spec → objects. Returns the status fields to patch."""
     meta = body["metadata"]
     name, namespace, gen = meta["name"], meta["namespace"], int(meta.get("generation", 0))
-    spec, problem = validate(body.get("spec"), name)
+    spec, problem = validate(body.get("spec"), name, rt.catalog)
     if spec is None:
         return await report_invalid(rt, body, problem, status)
     objs = d.desired_objects(name, spec, rt.catalog)
@@ -102,12 +109,12 @@ async def reconcile(rt: Runtime, body: Any, status: Any) -> dict[str, Any]:
         outcome = await apply(rt.kube, obj, [REPLICAS] if obj["kind"] == "Deployment" else [])
         if outcome != "unchanged":
             changed.append(f"{obj['kind']}/{obj['metadata']['name']} {outcome}")
-    # Replica bounds changed: clamp now rather than wait for the autoscaler.
+    # Replica bounds changed: clamp now (the policy's clamp) rather than wait for the autoscaler.
     live = await live_deployments(rt, namespace, name, spec)
     for pool in spec.pools:
         obj = live[pool.key]
         cur = int(((obj or {}).get("spec") or {}).get("replicas", 0) or 0)
-        want = min(max(cur, pool.min_replicas), pool.max_replicas)
+        want = clamp_replicas(pool, cur)
         if obj is not None and want != cur:
             await rt.kube.patch(_deployment_url(namespace, d.child_name(name, pool)),
                                 {"spec": {"replicas": want}})
@@ -144,7 +151,7 @@ async def delete_children(rt: Runtime, body: Any, spec_raw: Any) -> None:
     """Explicit cleanup on deletion (the API server's GC does the same through owner references)."""
     meta = body["metadata"]
     name, namespace = meta["name"], meta["namespace"]
-    spec, _ = validate(spec_raw, name)
+    spec, _ = validate(spec_raw, name, rt.catalog)
     if spec is not None:
         for obj in d.desired_objects(name, spec, rt.catalog):
             api, plural = KINDS[obj["kind"]]
@@ -214,11 +221,21 @@ async def measure(rt: Runtime, mem: Memory, namespace: str, name: str, spec: TTS
     return out
 
 
+def to_pool_signals(measure: PoolMeasure, deployment: Mapping[str, Any] | None) -> PoolSignals:
+    """The operator's one conversion into the policy's type: a pool's measured load (Prometheus
+    or the pods' /metrics) and its Deployment's replica counts."""
+    dep = deployment or {}
+    return PoolSignals(in_flight=measure.in_flight, queue_depth=measure.queue_depth,
+                       ready_replicas=int((dep.get("status") or {}).get("readyReplicas", 0) or 0),
+                       current_replicas=int((dep.get("spec") or {}).get("replicas", 0) or 0),
+                       ttfa_p99_s=measure.ttfa_p99_s)
+
+
 async def autoscale(rt: Runtime, body: Any, status: Any, mem: Memory) -> dict[str, Any] | None:
     """One autoscaling step. Returns the status fields to patch (None: nothing to do yet)."""
     meta = body["metadata"]
     name, namespace, gen = meta["name"], meta["namespace"], int(meta.get("generation", 0))
-    spec, _ = validate(body.get("spec"), name)
+    spec, _ = validate(body.get("spec"), name, rt.catalog)
     if spec is None:
         return None
     live = await live_deployments(rt, namespace, name, spec)
@@ -236,17 +253,9 @@ async def autoscale(rt: Runtime, body: Any, status: Any, mem: Memory) -> dict[st
         for pod_name, in_flight in m.per_pod_in_flight.items():
             rt.inference_busy[f"{namespace}/{pod_name}"] = in_flight > 0
     signals = DeploymentSignals(t=rt.now(), pools={
-        p.key: PoolSignals(
-            in_flight=measures[p.key].in_flight, queue_depth=measures[p.key].queue_depth,
-            ready_replicas=int(((live[p.key] or {}).get("status") or {}).get("readyReplicas", 0) or 0),
-            current_replicas=int(((live[p.key] or {}).get("spec") or {}).get("replicas", 0) or 0),
-            ttfa_p99_s=measures[p.key].ttfa_p99_s)
-        for p in spec.pools})
+        p.key: to_pool_signals(measures[p.key], live[p.key]) for p in spec.pools})
     decision, mem.state = decide_replicas(spec.autoscale, spec.pools, rt.catalog, mem.state, signals)
-    needed: dict[str, int] = {}
-    for pd in decision.pools:
-        needed[pd.gpu_class] = needed.get(pd.gpu_class, 0) + pd.needed * spec.resources.gpus
-    rt.inference_needed[f"{namespace}/{name}"] = needed
+    rt.inference_need[f"{namespace}/{name}"] = InferenceNeed.from_decision(decision, spec.resources.gpus)
     records = []
     now = st.now_iso()
     for pd in decision.pools:

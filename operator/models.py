@@ -10,22 +10,37 @@ class to the catalog's names so the schema can reject unknown classes).
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from ttsfleet.operator import quantity
 
-from ttsfleet.catalog import cuda_graph_max_bs, default_classes
+from ttsfleet.catalog import GpuCatalog, cuda_graph_max_bs
 from ttsfleet.config import AutoscaleConfig, FillPolicyConfig, PoolSpec, WireModel
+from ttsfleet.quantization import QuantRequestField
 
 GROUP = "ttsfleet.io"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 GPU_CLASS_LABEL = "ttsfleet.io/gpu-class"
 
-#: The catalog's classes, as a schema enum (a new class is one catalog entry plus `crds` re-run).
-GpuClassName = Literal[tuple(sorted(default_classes()))]  # type: ignore[valid-type]
-Quantization = Literal["auto", "bsgemm_fp8", "mxfp8", "bf16"]
+#: A GPU class of the run's catalog: checked against ``context={"catalog": ...}`` when validating
+#: (the built-in catalog without one); the CRD schema's enum is generated from the same catalog
+#: (``ttsfleet operator crds --catalog FILE``), so a new class is one catalog file.
+GpuClassName = str
+
+
+def catalog_of(info: ValidationInfo | None) -> GpuCatalog:
+    found = ((info.context if info is not None else None) or {}).get("catalog")
+    return found if isinstance(found, GpuCatalog) else GpuCatalog.default()
+
+
+def _known_classes(value: Any, info: ValidationInfo) -> Any:
+    catalog = catalog_of(info)
+    for name in [value] if isinstance(value, str) else value:
+        if name not in catalog.classes:
+            raise ValueError(f"unknown GPU class {name!r} (known: {catalog.names_text()})")
+    return value
 
 _QUANTITY = quantity.PATTERN
 #: What the API server accepts as label keys (qualified names) and label values: checked here so a
@@ -134,7 +149,9 @@ class TTSPool(PoolSpec):
         {"rule": "self.minReplicas <= self.maxReplicas",
          "message": "minReplicas must not exceed maxReplicas"}]})
 
-    gpu_class: GpuClassName = Field(description="catalog name: h200 | rtx5090 | rtx6000pro")
+    gpu_class: GpuClassName = Field(description="a GPU class of the catalog (ttsfleet.catalog)")
+
+    _known = field_validator("gpu_class")(_known_classes)
 
 
 class TTSDeploymentSpec(WireModel):
@@ -149,8 +166,8 @@ class TTSDeploymentSpec(WireModel):
     model: ModelSource
     image: str = Field(min_length=1)
     pools: list[TTSPool] = Field(min_length=1, max_length=8)
-    quantization: Quantization = Field(
-        default="auto", description="auto: bsgemm_fp8 on sm_90a classes, mxfp8 on sm_120a classes")
+    quantization: QuantRequestField = Field(
+        default="auto", description=GpuCatalog.default().quantization_text())
     serving: ServingSpec = ServingSpec()
     autoscale: AutoscaleConfig = AutoscaleConfig()
     resources: Resources = Resources()
@@ -167,15 +184,15 @@ class TTSDeploymentSpec(WireModel):
             raise ValueError(f"pool names must be unique (a pool's name defaults to its gpuClass): {keys}")
         return self
 
-    def max_running_requests(self, gpu_class: str) -> int:
+    def max_running_requests(self, gpu_class: str, catalog: GpuCatalog | None = None) -> int:
         if self.serving.max_running_requests is not None:
             return self.serving.max_running_requests
-        return default_classes()[gpu_class].serving.max_running_requests
+        return (catalog or GpuCatalog.default()).get(gpu_class).serving.max_running_requests
 
-    def cuda_graph_max_bs(self, gpu_class: str) -> int:
+    def cuda_graph_max_bs(self, gpu_class: str, catalog: GpuCatalog | None = None) -> int:
         if self.serving.cuda_graph_max_bs is not None:
             return self.serving.cuda_graph_max_bs
-        return cuda_graph_max_bs(self.max_running_requests(gpu_class))
+        return cuda_graph_max_bs(self.max_running_requests(gpu_class, catalog))
 
 
 class VolumeRef(WireModel):
@@ -197,6 +214,8 @@ class FillJobSpec(WireModel):
     checkpoint_volume: VolumeRef = Field(description="PVC for checkpoints (one sub-dir per shard)")
     shards: int = Field(default=1, ge=1, le=100000, description="the manifest is split in N shards")
     gpu_classes: list[GpuClassName] = Field(min_length=1)
+
+    _known = field_validator("gpu_classes")(_known_classes)
     gpus_per_pod: int = Field(default=1, ge=1, le=8)
     max_parallelism: int = Field(default=8, ge=1, le=10000)
     max_failures_per_shard: int = Field(

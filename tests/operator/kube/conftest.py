@@ -4,7 +4,7 @@ with the real Helm SDK, and the operator run in-process with the chart's Service
 The control plane (:class:`ttsfleet.operator.localkube.LocalKube`: etcd, kube-apiserver with RBAC
 and OwnerReferencesPermissionEnforcement, controller-manager, scheduler, a fake kubelet) lives under
 a pytest temp dir on free loopback ports and is stopped at session end. Nodes: two h200 nodes and
-one rtx5090 node with 2 GPUs each (tainted ``nvidia.com/gpu``), one CPU node.
+one rtx5090 node (4, 4 and 2 GPUs, tainted ``nvidia.com/gpu``), one CPU node.
 
 Two chart releases: ``ttsfleet`` (cluster-wide, namespace ``ttsfleet``) and ``tts-ns`` (namespaced:
 ``operator.watchNamespaces: [tts-a]``, namespace ``tts-ops``). The chart's operator Deployment is
@@ -33,8 +33,8 @@ REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "charts" / "ttsfleet"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 NODES = [
-    FakeNode("h200-a", {"ttsfleet.io/gpu-class": "h200"}, gpus=2, taints=(GPU_TAINT,)),
-    FakeNode("h200-b", {"ttsfleet.io/gpu-class": "h200"}, gpus=2, taints=(GPU_TAINT,)),
+    FakeNode("h200-a", {"ttsfleet.io/gpu-class": "h200"}, gpus=4, taints=(GPU_TAINT,)),
+    FakeNode("h200-b", {"ttsfleet.io/gpu-class": "h200"}, gpus=4, taints=(GPU_TAINT,)),
     FakeNode("rtx5090-a", {"ttsfleet.io/gpu-class": "rtx5090"}, gpus=2, taints=(GPU_TAINT,)),
     FakeNode("cpu-a", {}, gpus=0),
 ]

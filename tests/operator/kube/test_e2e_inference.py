@@ -81,6 +81,17 @@ async def test_pools_run_on_their_gpu_class_settle_and_are_collected(
         assert [e for e in sent if e["verb"] == "get"], "the operator did not run in the window"
         assert audit.writes(sent) == [], "steady state must not write"
 
+        # Drift by hand comes back (reconcile by diff against what the server stores).
+        svc = f"/api/v1/namespaces/{NS}/services/voice-h200"
+        pdb = f"/apis/policy/v1/namespaces/{NS}/poddisruptionbudgets/voice-h200"
+        await api.patch(svc, {"spec": {"selector": {"stray": "x"}}})
+        await api.patch(pdb, {"spec": {"maxUnavailable": 3}})
+
+        async def restored() -> bool:
+            s, b = await api.get(svc), await api.get(pdb)
+            return "stray" not in s["spec"]["selector"] and b["spec"]["maxUnavailable"] == 1
+        await wait_for(restored, 30, "the Service selector and the PDB restored")
+
         # GC on delete: the operator lets go (finalizer), the garbage collector removes the rest.
         assert await api.delete(f"{TTSD}/voice") == 200
         await wait_for(lambda: _gone(api, f"{TTSD}/voice"), 60,
