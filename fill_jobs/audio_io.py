@@ -25,6 +25,9 @@ class AudioRejected(Exception):
         self.reason = reason
         self.detail = detail
 
+    def __reduce__(self) -> tuple:  # travels from worker processes intact
+        return (type(self), (self.reason, self.detail))
+
 
 def _fetch(url: str) -> bytes:
     import httpx

@@ -25,8 +25,8 @@ def run(
     checkpoint: Path = typer.Option(..., "--checkpoint", "-c",
                                     help="checkpoint directory (a PVC or shared filesystem path)"),
     stages: str = typer.Option("default", "--stages",
-                               help="comma-separated stages: decode,hash,vad,quality,dedup,loudness,"
-                                    "features; 'default' = all but features; 'fast' = decode,hash"),
+                               help="comma-separated stages (ttsfleet fill stages lists them); "
+                                    "'default' = the starred ones; 'fast' = decode,hash"),
     shard: str | None = typer.Option(None, "--shard",
                                      help="I/N: this job's shard. Without it: TTSFLEET_FILL_SHARD, or "
                                           "SLURM_ARRAY_TASK_ID/COUNT, or JOB_COMPLETION_INDEX with "
@@ -110,11 +110,11 @@ def corpus(
 @app.command("stages")
 def stages_cmd() -> None:
     """List the cleaning stages in the order they run."""
-    from ttsfleet.fill_jobs.settings import DEFAULT_STAGES, STAGE_HELP, STAGE_ORDER
+    from ttsfleet.fill_jobs import registry
 
-    for name in STAGE_ORDER:
-        mark = "*" if name in DEFAULT_STAGES else " "
-        typer.echo(f"{mark} {name:9s} {STAGE_HELP[name]}")
+    for name in registry.names():
+        stage = registry.get(name)
+        typer.echo(f"{'*' if stage.default else ' '} {name:9s} {stage.help}")
 
 
 __all__ = ["app", "UserError"]

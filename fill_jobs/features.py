@@ -81,15 +81,22 @@ class LogMel:
                 out.append(np.ascontiguousarray(host[j, :, : 1 + len(c) // cfg.hop_length]))
         return out
 
-    def stage(self, results: list, output: object) -> None:
-        """Compute features for a commit's accepted items and stage them as ``.npy`` files."""
+
+
+class LogMelStage:
+    """The ``features`` batch stage: one ``.npy`` log-mel per output, named in the row."""
+
+    def __init__(self, config: CleaningConfig, device: str | None = None) -> None:
+        self.logmel = LogMel(config, device)
+
+    def process(self, results: list) -> None:
         from ttsfleet.fill_jobs.pipeline import audio_name
 
         todo = [(r, k) for r in results if r.accepted for k in range(len(r.clips))]
-        feats = self([r.clips[k] for r, k in todo])
+        feats = self.logmel([r.clips[k] for r, k in todo])
         for (r, k), f in zip(todo, feats, strict=True):
             name = audio_name(r.key, k + 1, len(r.clips), ext="npy")
             buf = io.BytesIO()
             np.save(buf, f)
-            output.stage_file(name, buf.getvalue())
+            r.files.append((name, buf.getvalue()))
             r.row["outputs"][k]["features"] = name

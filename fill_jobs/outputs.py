@@ -4,6 +4,7 @@ Layout (``OUT``)::
 
     audio/<2 hex>/<id>[.pNN].flac          cleaned audio of accepted items (split pieces: .p01 ...)
     features/<2 hex>/<id>[.pNN].npy        log-mel features (only with the features stage)
+    codes/<2 hex>/<id>[.pNN].npy           codec tokens (only with the codec stage)
     manifest.shard-IIII-of-NNNN.jsonl      one row per input item, written when the shard is done
     summary.shard-IIII-of-NNNN.json        counts per status / reject reason, audio hours, runs
     .parts/shard-IIII-of-NNNN/part-KKKKKK.jsonl   committed batches while the shard is running
@@ -107,7 +108,7 @@ class ShardOutput:
                     removed += 1
             remove_stale_temps(self.parts_dir, "part-")
         uncommitted = set(keys)
-        for folder in ("audio", "features"):
+        for folder in ("audio", "features", "codes"):
             top = self.root / folder
             if not uncommitted or not top.is_dir():
                 continue

@@ -15,7 +15,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ttsfleet.fill_jobs import faults
+from ttsfleet.fill_jobs import faults, registry
+from ttsfleet.fill_jobs.batching import GroupRunner
 from ttsfleet.fill_jobs.checkpoint import (
     ShardCheckpoint,
     ShardLock,
@@ -27,6 +28,7 @@ from ttsfleet.fill_jobs.events import EventLog
 from ttsfleet.fill_jobs.manifest import Entry, ShardSpec, load_manifest
 from ttsfleet.fill_jobs.outputs import ShardOutput
 from ttsfleet.fill_jobs.pipeline import Abandoned, ItemResult, Pipeline
+from ttsfleet.fill_jobs.prefetch import Prefetcher, worker_count
 from ttsfleet.fill_jobs.settings import DEFAULT_STAGES, CleaningConfig
 from ttsfleet.fill_jobs.stopping import StopFlag
 
@@ -71,6 +73,8 @@ class _Metrics:
         c["fill_checkpoints"].labels(job).inc(ckpt.checkpoints_written)
         c["fill_preemptions_survived"].labels(job).inc(ckpt.preemptions_survived)
         c["fill_items_total_in_manifest"].labels(job).set(ckpt.items_total)
+        c["fill_batch_gpu_seconds"].labels(job).inc(0)
+        self.gpu_seconds = 0.0
         c["fill_last_checkpoint_timestamp_seconds"].labels(job).set(ckpt.last_checkpoint_at)
         self.last_checkpoint = ckpt.last_checkpoint_at
         c["fill_seconds_since_checkpoint"].labels(job).set_function(
@@ -92,6 +96,12 @@ class _Metrics:
         c["fill_audio_seconds_processed"].labels(job).inc(res.audio_seconds)
         for stage, secs in res.stage_seconds.items():
             c["fill_stage_seconds"].labels(job, stage).observe(secs)
+
+    def gpu_time(self, total: float | None) -> None:
+        """The batch stages' device time so far (this process): the counter follows it."""
+        if total is not None and total > self.gpu_seconds:
+            self.c["fill_batch_gpu_seconds"].labels(self.job).inc(total - self.gpu_seconds)
+            self.gpu_seconds = total
 
     def checkpointed(self, at: float) -> None:
         self.last_checkpoint = at
@@ -135,7 +145,7 @@ class _Job:
         self.output = ShardOutput(opts.output, opts.shard.name)
         self.ckpt_path = checkpoint_path(opts.checkpoint, opts.shard.name)
         self.pending: list[ItemResult] = []
-        self.features = None
+        self.batch_stages: list[tuple[str, object]] = []
         self._save_seconds = 0.0
 
     def _new_checkpoint(self) -> ShardCheckpoint:
@@ -180,54 +190,74 @@ class _Job:
             raise UserError(f"output {o.output} does not match checkpoint {self.ckpt_path}: "
                             f"{exc} is missing") from None
         lost = _verify(rows, self.entries) + abs(len(rows) - ckpt.items_done)
-        pipeline = Pipeline(o.stages, o.config, self.stop.is_set)
+        workers = worker_count(o.config) if not lost else 0
+        pipeline = Pipeline(o.stages, o.config, self.stop.is_set, admit_only=workers > 0)
         for row in rows:
             pipeline.index.add_row(row)
-        if "features" in o.stages:
-            from ttsfleet.fill_jobs.features import LogMel
+        # The workers fork now, before CUDA, the batch stages or the metrics thread start here.
+        prefetch = Prefetcher(o.stages, o.config, workers, local=None if workers else pipeline)
+        try:
+            self.batch_stages = [(n, registry.get(n).build()(o.config)) for n in o.stages
+                                 if registry.get(n).kind == "batch"]
+            ckpt.runs += 1
+            ckpt.state = "running"
+            save_checkpoint(self.ckpt_path, ckpt)
+            metrics = _Metrics(o.job, ckpt, o.metrics_port, self.log)
+            if lost:
+                metrics.lost(lost)
+                raise RuntimeError(f"{lost} committed item(s) missing or duplicated in {o.output}")
+            self.log.emit("started", shard=str(o.shard), items_total=ckpt.items_total,
+                          items_done=ckpt.items_done, resumed=ckpt.runs > 1, orphans_removed=removed,
+                          preemptions_survived=ckpt.preemptions_survived, stages=",".join(o.stages),
+                          workers=workers)
+            return self._loop(ckpt, pipeline, prefetch, metrics)
+        finally:
+            prefetch.close()
+            self._release_batch_stages()
 
-            self.features = LogMel(o.config)
-        ckpt.runs += 1
-        ckpt.state = "running"
-        save_checkpoint(self.ckpt_path, ckpt)
-        metrics = _Metrics(o.job, ckpt, o.metrics_port, self.log)
-        if lost:
-            metrics.lost(lost)
-            raise RuntimeError(f"{lost} committed item(s) missing or duplicated in {o.output}")
-        self.log.emit("started", shard=str(o.shard), items_total=ckpt.items_total,
-                      items_done=ckpt.items_done, resumed=ckpt.runs > 1, orphans_removed=removed,
-                      preemptions_survived=ckpt.preemptions_survived, stages=",".join(o.stages))
-        return self._loop(ckpt, pipeline, metrics)
-
-    def _loop(self, ckpt: ShardCheckpoint, pipeline: Pipeline, metrics: _Metrics) -> int:
+    def _loop(self, ckpt: ShardCheckpoint, pipeline: Pipeline, prefetch: Prefetcher,
+              metrics: _Metrics) -> int:
         o = self.opts
         started = time.monotonic()
         last_commit = started
+        # With batch stages, groups of batch_items are cut by shard position and commits fall on
+        # group boundaries, so a restart forms the same groups (same batches, same outputs).
+        group_size = o.config.batch_items if self.batch_stages else 1
+        gpu = GroupRunner(self.batch_stages, should_stop=self.stop.is_set) if self.batch_stages else None
+        todo = [(e, self.manifest.resolve(e.item.audio)) for e in self.entries[ckpt.items_done:]]
+        group: list[ItemResult] = []
         self.log.start_progress(len(self.entries), ckpt.items_done)
         try:
-            for entry in self.entries[ckpt.items_done:]:
-                if self.stop.is_set():
-                    break
-                if o.item_delay_seconds > 0 and self.stop.event.wait(o.item_delay_seconds):
-                    break
-                try:
-                    res = pipeline.process(entry, self.manifest.resolve(entry.item.audio))
-                except Abandoned:
-                    break
-                for rel, data in res.files:
-                    self.output.stage_file(rel, data)
-                self.pending.append(res)
-                metrics.item(res)
-                self.log.advance()
-                now = time.monotonic()
-                if (len(self.pending) >= o.checkpoint_every_items
-                        or now - last_commit >= o.checkpoint_every_seconds):
-                    ckpt.active_seconds += now - started
-                    started = last_commit = now
-                    self._commit(ckpt, metrics)
+            try:
+                for pos, prep in enumerate(prefetch.iterate(todo), start=ckpt.items_done):
+                    if self.stop.is_set():
+                        break
+                    if o.item_delay_seconds > 0 and self.stop.event.wait(o.item_delay_seconds):
+                        break
+                    group.append(pipeline.admit(prep, pos))
+                    if len(group) == group_size or pos == len(self.entries) - 1:
+                        if gpu is None:
+                            self._take(group, metrics)
+                        else:
+                            gpu.submit(group)
+                        group = []
+                    for done in gpu.ready() if gpu is not None else ():
+                        self._take(done, metrics)
+                    now = time.monotonic()
+                    if self.pending and (len(self.pending) >= o.checkpoint_every_items
+                                         or now - last_commit >= o.checkpoint_every_seconds):
+                        ckpt.active_seconds += now - started
+                        started = last_commit = now
+                        self._commit(ckpt, metrics)
+            except Abandoned:
+                pass
+            for done in gpu.drain() if gpu is not None else ():  # finished GPU work is kept
+                self._take(done, metrics)
             ckpt.active_seconds += time.monotonic() - started
             self._commit(ckpt, metrics)
         finally:
+            if gpu is not None:
+                gpu.close()
             self.log.stop_progress()
         if ckpt.items_done < len(self.entries):
             ckpt.state = "stopped"
@@ -240,11 +270,37 @@ class _Job:
             return PREEMPTED_REQUEUE
         return self._finish(ckpt, metrics)
 
+    def _take(self, group: list[ItemResult], metrics: _Metrics) -> None:
+        """Stage a finished group's files; it joins the batch the next commit makes durable."""
+        for res in group:
+            for rel, data in res.files:
+                self.output.stage_file(rel, data)
+            res.clips = []
+            self.pending.append(res)
+            metrics.item(res)
+            self.log.advance()
+        metrics.gpu_time(self._gpu_seconds())
+
+    def _gpu_seconds(self) -> float | None:
+        secs = [s.gpu_seconds for _, s in self.batch_stages if hasattr(s, "gpu_seconds")]
+        return round(sum(secs), 3) if secs else None
+
+    def _release_batch_stages(self) -> None:
+        """Drop the batch stages' models and give their device memory back before exiting."""
+        if not self.batch_stages:
+            return
+        self.batch_stages = []
+        import sys
+
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+            self.log.emit("gpu_released", memory_reserved=torch.cuda.memory_reserved())
+
     def _commit(self, ckpt: ShardCheckpoint, metrics: _Metrics) -> None:
         if not self.pending:
             return
-        if self.features is not None:
-            self.features.stage(self.pending, self.output)
         t0 = time.monotonic()
         self.output.commit(ckpt.parts, [r.row for r in self.pending])
         faults.maybe_crash("after-part")
@@ -265,7 +321,8 @@ class _Job:
         metrics.checkpointed(ckpt.last_checkpoint_at)
         self.pending.clear()
         self.log.emit("checkpoint", items_done=ckpt.items_done, items_total=ckpt.items_total,
-                      parts=ckpt.parts, rate=round(ckpt.rate_items_per_second or 0.0, 3))
+                      parts=ckpt.parts, rate=round(ckpt.rate_items_per_second or 0.0, 3),
+                      audio_seconds=ckpt.audio_seconds, gpu_seconds=self._gpu_seconds())
 
     def _finish(self, ckpt: ShardCheckpoint, metrics: _Metrics) -> int:
         summary = {"job": ckpt.job, "shard": ckpt.shard, "manifest": ckpt.manifest,

@@ -13,24 +13,16 @@ import json
 from pathlib import Path
 
 from pydantic import Field, ValidationError
+from ttsfleet.fill_jobs import registry
 
 from ttsfleet.config import WireModel
 from ttsfleet.errors import UserError
 
-#: Every stage, in the order it runs. ``decode`` always runs (every other stage needs audio).
-STAGE_ORDER = ("decode", "hash", "vad", "quality", "dedup", "loudness", "features")
-DEFAULT_STAGES = ("decode", "hash", "vad", "quality", "dedup", "loudness")
+#: The stage vocabulary lives in :mod:`ttsfleet.fill_jobs.registry` (the one place a stage is
+#: registered); these are its built-in defaults, for callers that want a constant.
+DEFAULT_STAGES = registry.default_stages()
 #: Real but fast work for scheduler tests: decode, resample, exact-duplicate hash, FLAC output.
 FAST_STAGES = ("decode", "hash")
-STAGE_HELP = {
-    "decode": "read wav/flac/mp3/ogg/opus (ffmpeg fallback), mono, resample to targetRate",
-    "hash": "exact duplicates: content hash of the decoded audio",
-    "vad": "silero-vad: trim leading/trailing silence, split long recordings at pauses",
-    "quality": "reject clipping, too short/long, silence-only, low SNR, implausible speech rate",
-    "dedup": "near duplicates: compact spectral fingerprint",
-    "loudness": "normalize to targetLufs (pyloudnorm), limit peaks to peakDbfs",
-    "features": "batched log-mel features (torch; CUDA when present), saved as .npy",
-}
 
 
 class CleaningConfig(WireModel):
@@ -60,11 +52,26 @@ class CleaningConfig(WireModel):
     n_fft: int = Field(default=1024, ge=64)
     hop_length: int = Field(default=256, ge=16)
     feature_batch_size: int = Field(default=16, ge=1)
-    feature_device: str = Field(default="auto", pattern="^(auto|cpu|cuda(:[0-9]+)?)$")
+    feature_device: str = Field(default="auto", pattern="^(auto|cpu|cuda(:[0-9]+)?)$",
+                                description="device of the batch stages (features, codec)")
+    codec: str | None = Field(default=None, description="the codec stage's codec: a codec.pth "
+                              "(or its folder), or a random-weight preset (tiny, s2-pro) for tests")
+    codec_batch_seconds: float = Field(default=240.0, gt=0, le=3600,
+                                       description="padded audio per codec forward pass")
+    batch_items: int = Field(default=32, ge=1, le=4096,
+                             description="items per group of the batch stages; with a batch stage "
+                                         "commits fall on group boundaries, so a restart forms the "
+                                         "same groups")
+    workers: int = Field(default=-1, ge=-1, le=512,
+                         description="CPU worker processes for the item stages (-1: one per usable "
+                                     "CPU but one; 0: in the job's own process)")
+    prefetch_items: int = Field(default=0, ge=0, description="items prepared ahead of the job "
+                                "(0: 4 per worker); bounds the memory the prefetch holds")
 
     def digest(self) -> str:
-        """Stable hash of the settings that change outputs (device choice does not)."""
-        data = self.model_dump(exclude={"feature_device", "feature_batch_size"})
+        """Stable hash of the settings that change outputs (device and parallelism do not)."""
+        data = self.model_dump(exclude={"feature_device", "feature_batch_size", "workers",
+                                        "prefetch_items"})
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -88,16 +95,13 @@ def load_config(path: Path | None) -> CleaningConfig:
 
 
 def parse_stages(text: str | None) -> tuple[str, ...]:
-    """Parse ``--stages`` (comma separated; ``default``/``fast`` are shorthands) into run order."""
+    """Parse ``--stages`` (comma separated; ``default``/``fast``/``all`` are shorthands) into run
+    order; an unknown name is a one-line :class:`~ttsfleet.fill_jobs.registry.UnknownStage`."""
     if not text or text.strip() == "default":
-        return DEFAULT_STAGES
+        return registry.default_stages()
     names = [s.strip() for s in text.split(",") if s.strip()]
     if names == ["fast"]:
         return FAST_STAGES
     if names == ["all"]:
-        return STAGE_ORDER
-    unknown = [n for n in names if n not in STAGE_ORDER]
-    if unknown:
-        raise UserError(f"unknown stage(s) {', '.join(unknown)}; known: {', '.join(STAGE_ORDER)}")
-    chosen = set(names) | {"decode"}
-    return tuple(s for s in STAGE_ORDER if s in chosen)
+        return registry.names()
+    return registry.validate(names)

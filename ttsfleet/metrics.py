@@ -129,6 +129,9 @@ CONTRACT_LIST: tuple[MetricSpec, ...] = (
        "Time spent per item in each cleaning stage.", [L_JOB, L_STAGE], DURATION_BUCKETS),
     _m("fill", "fill_items_total_in_manifest", "gauge",
        "Items in this job's manifest shard.", [L_JOB]),
+    _m("fill", "fill_batch_gpu_seconds", "counter",
+       "Device time of the job's batch stages (CUDA events around each batch; stays 0 on CPU): "
+       "its rate is the job's own GPU busy fraction, also where no dcgm-exporter runs.", [L_JOB]),
     # --- operator ------------------------------------------------------------------------------
     _m("operator", "operator_replicas_desired", "gauge",
        "Replicas the autoscaler wants per deployment pool.", [L_NAMESPACE, L_DEPLOYMENT, L_POOL,
@@ -176,6 +179,39 @@ if len(CONTRACT) != len(CONTRACT_LIST):  # pragma: no cover - guarded by tests t
     raise RuntimeError("duplicate metric name in the contract")
 
 
+# --- external metrics: other exporters' names that dashboards and rules may use -------------
+#: The pod label every ttsfleet pod carries (inference | fill | training), and the Prometheus label
+#: kube-state-metrics turns it into (``--metric-labels-allowlist=pods=[ttsfleet.io/workload]``).
+POD_WORKLOAD_LABEL = "ttsfleet.io/workload"
+KSM_WORKLOAD_LABEL = "label_ttsfleet_io_workload"
+#: Labels dcgm-exporter attaches per GPU; with Kubernetes pod mapping (the GPU Operator's default)
+#: also the holding pod's ``namespace``/``pod``/``container`` (empty on a GPU no pod holds).
+DCGM_LABELS = ("gpu", "UUID", "modelName", "Hostname", "namespace", "pod", "container")
+
+
+@dataclass(frozen=True)
+class ExternalMetric:
+    """A series another exporter owns: named here so queries are checked against it, never
+    created by ttsfleet (no ``ttsfleet_`` prefix, no collectors)."""
+
+    name: str
+    type: MetricType
+    help: str
+    labels: tuple[str, ...]
+    source: str  # the exporter that owns it
+
+
+EXTERNAL_LIST: tuple[ExternalMetric, ...] = (
+    ExternalMetric("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization in % (NVML's: share of time a "
+                   "kernel ran).", DCGM_LABELS, "dcgm-exporter"),
+    ExternalMetric("DCGM_FI_PROF_SM_ACTIVE", "gauge", "Ratio of cycles an SM has at least one warp "
+                   "assigned (0-1).", DCGM_LABELS, "dcgm-exporter"),
+    ExternalMetric("kube_pod_labels", "gauge", "1 per pod, its allow-listed labels as label_* "
+                   "labels.", ("namespace", "pod", KSM_WORKLOAD_LABEL), "kube-state-metrics"),
+)
+EXTERNAL: dict[str, ExternalMetric] = {m.name: m for m in EXTERNAL_LIST}
+
+
 def spec(name: str) -> MetricSpec:
     """Look up a metric by full name (``ttsfleet_...``) or by name without the prefix."""
     key = name if name.startswith(PREFIX) else PREFIX + name
@@ -186,8 +222,13 @@ def spec(name: str) -> MetricSpec:
 
 
 def all_exposed_names() -> set[str]:
-    """Every series name the contract allows (for checking dashboards and rules)."""
+    """Every series name ttsfleet exposes (for checking dashboards and rules)."""
     return {n for m in CONTRACT_LIST for n in m.exposed_names}
+
+
+def external_names() -> set[str]:
+    """Series names of other exporters that queries may use (:data:`EXTERNAL_LIST`)."""
+    return set(EXTERNAL)
 
 
 @dataclass

@@ -86,3 +86,30 @@ def test_random_kills_default_stages(cli, mixed_corpus, mixed_reference, dirs) -
     final = cli.run(manifest, dirs, *args)
     assert final.returncode == 0, final.stderr
     check_against_reference(cli, dirs, mixed_reference, expected, terms, kills)
+
+
+@pytest.fixture(scope="module")
+def codec_job(cli, mixed_corpus, tmp_path_factory):
+    """The codec stage (tiny random-weight codec, on CPU) in groups of 2 items, one worker, and an
+    uninterrupted reference run of it."""
+    base = tmp_path_factory.mktemp("codec-ref")
+    config = base / "clean.yaml"
+    config.write_text("codec: tiny\nbatchItems: 2\nworkers: 1\nfeatureDevice: cpu\n")
+    args = ("--stages", "decode,hash,codec", "--config", str(config))
+    ref = cli.JobDirs(base / "out", base / "ckpt")
+    proc = cli.run(mixed_corpus[0], ref, *args)
+    assert proc.returncode == 0, proc.stderr
+    assert list((ref.output / "codes").rglob("*.npy")), "the reference made no codes"
+    return args, ref
+
+
+def test_random_kills_codec_stage(cli, mixed_corpus, codec_job, dirs) -> None:
+    """SIGTERM/SIGKILL while the batch-stage thread encodes: codes, audio and rows as uninterrupted."""
+    manifest, expected = mixed_corpus
+    stage_args, reference = codec_job
+    args = (*stage_args, "--item-delay-seconds", "0.2", "--checkpoint-every-items", "2")
+    n = int(os.environ.get("TTSFLEET_CHAOS_KILLS", "5"))
+    terms, kills = interrupt_repeatedly(cli, manifest, dirs, args, n, random.Random(16), min(1.5, 8 / n))
+    final = cli.run(manifest, dirs, *args)
+    assert final.returncode == 0, final.stderr
+    check_against_reference(cli, dirs, reference, expected, terms, kills)

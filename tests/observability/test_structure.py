@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ttsfleet.metrics import LATENCY_BUCKETS, all_exposed_names
+from ttsfleet.metrics import EXTERNAL_LIST, LATENCY_BUCKETS, PREFIX, all_exposed_names, external_names
 from ttsfleet.observability import build, figures
 from ttsfleet.observability.definitions import all_dashboards
 from ttsfleet.observability.rules import rule_groups
@@ -90,14 +90,14 @@ def test_variables_defined_and_used(path: Path) -> None:
     defined = {v["name"] for v in d["templating"]["list"]}
     text = json.dumps([t["expr"] for p in _panels(d) for t in p.get("targets", [])]
                       + [v["query"]["query"] for v in d["templating"]["list"] if v["type"] == "query"])
-    used = set(re.findall(r"\$(\w+)", text)) - {"__rate_interval", "__range"}
+    used = set(re.findall(r"\$([A-Za-z_]\w*)", text)) - {"__rate_interval", "__range"}  # not $1
     assert used <= defined, f"undefined variables: {used - defined}"
     assert defined - {"datasource"} <= used, f"variables no query uses: {defined - used - {'datasource'}}"
 
 
 def _allowed_names() -> set[str]:
     recorded = {r["record"] for g in rule_groups()["groups"] for r in g["rules"] if "record" in r}
-    return all_exposed_names() | recorded
+    return all_exposed_names() | external_names() | recorded
 
 
 @pytest.mark.parametrize("path", DASHBOARDS, ids=lambda p: p.stem)
@@ -106,8 +106,6 @@ def test_every_metric_in_the_contract(path: Path) -> None:
     for p in _panels(_load(path)):
         for t in p.get("targets", []):
             for name in metric_names(t["expr"]):
-                if name.startswith("DCGM_"):  # the DCGM exporter's names: documented exception
-                    continue
                 assert name in allowed, f"{p['title']}: {name!r} is not in the metric contract"
 
 
@@ -147,3 +145,13 @@ def test_build_check_fails_on_drift(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert "ttsfleet-fleet.json" in proc.stderr and "old.json" in proc.stderr
     shutil.rmtree(tmp_path / "charts")
+
+
+def test_external_names_are_apart_from_ttsfleets_own() -> None:
+    """Other exporters' names never carry the ttsfleet prefix or shadow a contract name."""
+    assert external_names().isdisjoint(all_exposed_names())
+    for m in EXTERNAL_LIST:
+        assert not m.name.startswith(PREFIX) and m.source and m.labels
+    used = {n for d in DASHBOARDS for p in _panels(_load(d)) for t in p.get("targets", [])
+            for n in metric_names(t["expr"])}
+    assert external_names() <= used, "an external name no panel uses"

@@ -1,11 +1,12 @@
 """What the four ttsfleet dashboards show: every panel, query and template variable.
 
-Queries use only names from :mod:`ttsfleet.metrics` (plus the DCGM exporter's, the documented
-exception) and the figure builders of :mod:`ttsfleet.observability.figures`, which the recording
-rules share. Filters use template variables: ``$namespace`` / ``$deployment`` are target labels
-of inference and fill pods (from the Kubernetes scrape), the operator's own ``namespace`` /
-``deployment`` labels name the TTSDeployment, ``$gpu_class`` is the catalog class. Multi-value
-variables with ``All`` = ``.*`` also match series without the label (e.g. Slurm-run fill jobs).
+Queries use only names from :mod:`ttsfleet.metrics` (ttsfleet's own, and its external section:
+dcgm-exporter's and kube-state-metrics' series) and the figure builders of
+:mod:`ttsfleet.observability.figures`, which the recording rules share. Filters use template
+variables: ``$namespace`` / ``$deployment`` are target labels of inference and fill pods (from
+the Kubernetes scrape), the operator's own ``namespace`` / ``deployment`` labels name the
+TTSDeployment, ``$gpu_class`` is the catalog class. Multi-value variables with ``All`` = ``.*``
+also match series without the label (e.g. Slurm-run fill jobs).
 """
 
 from __future__ import annotations
@@ -80,13 +81,33 @@ def fleet() -> Dashboard:
                     Target(fg.ratio_by_class(fg.gpus_load_weighted(RI, GC), GC),
                            "{{gpu_class}} load-weighted"), min=0, max=1, **pct),
             )),
-            Row("DCGM (where dcgm-exporter runs)", (
-                _ts("GPU utilization (DCGM_FI_DEV_GPU_UTIL)", "Per GPU model; empty without DCGM.",
+            Row("Hardware utilization (where dcgm-exporter runs)", (
+                _stat("GPU busy (DCGM)", "What the GPUs report (DCGM_FI_DEV_GPU_UTIL: share of "
+                      "time a kernel ran), mean over every GPU; empty without dcgm-exporter. "
+                      "DCGM series carry no gpu_class: this row ignores the GPU class filter.",
+                      Target(fg.dcgm_fleet_busy(), "busy"), **pct),
+                _ts("GPU busy by workload (DCGM_FI_DEV_GPU_UTIL)",
+                    "Mean hardware utilization of the GPUs each workload class holds (GPU joined "
+                    "to its pod, the pod to its ttsfleet.io/workload label).",
+                    Target(fg.dcgm_mean_by_workload("DCGM_FI_DEV_GPU_UTIL", 0.01), "{{workload}}"),
+                    width=9, min=0, max=1, **pct),
+                _ts("SM active by workload (DCGM_FI_PROF_SM_ACTIVE)",
+                    "Mean share of cycles an SM has a warp assigned, per workload class.",
+                    Target(fg.dcgm_mean_by_workload("DCGM_FI_PROF_SM_ACTIVE"), "{{workload}}"),
+                    width=9, unit="percentunit", min=0, max=1),
+                _ts("Busy vs allocated GPUs by workload",
+                    "Busy GPU-equivalents the hardware reports (sum of utilization / 100) beside "
+                    "the GPUs the operator's bookkeeping gives each class: a gap is GPUs held "
+                    "but idle.",
+                    Target(fg.dcgm_busy_gpus_by_workload(), "{{workload}} busy (DCGM)"),
+                    Target(f"sum by (workload) (ttsfleet_gpus{{{fg.NOT_IDLE}}})",
+                           "{{workload}} allocated (operator)"), width=12, min=0),
+                _ts("GPU utilization by GPU model (DCGM_FI_DEV_GPU_UTIL)", "Per GPU model.",
                     Target("avg by (modelName) (DCGM_FI_DEV_GPU_UTIL)", "{{modelName}}"),
-                    unit="percent", min=0, max=100),
-                _ts("SM active (DCGM_FI_PROF_SM_ACTIVE)", "Per GPU model; empty without DCGM.",
+                    width=6, unit="percent", min=0, max=100),
+                _ts("SM active by GPU model (DCGM_FI_PROF_SM_ACTIVE)", "Per GPU model.",
                     Target("avg by (modelName) (DCGM_FI_PROF_SM_ACTIVE)", "{{modelName}}"),
-                    unit="percentunit", min=0, max=1),
+                    width=6, unit="percentunit", min=0, max=1),
             )),
         ))
 
@@ -204,11 +225,16 @@ def fill() -> Dashboard:
                 _ts("Manifest progress", "Items finished over items in the job's shard.",
                     Target(f"sum by (fill_job) (ttsfleet_fill_items_processed_total{{{NS}}}) / "
                            f"sum by (fill_job) (ttsfleet_fill_items_total_in_manifest{{{NS}}})",
-                           "{{fill_job}}"), unit="percentunit", min=0),
+                           "{{fill_job}}"), unit="percentunit", min=0, width=8),
                 _ts("Stage time p99", "Per-item time in each cleaning stage.",
                     Target(f"histogram_quantile(0.99, sum by (stage, le) "
                            f"(rate(ttsfleet_fill_stage_seconds_bucket{{{NS}}}[{RI}])))", "{{stage}}"),
-                    unit="s", min=0),
+                    unit="s", min=0, width=8),
+                _ts("Batch-stage GPU time / wall", "Share of wall time the job's batch stages (codec "
+                    "tokens, features) kept its GPU working, from CUDA events in the job itself: "
+                    "the job's own busy figure, also on Slurm nodes without dcgm-exporter.",
+                    Target(f"sum by (fill_job) (rate(ttsfleet_fill_batch_gpu_seconds_total{{{NS}}}"
+                           f"[{RI}]))", "{{fill_job}}"), unit="percentunit", min=0, max=1, width=8),
             )),
             Row("Preemption", (
                 _ts("Seconds since last checkpoint", f"Work at risk on SIGKILL; the line is the "

@@ -1,7 +1,8 @@
 """A small demo fleet that produces real series through the project's own collectors.
 
 Tests and the PNG renderer need Prometheus data without a running cluster. This module drives
-the collectors from :func:`ttsfleet.metrics.make_collectors` (and a stand-in DCGM exporter)
+the collectors from :func:`ttsfleet.metrics.make_collectors` (and stand-ins for dcgm-exporter and
+kube-state-metrics, with the contract's external names)
 through a three-hour day - quiet traffic, a burst that evicts a fill job and leaves a replica
 pending, then a steady last 75 minutes - and writes every scrape as OpenMetrics text with
 timestamps, ready for ``promtool tsdb create-blocks-from openmetrics``. Target labels a
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry, Gauge
 
 from ttsfleet.catalog import GpuCatalog
-from ttsfleet.metrics import Collectors, make_collectors
+from ttsfleet.metrics import EXTERNAL, Collectors, make_collectors
 
 STEP_S = 15
 DURATION_S = 3 * 3600
@@ -115,11 +116,47 @@ class _Scrape:
 
 
 def _dcgm(registry: CollectorRegistry) -> tuple[Gauge, Gauge]:
-    # The DCGM exporter's own names: the documented exception to the metric contract.
-    labels = ["gpu", "UUID", "modelName", "Hostname"]
-    return (Gauge("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", labels, registry=registry),
-            Gauge("DCGM_FI_PROF_SM_ACTIVE", "Ratio of cycles an SM has at least 1 warp assigned.",
-                  labels, registry=registry))
+    """A stand-in dcgm-exporter with Kubernetes pod mapping (names: the contract's external list)."""
+    util, sm = (EXTERNAL[n] for n in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_SM_ACTIVE"))
+    return (Gauge(util.name, util.help, util.labels, registry=registry),
+            Gauge(sm.name, sm.help, sm.labels, registry=registry))
+
+
+def _ksm(registry: CollectorRegistry) -> Gauge:
+    """A stand-in kube-state-metrics exposing each GPU pod's ttsfleet.io/workload label."""
+    m = EXTERNAL["kube_pod_labels"]
+    return Gauge(m.name, m.help, m.labels, registry=registry)
+
+
+#: Hardware utilization of a GPU with work running, per workload class, as (DCGM_FI_DEV_GPU_UTIL %,
+#: DCGM_FI_PROF_SM_ACTIVE). Fill: the measured H200 fill job (benchmarks/fill_jobs/RESULTS.md,
+#: 2026-12-01, NVML 97 %); inference and training: illustrative demo values.
+DCGM_BUSY = {"inference": (64, 0.45), "training": (92, 0.71), "fill": (97, 0.80)}
+TRAINING_NAMESPACE = "research"
+
+
+def gpu_holders(ph: str) -> dict[tuple[str, int], tuple[str, str, str, bool]]:
+    """Which pod holds each GPU in phase ``ph``: ``(class, index) -> (workload, namespace, pod,
+    busy)``. Pods are the demo's inference replicas, its fill jobs (plus one starting pod per
+    missing slot) and training pods; the first ``active`` pods of a workload have work running."""
+    out = {}
+    for gc, wl in ALLOC[ph].items():
+        pods = {
+            "inference": [(NAMESPACE, p.name) for p in PODS if p.gpu_class == gc],
+            "training": [(TRAINING_NAMESPACE, f"train-{gc}-{k}") for k in range(wl["training"][0])],
+            "fill": [(FILL_NAMESPACE, j) for j in FILL_JOBS if j.startswith(f"fill-{gc}-")
+                     and not (j == EVICTED_JOB and ph != "quiet")],
+        }
+        pods["fill"] += [(FILL_NAMESPACE, f"fill-{gc}-{k}")
+                         for k in range(len(pods["fill"]), wl["fill"][0])]
+        k = 0
+        for workload in ("inference", "training", "fill"):
+            alloc, active = wl[workload]
+            assert len(pods[workload]) == alloc, (ph, gc, workload)
+            for n, (ns, pod) in enumerate(pods[workload]):
+                out[(gc, k)] = (workload, ns, pod, n < active)
+                k += 1
+    return out
 
 
 def generate(start: int, duration_s: int = DURATION_S, step_s: int = STEP_S) -> DemoData:
@@ -129,11 +166,15 @@ def generate(start: int, duration_s: int = DURATION_S, step_s: int = STEP_S) -> 
     slurm = make_collectors("slurm")
     pods = {p.name: make_collectors("inference") for p in PODS}
     jobs = {j: make_collectors("fill") for j in FILL_JOBS}
-    dcgm_reg = CollectorRegistry()
+    dcgm_reg, ksm_reg = CollectorRegistry(), CollectorRegistry()
     dcgm_util, dcgm_sm = _dcgm(dcgm_reg)
+    ksm_pods = _ksm(ksm_reg)
+    # dcgm-exporter and kube-state-metrics are scraped with honor_labels: their namespace/pod
+    # labels name the pod holding the GPU, not the exporter's own pod.
     scrapes = [_Scrape(core.registry, {"job": "ttsfleet-operator"}),
                _Scrape(slurm.registry, {"job": "ttsfleet-slurm-exporter"}),
-               _Scrape(dcgm_reg, {"job": "dcgm-exporter"})]
+               _Scrape(dcgm_reg, {"job": "dcgm-exporter"}),
+               _Scrape(ksm_reg, {"job": "kube-state-metrics"})]
     for p in PODS:
         c = pods[p.name]
         g = catalog.get(p.gpu_class)
@@ -148,6 +189,7 @@ def generate(start: int, duration_s: int = DURATION_S, step_s: int = STEP_S) -> 
     for j in FILL_JOBS:
         jobs[j]["fill_items_total_in_manifest"].labels(j).set(MANIFEST_ITEMS)
         jobs[j]["fill_items_lost"].labels(j)  # exported as 0 from the start
+        jobs[j]["fill_batch_gpu_seconds"].labels(j)
     slurm["slurm_up"].set(1)
     # Counter children exist (at 0) before their first event, as exporters should create them:
     # increase() cannot see the first event of a series that appears with value 1.
@@ -173,7 +215,7 @@ def generate(start: int, duration_s: int = DURATION_S, step_s: int = STEP_S) -> 
         t = start + t_rel
         ph, f = phase(t_rel), traffic(t_rel)
         _step_fleet(core, ph, prev_phase, i)
-        _step_dcgm(dcgm_util, dcgm_sm, ph)
+        _step_dcgm(dcgm_util, dcgm_sm, ksm_pods, ph)
         for p in PODS:
             _step_pod(pods[p.name], p, f)
         live_jobs = [j for j in FILL_JOBS if not (j == EVICTED_JOB and ph != "quiet")]
@@ -222,17 +264,20 @@ def _step_fleet(c: Collectors, ph: str, prev: str, i: int) -> None:
         c["operator_fill_admissions"].labels("h200").inc()
 
 
-def _step_dcgm(util: Gauge, sm: Gauge, ph: str) -> None:
-    idx = 0
-    for gc, wl in ALLOC[ph].items():
+def _step_dcgm(util: Gauge, sm: Gauge, ksm: Gauge, ph: str) -> None:
+    for g in (util, sm, ksm):  # pods come and go: only this scrape's series exist
+        g.clear()
+    holders = gpu_holders(ph)
+    for gc in TOTALS:
         model = GpuCatalog.default().get(gc).display_name
-        active = sum(a for w, (_, a) in wl.items() if w != "idle")
         for k in range(TOTALS[gc]):
-            busy = k < active
-            lbl = (str(k), f"GPU-{gc}-{k:04d}", model, f"{gc}-node-{k // 4}")
-            util.labels(*lbl).set(92 if busy else 0)
-            sm.labels(*lbl).set(0.71 if busy else 0.0)
-            idx += 1
+            workload, ns, pod, busy = holders.get((gc, k), ("idle", "", "", False))
+            lbl = (str(k), f"GPU-{gc}-{k:04d}", model, f"{gc}-node-{k // 4}", ns, pod, "main" if pod else "")
+            u, a = DCGM_BUSY.get(workload, (0, 0.0)) if busy else (0, 0.0)
+            util.labels(*lbl).set(u)
+            sm.labels(*lbl).set(a)
+            if pod:
+                ksm.labels(ns, pod, workload).set(1)
 
 
 def _step_pod(c: Collectors, p: Pod, f: float) -> None:
@@ -260,6 +305,9 @@ def _step_job(c: Collectors, j: str, i: int, t: int, last_ckpt: dict[str, float]
     items = 10 + 2 * FILL_JOBS.index(j)  # shards differ in item length, so jobs differ in speed
     c["fill_items_processed"].labels(j).inc(items)
     c["fill_audio_seconds_processed"].labels(j).inc(items * 8.5)
+    # GPU time of the batch stages per 15 s step: the measured H200 fill job's share (0.99 of wall,
+    # benchmarks/fill_jobs/RESULTS.md) on h200, an illustrative 0.9 elsewhere.
+    c["fill_batch_gpu_seconds"].labels(j).inc(STEP_S * (0.99 if "h200" in j else 0.9))
     c["fill_items_rejected"].labels(j, "clipping").inc(1)
     c["fill_items_rejected"].labels(j, "low_snr").inc(2)
     for stage, secs in (("vad", 0.3), ("loudness", 0.1), ("snr", 0.5)):

@@ -13,6 +13,12 @@ Three utilization figures, never shown as one another (definitions from the simu
   throughput is half a GPU of work. Frames are attributed to a GPU class by joining each pod's
   ``ttsfleet_inference_frames_total`` with its ``ttsfleet_inference_build_info{gpu_class}``.
 
+Beside them, where NVIDIA's dcgm-exporter runs, the **hardware** figure: what the GPUs report
+(``DCGM_FI_DEV_GPU_UTIL``, NVML's share of time a kernel ran; ``DCGM_FI_PROF_SM_ACTIVE``), split
+by workload class by joining each GPU's pod (dcgm-exporter's Kubernetes pod mapping) to the pod's
+``ttsfleet.io/workload`` label (kube-state-metrics' ``kube_pod_labels``). GPUs no labelled pod
+holds stay out of the split but count in the fleet mean.
+
 The SLO figure is the fraction of requests whose time to first audio is within
 ``AutoscaleConfig.ttfa_p99_slo_s`` (a bucket boundary of the TTFA histogram); the p99 objective
 allows 1 % of requests above it. Every function takes extra label matchers (``m``) so panels can
@@ -23,7 +29,7 @@ from __future__ import annotations
 
 from ttsfleet.catalog import GpuCatalog
 from ttsfleet.config import AutoscaleConfig, FillPolicyConfig
-from ttsfleet.metrics import LATENCY_BUCKETS
+from ttsfleet.metrics import KSM_WORKLOAD_LABEL, LATENCY_BUCKETS
 
 #: The fleet utilization target drawn on the dashboards and used by the below-target alert.
 UTILIZATION_TARGET = 0.9
@@ -120,3 +126,33 @@ def ttfa_good_ratio(window: str, m_pod: str = "") -> str:
             f"rate(ttsfleet_inference_ttfa_seconds_bucket{_sel(le, m_pod)}[{window}]))"
             " / sum by (namespace, deployment) ("
             f"rate(ttsfleet_inference_ttfa_seconds_count{_sel(m_pod)}[{window}]))")
+
+
+def pod_workload() -> str:
+    """One series per labelled pod: ``{namespace, pod, label_ttsfleet_io_workload}`` = 1."""
+    return (f"max by (namespace, pod, {KSM_WORKLOAD_LABEL}) "
+            f'(kube_pod_labels{{{KSM_WORKLOAD_LABEL}!=""}})')
+
+
+def dcgm_with_workload(metric: str, m: str = "") -> str:
+    """A DCGM per-GPU series with the holding pod's workload class as a ``workload`` label."""
+    held = _sel('pod!=""', m)
+    joined = (f"{metric}{held} * on (namespace, pod) group_left ({KSM_WORKLOAD_LABEL}) "
+              f"{pod_workload()}")
+    return f'label_replace({joined}, "workload", "$1", "{KSM_WORKLOAD_LABEL}", "(.+)")'
+
+
+def dcgm_mean_by_workload(metric: str, scale: float = 1.0, m: str = "") -> str:
+    """Mean of a DCGM gauge over the GPUs of each workload class (``scale`` 0.01: % → ratio)."""
+    factor = f" * {scale:g}" if scale != 1.0 else ""
+    return f"avg by (workload) ({dcgm_with_workload(metric, m)}){factor}"
+
+
+def dcgm_busy_gpus_by_workload(m: str = "") -> str:
+    """Busy GPU-equivalents per workload class: the sum of GPU utilization / 100."""
+    return f'sum by (workload) ({dcgm_with_workload("DCGM_FI_DEV_GPU_UTIL", m)}) / 100'
+
+
+def dcgm_fleet_busy(m: str = "") -> str:
+    """GPU busy over the whole fleet (every GPU dcgm-exporter sees, held or not), 0-1."""
+    return f"avg(DCGM_FI_DEV_GPU_UTIL{_sel(m)}) / 100"

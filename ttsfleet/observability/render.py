@@ -26,7 +26,7 @@ COLORS = ["#7EB26D", "#EAB839", "#6ED0E0", "#EF843C", "#E24D42", "#1F78C1", "#BA
 def substitute(expr: str, range_s: int) -> str:
     """Grafana's substitution with every variable on All (``.*``)."""
     expr = expr.replace("$__rate_interval", f"{4 * 15}s").replace("$__range", f"{range_s}s")
-    return re.sub(r"\$(\w+)", lambda m: ALL[m.group(1)], expr)
+    return re.sub(r"\$([A-Za-z_]\w*)", lambda m: ALL[m.group(1)], expr)  # not label_replace's $1
 
 
 def legend(fmt: str, labels: dict[str, str]) -> str:
