@@ -10,6 +10,7 @@ themselves come from :func:`ttsfleet.policy.plan_fill`.
 from __future__ import annotations
 
 import datetime
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -342,7 +343,8 @@ def fill_pod(job: str, namespace: str, spec: FillJobSpec, shard: int, gpu_class:
             # The operator requeues: exit 0 = shard done, 99 = checkpointed and preempted (retry,
             # not failure), anything else counts against maxFailuresPerShard.
             "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": int(spec.policy.grace_period_s),
+            # Whole seconds, at least 1: 0 would make every eviction a force delete.
+            "terminationGracePeriodSeconds": max(math.ceil(spec.policy.grace_period_s), 1),
             "nodeSelector": {**spec.node_selector, **catalog.get(gpu_class).node_selector()},
             "tolerations": tolerations,
             "containers": [{

@@ -13,6 +13,7 @@ import re
 from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from ttsfleet.fill_jobs import registry
 from ttsfleet.operator import quantity
 
 from ttsfleet.catalog import GpuCatalog, cuda_graph_max_bs
@@ -209,13 +210,19 @@ class FillJobSpec(WireModel):
     command: list[str] = Field(default_factory=lambda: ["ttsfleet", "fill", "run"], min_length=1)
     manifest: str = Field(min_length=1, description="dataset manifest path inside the pod")
     output: str = Field(min_length=1, description="output directory inside the pod")
-    stages: list[str] = Field(default_factory=list, description="cleaning stages; empty = all")
+    stages: list[str] = Field(
+        default_factory=list, max_length=32,
+        description=f"cleaning stages ({', '.join(registry.names())}); empty = the default ones",
+        # The registry's names as the schema enum: an unknown stage is refused when the FillJob is
+        # created, not when a pod starts (regenerate the CRDs after registering a stage).
+        json_schema_extra={"items": {"type": "string", "enum": list(registry.names())}})
     data_volume: VolumeRef | None = Field(default=None, description="PVC with manifest and output")
     checkpoint_volume: VolumeRef = Field(description="PVC for checkpoints (one sub-dir per shard)")
     shards: int = Field(default=1, ge=1, le=100000, description="the manifest is split in N shards")
     gpu_classes: list[GpuClassName] = Field(min_length=1)
 
     _known = field_validator("gpu_classes")(_known_classes)
+    _stages = field_validator("stages")(registry.check)
     gpus_per_pod: int = Field(default=1, ge=1, le=8)
     max_parallelism: int = Field(default=8, ge=1, le=10000)
     max_failures_per_shard: int = Field(

@@ -83,12 +83,16 @@ async def test_invalid_ttsdeployments_are_rejected_by_the_server(
     assert message in r.json()["message"], r.json()["message"]
 
 
-async def test_long_filljob_names_and_bad_tolerations_are_rejected(releases: Any, api: Api) -> None:
+async def test_long_filljob_names_bad_tolerations_and_unknown_stages_are_rejected(
+        releases: Any, api: Api) -> None:
     await api.namespace(NS)
     r = await api.call("POST", FJ_PATH, _obj("FillJob", "f" * 64, copy.deepcopy(FILL_SPEC)))
     assert r.status_code == 422 and "at most 63" in r.json()["message"], r.text[:300]
     spec = {**copy.deepcopy(FILL_SPEC), "tolerations": [{"effect": "NoSchedule"}]}
     r = await api.call("POST", FJ_PATH, _obj("FillJob", "tol", spec))
     assert r.status_code == 422 and "operator: Exists" in r.json()["message"], r.text[:300]
+    spec = {**copy.deepcopy(FILL_SPEC), "stages": ["decode", "bogus"]}
+    r = await api.call("POST", FJ_PATH, _obj("FillJob", "stages", spec))
+    assert r.status_code == 422 and "bogus" in r.json()["message"], r.text[:300]  # the stage registry
     ok = await api.create(FJ_PATH, _obj("FillJob", "f" * 63, copy.deepcopy(FILL_SPEC)))
     await api.delete(f"{FJ_PATH}/{ok['metadata']['name']}")
