@@ -73,10 +73,11 @@ class ClassStep:
 async def observe(rt: Runtime, spec: FillJobSpec, namespace: str, job: str,
                   status: Mapping[str, Any]) -> FillView:
     """Read the cluster, fold finished pods into the accounting, build the observations."""
-    nodes = await rt.kube.list(path("v1", "nodes"))
-    pods = await rt.kube.list(path("v1", "pods"))
+    nodes = await rt.kube.list(path("v1", "nodes"), labels=fv.NODE_SELECTOR)
+    pods = await rt.kube.list(path("v1", "pods"), fields=fv.UNFINISHED)  # every GPU holder
+    own = await rt.kube.list(path("v1", "pods", namespace), labels=f"{fv.L_FILLJOB}={job}")  # finished too
     wall, t = rt.wall(), rt.now()
-    acc = fv.account(status, fv.own_pods(pods, namespace, job), spec, wall)
+    acc = fv.account(status, fv.own_pods(own, namespace, job), spec, wall)
     for name in acc.to_delete:  # finished pods counted in an earlier pass
         await rt.kube.delete(path("v1", "pods", namespace, name))
     policy = spec.policy
@@ -86,7 +87,8 @@ async def observe(rt: Runtime, spec: FillJobSpec, namespace: str, job: str,
     forecasts = fill_forecasts(rt.demand, t, policy, need, classes=base)
     observations = fv.observe(nodes, pods, t, wall, policy.checkpoint_interval_s, forecasts,
                               await checkpoint_ages(rt, pods), catalog=rt.catalog)
-    mine = {p["metadata"]["name"] for p in pods if p["metadata"].get("namespace") == namespace}
+    # Names taken in the namespace, finished pods of this job included (a new pod never reuses one).
+    mine = {p["metadata"]["name"] for p in [*pods, *own] if p["metadata"].get("namespace") == namespace}
     return FillView(pods=pods, pods_by_id={fv.pod_id(p): p for p in pods}, acc=acc,
                     observations=observations, wall=wall, existing=mine)
 

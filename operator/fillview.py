@@ -63,6 +63,12 @@ def pod_gpus(pod: Mapping[str, Any]) -> int:
     return total
 
 
+#: Server-side selectors for the cluster-wide GPU picture: only nodes with a class label, only
+#: pods that may hold a GPU (finished pods hold none).
+NODE_SELECTOR = GPU_CLASS_LABEL
+UNFINISHED = "status.phase!=Succeeded,status.phase!=Failed"
+
+
 def pod_id(pod: Mapping[str, Any]) -> str:
     """``namespace/name``: how the policy and the busy map name a pod."""
     meta = pod["metadata"]

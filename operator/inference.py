@@ -22,7 +22,7 @@ from ttsfleet.operator import desired as d
 from ttsfleet.operator import status as st
 from ttsfleet.operator.kube import KINDS, path
 from ttsfleet.operator.models import TTSDeploymentSpec
-from ttsfleet.operator.reconcile import apply
+from ttsfleet.operator.reconcile import NotOwned, apply, delete_if_owned
 from ttsfleet.operator.runtime import Runtime
 from ttsfleet.operator.signals import PoolMeasure, PrometheusSource, ScrapeSource
 
@@ -104,9 +104,13 @@ async def reconcile(rt: Runtime, body: Any, status: Any) -> dict[str, Any]:
     for obj in objs:
         obj["metadata"]["namespace"] = namespace
     kopf.adopt(objs, owner=body)
-    changed = []
+    changed, conflicts = [], []
     for obj in objs:
-        outcome = await apply(rt.kube, obj, [REPLICAS] if obj["kind"] == "Deployment" else [])
+        try:
+            outcome = await apply(rt.kube, obj, [REPLICAS] if obj["kind"] == "Deployment" else [])
+        except NotOwned as exc:
+            conflicts.append(str(exc))
+            continue
         if outcome != "unchanged":
             changed.append(f"{obj['kind']}/{obj['metadata']['name']} {outcome}")
     # Replica bounds changed: clamp now (the policy's clamp) rather than wait for the autoscaler.
@@ -124,17 +128,23 @@ async def reconcile(rt: Runtime, body: Any, status: Any) -> dict[str, Any]:
     if changed:
         await rt.kube.event(dict(body), "Normal", "Reconciled", "; ".join(changed))
     pools = pools_status(rt, name, spec, live)
-    conds = st.set_conditions(status.get("conditions"), {
-        **st.replica_conditions(pools), "Degraded": ("False", "Reconciled", "spec applied")}, gen)
+    degraded_ = ("False", "Reconciled", "spec applied")
+    if conflicts:
+        degraded_ = ("True", "NotOwned", "; ".join(conflicts))
+        if not st.already(status.get("conditions"), "Degraded", *degraded_):
+            await rt.kube.event(dict(body), "Warning", "NotOwned", "; ".join(conflicts))
+    conds = st.set_conditions(status.get("conditions"), {**st.replica_conditions(pools),
+                                                         "Degraded": degraded_}, gen)
     return {"pools": pools, **st.summary(pools), "conditions": conds, "observedGeneration": gen}
 
 
 async def delete_orphans(rt: Runtime, body: Any, spec: TTSDeploymentSpec) -> list[str]:
-    """Children of pools that left the spec (filtered client-side by owner uid and pool label)."""
+    """Children of pools that left the spec (selected by instance label, checked by owner uid)."""
     meta = body["metadata"]
     keep = {p.key for p in spec.pools}
     removed = []
-    for item in await rt.kube.list(path("apps/v1", "deployments", meta["namespace"])):
+    for item in await rt.kube.list(path("apps/v1", "deployments", meta["namespace"]),
+                                   labels=f"{d.L_INSTANCE}={meta['name']}"):
         m = item["metadata"]
         owners = {o.get("uid") for o in m.get("ownerReferences") or []}
         pool = (m.get("labels") or {}).get(d.L_POOL)
@@ -142,7 +152,7 @@ async def delete_orphans(rt: Runtime, body: Any, spec: TTSDeploymentSpec) -> lis
             continue
         for kind in ("Deployment", "Service", "PodDisruptionBudget"):
             api, plural = KINDS[kind]
-            await rt.kube.delete(path(api, plural, meta["namespace"], m["name"]))
+            await delete_if_owned(rt.kube, path(api, plural, meta["namespace"], m["name"]), meta["uid"])
         removed.append(m["name"])
     return removed
 
@@ -155,7 +165,8 @@ async def delete_children(rt: Runtime, body: Any, spec_raw: Any) -> None:
     if spec is not None:
         for obj in d.desired_objects(name, spec, rt.catalog):
             api, plural = KINDS[obj["kind"]]
-            await rt.kube.delete(path(api, plural, namespace, obj["metadata"]["name"]))
+            await delete_if_owned(rt.kube, path(api, plural, namespace, obj["metadata"]["name"]),
+                                  meta["uid"])
         for pool in spec.pools:
             for metric in ("operator_replicas_desired", "operator_replicas_ready"):
                 with contextlib.suppress(KeyError):
@@ -163,7 +174,7 @@ async def delete_children(rt: Runtime, body: Any, spec_raw: Any) -> None:
 
 
 def pool_pods(pods: list[dict[str, Any]], name: str, pool_key: str) -> list[dict[str, Any]]:
-    """Running, not terminating pods of one pool (label filter done here: no server selectors)."""
+    """Running, not terminating pods of one pool (the deployment's pods, filtered by pool here)."""
     out = []
     for p in pods:
         labels = p["metadata"].get("labels") or {}
@@ -241,7 +252,7 @@ async def autoscale(rt: Runtime, body: Any, status: Any, mem: Memory) -> dict[st
     live = await live_deployments(rt, namespace, name, spec)
     if any(v is None for v in live.values()):
         return None  # the reconcile handler has not created them yet
-    pods = await rt.kube.list(path("v1", "pods", namespace))
+    pods = await rt.kube.list(path("v1", "pods", namespace), labels=f"{d.L_INSTANCE}={name}")
     measures = await measure(rt, mem, namespace, name, spec, pods)
     blind = [k for k, m in measures.items() if m.errors and not m.scraped]
     if blind:

@@ -50,8 +50,8 @@ def active(nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]]
 
 
 async def inventory_pass(rt: Runtime) -> dict[str, dict[str, int]]:
-    nodes = await rt.kube.list(path("v1", "nodes"))
-    pods = await rt.kube.list(path("v1", "pods"))
+    nodes = await rt.kube.list(path("v1", "nodes"), labels=fv.NODE_SELECTOR)
+    pods = await rt.kube.list(path("v1", "pods"), fields=fv.UNFINISHED)
     live = {f"{p['metadata'].get('namespace', '')}/{p['metadata']['name']}" for p in pods}
     for key in [k for k in rt.inference_busy if k not in live]:
         del rt.inference_busy[key]

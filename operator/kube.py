@@ -116,9 +116,11 @@ class Kube:
             return None
         return self._check(resp)
 
-    async def list(self, url: str) -> list[dict[str, Any]]:
-        """All items of a collection. No selectors: callers filter client-side."""
-        resp = await self._request("GET", url)
+    async def list(self, url: str, *, labels: str | None = None,
+                   fields: str | None = None) -> list[dict[str, Any]]:
+        """Items of a collection, narrowed on the server by label and field selectors."""
+        params = {k: v for k, v in (("labelSelector", labels), ("fieldSelector", fields)) if v}
+        resp = await self._request("GET", url, params=params)
         if resp.status_code == 404:
             return []
         return list(self._check(resp).get("items") or [])

@@ -109,3 +109,28 @@ async def _gone(api: Api, path: str) -> bool:
 
 async def _empty(api: Api, path: str) -> bool:
     return not await api.items(path, labelSelector="app.kubernetes.io/instance=voice")
+
+
+async def test_a_same_named_object_of_someone_else_is_never_adopted(
+        releases: Any, api: Api, kube: LocalKube, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    await api.namespace(NS)
+    svc_path = f"/api/v1/namespaces/{NS}/services/taken-h200"
+    await api.create(f"/api/v1/namespaces/{NS}/services", {
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "taken-h200"},
+        "spec": {"selector": {"app": "theirs"}, "ports": [{"port": 80}]}})
+    async with running_operator(kube, "ttsfleet", tmp_path, monkeypatch):
+        pools = [{"gpuClass": "h200", "minReplicas": 1, "maxReplicas": 1}]
+        await api.create(TTSD, voice("taken", pools=pools))
+
+        async def not_owned() -> bool:
+            body = await api.get(f"{TTSD}/taken") or {}
+            return any(c["type"] == "Degraded" and c["status"] == "True" and c["reason"] == "NotOwned"
+                       for c in (body.get("status") or {}).get("conditions") or [])
+        await wait_for(not_owned, 60, "Degraded NotOwned")
+        assert await api.get(f"/apis/apps/v1/namespaces/{NS}/deployments/taken-h200") is not None
+        svc = await api.get(svc_path)
+        assert svc["spec"]["selector"] == {"app": "theirs"} and not svc["metadata"].get("ownerReferences")
+        assert await api.delete(f"{TTSD}/taken") == 200
+        await wait_for(lambda: _gone(api, f"{TTSD}/taken"), 60, "the TTSDeployment gone")
+    assert await api.get(svc_path) is not None, "someone else's Service was deleted"
+    await api.delete(svc_path)
