@@ -232,6 +232,14 @@ async def measure(rt: Runtime, mem: Memory, namespace: str, name: str, spec: TTS
     return out
 
 
+def seeded_state(state: AutoscaleState, signals: DeploymentSignals) -> AutoscaleState:
+    """A fresh memory (first step after a start or a restart) counts the live replicas as just
+    recommended, so the scale-down stabilization window restarts from them: a restarted operator
+    holds 16 replicas for the window instead of dropping to what one quiet sample suggests."""
+    recs = {k: ((signals.t, s.current_replicas),) for k, s in signals.pools.items() if s.current_replicas}
+    return dataclasses.replace(state, recommendations=recs)
+
+
 def to_pool_signals(measure: PoolMeasure, deployment: Mapping[str, Any] | None) -> PoolSignals:
     """The operator's one conversion into the policy's type: a pool's measured load (Prometheus
     or the pods' /metrics) and its Deployment's replica counts."""
@@ -265,6 +273,8 @@ async def autoscale(rt: Runtime, body: Any, status: Any, mem: Memory) -> dict[st
             rt.inference_busy[f"{namespace}/{pod_name}"] = in_flight > 0
     signals = DeploymentSignals(t=rt.now(), pools={
         p.key: to_pool_signals(measures[p.key], live[p.key]) for p in spec.pools})
+    if not mem.state.recommendations:
+        mem.state = seeded_state(mem.state, signals)
     decision, mem.state = decide_replicas(spec.autoscale, spec.pools, rt.catalog, mem.state, signals)
     rt.inference_need[f"{namespace}/{name}"] = InferenceNeed.from_decision(decision, spec.resources.gpus)
     records = []

@@ -66,12 +66,12 @@ async def pods(api: Api, ns: str, selector: str, phase: str | None = "Running") 
 class PodMetrics:
     """A real /metrics server on each Running inference pod's IP (port 8000), load set per pod."""
 
-    def __init__(self, api: Api, selector: str) -> None:
-        self.api, self.selector, self.in_flight = api, selector, 0.0
+    def __init__(self, api: Api, selector: str, namespace: str = NS) -> None:
+        self.api, self.selector, self.namespace, self.in_flight = api, selector, namespace, 0.0
         self.servers: dict[str, MetricsServer] = {}
 
     async def sync(self) -> None:
-        for p in await pods(self.api, NS, self.selector):
+        for p in await pods(self.api, self.namespace, self.selector):
             ip = p["status"]["podIP"]
             if ip not in self.servers:
                 self.servers[ip] = await MetricsServer().start(host=ip, port=8000)
