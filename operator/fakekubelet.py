@@ -189,7 +189,9 @@ class FakeKubelet:
                 for item in body.get("items") or []:
                     self.events.put(item | {"kind": "Node" if "nodes" in resource else "Pod"})
                 rv = body["metadata"]["resourceVersion"]
-                params = {"watch": "1", "resourceVersion": rv, "timeoutSeconds": "60",
+                # Short watches: every re-list re-delivers every object, so a step that failed
+                # (an API hiccup under load) is retried within seconds, as a kubelet's resync does.
+                params = {"watch": "1", "resourceVersion": rv, "timeoutSeconds": "10",
                           "allowWatchBookmarks": "false"}
                 with self.client.stream("GET", resource, params=params, timeout=None) as resp:
                     for line in resp.iter_lines():
@@ -232,11 +234,12 @@ class FakeKubelet:
                 log.warning("handling an event: %r", exc)
             while self.timers and self.timers[0][0] <= time.monotonic():
                 _, ns, name, uid = heapq.heappop(self.timers)
-                self.terminating.discard(uid)
                 try:
                     self.sigterm_exit(ns, name)
-                except httpx.HTTPError as exc:
+                    self.terminating.discard(uid)
+                except httpx.HTTPError as exc:  # try again shortly
                     log.warning("terminating %s/%s: %r", ns, name, exc)
+                    heapq.heappush(self.timers, (time.monotonic() + 1.0, ns, name, uid))
 
 
 def main() -> None:

@@ -77,6 +77,7 @@ async def observe(rt: Runtime, spec: FillJobSpec, namespace: str, job: str,
     pods = await rt.kube.list(path("v1", "pods"), fields=fv.UNFINISHED)  # every GPU holder
     own = await rt.kube.list(path("v1", "pods", namespace), labels=f"{fv.L_FILLJOB}={job}")  # finished too
     wall, t = rt.wall(), rt.now()
+    own = await release_stuck(rt, own, nodes, wall)
     acc = fv.account(status, fv.own_pods(own, namespace, job), spec, wall)
     for name in acc.to_delete:  # finished pods counted in an earlier pass
         await rt.kube.delete(path("v1", "pods", namespace, name))
@@ -91,6 +92,22 @@ async def observe(rt: Runtime, spec: FillJobSpec, namespace: str, job: str,
     mine = {p["metadata"]["name"] for p in [*pods, *own] if p["metadata"].get("namespace") == namespace}
     return FillView(pods=pods, pods_by_id={fv.pod_id(p): p for p in pods}, acc=acc,
                     observations=observations, wall=wall, existing=mine)
+
+
+async def release_stuck(rt: Runtime, own: list[dict[str, Any]], nodes: list[dict[str, Any]],
+                        wall: float) -> list[dict[str, Any]]:
+    """Force-delete this job's pods stuck Terminating on a lost node (their kubelet is gone): the
+    shard then counts as preempted and is run again from its checkpoint elsewhere."""
+    kept = []
+    for pod in own:
+        if fv.stuck_on_lost_node(pod, nodes, wall):
+            m = pod["metadata"]
+            log.warning("%s/%s: Terminating on lost node %s past its grace; force-deleting",
+                        m["namespace"], m["name"], pod["spec"].get("nodeName"))
+            await rt.kube.delete(path("v1", "pods", m["namespace"], m["name"]), grace_seconds=0)
+            continue
+        kept.append(pod)
+    return kept
 
 
 def decide(spec: FillJobSpec, view: FillView) -> list[ClassStep]:

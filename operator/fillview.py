@@ -69,6 +69,28 @@ NODE_SELECTOR = GPU_CLASS_LABEL
 UNFINISHED = "status.phase!=Succeeded,status.phase!=Failed"
 
 
+#: Seconds past a fill pod's deletion deadline after which a pod on a lost node is given up.
+STUCK_AFTER_S = 30.0
+
+
+def node_ready(node: Mapping[str, Any]) -> bool:
+    ready = [c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"]
+    return bool(ready) and ready[0].get("status") == "True"
+
+
+def stuck_on_lost_node(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]], now_wall: float) -> bool:
+    """Terminating past its deadline (+ :data:`STUCK_AFTER_S`) on a node that is NotReady or gone:
+    no kubelet will finish it, so its shard would be blocked for ever. (A pod whose kubelet is
+    alive but slow is left alone: it still holds the GPU.)"""
+    meta = pod.get("metadata") or {}
+    deadline = parse_time(meta.get("deletionTimestamp"))
+    if deadline is None or now_wall < deadline + STUCK_AFTER_S:
+        return False
+    name = (pod.get("spec") or {}).get("nodeName")
+    node = next((n for n in nodes if (n.get("metadata") or {}).get("name") == name), None)
+    return node is None or not node_ready(node)
+
+
 def pod_id(pod: Mapping[str, Any]) -> str:
     """``namespace/name``: how the policy and the busy map name a pod."""
     meta = pod["metadata"]

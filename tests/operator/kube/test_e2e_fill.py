@@ -165,3 +165,47 @@ async def _none(found: Any) -> bool:
 async def _count(found: Any, n: int) -> Any:
     items = await found
     return items if len(items) == n else None
+
+
+async def test_a_fill_pod_stuck_on_a_lost_node_is_released_and_its_shard_rerun(
+        releases: Any, api: Api, kube: LocalKube, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    ns, node = "tts-lost", "/api/v1/nodes/h200-b"
+    await api.namespace(ns)
+    await checkpoint_claim(api, ns)
+    job = fill_job("lost", ["h200"], shards=1, parallelism=1)
+    job["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "h200-b"}
+    path = f"/apis/ttsfleet.io/v1alpha1/namespaces/{ns}/filljobs"
+
+    async def ready(status: str) -> None:
+        await api.call("PATCH", f"{node}/status", {"status": {"conditions": [
+            {"type": "Ready", "status": status, "reason": "Test", "message": "test",
+             "lastHeartbeatTime": "2026-12-01T00:00:00Z", "lastTransitionTime": "2026-12-01T00:00:00Z"}]}})
+    try:
+        async with running_operator(kube, "ttsfleet", tmp_path, monkeypatch, fill_interval_s=1.0):
+            await api.create(path, job)
+            (pod,) = await wait_for(lambda: _count(pods(api, ns, "ttsfleet.io/filljob=lost"), 1), 60,
+                                    "the fill pod Running on h200-b")
+            # The node is lost: its kubelet stops, it goes NotReady, and the pod is deleted (a drain)
+            # but nobody is left to finish the deletion.
+            await api.patch(node, {"metadata": {"labels": {"fake-kubelet.ttsfleet.io/stopped": "true"}}})
+            await ready("False")
+            await api.delete(f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}", gracePeriodSeconds=1)
+            await wait_for(lambda: _gone(api, f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}"), 90,
+                           "the stuck pod force-deleted by the operator")
+            status = (await api.get(f"{path}/lost"))["status"]
+            assert status["preemptionsSurvived"] >= 1 and status["shardsDone"] == 0
+            # The node comes back: the shard runs again (a new pod, from its checkpoint).
+            await api.patch(node, {"metadata": {"labels": {"fake-kubelet.ttsfleet.io/stopped": None}}})
+            await ready("True")
+            (again,) = await wait_for(lambda: _count(pods(api, ns, "ttsfleet.io/filljob=lost"), 1), 60,
+                                      "shard 0 running again")
+            assert again["metadata"]["name"] != pod["metadata"]["name"]
+            assert await api.delete(f"{path}/lost") == 200
+            await wait_for(lambda: _none(pods(api, ns, "ttsfleet.io/workload", phase=None)), 60, "pods gone")
+    finally:
+        await api.patch(node, {"metadata": {"labels": {"fake-kubelet.ttsfleet.io/stopped": None}}})
+        await ready("True")
+
+
+async def _gone(api: Api, path: str) -> bool:
+    return await api.get(path) is None
