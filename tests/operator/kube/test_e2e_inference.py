@@ -12,10 +12,11 @@ import asyncio
 from typing import Any
 
 import pytest
+import yaml
 from ttsfleet.operator.localkube import LocalKube
 
 from . import audit
-from .conftest import Api, running_operator, wait_for
+from .conftest import REPO, Api, running_operator, wait_for
 
 NS = "tts-inf"
 OPERATOR = audit.sa_user("ttsfleet", "ttsfleet")
@@ -134,3 +135,26 @@ async def test_a_same_named_object_of_someone_else_is_never_adopted(
         await wait_for(lambda: _gone(api, f"{TTSD}/taken"), 60, "the TTSDeployment gone")
     assert await api.get(svc_path) is not None, "someone else's Service was deleted"
     await api.delete(svc_path)
+
+
+async def test_the_shipped_example_settles(releases: Any, api: Api, kube: LocalKube, tmp_path: Any,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """kubectl apply -f charts/ttsfleet/examples/ttsdeployment-h200-rtx5090.yaml: once reconciled,
+    the operator sends nothing (it used to re-PATCH it with a Reconciled Event every 15 s)."""
+    example = yaml.safe_load((REPO / "charts/ttsfleet/examples/ttsdeployment-h200-rtx5090.yaml")
+                             .read_text())
+    ns = example["metadata"]["namespace"]
+    await api.namespace(ns)
+    async with running_operator(kube, "ttsfleet", tmp_path, monkeypatch) as rt:
+        await api.create(f"/apis/ttsfleet.io/v1alpha1/namespaces/{ns}/ttsdeployments", example)
+        name = example["metadata"]["name"]
+        for pool in ("h200", "rtx5090"):
+            dep = f"/apis/apps/v1/namespaces/{ns}/deployments/{name}-{pool}"
+            await wait_for(lambda dep=dep: api.get(dep), 60, f"the {pool} Deployment")
+        await asyncio.sleep(3 * rt.autoscale_interval_s)
+        since = audit.mark(kube)
+        await asyncio.sleep(3 * rt.autoscale_interval_s + 1)
+        assert audit.writes(audit.requests(kube, OPERATOR, since)) == []
+        path = f"/apis/ttsfleet.io/v1alpha1/namespaces/{ns}/ttsdeployments/{name}"
+        assert await api.delete(path) == 200
+        await wait_for(lambda: _gone(api, path), 60, "the example gone")
