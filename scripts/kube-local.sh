@@ -4,6 +4,7 @@
 #
 #   scripts/kube-local.sh build        build the pinned binaries once (cached; a no-op after)
 #   scripts/kube-local.sh up [DIR]     build if needed, run it with 4 fake GPU nodes until Ctrl-C
+#                                      ($PYTHON, default python3, must have ttsfleet installed)
 #                                      (prints the admin KUBECONFIG to use with kubectl/helm)
 #
 # The release is pinned in scripts/kube-local/go.mod (a wrapper module: k8s.io/kubernetes
@@ -44,6 +45,6 @@ build() {
 
 case "${1:-build}" in
   build) build ;;
-  up) build; export TTSFLEET_KUBE_BIN="$BIN"; exec python3 -P -m ttsfleet.operator.localkube "${2:-kube-local}" ;;
+  up) build; export TTSFLEET_KUBE_BIN="$BIN"; exec "${PYTHON:-python3}" -P -m ttsfleet.operator.localkube "${2:-kube-local}" ;;
   *) echo "usage: $0 build | up [DIR]" >&2; exit 2 ;;
 esac
