@@ -182,6 +182,7 @@ async def running_operator(kube: LocalKube, release: str, tmp_path: Path,
     namespaces = tuple(RELEASES[release]["values"]["operator"].get("watchNamespaces", ()))
     stop, ready = asyncio.Event(), asyncio.Event()
     task = asyncio.create_task(operator_task(rt, namespaces=namespaces, stop_flag=stop, ready_flag=ready))
+    rt.kopf_task = task  # type: ignore[attr-defined]  # a test may kill it (cancel) mid-pass
     try:
         await asyncio.wait_for(ready.wait(), timeout=30)
         yield rt

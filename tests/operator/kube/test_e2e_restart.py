@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 from ttsfleet.operator.localkube import LocalKube
 
+from . import audit
 from .conftest import Api, running_operator, wait_for
-from .test_e2e_fill import PodMetrics, pods
+from .test_e2e_fill import PodMetrics, checkpoint_claim, fill_job, pods
 
 NS = "tts-restart"
 TTSD = f"/apis/ttsfleet.io/v1alpha1/namespaces/{NS}/ttsdeployments"
@@ -71,3 +72,39 @@ async def _n(found: Any, n: int) -> Any:
 
 async def _gone(api: Api, path: str) -> bool:
     return await api.get(path) is None
+
+
+async def test_killed_mid_admission_converges_without_duplicates(
+        releases: Any, api: Api, kube: LocalKube, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The operator task is cancelled right after its first fill pod create (mid-pass); a new one
+    finishes the admission: every shard once, no second pod for a shard."""
+    ns = "tts-kill"
+    await api.namespace(ns)
+    await checkpoint_claim(api, ns)
+    path = f"/apis/ttsfleet.io/v1alpha1/namespaces/{ns}/filljobs"
+    since = audit.mark(kube)
+    user = audit.sa_user("ttsfleet", "ttsfleet")
+
+    def first_create() -> bool:
+        return any(e["verb"] == "create" and (e.get("objectRef") or {}).get("resource") == "pods"
+                   for e in audit.requests(kube, user, since))
+    async with running_operator(kube, "ttsfleet", tmp_path, monkeypatch, fill_interval_s=1.0) as rt:
+        await api.create(path, fill_job("kill", ["h200"], shards=8, parallelism=8))
+        await wait_for(first_create, 60, "the first fill pod create")
+        rt.kopf_task.cancel()  # killed mid-pass: no cleanup, no status write
+    made = await pods(api, ns, "ttsfleet.io/filljob=kill", phase=None)
+    assert made, "the first pass created nothing before it was killed"
+    async with running_operator(kube, "ttsfleet", tmp_path, monkeypatch, fill_interval_s=1.0):
+        running = await wait_for(lambda: _n(pods(api, ns, "ttsfleet.io/filljob=kill"), 8), 60,
+                                 "8 fill pods Running after the restart")
+        await asyncio.sleep(3)
+        every = await pods(api, ns, "ttsfleet.io/filljob=kill", phase=None)
+        shards = sorted(int(p["metadata"]["labels"]["ttsfleet.io/shard"]) for p in every)
+        assert shards == list(range(8)), f"duplicate or missing shards: {shards}"
+        assert {p["metadata"]["name"] for p in made} <= {p["metadata"]["name"] for p in running}
+        assert await api.delete(f"{path}/kill") == 200
+        await wait_for(lambda: _none(pods(api, ns, "ttsfleet.io/workload", phase=None)), 60, "pods gone")
+
+
+async def _none(found: Any) -> bool:
+    return not await found
