@@ -29,6 +29,9 @@ def configure(settings: kopf.OperatorSettings) -> kopf.OperatorSettings:
     settings.scanning.disabled = True
     settings.posting.level = 30  # kopf's own events: warnings and errors only; ours are explicit
     settings.watching.server_timeout = 300
+    # A deletion that lands while a timer runs waits for it to exit, re-checked every this many
+    # seconds (kopf's default 60 s held every such delete, and uninstalls, for a minute).
+    settings.background.cancellation_polling = 1.0
     return settings
 
 

@@ -192,8 +192,10 @@ async def test_a_fill_pod_stuck_on_a_lost_node_is_released_and_its_shard_rerun(
             await api.delete(f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}", gracePeriodSeconds=1)
             await wait_for(lambda: _gone(api, f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}"), 90,
                            "the stuck pod force-deleted by the operator")
-            status = (await api.get(f"{path}/lost"))["status"]
-            assert status["preemptionsSurvived"] >= 1 and status["shardsDone"] == 0
+            async def requeued() -> bool:
+                status = (await api.get(f"{path}/lost"))["status"]
+                return status["preemptionsSurvived"] >= 1 and status["shardsDone"] == 0
+            await wait_for(requeued, 30, "the shard counted as preempted (requeued, not done)")
             # The node comes back: the shard runs again (a new pod, from its checkpoint).
             await api.patch(node, {"metadata": {"labels": {"fake-kubelet.ttsfleet.io/stopped": None}}})
             await ready("True")
