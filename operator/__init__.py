@@ -1,7 +1,9 @@
 """ttsfleet.operator — the kopf operator for TTSDeployment and FillJob resources.
 
 Thin adapter: it observes Kubernetes (and Prometheus), calls :mod:`ttsfleet.policy`, and applies
-the decisions. May import the ttsfleet core, kopf and kubernetes; never inference or slurm.
+the decisions. May import the ttsfleet core, kopf, kubernetes and the fill stage registry
+(``ttsfleet.fill_jobs.registry``, torch-free: FillJob stages are validated at creation); never
+inference or slurm.
 Imported as ``ttsfleet.operator`` (the folder is mapped by pyproject), so the stdlib's
 ``operator`` module is never shadowed.
 
@@ -14,5 +16,8 @@ Modules, from the outside in:
 * Pure parts: ``models`` (CRD spec/status, the schema source), ``crds`` (schema generation),
   ``desired`` (spec → Deployment/Service/PDB), ``fillview`` (nodes/pods → policy observations, fill
   pods, shard accounting), ``signals`` (metrics parsing, PromQL), ``status`` (conditions),
-  ``reconcile`` (create-or-patch by diff); ``kube`` — the async REST client.
+  ``reconcile`` (create-or-patch by diff), ``quantity`` (the API server's canonical quantities);
+  ``kube`` — the async REST client.
+* For tests and trying the chart: ``localkube`` (a real control plane on loopback, built by
+  ``scripts/kube-local.sh``) and ``fakekubelet`` (plays kubelet for its GPU nodes).
 """

@@ -13,6 +13,7 @@ import typer
 from ttsfleet.errors import UserError
 
 app = typer.Typer(no_args_is_help=True)
+CATALOG_OPTION = typer.Option(None, "--catalog", help="GPU catalog file merged over the built-in classes")
 
 
 @app.command()
@@ -24,6 +25,7 @@ def run(
     autoscale_interval: float = typer.Option(15.0, help="seconds between autoscaling steps"),
     fill_interval: float = typer.Option(10.0, help="seconds between fill controller passes"),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
+    catalog: Path | None = CATALOG_OPTION,
 ) -> None:
     """Run the operator (kopf). TTSFLEET_PROMETHEUS_URL switches signals to PromQL."""
     for port in (metrics_port, health_port):
@@ -40,20 +42,28 @@ def run(
 
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from ttsfleet.catalog import GpuCatalog
+
+    cat = GpuCatalog.load(catalog)
     asyncio.run(serve(metrics_port=metrics_port, health_port=health_port, namespaces=namespace,
-                      autoscale_interval_s=autoscale_interval, fill_interval_s=fill_interval))
+                      autoscale_interval_s=autoscale_interval, fill_interval_s=fill_interval, catalog=cat))
 
 
 @app.command()
 def crds(
     out: Path = typer.Option(Path("charts/ttsfleet/crds"), help="directory for the CRD YAML files"),
     check: bool = typer.Option(False, help="only compare; exit 1 when the files are stale"),
+    catalog: Path | None = CATALOG_OPTION,
 ) -> None:
-    """Write the TTSDeployment and FillJob CRDs generated from the operator's models."""
+    """Write the TTSDeployment and FillJob CRDs generated from the operator's models (GPU class
+    enums from the catalog)."""
     from ttsfleet.operator.crds import crd_documents, render, write_crds
 
+    from ttsfleet.catalog import GpuCatalog
+
+    cat = GpuCatalog.load(catalog)
     if check:
-        stale = [name for name, doc in crd_documents().items()
+        stale = [name for name, doc in crd_documents(cat).items()
                  if not (out / name).exists() or (out / name).read_text() != render(doc)]
         if stale:
             typer.echo(f"stale: {', '.join(stale)} (run: ttsfleet operator crds --out {out})", err=True)
@@ -62,13 +72,14 @@ def crds(
         return
     if out.exists() and not out.is_dir():
         raise UserError(f"{out} exists and is not a directory")
-    for path in write_crds(out):
+    for path in write_crds(out, cat):
         typer.echo(str(path))
 
 
 @app.command()
 def render(
     manifest: Path = typer.Argument(..., help="a TTSDeployment YAML manifest"),
+    catalog: Path | None = CATALOG_OPTION,
 ) -> None:
     """Print the Deployments, Services and PDBs the operator would create for a TTSDeployment."""
     import yaml
@@ -89,15 +100,16 @@ def render(
     name = (doc.get("metadata") or {}).get("name")
     if not name:
         raise UserError(f"{manifest}: metadata.name is missing")
+    cat = GpuCatalog.load(catalog)
     try:
-        spec = TTSDeploymentSpec.model_validate(doc.get("spec") or {})
+        spec = TTSDeploymentSpec.model_validate(doc.get("spec") or {}, context={"catalog": cat})
     except ValidationError as exc:
         errs = "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors())
         raise UserError(f"{manifest}: invalid spec: {errs}") from None
     if problems := name_problems(name, spec):
         raise UserError("; ".join(problems))
     ns = (doc.get("metadata") or {}).get("namespace")
-    objs = desired_objects(name, spec, GpuCatalog.default())
+    objs = desired_objects(name, spec, cat)
     for obj in objs:
         if ns:
             obj["metadata"]["namespace"] = ns

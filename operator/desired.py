@@ -11,7 +11,10 @@ from typing import Any
 
 from ttsfleet.operator.models import GPU_CLASS_LABEL, TTSDeploymentSpec, TTSPool
 
+from ttsfleet import serving_env as contract
 from ttsfleet.catalog import GpuCatalog
+from ttsfleet.policy import clamp_replicas
+from ttsfleet.quantization import AUTO, BF16, QuantScheme
 
 INFERENCE_PORT = 8000
 INFERENCE_PRIORITY_CLASS = "ttsfleet-inference"
@@ -27,15 +30,6 @@ L_WORKLOAD = "ttsfleet.io/workload"
 MANAGED_BY = "ttsfleet-operator"
 DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 
-#: Env var names the inference server reads (``ttsfleet.inference.server.ENV``).
-ENV_GPU_CLASS = "TTSFLEET_GPU_CLASS"
-ENV_MAX_RUNNING = "TTSFLEET_MAX_RUNNING_REQUESTS"
-ENV_CUDA_GRAPH = "TTSFLEET_CUDA_GRAPH_MAX_BS"  # informational: the server derives it itself today
-ENV_QUANT = "TTSFLEET_QUANTIZATION"
-ENV_CHECKPOINT = "TTSFLEET_CHECKPOINT"
-ENV_PORT = "TTSFLEET_PORT"
-ENV_MODEL_NAME = "TTSFLEET_MODEL_NAME"
-ENV_DRAIN_TIMEOUT = "TTSFLEET_DRAIN_TIMEOUT_S"
 
 
 def child_name(deployment: str, pool: TTSPool) -> str:
@@ -60,10 +54,10 @@ def selector(deployment: str, pool: TTSPool) -> dict[str, str]:
     return {L_INSTANCE: deployment, L_POOL: pool.key}
 
 
-def quantization(spec: TTSDeploymentSpec, pool: TTSPool, catalog: GpuCatalog) -> str:
-    """``auto`` resolves to the class's scheme: bsgemm FP8 on sm_90a, mxfp8 on sm_120a."""
-    if spec.quantization != "auto":
-        return spec.quantization
+def quantization(spec: TTSDeploymentSpec, pool: TTSPool, catalog: GpuCatalog) -> QuantScheme:
+    """``auto`` resolves to the class's scheme in the run's catalog."""
+    if spec.quantization != AUTO:
+        return spec.quantization  # type: ignore[return-value]
     return catalog.get(pool.gpu_class).quantization
 
 
@@ -73,20 +67,23 @@ def serving_env(spec: TTSDeploymentSpec, pool: TTSPool, catalog: GpuCatalog,
     checkpoint = f"{MODEL_MOUNT}/{pvc[1]}".rstrip("/") if pvc else spec.model.checkpoint
     quant = quantization(spec, pool, catalog)
     env = [
-        {"name": ENV_PORT, "value": str(INFERENCE_PORT)},
-        {"name": ENV_GPU_CLASS, "value": pool.gpu_class},
-        {"name": ENV_MAX_RUNNING, "value": str(spec.max_running_requests(pool.gpu_class))},
-        {"name": ENV_CUDA_GRAPH, "value": str(spec.cuda_graph_max_bs(pool.gpu_class))},
-        # The server spells "no FP8" as none.
-        {"name": ENV_QUANT, "value": "none" if quant == "bf16" else quant},
-        {"name": ENV_CHECKPOINT, "value": checkpoint},
-        {"name": ENV_MODEL_NAME, "value": model_name},
+        {"name": contract.PORT, "value": str(INFERENCE_PORT)},
+        {"name": contract.GPU_CLASS, "value": pool.gpu_class},
+        {"name": contract.MAX_RUNNING_REQUESTS,
+         "value": str(spec.max_running_requests(pool.gpu_class, catalog))},
+        {"name": contract.CUDA_GRAPH_MAX_BS, "value": str(spec.cuda_graph_max_bs(pool.gpu_class, catalog))},
+        # "none": the vocabulary's input alias of bf16, which every server version reads.
+        {"name": contract.QUANTIZATION, "value": "none" if quant == BF16 else quant},
+        {"name": contract.CHECKPOINT, "value": checkpoint},
+        {"name": contract.MODEL_NAME, "value": model_name},
         # Exit before the kubelet's SIGKILL even if a request is still streaming.
-        {"name": ENV_DRAIN_TIMEOUT, "value": str(max(spec.serving.termination_grace_seconds - 5, 1))},
+        {"name": contract.DRAIN_TIMEOUT_S,
+         "value": str(max(spec.serving.termination_grace_seconds - 5, 1))},
     ]
     ours = {e["name"] for e in env}
     env += [{"name": e.name, "value": e.value} for e in spec.env if e.name not in ours]
-    return env
+    # The API server drops empty values (omitempty); a desired "" would never match the live object.
+    return [e if e["value"] else {"name": e["name"]} for e in env]
 
 
 def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
@@ -150,12 +147,13 @@ def pod_template(name: str, spec: TTSDeploymentSpec, pool: TTSPool,
             "terminationGracePeriodSeconds": serving.drain_seconds + serving.termination_grace_seconds,
             "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
                 "nodeSelectorTerms": [{"matchExpressions": [
-                    {"key": GPU_CLASS_LABEL, "operator": "In",
-                     "values": [catalog.get(pool.gpu_class).node_label]}]}]}}},
-            "nodeSelector": dict(spec.node_selector),
+                    {"key": key, "operator": "In", "values": [value]}
+                    for key, value in catalog.get(pool.gpu_class).node_selector().items()]}]}}},
             "tolerations": tolerations,
             "containers": [container],
             "volumes": volumes,
+            # Only when set: the API server drops an empty map, so `{}` would be drift for ever.
+            **({"nodeSelector": dict(spec.node_selector)} if spec.node_selector else {}),
         },
     }
 
@@ -207,7 +205,7 @@ def pdb(name: str, pool: TTSPool) -> dict[str, Any]:
 
 
 def initial_replicas(pool: TTSPool) -> int:
-    return pool.min_replicas
+    return clamp_replicas(pool, 0)
 
 
 def desired_objects(name: str, spec: TTSDeploymentSpec, catalog: GpuCatalog) -> list[dict[str, Any]]:

@@ -1,15 +1,24 @@
 """FillJob controller: fill idle GPUs with shard pods, hand them back before inference needs them.
 
-One pass (run by each FillJob's timer under a process-wide lock, so two jobs never admit onto the
-same idle GPU): list nodes and pods, fold this job's finished pods into its status, build one
-observation per GPU class, ask :func:`ttsfleet.policy.plan_fill` what to admit and evict, then
-delete the victims with their grace period (they checkpoint and exit 99) and create shard pods.
+One pass per FillJob timer, under a process-wide lock so two jobs never admit onto the same idle
+GPU, in three steps that read like the simulator's ``policy_step``:
+
+* :func:`observe` — nodes and pods (the cluster-wide GPU picture), this job's shard accounting,
+  checkpoint ages, and one :class:`~ttsfleet.policy.ClassObservation` per class whose inference
+  forecast comes from :mod:`ttsfleet.policy.demand` (the demand trend and the autoscalers'
+  :class:`~ttsfleet.policy.demand.InferenceNeed`);
+* :func:`decide` — pure: :func:`ttsfleet.policy.plan_fill` per class, with the shards each
+  admission takes;
+* :func:`act` — evict the victims with their grace period (they checkpoint and exit 99), create
+  the shard pods, record decisions and Events; :func:`job_status` builds the status.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
@@ -21,121 +30,182 @@ from ttsfleet.operator.models import FillJobSpec
 from ttsfleet.operator.runtime import Runtime
 from ttsfleet.operator.signals import pod_url, scrape_gauges
 
+from ttsfleet.catalog import GpuCatalog
 from ttsfleet.metrics import spec as metric_spec
-from ttsfleet.policy import forecast_demand, plan_fill
+from ttsfleet.policy import ClassObservation, FillPlan, plan_fill
+from ttsfleet.policy.demand import InferenceNeed, fill_forecasts
 
 log = logging.getLogger(__name__)
 
 
-def validate(spec_raw: Any) -> tuple[FillJobSpec | None, str]:
+def validate(spec_raw: Any, name: str = "",
+             catalog: GpuCatalog | None = None) -> tuple[FillJobSpec | None, str]:
     try:
-        return FillJobSpec.model_validate(dict(spec_raw or {})), ""
+        spec = FillJobSpec.model_validate(dict(spec_raw or {}), context={"catalog": catalog})
     except ValidationError as exc:
         return None, "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors())
+    if len(name) > 63:  # the CRD rejects these; one created before that rule is reported, not run
+        return None, f"name {name!r} is longer than 63 characters (it is a label value on fill pods)"
+    return spec, ""
 
 
-def _record_demand(rt: Runtime, t: float, cls: str, value: float, window_s: float) -> None:
-    hist = [(ts, v) for ts, v in rt.demand_history.get(cls, []) if ts >= t - window_s]
-    if not hist or hist[-1][0] < t:
-        hist.append((t, value))
-    rt.demand_history[cls] = hist
+@dataclass
+class FillView:
+    """What one pass saw: the cluster, this job's progress, the policy's observations."""
+
+    pods: list[dict[str, Any]]
+    pods_by_id: dict[str, dict[str, Any]]
+    acc: fv.Accounting
+    observations: dict[str, ClassObservation]
+    wall: float
+    existing: set[str]  # pod names in the job's namespace (for deterministic new names)
 
 
-async def fill_pass(rt: Runtime, body: Any, status: Any) -> dict[str, Any]:
-    """One pass for one FillJob. Returns the status fields to patch."""
-    meta = body["metadata"]
-    job, namespace, gen = meta["name"], meta["namespace"], int(meta.get("generation", 0))
-    spec, problem = validate(body.get("spec"))
-    if spec is None:
-        if not st.already(status.get("conditions"), "Degraded", "True", "InvalidSpec", problem):
-            await rt.kube.event(dict(body), "Warning", "InvalidSpec", problem)
-            rt.metrics["operator_reconcile_errors"].labels(kind="FillJob").inc()
-        return {"observedGeneration": gen, "conditions": st.set_conditions(
-            status.get("conditions"), {"Degraded": ("True", "InvalidSpec", problem)}, gen)}
+@dataclass
+class ClassStep:
+    """The policy's answer for one GPU class, and the shards its admissions take."""
+
+    gpu_class: str
+    plan: FillPlan
+    shards: list[int] = field(default_factory=list)
+
+
+async def observe(rt: Runtime, spec: FillJobSpec, namespace: str, job: str,
+                  status: Mapping[str, Any]) -> FillView:
+    """Read the cluster, fold finished pods into the accounting, build the observations."""
+    nodes = await rt.kube.list(path("v1", "nodes"), labels=fv.NODE_SELECTOR)
+    pods = await rt.kube.list(path("v1", "pods"), fields=fv.UNFINISHED)  # every GPU holder
+    own = await rt.kube.list(path("v1", "pods", namespace), labels=f"{fv.L_FILLJOB}={job}")  # finished too
+    wall, t = rt.wall(), rt.now()
+    own = await release_stuck(rt, own, nodes, wall)
+    acc = fv.account(status, fv.own_pods(own, namespace, job), spec, wall)
+    for name in acc.to_delete:  # finished pods counted in an earlier pass
+        await rt.kube.delete(path("v1", "pods", namespace, name))
     policy = spec.policy
-    async with rt.fill_lock:
-        nodes = await rt.kube.list(path("v1", "nodes"))
-        pods = await rt.kube.list(path("v1", "pods"))
-        wall, t = rt.wall(), rt.now()
-        mine = fv.own_pods(pods, namespace, job)
-        acc = fv.account(status, mine, spec, wall)
-        for name in acc.to_delete:  # finished pods counted in an earlier pass
-            await rt.kube.delete(path("v1", "pods", namespace, name))
-        ages = await checkpoint_ages(rt, pods)
-        # Demand forecast per class from the inference GPUs held or wanted over the window.
-        base = fv.observe(nodes, pods, t, wall, policy.checkpoint_interval_s)
-        forecasts = {}
-        for cls, obs in base.items():
-            _record_demand(rt, t, cls, fv.inference_demand(obs), policy.forecast_window_s)
-            trend = forecast_demand(rt.demand_history[cls], t, policy.eviction_deadline_s,
-                                    policy.forecast_window_s)
-            # What the autoscalers already know the load needs beyond their rate-limited steps
-            # (as the simulator does): evict ahead of the next scale-up steps, not at them.
-            needed = sum(n.get(cls, 0) for n in rt.inference_needed.values())
-            forecasts[cls] = max(trend or 0.0, float(needed)) if trend is not None or needed else None
-        observations = fv.observe(nodes, pods, t, wall, policy.checkpoint_interval_s, forecasts, ages)
-        pods_by_id = {f"{p['metadata'].get('namespace', '')}/{p['metadata']['name']}": p for p in pods}
-        decisions: list[dict[str, Any]] = []
-        evicted_mine = 0
-        now = st.now_iso()
-        remaining = [s for s in range(spec.shards) if s not in acc.done | acc.failed]
-        room = max(spec.max_parallelism - len(acc.active), 0)
-        created: list[str] = []
-        existing = {p["metadata"]["name"] for p in pods if p["metadata"].get("namespace") == namespace}
-        for cls in sorted(observations):
-            obs = observations[cls]
-            allowed = cls in spec.gpu_classes and not (set(remaining) <= acc.running_shards)
-            work = min(room, len(fv.next_shards(spec, acc, room))) if allowed else 0
-            obs = dataclasses.replace(obs, fill_gpus_per_job=spec.gpus_per_pod, fill_work_available=work)
-            plan = plan_fill(policy, obs)
-            running = sum(1 for j in obs.fill_jobs if not j.terminating)
-            rt.metrics["operator_fill_pods_running"].labels(gpu_class=cls).set(running)
-            stuck = sum(1 for j in obs.fill_jobs if j.terminating and past_grace(pods_by_id.get(j.id), wall))
-            rt.metrics["operator_eviction_stuck"].labels(gpu_class=cls).set(stuck)
-            for victim in plan.evict:
-                pod = pods_by_id.get(victim)
-                if pod is None:
-                    continue
+    base = fv.observe(nodes, pods, t, wall, policy.checkpoint_interval_s, catalog=rt.catalog)
+    rt.demand = rt.demand.observe_classes(t, base, policy.forecast_window_s)
+    need = InferenceNeed.total(rt.inference_need.values())
+    forecasts = fill_forecasts(rt.demand, t, policy, need, classes=base)
+    observations = fv.observe(nodes, pods, t, wall, policy.checkpoint_interval_s, forecasts,
+                              await checkpoint_ages(rt, pods), catalog=rt.catalog)
+    # Names taken in the namespace, finished pods of this job included (a new pod never reuses one).
+    mine = {p["metadata"]["name"] for p in [*pods, *own] if p["metadata"].get("namespace") == namespace}
+    return FillView(pods=pods, pods_by_id={fv.pod_id(p): p for p in pods}, acc=acc,
+                    observations=observations, wall=wall, existing=mine)
+
+
+async def release_stuck(rt: Runtime, own: list[dict[str, Any]], nodes: list[dict[str, Any]],
+                        wall: float) -> list[dict[str, Any]]:
+    """Force-delete this job's pods stuck Terminating on a lost node (their kubelet is gone): the
+    shard then counts as preempted and is run again from its checkpoint elsewhere."""
+    kept = []
+    for pod in own:
+        if fv.stuck_on_lost_node(pod, nodes, wall):
+            m = pod["metadata"]
+            log.warning("%s/%s: Terminating on lost node %s past its grace; force-deleting",
+                        m["namespace"], m["name"], pod["spec"].get("nodeName"))
+            await rt.kube.delete(path("v1", "pods", m["namespace"], m["name"]), grace_seconds=0)
+            continue
+        kept.append(pod)
+    return kept
+
+
+def decide(spec: FillJobSpec, view: FillView) -> list[ClassStep]:
+    """Pure: what to admit and evict per class. Classes are served in name order; each admission
+    takes the next free shards and shrinks the room (``maxParallelism``) left for the next class."""
+    acc = view.acc
+    remaining = [s for s in range(spec.shards) if s not in acc.done | acc.failed]
+    room = max(spec.max_parallelism - len(acc.active), 0)
+    taken: set[int] = set()
+    steps = []
+    for cls in sorted(view.observations):
+        busy = dataclasses.replace(acc, running_shards=acc.running_shards | taken)
+        allowed = cls in spec.gpu_classes and not (set(remaining) <= busy.running_shards)
+        work = min(room, len(fv.next_shards(spec, busy, room))) if allowed else 0
+        obs = dataclasses.replace(view.observations[cls], fill_gpus_per_job=spec.gpus_per_pod,
+                                  fill_work_available=work)
+        plan = plan_fill(spec.policy, obs)
+        shards = fv.next_shards(spec, busy, plan.admit) if plan.admit else []
+        taken |= set(shards)
+        room = max(room - len(shards), 0)
+        steps.append(ClassStep(cls, plan, shards))
+    return steps
+
+
+async def act(rt: Runtime, body: Any, spec: FillJobSpec, view: FillView, steps: Sequence[ClassStep],
+              status: Mapping[str, Any]) -> tuple[list[dict[str, Any]], int]:
+    """Evict, admit, record. Returns (decision records, evictions of this job's own pods)."""
+    meta = body["metadata"]
+    job, namespace = meta["name"], meta["namespace"]
+    now, decisions, evicted_mine = st.now_iso(), [], 0
+    for step in steps:
+        cls, plan = step.gpu_class, step.plan
+        obs = view.observations[cls]
+        rt.metrics["operator_fill_pods_running"].labels(gpu_class=cls).set(
+            sum(1 for j in obs.fill_jobs if not j.terminating))
+        rt.metrics["operator_eviction_stuck"].labels(gpu_class=cls).set(sum(
+            1 for j in obs.fill_jobs if j.terminating and past_grace(view.pods_by_id.get(j.id), view.wall)))
+        reasons = "; ".join(plan.reasons)
+        for victim in plan.evict:
+            if await evict(rt, view.pods_by_id.get(victim), spec):
+                rt.metrics["operator_fill_evictions"].labels(gpu_class=cls, reason="inference").inc()
                 vns, vname = victim.split("/", 1)
-                grace = int((pod.get("spec") or {}).get("terminationGracePeriodSeconds")
-                            or policy.grace_period_s)
-                if await rt.kube.delete(path("v1", "pods", vns, vname), grace_seconds=grace):
-                    rt.metrics["operator_fill_evictions"].labels(gpu_class=cls, reason="inference").inc()
-                    evicted_mine += int(vns == namespace and vname in acc.active)
-            if plan.evict:
-                msg = "; ".join(plan.reasons)
-                decisions.append({"time": now, "gpuClass": cls, "action": "evict", "count": len(plan.evict),
-                                  "message": msg[:300]})
-                await rt.kube.event(dict(body), "Normal", "FillEvicted", f"{cls}: {msg}")
-            if plan.admit:
-                shards = fv.next_shards(spec, acc, plan.admit)
-                for shard in shards:
-                    name = fv.pod_name(job, shard, existing)
-                    pod = fv.fill_pod(job, namespace, spec, shard, cls, name)
-                    kopf.adopt(pod, owner=body)
-                    try:
-                        await rt.kube.create(path("v1", "pods", namespace), pod)
-                    except KubeError as exc:
-                        if exc.status != 409:
-                            raise
-                    existing.add(name)
-                    created.append(name)
-                    acc.running_shards.add(shard)
-                    acc.active.append(name)
-                    rt.metrics["operator_fill_admissions"].labels(gpu_class=cls).inc()
-                room = max(room - len(shards), 0)
-                if shards:
-                    msg = "; ".join(plan.reasons)
-                    decisions.append({"time": now, "gpuClass": cls, "action": "admit", "count": len(shards),
-                                      "message": msg[:300]})
-                    await rt.kube.event(dict(body), "Normal", "FillAdmitted",
-                                        f"{cls}: shards {fv.format_ranges(shards)} ({msg})")
-            elif plan.reasons and not plan.evict:
-                hold = "; ".join(plan.reasons)[:300]
-                last = [d for d in status.get("lastDecisions") or [] if d.get("gpuClass") == cls][-1:]
-                if not (last and last[0].get("action") == "hold" and last[0].get("message") == hold):
-                    decisions.append({"time": now, "gpuClass": cls, "action": "hold", "count": 0,
-                                      "message": hold})
+                evicted_mine += int(vns == namespace and vname in view.acc.active)
+        if plan.evict:
+            decisions.append(_record(now, cls, "evict", len(plan.evict), reasons))
+            await rt.kube.event(dict(body), "Normal", "FillEvicted", f"{cls}: {reasons}")
+        if step.shards:
+            for shard in step.shards:
+                await create_shard_pod(rt, body, spec, shard, cls, view)
+                rt.metrics["operator_fill_admissions"].labels(gpu_class=cls).inc()
+            decisions.append(_record(now, cls, "admit", len(step.shards), reasons))
+            await rt.kube.event(dict(body), "Normal", "FillAdmitted",
+                                f"{cls}: shards {fv.format_ranges(step.shards)} ({reasons})")
+        elif plan.reasons and not plan.evict and not plan.admit:
+            last = [d for d in status.get("lastDecisions") or [] if d.get("gpuClass") == cls][-1:]
+            if not (last and last[0].get("action") == "hold" and last[0].get("message") == reasons[:300]):
+                decisions.append(_record(now, cls, "hold", 0, reasons))
+    if decisions:
+        log.info("%s/%s: %s", namespace, job, "; ".join(f"{d['gpuClass']} {d['action']} {d['count']}"
+                                                        for d in decisions))
+    return decisions, evicted_mine
+
+
+def _record(now: str, cls: str, action: str, count: int, message: str) -> dict[str, Any]:
+    return {"time": now, "gpuClass": cls, "action": action, "count": count, "message": message[:300]}
+
+
+async def evict(rt: Runtime, pod: Mapping[str, Any] | None, spec: FillJobSpec) -> bool:
+    """Delete a fill pod with its grace period (never below 1 s: 0 would be a force delete while
+    the GPU is still held and the checkpoint unwritten)."""
+    if pod is None:
+        return False
+    meta = pod["metadata"]
+    grace = int((pod.get("spec") or {}).get("terminationGracePeriodSeconds") or spec.policy.grace_period_s)
+    return await rt.kube.delete(path("v1", "pods", meta["namespace"], meta["name"]),
+                                grace_seconds=max(grace, 1))
+
+
+async def create_shard_pod(rt: Runtime, body: Any, spec: FillJobSpec, shard: int, cls: str,
+                           view: FillView) -> str:
+    meta = body["metadata"]
+    name = fv.pod_name(meta["name"], shard, view.existing)
+    pod = fv.fill_pod(meta["name"], meta["namespace"], spec, shard, cls, name, catalog=rt.catalog)
+    kopf.adopt(pod, owner=body)
+    try:
+        await rt.kube.create(path("v1", "pods", meta["namespace"]), pod)
+    except KubeError as exc:
+        if exc.status != 409:  # 409: created by an earlier, interrupted pass
+            raise
+    view.existing.add(name)
+    view.acc.running_shards.add(shard)
+    view.acc.active.append(name)
+    return name
+
+
+def job_status(spec: FillJobSpec, acc: fv.Accounting, status: Mapping[str, Any], gen: int,
+               decisions: list[dict[str, Any]], evicted_mine: int) -> dict[str, Any]:
+    """The status fields of one pass (the handler sends only those that changed)."""
     complete = len(acc.done | acc.failed) >= spec.shards
     conds = st.set_conditions(status.get("conditions"), {
         "Complete": ("True", "AllShardsFinished", f"{len(acc.done)} done, {len(acc.failed)} failed")
@@ -156,9 +226,25 @@ async def fill_pass(rt: Runtime, body: Any, status: Any) -> dict[str, Any]:
     }
     if decisions:
         out["lastDecisions"] = st.append_history(status.get("lastDecisions"), decisions)
-    if created:
-        log.info("%s/%s: created %s", namespace, job, ", ".join(created))
     return out
+
+
+async def fill_pass(rt: Runtime, body: Any, status: Any) -> dict[str, Any]:
+    """One pass for one FillJob: observe → policy → act. Returns the status fields."""
+    meta = body["metadata"]
+    job, namespace, gen = meta["name"], meta["namespace"], int(meta.get("generation", 0))
+    spec, problem = validate(body.get("spec"), job, rt.catalog)
+    if spec is None:
+        if not st.already(status.get("conditions"), "Degraded", "True", "InvalidSpec", problem):
+            await rt.kube.event(dict(body), "Warning", "InvalidSpec", problem)
+            rt.metrics["operator_reconcile_errors"].labels(kind="FillJob").inc()
+        return {"observedGeneration": gen, "conditions": st.set_conditions(
+            status.get("conditions"), {"Degraded": ("True", "InvalidSpec", problem)}, gen)}
+    async with rt.fill_lock:
+        view = await observe(rt, spec, namespace, job, status)
+        steps = decide(spec, view)
+        decisions, evicted_mine = await act(rt, body, spec, view, steps, status)
+    return job_status(spec, view.acc, status, gen, decisions, evicted_mine)
 
 
 def past_grace(pod: dict[str, Any] | None, wall: float) -> bool:
@@ -171,12 +257,11 @@ async def checkpoint_ages(rt: Runtime, pods: list[dict[str, Any]]) -> dict[str, 
     """Un-checkpointed seconds as each running fill pod reports it on its metrics port."""
     urls = {}
     for p in pods:
-        meta = p["metadata"]
-        if (meta.get("labels") or {}).get(fv.L_WORKLOAD) != "fill" or fv.finished(p):
+        if (p["metadata"].get("labels") or {}).get(fv.L_WORKLOAD) != "fill" or fv.finished(p):
             continue
         url = pod_url(p, default_port=None, port_name="metrics")
         if url:
-            urls[f"{meta.get('namespace', '')}/{meta['name']}"] = url
+            urls[fv.pod_id(p)] = url
     if not urls:
         return {}
     return await scrape_gauges(rt.http, urls, metric_spec("fill_seconds_since_checkpoint").name)

@@ -10,6 +10,7 @@ themselves come from :func:`ttsfleet.policy.plan_fill`.
 from __future__ import annotations
 
 import datetime
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +26,8 @@ from ttsfleet.operator.desired import (
 )
 from ttsfleet.operator.models import GPU_CLASS_LABEL, FillJobSpec
 
+from ttsfleet import serving_env
+from ttsfleet.catalog import GpuCatalog
 from ttsfleet.exitcodes import PREEMPTED_REQUEUE
 from ttsfleet.policy import ClassObservation, FillJobView
 
@@ -60,17 +63,58 @@ def pod_gpus(pod: Mapping[str, Any]) -> int:
     return total
 
 
-def wanted_class(pod: Mapping[str, Any]) -> str | None:
-    """The GPU class a pod is pinned to (node selector, label, or required node affinity)."""
+#: Server-side selectors for the cluster-wide GPU picture: only nodes with a class label, only
+#: pods that may hold a GPU (finished pods hold none).
+NODE_SELECTOR = GPU_CLASS_LABEL
+UNFINISHED = "status.phase!=Succeeded,status.phase!=Failed"
+
+
+#: Seconds past a fill pod's deletion deadline after which a pod on a lost node is given up.
+STUCK_AFTER_S = 30.0
+
+
+def node_ready(node: Mapping[str, Any]) -> bool:
+    ready = [c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"]
+    return bool(ready) and ready[0].get("status") == "True"
+
+
+def stuck_on_lost_node(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]], now_wall: float) -> bool:
+    """Terminating past its deadline (+ :data:`STUCK_AFTER_S`) on a node that is NotReady or gone:
+    no kubelet will finish it, so its shard would be blocked for ever. (A pod whose kubelet is
+    alive but slow is left alone: it still holds the GPU.)"""
+    meta = pod.get("metadata") or {}
+    deadline = parse_time(meta.get("deletionTimestamp"))
+    if deadline is None or now_wall < deadline + STUCK_AFTER_S:
+        return False
+    name = (pod.get("spec") or {}).get("nodeName")
+    node = next((n for n in nodes if (n.get("metadata") or {}).get("name") == name), None)
+    return node is None or not node_ready(node)
+
+
+def pod_id(pod: Mapping[str, Any]) -> str:
+    """``namespace/name``: how the policy and the busy map name a pod."""
+    meta = pod["metadata"]
+    return f"{meta.get('namespace', '')}/{meta['name']}"
+
+
+def _class_name(node_label: str | None, catalog: GpuCatalog) -> str | None:
+    cls = catalog.class_for_node_label(node_label)
+    return cls.name if cls is not None else None
+
+
+def wanted_class(pod: Mapping[str, Any], catalog: GpuCatalog | None = None) -> str | None:
+    """The GPU class a pod is pinned to: the catalog's class for the node label value in its node
+    selector or required node affinity, else the pod's own class label."""
+    catalog = catalog or GpuCatalog.default()
     spec = pod.get("spec") or {}
-    if cls := (spec.get("nodeSelector") or {}).get(GPU_CLASS_LABEL):
-        return cls
+    if value := (spec.get("nodeSelector") or {}).get(GPU_CLASS_LABEL):
+        return _class_name(value, catalog)
     aff = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
            .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
     for term in aff.get("nodeSelectorTerms") or []:
         for expr in term.get("matchExpressions") or []:
             if expr.get("key") == GPU_CLASS_LABEL and expr.get("operator") == "In" and expr.get("values"):
-                return expr["values"][0]
+                return _class_name(expr["values"][0], catalog)
     return ((pod.get("metadata") or {}).get("labels") or {}).get(GPU_CLASS_LABEL)
 
 
@@ -112,13 +156,16 @@ class Inventory:
     node_class: dict[str, str] = field(default_factory=dict)
 
 
-def inventory(nodes: Iterable[Mapping[str, Any]]) -> Inventory:
+def inventory(nodes: Iterable[Mapping[str, Any]], catalog: GpuCatalog | None = None) -> Inventory:
+    """GPUs per class, a node's class being the catalog's class for its node label value."""
+    catalog = catalog or GpuCatalog.default()
     inv = Inventory()
     for node in nodes:
         meta = node.get("metadata") or {}
-        cls = (meta.get("labels") or {}).get(GPU_CLASS_LABEL)
-        if not cls:
+        found = catalog.class_of_node(meta.get("labels"))
+        if found is None:
             continue
+        cls = found.name
         status = node.get("status") or {}
         gpus = int((status.get("allocatable") or status.get("capacity") or {}).get(GPU, 0))
         inv.node_class[meta["name"]] = cls
@@ -133,10 +180,11 @@ def inventory(nodes: Iterable[Mapping[str, Any]]) -> Inventory:
 def observe(nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]], t: float,
             now_wall: float, checkpoint_interval_s: float,
             forecasts: Mapping[str, float | None] | None = None,
-            checkpoint_ages: Mapping[str, float] | None = None) -> dict[str, ClassObservation]:
+            checkpoint_ages: Mapping[str, float] | None = None,
+            catalog: GpuCatalog | None = None) -> dict[str, ClassObservation]:
     """One observation per GPU class that has nodes. ``checkpoint_ages`` (``ns/name`` → seconds, as
     the fill pods report it) wins over the annotation/start-time estimate."""
-    inv = inventory(nodes)
+    inv = inventory(nodes, catalog)
     acc: dict[str, dict[str, Any]] = {c: {"inference": 0, "training": 0, "p_inference": 0,
                                           "p_training": 0, "fill": []} for c in inv.total}
     for pod in pods:
@@ -146,7 +194,7 @@ def observe(nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]
         if gpus == 0:
             continue
         node = (pod.get("spec") or {}).get("nodeName")
-        cls = inv.node_class.get(node) if node else wanted_class(pod)
+        cls = inv.node_class.get(node) if node else wanted_class(pod, catalog)
         if cls not in acc:
             continue
         kind = workload(pod)
@@ -172,11 +220,6 @@ def observe(nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]
             fill_jobs=tuple(sorted(a["fill"], key=lambda j: j.id)),
             inference_forecast_gpus=(forecasts or {}).get(cls))
     return out
-
-
-def inference_demand(obs: ClassObservation) -> float:
-    """What the demand forecast tracks: inference GPUs held plus wanted."""
-    return float(obs.inference_gpus + obs.pending_inference_gpus)
 
 
 # --- the job's own pods ---------------------------------------------------------------------------
@@ -292,8 +335,10 @@ def pod_name(job: str, shard: int, existing: set[str]) -> str:
 
 
 def fill_pod(job: str, namespace: str, spec: FillJobSpec, shard: int, gpu_class: str,
-             name: str) -> dict[str, Any]:
-    """The pod for one shard on one GPU class: lowest priority, never preempts, checkpoints on SIGTERM."""
+             name: str, catalog: GpuCatalog | None = None) -> dict[str, Any]:
+    """The pod for one shard on one GPU class: lowest priority, never preempts, checkpoints on
+    SIGTERM; placed by the class's catalog node label, like the inference pods."""
+    catalog = catalog or GpuCatalog.default()
     ckpt_dir = f"{spec.checkpoint_volume.mount_path.rstrip('/')}/{job}/shard-{shard:05d}"
     args = ["--input", spec.manifest, "--output", spec.output, "--checkpoint", ckpt_dir,
             "--shard", f"{shard}/{spec.shards}"]
@@ -326,8 +371,9 @@ def fill_pod(job: str, namespace: str, spec: FillJobSpec, shard: int, gpu_class:
             # The operator requeues: exit 0 = shard done, 99 = checkpointed and preempted (retry,
             # not failure), anything else counts against maxFailuresPerShard.
             "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": int(spec.policy.grace_period_s),
-            "nodeSelector": {**spec.node_selector, GPU_CLASS_LABEL: gpu_class},
+            # Whole seconds, at least 1: 0 would make every eviction a force delete.
+            "terminationGracePeriodSeconds": max(math.ceil(spec.policy.grace_period_s), 1),
+            "nodeSelector": {**spec.node_selector, **catalog.get(gpu_class).node_selector()},
             "tolerations": tolerations,
             "containers": [{
                 "name": "fill",
@@ -335,7 +381,7 @@ def fill_pod(job: str, namespace: str, spec: FillJobSpec, shard: int, gpu_class:
                 "command": list(spec.command),
                 "args": args,
                 "ports": [{"name": "metrics", "containerPort": FILL_METRICS_PORT, "protocol": "TCP"}],
-                "env": [{"name": "TTSFLEET_GPU_CLASS", "value": gpu_class},
+                "env": [{"name": serving_env.GPU_CLASS, "value": gpu_class},
                         {"name": "TTSFLEET_FILL_JOB", "value": f"{job}-{shard}"},
                         {"name": "TTSFLEET_FILL_METRICS_PORT", "value": str(FILL_METRICS_PORT)}],
                 "resources": {"requests": {"cpu": spec.resources.cpu, "memory": spec.resources.memory,

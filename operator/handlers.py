@@ -12,6 +12,7 @@ from typing import Any
 
 import kopf
 from ttsfleet.operator import fill, inference, inventory
+from ttsfleet.operator import status as st
 from ttsfleet.operator.models import GROUP, VERSION
 from ttsfleet.operator.runtime import Runtime
 
@@ -28,6 +29,9 @@ def configure(settings: kopf.OperatorSettings) -> kopf.OperatorSettings:
     settings.scanning.disabled = True
     settings.posting.level = 30  # kopf's own events: warnings and errors only; ours are explicit
     settings.watching.server_timeout = 300
+    # A deletion that lands while a timer runs waits for it to exit, re-checked every this many
+    # seconds (kopf's default 60 s held every such delete, and uninstalls, for a minute).
+    settings.background.cancellation_polling = 1.0
     return settings
 
 
@@ -57,7 +61,7 @@ def build_registry(rt: Runtime) -> kopf.OperatorRegistry:
     @kopf.on.update(*TTSD, id="reconcile", field="spec", registry=registry, backoff=15)
     async def ttsd_reconcile(body: kopf.Body, status: kopf.Status, patch: kopf.Patch, **_: Any) -> None:
         try:
-            patch.status.update(await inference.reconcile(rt, body, status))
+            patch.status.update(st.changes(status, await inference.reconcile(rt, body, status)))
         except Exception as exc:
             # Visible in status while kopf retries (API errors, conflicts, webhooks).
             rt.metrics["operator_reconcile_errors"].labels(kind="TTSDeployment").inc()
@@ -75,20 +79,18 @@ def build_registry(rt: Runtime) -> kopf.OperatorRegistry:
         except Exception as exc:
             rt.metrics["operator_reconcile_errors"].labels(kind="TTSDeployment").inc()
             fixed = {"conditions": inference.degraded(body, status, "ReconcileError", repr(exc))}
-        patch.status.update(fixed)
         out = await inference.autoscale(rt, body, {**status, **fixed}, mem)
-        if out:
-            patch.status.update(out)
+        patch.status.update(st.changes(status, {**fixed, **(out or {})}))
 
-    @kopf.on.delete(*TTSD, id="cleanup", registry=registry)
+    @kopf.on.delete(*TTSD, id="cleanup", registry=registry, backoff=rt.retry_delay_s)
     async def ttsd_delete(body: kopf.Body, **_: Any) -> None:
-        rt.inference_needed.pop(f"{body['metadata'].get('namespace')}/{body['metadata']['name']}", None)
+        rt.inference_need.pop(f"{body['metadata'].get('namespace')}/{body['metadata']['name']}", None)
         await inference.delete_children(rt, body, body.get("spec"))
 
-    @kopf.timer(*FILLJOB, id="fill", interval=rt.fill_interval_s, registry=registry)
+    @kopf.timer(*FILLJOB, id="fill", interval=rt.fill_interval_s, registry=registry, backoff=rt.retry_delay_s)
     async def filljob_pass(body: kopf.Body, status: kopf.Status, patch: kopf.Patch, **_: Any) -> None:
         try:
-            patch.status.update(await fill.fill_pass(rt, body, status))
+            patch.status.update(st.changes(status, await fill.fill_pass(rt, body, status)))
         except Exception:
             rt.metrics["operator_reconcile_errors"].labels(kind="FillJob").inc()
             raise

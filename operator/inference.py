@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,17 +22,20 @@ from ttsfleet.operator import desired as d
 from ttsfleet.operator import status as st
 from ttsfleet.operator.kube import KINDS, path
 from ttsfleet.operator.models import TTSDeploymentSpec
-from ttsfleet.operator.reconcile import apply
+from ttsfleet.operator.reconcile import NotOwned, apply, delete_if_owned
 from ttsfleet.operator.runtime import Runtime
 from ttsfleet.operator.signals import PoolMeasure, PrometheusSource, ScrapeSource
 
+from ttsfleet.catalog import GpuCatalog
 from ttsfleet.policy import (
     AutoscaleState,
     DeploymentSignals,
     PoolSignals,
+    clamp_replicas,
     decide_replicas,
     scale_down_victims,
 )
+from ttsfleet.policy.demand import InferenceNeed
 
 log = logging.getLogger(__name__)
 REPLICAS = ("spec", "replicas")
@@ -45,10 +49,12 @@ class Memory:
     scraper: ScrapeSource | None = None
 
 
-def validate(spec_raw: Any, name: str) -> tuple[TTSDeploymentSpec | None, str]:
-    """Validate with the CRD's own model; an invalid spec is reported, never acted on."""
+def validate(spec_raw: Any, name: str,
+             catalog: GpuCatalog | None = None) -> tuple[TTSDeploymentSpec | None, str]:
+    """Validate with the CRD's own model and the run's catalog; an invalid spec is reported,
+    never acted on."""
     try:
-        spec = TTSDeploymentSpec.model_validate(dict(spec_raw or {}))
+        spec = TTSDeploymentSpec.model_validate(dict(spec_raw or {}), context={"catalog": catalog})
     except ValidationError as exc:
         errs = "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors())
         return None, errs
@@ -82,7 +88,8 @@ def pools_status(rt: Runtime, name: str, spec: TTSDeploymentSpec,
                  live: dict[str, dict[str, Any] | None],
                  desired: dict[str, int] | None = None) -> list[dict[str, Any]]:
     return [st.pool_status(p.key, p.gpu_class, live[p.key], (desired or {}).get(p.key),
-                           d.quantization(spec, p, rt.catalog), spec.cuda_graph_max_bs(p.gpu_class))
+                           d.quantization(spec, p, rt.catalog),
+                           spec.cuda_graph_max_bs(p.gpu_class, rt.catalog))
             for p in spec.pools]
 
 
@@ -90,24 +97,28 @@ async def reconcile(rt: Runtime, body: Any, status: Any) -> dict[str, Any]:
     """Spec → objects. Returns the status fields to patch."""
     meta = body["metadata"]
     name, namespace, gen = meta["name"], meta["namespace"], int(meta.get("generation", 0))
-    spec, problem = validate(body.get("spec"), name)
+    spec, problem = validate(body.get("spec"), name, rt.catalog)
     if spec is None:
         return await report_invalid(rt, body, problem, status)
     objs = d.desired_objects(name, spec, rt.catalog)
     for obj in objs:
         obj["metadata"]["namespace"] = namespace
     kopf.adopt(objs, owner=body)
-    changed = []
+    changed, conflicts = [], []
     for obj in objs:
-        outcome = await apply(rt.kube, obj, [REPLICAS] if obj["kind"] == "Deployment" else [])
+        try:
+            outcome = await apply(rt.kube, obj, [REPLICAS] if obj["kind"] == "Deployment" else [])
+        except NotOwned as exc:
+            conflicts.append(str(exc))
+            continue
         if outcome != "unchanged":
             changed.append(f"{obj['kind']}/{obj['metadata']['name']} {outcome}")
-    # Replica bounds changed: clamp now rather than wait for the autoscaler.
+    # Replica bounds changed: clamp now (the policy's clamp) rather than wait for the autoscaler.
     live = await live_deployments(rt, namespace, name, spec)
     for pool in spec.pools:
         obj = live[pool.key]
         cur = int(((obj or {}).get("spec") or {}).get("replicas", 0) or 0)
-        want = min(max(cur, pool.min_replicas), pool.max_replicas)
+        want = clamp_replicas(pool, cur)
         if obj is not None and want != cur:
             await rt.kube.patch(_deployment_url(namespace, d.child_name(name, pool)),
                                 {"spec": {"replicas": want}})
@@ -117,17 +128,23 @@ async def reconcile(rt: Runtime, body: Any, status: Any) -> dict[str, Any]:
     if changed:
         await rt.kube.event(dict(body), "Normal", "Reconciled", "; ".join(changed))
     pools = pools_status(rt, name, spec, live)
-    conds = st.set_conditions(status.get("conditions"), {
-        **st.replica_conditions(pools), "Degraded": ("False", "Reconciled", "spec applied")}, gen)
+    degraded_ = ("False", "Reconciled", "spec applied")
+    if conflicts:
+        degraded_ = ("True", "NotOwned", "; ".join(conflicts))
+        if not st.already(status.get("conditions"), "Degraded", *degraded_):
+            await rt.kube.event(dict(body), "Warning", "NotOwned", "; ".join(conflicts))
+    conds = st.set_conditions(status.get("conditions"), {**st.replica_conditions(pools),
+                                                         "Degraded": degraded_}, gen)
     return {"pools": pools, **st.summary(pools), "conditions": conds, "observedGeneration": gen}
 
 
 async def delete_orphans(rt: Runtime, body: Any, spec: TTSDeploymentSpec) -> list[str]:
-    """Children of pools that left the spec (filtered client-side by owner uid and pool label)."""
+    """Children of pools that left the spec (selected by instance label, checked by owner uid)."""
     meta = body["metadata"]
     keep = {p.key for p in spec.pools}
     removed = []
-    for item in await rt.kube.list(path("apps/v1", "deployments", meta["namespace"])):
+    for item in await rt.kube.list(path("apps/v1", "deployments", meta["namespace"]),
+                                   labels=f"{d.L_INSTANCE}={meta['name']}"):
         m = item["metadata"]
         owners = {o.get("uid") for o in m.get("ownerReferences") or []}
         pool = (m.get("labels") or {}).get(d.L_POOL)
@@ -135,7 +152,7 @@ async def delete_orphans(rt: Runtime, body: Any, spec: TTSDeploymentSpec) -> lis
             continue
         for kind in ("Deployment", "Service", "PodDisruptionBudget"):
             api, plural = KINDS[kind]
-            await rt.kube.delete(path(api, plural, meta["namespace"], m["name"]))
+            await delete_if_owned(rt.kube, path(api, plural, meta["namespace"], m["name"]), meta["uid"])
         removed.append(m["name"])
     return removed
 
@@ -144,11 +161,12 @@ async def delete_children(rt: Runtime, body: Any, spec_raw: Any) -> None:
     """Explicit cleanup on deletion (the API server's GC does the same through owner references)."""
     meta = body["metadata"]
     name, namespace = meta["name"], meta["namespace"]
-    spec, _ = validate(spec_raw, name)
+    spec, _ = validate(spec_raw, name, rt.catalog)
     if spec is not None:
         for obj in d.desired_objects(name, spec, rt.catalog):
             api, plural = KINDS[obj["kind"]]
-            await rt.kube.delete(path(api, plural, namespace, obj["metadata"]["name"]))
+            await delete_if_owned(rt.kube, path(api, plural, namespace, obj["metadata"]["name"]),
+                                  meta["uid"])
         for pool in spec.pools:
             for metric in ("operator_replicas_desired", "operator_replicas_ready"):
                 with contextlib.suppress(KeyError):
@@ -156,7 +174,7 @@ async def delete_children(rt: Runtime, body: Any, spec_raw: Any) -> None:
 
 
 def pool_pods(pods: list[dict[str, Any]], name: str, pool_key: str) -> list[dict[str, Any]]:
-    """Running, not terminating pods of one pool (label filter done here: no server selectors)."""
+    """Running, not terminating pods of one pool (the deployment's pods, filtered by pool here)."""
     out = []
     for p in pods:
         labels = p["metadata"].get("labels") or {}
@@ -214,17 +232,35 @@ async def measure(rt: Runtime, mem: Memory, namespace: str, name: str, spec: TTS
     return out
 
 
+def seeded_state(state: AutoscaleState, signals: DeploymentSignals) -> AutoscaleState:
+    """A fresh memory (first step after a start or a restart) counts the live replicas as just
+    recommended, so the scale-down stabilization window restarts from them: a restarted operator
+    holds 16 replicas for the window instead of dropping to what one quiet sample suggests."""
+    recs = {k: ((signals.t, s.current_replicas),) for k, s in signals.pools.items() if s.current_replicas}
+    return dataclasses.replace(state, recommendations=recs)
+
+
+def to_pool_signals(measure: PoolMeasure, deployment: Mapping[str, Any] | None) -> PoolSignals:
+    """The operator's one conversion into the policy's type: a pool's measured load (Prometheus
+    or the pods' /metrics) and its Deployment's replica counts."""
+    dep = deployment or {}
+    return PoolSignals(in_flight=measure.in_flight, queue_depth=measure.queue_depth,
+                       ready_replicas=int((dep.get("status") or {}).get("readyReplicas", 0) or 0),
+                       current_replicas=int((dep.get("spec") or {}).get("replicas", 0) or 0),
+                       ttfa_p99_s=measure.ttfa_p99_s)
+
+
 async def autoscale(rt: Runtime, body: Any, status: Any, mem: Memory) -> dict[str, Any] | None:
     """One autoscaling step. Returns the status fields to patch (None: nothing to do yet)."""
     meta = body["metadata"]
     name, namespace, gen = meta["name"], meta["namespace"], int(meta.get("generation", 0))
-    spec, _ = validate(body.get("spec"), name)
+    spec, _ = validate(body.get("spec"), name, rt.catalog)
     if spec is None:
         return None
     live = await live_deployments(rt, namespace, name, spec)
     if any(v is None for v in live.values()):
         return None  # the reconcile handler has not created them yet
-    pods = await rt.kube.list(path("v1", "pods", namespace))
+    pods = await rt.kube.list(path("v1", "pods", namespace), labels=f"{d.L_INSTANCE}={name}")
     measures = await measure(rt, mem, namespace, name, spec, pods)
     blind = [k for k, m in measures.items() if m.errors and not m.scraped]
     if blind:
@@ -236,17 +272,11 @@ async def autoscale(rt: Runtime, body: Any, status: Any, mem: Memory) -> dict[st
         for pod_name, in_flight in m.per_pod_in_flight.items():
             rt.inference_busy[f"{namespace}/{pod_name}"] = in_flight > 0
     signals = DeploymentSignals(t=rt.now(), pools={
-        p.key: PoolSignals(
-            in_flight=measures[p.key].in_flight, queue_depth=measures[p.key].queue_depth,
-            ready_replicas=int(((live[p.key] or {}).get("status") or {}).get("readyReplicas", 0) or 0),
-            current_replicas=int(((live[p.key] or {}).get("spec") or {}).get("replicas", 0) or 0),
-            ttfa_p99_s=measures[p.key].ttfa_p99_s)
-        for p in spec.pools})
+        p.key: to_pool_signals(measures[p.key], live[p.key]) for p in spec.pools})
+    if not mem.state.recommendations:
+        mem.state = seeded_state(mem.state, signals)
     decision, mem.state = decide_replicas(spec.autoscale, spec.pools, rt.catalog, mem.state, signals)
-    needed: dict[str, int] = {}
-    for pd in decision.pools:
-        needed[pd.gpu_class] = needed.get(pd.gpu_class, 0) + pd.needed * spec.resources.gpus
-    rt.inference_needed[f"{namespace}/{name}"] = needed
+    rt.inference_need[f"{namespace}/{name}"] = InferenceNeed.from_decision(decision, spec.resources.gpus)
     records = []
     now = st.now_iso()
     for pd in decision.pools:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import ssl
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,7 +70,8 @@ class Kube:
         if os.environ.get("KUBERNETES_SERVICE_HOST") and (SA_DIR / "token").exists():
             host = os.environ["KUBERNETES_SERVICE_HOST"]
             port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-            client = httpx.AsyncClient(base_url=f"https://{host}:{port}", verify=str(SA_DIR / "ca.crt"),
+            client = httpx.AsyncClient(base_url=f"https://{host}:{port}",
+                                       verify=ssl.create_default_context(cafile=str(SA_DIR / "ca.crt")),
                                        timeout=30)
             return cls(client, SA_DIR / "token")
         from kubernetes import client as kclient
@@ -81,9 +83,12 @@ class Kube:
         token = (cfg.api_key or {}).get("authorization") or (cfg.api_key or {}).get("BearerToken")
         if token:
             headers["Authorization"] = token if token.lower().startswith("bearer ") else f"Bearer {token}"
-        verify: Any = cfg.ssl_ca_cert or cfg.verify_ssl
-        cert = (cfg.cert_file, cfg.key_file) if cfg.cert_file else None
-        client = httpx.AsyncClient(base_url=cfg.host, headers=headers, verify=verify, cert=cert, timeout=30)
+        verify: Any = cfg.verify_ssl
+        if cfg.ssl_ca_cert or cfg.cert_file:
+            verify = ssl.create_default_context(cafile=cfg.ssl_ca_cert or None)
+            if cfg.cert_file:
+                verify.load_cert_chain(cfg.cert_file, cfg.key_file)
+        client = httpx.AsyncClient(base_url=cfg.host, headers=headers, verify=verify, timeout=30)
         return cls(client)
 
     async def aclose(self) -> None:
@@ -111,9 +116,11 @@ class Kube:
             return None
         return self._check(resp)
 
-    async def list(self, url: str) -> list[dict[str, Any]]:
-        """All items of a collection. No selectors: callers filter client-side."""
-        resp = await self._request("GET", url)
+    async def list(self, url: str, *, labels: str | None = None,
+                   fields: str | None = None) -> list[dict[str, Any]]:
+        """Items of a collection, narrowed on the server by label and field selectors."""
+        params = {k: v for k, v in (("labelSelector", labels), ("fieldSelector", fields)) if v}
+        resp = await self._request("GET", url, params=params)
         if resp.status_code == 404:
             return []
         return list(self._check(resp).get("items") or [])

@@ -13,6 +13,8 @@ import kopf
 from ttsfleet.operator.handlers import build_registry, configure
 from ttsfleet.operator.runtime import Runtime
 
+from ttsfleet.catalog import GpuCatalog
+
 
 async def operator_task(rt: Runtime, *, namespaces: Sequence[str] = (), liveness: str | None = None,
                         stop_flag: asyncio.Event | None = None,
@@ -27,11 +29,13 @@ async def operator_task(rt: Runtime, *, namespaces: Sequence[str] = (), liveness
 
 
 async def serve(*, metrics_port: int, health_port: int, namespaces: Sequence[str],
-                autoscale_interval_s: float, fill_interval_s: float) -> None:
+                autoscale_interval_s: float, fill_interval_s: float,
+                catalog: GpuCatalog | None = None) -> None:
     from prometheus_client import start_http_server
 
     rt = Runtime.from_environment(autoscale_interval_s=autoscale_interval_s,
-                                  fill_interval_s=fill_interval_s)
+                                  fill_interval_s=fill_interval_s,
+                                  catalog=catalog or GpuCatalog.default())
     server, thread = start_http_server(metrics_port, registry=rt.metrics.registry)
     try:
         await operator_task(rt, namespaces=namespaces, liveness=f"http://0.0.0.0:{health_port}/healthz")

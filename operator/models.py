@@ -9,33 +9,87 @@ class to the catalog's names so the schema can reject unknown classes).
 
 from __future__ import annotations
 
-from typing import Literal
+import re
+from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from ttsfleet.fill_jobs import registry
+from ttsfleet.operator import quantity
 
-from ttsfleet.catalog import cuda_graph_max_bs, default_classes
+from ttsfleet.catalog import GpuCatalog, cuda_graph_max_bs
 from ttsfleet.config import AutoscaleConfig, FillPolicyConfig, PoolSpec, WireModel
+from ttsfleet.quantization import QuantRequestField
 
 GROUP = "ttsfleet.io"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 GPU_CLASS_LABEL = "ttsfleet.io/gpu-class"
 
-#: The catalog's classes, as a schema enum (a new class is one catalog entry plus `crds` re-run).
-GpuClassName = Literal[tuple(sorted(default_classes()))]  # type: ignore[valid-type]
-Quantization = Literal["auto", "bsgemm_fp8", "mxfp8", "bf16"]
+#: A GPU class of the run's catalog: checked against ``context={"catalog": ...}`` when validating
+#: (the built-in catalog without one); the CRD schema's enum is generated from the same catalog
+#: (``ttsfleet operator crds --catalog FILE``), so a new class is one catalog file.
+GpuClassName = str
 
-_QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|M|G|T)?$"
+
+def catalog_of(info: ValidationInfo | None) -> GpuCatalog:
+    found = ((info.context if info is not None else None) or {}).get("catalog")
+    return found if isinstance(found, GpuCatalog) else GpuCatalog.default()
+
+
+def _known_classes(value: Any, info: ValidationInfo) -> Any:
+    catalog = catalog_of(info)
+    for name in [value] if isinstance(value, str) else value:
+        if name not in catalog.classes:
+            raise ValueError(f"unknown GPU class {name!r} (known: {catalog.names_text()})")
+    return value
+
+_QUANTITY = quantity.PATTERN
+#: What the API server accepts as label keys (qualified names) and label values: checked here so a
+#: spec the CRD admits never yields a child object the API server rejects.
+LABEL_KEY = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+             r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+LABEL_VALUE = r"^$|^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+#: DNS-1035 label: what a Service name must be (TTSDeployment names prefix their Services').
+DNS1035 = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+_NODE_SELECTOR_RULES = {"x-kubernetes-validations": [
+    {"rule": f"self.all(k, size(k) <= 317 && k.matches(r'{LABEL_KEY}'))",
+     "message": "nodeSelector keys must be label keys (prefix/name)"}],
+    "additionalProperties": {"type": "string", "maxLength": 63, "pattern": LABEL_VALUE}, "maxProperties": 32}
+
+
+def _check_node_selector(value: dict[str, str]) -> dict[str, str]:
+    for k, v in value.items():
+        if not re.match(LABEL_KEY, k) or len(v) > 63 or not re.match(LABEL_VALUE, v):
+            raise ValueError(f"nodeSelector {k}={v!r} is not a valid label key/value")
+    return value
 
 
 class Toleration(WireModel):
-    """A pod toleration (the subset of core/v1 Toleration a GPU pool needs)."""
+    """A pod toleration (core/v1 Toleration), with the API server's own consistency rules."""
 
-    key: str = ""
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "(has(self.operator) && self.operator == 'Exists') || (has(self.key) && self.key != '')",
+         "message": "a toleration without a key needs operator: Exists"},
+        {"rule": "!has(self.operator) || self.operator != 'Exists' || !has(self.value) || self.value == ''",
+         "message": "operator Exists takes no value"},
+        {"rule": "!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+         "message": "tolerationSeconds needs effect: NoExecute"}]})
+
+    key: str = Field(default="", max_length=317, pattern=r"^$|" + LABEL_KEY)
     operator: Literal["Exists", "Equal"] = "Equal"
-    value: str = ""
+    value: str = Field(default="", max_length=63, pattern=LABEL_VALUE)
     effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] = ""
     toleration_seconds: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Toleration:
+        if self.operator != "Exists" and not self.key:
+            raise ValueError("a toleration without a key needs operator: Exists")
+        if self.operator == "Exists" and self.value:
+            raise ValueError("operator Exists takes no value")
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            raise ValueError("tolerationSeconds needs effect: NoExecute")
+        return self
 
 
 class Resources(WireModel):
@@ -44,6 +98,12 @@ class Resources(WireModel):
     cpu: str = Field(default="4", pattern=_QUANTITY)
     memory: str = Field(default="32Gi", pattern=_QUANTITY)
     gpus: int = Field(default=1, ge=1, le=8, description="nvidia.com/gpu per pod")
+
+    @field_validator("cpu", "memory")
+    @classmethod
+    def _canonical(cls, value: str) -> str:
+        """The API server's spelling (0.5 -> 500m), so desired objects equal the stored ones."""
+        return quantity.canonical(value)
 
 
 class EnvVar(WireModel):
@@ -90,7 +150,9 @@ class TTSPool(PoolSpec):
         {"rule": "self.minReplicas <= self.maxReplicas",
          "message": "minReplicas must not exceed maxReplicas"}]})
 
-    gpu_class: GpuClassName = Field(description="catalog name: h200 | rtx5090 | rtx6000pro")
+    gpu_class: GpuClassName = Field(description="a GPU class of the catalog (ttsfleet.catalog)")
+
+    _known = field_validator("gpu_class")(_known_classes)
 
 
 class TTSDeploymentSpec(WireModel):
@@ -105,14 +167,16 @@ class TTSDeploymentSpec(WireModel):
     model: ModelSource
     image: str = Field(min_length=1)
     pools: list[TTSPool] = Field(min_length=1, max_length=8)
-    quantization: Quantization = Field(
-        default="auto", description="auto: bsgemm_fp8 on sm_90a classes, mxfp8 on sm_120a classes")
+    quantization: QuantRequestField = Field(
+        default="auto", description=GpuCatalog.default().quantization_text())
     serving: ServingSpec = ServingSpec()
     autoscale: AutoscaleConfig = AutoscaleConfig()
     resources: Resources = Resources()
-    node_selector: dict[str, str] = Field(default_factory=dict)
-    tolerations: list[Toleration] = Field(default_factory=list)
+    node_selector: dict[str, str] = Field(default_factory=dict, json_schema_extra=_NODE_SELECTOR_RULES)
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=32)
     env: list[EnvVar] = Field(default_factory=list)
+
+    _selector = field_validator("node_selector")(_check_node_selector)
 
     @model_validator(mode="after")
     def _unique_pools(self) -> TTSDeploymentSpec:
@@ -121,15 +185,15 @@ class TTSDeploymentSpec(WireModel):
             raise ValueError(f"pool names must be unique (a pool's name defaults to its gpuClass): {keys}")
         return self
 
-    def max_running_requests(self, gpu_class: str) -> int:
+    def max_running_requests(self, gpu_class: str, catalog: GpuCatalog | None = None) -> int:
         if self.serving.max_running_requests is not None:
             return self.serving.max_running_requests
-        return default_classes()[gpu_class].serving.max_running_requests
+        return (catalog or GpuCatalog.default()).get(gpu_class).serving.max_running_requests
 
-    def cuda_graph_max_bs(self, gpu_class: str) -> int:
+    def cuda_graph_max_bs(self, gpu_class: str, catalog: GpuCatalog | None = None) -> int:
         if self.serving.cuda_graph_max_bs is not None:
             return self.serving.cuda_graph_max_bs
-        return cuda_graph_max_bs(self.max_running_requests(gpu_class))
+        return cuda_graph_max_bs(self.max_running_requests(gpu_class, catalog))
 
 
 class VolumeRef(WireModel):
@@ -146,19 +210,29 @@ class FillJobSpec(WireModel):
     command: list[str] = Field(default_factory=lambda: ["ttsfleet", "fill", "run"], min_length=1)
     manifest: str = Field(min_length=1, description="dataset manifest path inside the pod")
     output: str = Field(min_length=1, description="output directory inside the pod")
-    stages: list[str] = Field(default_factory=list, description="cleaning stages; empty = all")
+    stages: list[str] = Field(
+        default_factory=list, max_length=32,
+        description=f"cleaning stages ({', '.join(registry.names())}); empty = the default ones",
+        # The registry's names as the schema enum: an unknown stage is refused when the FillJob is
+        # created, not when a pod starts (regenerate the CRDs after registering a stage).
+        json_schema_extra={"items": {"type": "string", "enum": list(registry.names())}})
     data_volume: VolumeRef | None = Field(default=None, description="PVC with manifest and output")
     checkpoint_volume: VolumeRef = Field(description="PVC for checkpoints (one sub-dir per shard)")
     shards: int = Field(default=1, ge=1, le=100000, description="the manifest is split in N shards")
     gpu_classes: list[GpuClassName] = Field(min_length=1)
+
+    _known = field_validator("gpu_classes")(_known_classes)
+    _stages = field_validator("stages")(registry.check)
     gpus_per_pod: int = Field(default=1, ge=1, le=8)
     max_parallelism: int = Field(default=8, ge=1, le=10000)
     max_failures_per_shard: int = Field(
         default=3, ge=0, description="crashes (exit code other than 0 and 99) before a shard is given up")
     policy: FillPolicyConfig = FillPolicyConfig()
     resources: Resources = Resources(cpu="4", memory="16Gi")
-    node_selector: dict[str, str] = Field(default_factory=dict)
-    tolerations: list[Toleration] = Field(default_factory=list)
+    node_selector: dict[str, str] = Field(default_factory=dict, json_schema_extra=_NODE_SELECTOR_RULES)
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=32)
+
+    _selector = field_validator("node_selector")(_check_node_selector)
 
 
 # --- status -------------------------------------------------------------------------------------

@@ -17,6 +17,23 @@ from ttsfleet.operator.kube import Kube, KubeError, obj_path
 Outcome = Literal["created", "patched", "unchanged"]
 
 
+class NotOwned(RuntimeError):
+    """An object with the desired name exists but another controller (or nobody) owns it: it is
+    left alone, never adopted or overwritten."""
+
+
+def controllers(obj: dict[str, Any] | None) -> set[str]:
+    """UIDs of the object's controlling owner references."""
+    refs = ((obj or {}).get("metadata") or {}).get("ownerReferences") or []
+    return {str(r.get("uid")) for r in refs if r.get("controller")}
+
+
+def owned(desired: dict[str, Any], live: dict[str, Any]) -> bool:
+    """True when ``live`` is controlled by the owner ``desired`` names (or desired names none)."""
+    want = controllers(desired)
+    return not want or bool(want & controllers(live))
+
+
 def is_subset(desired: Any, live: Any) -> bool:
     """True when every field of ``desired`` is present in ``live`` with the same value."""
     if isinstance(desired, dict):
@@ -58,6 +75,7 @@ def _stale_keys(desired: dict[str, Any], live: dict[str, Any]) -> dict[tuple[str
     out = {}
     for p in EXACT_MAPS.get(desired.get("kind", ""), ()):
         want, have = _get(desired, p), _get(live, p)
+        want = {} if want is None else want  # left out because empty (the server drops `{}`)
         if isinstance(want, dict) and isinstance(have, dict) and (extra := sorted(set(have) - set(want))):
             out[p] = extra
     return out
@@ -77,7 +95,9 @@ def patch_for(desired: dict[str, Any], live: dict[str, Any] | None,
     want["metadata"] = {k: v for k, v in want.get("metadata", {}).items()
                         if k in ("labels", "annotations", "ownerReferences")}
     for p, keys in stale.items():
-        node = _get(want, p)
+        node = want
+        for key in p:
+            node = node.setdefault(key, {})
         for k in keys:
             node[k] = None  # merge-patch null: delete the key
     return want
@@ -87,7 +107,7 @@ async def apply(kube: Kube, desired: dict[str, Any],
                 owned_elsewhere: Iterable[tuple[str, ...]] = ()) -> Outcome:
     """Create or merge-patch one object so that it contains ``desired``."""
     url = obj_path(desired)
-    owned = list(owned_elsewhere)
+    owned_fields = list(owned_elsewhere)
     live = await kube.get(url)
     if live is None:
         try:
@@ -97,8 +117,21 @@ async def apply(kube: Kube, desired: dict[str, Any],
             if exc.status != 409:
                 raise
             live = await kube.get(url)  # created by an earlier, interrupted pass
-    patch = patch_for(desired, live, owned)
+    if live is not None and not owned(desired, live):
+        meta = live["metadata"]
+        raise NotOwned(f"{desired['kind']} {meta['name']} exists and is not ours "
+                       f"(controller: {', '.join(sorted(controllers(live))) or 'none'}); left alone")
+    patch = patch_for(desired, live, owned_fields)
     if patch is None:
         return "unchanged"
     await kube.patch(url, patch)
     return "patched"
+
+
+async def delete_if_owned(kube: Kube, url: str, owner_uid: str) -> bool:
+    """Delete the object at ``url`` only when ``owner_uid`` controls it (a same-named object of
+    someone else survives); False when it was gone or not ours."""
+    live = await kube.get(url)
+    if live is None or owner_uid not in controllers(live):
+        return False
+    return await kube.delete(url)

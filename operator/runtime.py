@@ -17,6 +17,7 @@ from ttsfleet.operator.kube import Kube
 
 from ttsfleet.catalog import GpuCatalog
 from ttsfleet.metrics import Collectors, make_collectors
+from ttsfleet.policy.demand import DemandTracker, InferenceNeed
 
 ENV_PROMETHEUS_URL = "TTSFLEET_PROMETHEUS_URL"
 
@@ -32,10 +33,11 @@ class Runtime:
     fill_interval_s: float = 10.0
     retry_delay_s: float = 15.0  # a failed reconcile is retried after this long
     fill_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    demand_history: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
-    #: GPUs per class each TTSDeployment's load needs beyond its rate-limited step
-    #: ("ns/name" -> class -> GPUs, from PoolDecision.needed): the fill controller evicts ahead of it.
-    inference_needed: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: Inference demand per class over the forecast window (the policy's immutable tracker).
+    demand: DemandTracker = field(default_factory=DemandTracker)
+    #: What each TTSDeployment's load needs beyond its rate-limited step ("ns/name" -> the
+    #: autoscaler's typed InferenceNeed): the fill controller evicts ahead of it.
+    inference_need: dict[str, InferenceNeed] = field(default_factory=dict)
     inference_busy: dict[str, bool] = field(default_factory=dict)  # "ns/pod" -> request in flight
 
     @classmethod

@@ -83,3 +83,9 @@ def already(conditions: Sequence[Mapping[str, Any]] | None, type_: str, status: 
     """True when the condition is already recorded as given (so its Event was already posted)."""
     return any(c.get("type") == type_ and c.get("status") == status and c.get("reason") == reason
                and c.get("message") == message[:500] for c in conditions or [])
+
+
+def changes(current: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of ``new`` that differ from the stored status: a converged object is not
+    re-patched (and kopf sends no PATCH at all when nothing is left)."""
+    return {k: v for k, v in new.items() if current.get(k) != v}

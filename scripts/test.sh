@@ -31,6 +31,8 @@ echo "== pip install (CPU torch wheel first, so nothing pulls a CUDA build)"
 python3 -P -m pip install -q --disable-pip-version-check "torch==2.13.0"
 python3 -P -m pip install -q --disable-pip-version-check -e ".[all]"
 
+bash scripts/kube-local.sh build   # the local Kubernetes control plane (cached; tests/operator/kube)
+
 echo "== ruff"
 python3 -P -m ruff check .
 

@@ -194,12 +194,12 @@ class MetricsServer:
         return aiohttp.web.Response(body=generate_latest(self.collectors.registry),
                                     content_type="text/plain")
 
-    async def start(self) -> MetricsServer:
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> MetricsServer:
         app = aiohttp.web.Application()
         app.router.add_get("/metrics", self._metrics)
         self.runner = aiohttp.web.AppRunner(app)
         await self.runner.setup()
-        site = aiohttp.web.TCPSite(self.runner, "127.0.0.1", 0)
+        site = aiohttp.web.TCPSite(self.runner, host, port)
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         return self

@@ -135,6 +135,7 @@ def test_invalid_ttsdeployment_rejected_by_schema_and_model(path: str, value: An
     ("spec.maxParallelism", -1),
     ("spec.policy.gracePeriodS", 0),
     ("spec.checkpointVolume", None),
+    ("spec.stages", ["decode", "bogus"]),  # not in the fill stage registry
 ])
 def test_invalid_filljob_rejected_by_schema_and_model(path: str, value: Any) -> None:
     bad = _mutate(filljob(), path, value)

@@ -74,10 +74,10 @@ def test_deployment_carries_class_serving_config_and_scheduling() -> None:
 
 def test_cuda_graph_max_bs_follows_max_running_requests() -> None:
     s = spec(serving={"maxRunningRequests": 24})
-    env = {e["name"]: e["value"] for e in serving_env(s, s.pools[0], CAT)}
+    env = {e["name"]: e.get("value", "") for e in serving_env(s, s.pools[0], CAT)}
     assert env["TTSFLEET_CUDA_GRAPH_MAX_BS"] == "24"
     s = spec(serving={"maxRunningRequests": 128})
-    env = {e["name"]: e["value"] for e in serving_env(s, s.pools[0], CAT)}
+    env = {e["name"]: e.get("value", "") for e in serving_env(s, s.pools[0], CAT)}
     assert env["TTSFLEET_CUDA_GRAPH_MAX_BS"] == "64"
     s = spec(serving={"maxRunningRequests": 128, "cudaGraphMaxBs": 96})
     assert s.cuda_graph_max_bs("h200") == 96

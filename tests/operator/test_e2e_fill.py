@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.operator.conftest import running_operator
 from tests.operator.helpers import EVENTS, FILLJOB, PODS, filljob, live, names, node, objects, wait_for
+from ttsfleet.policy.demand import InferenceNeed
 
 pytestmark = pytest.mark.looptime
 
@@ -176,9 +177,9 @@ async def test_autoscaler_need_beyond_its_step_evicts_ahead(cluster, make_runtim
         job["spec"]["policy"]["forecastWindowS"] = 1  # no trend: only the autoscaler's need counts
         await cluster.post("/apis/ttsfleet.io/v1alpha1/namespaces/ns1/filljobs", json=job)
         await wait_for(lambda: len(fill_pods(cluster)) == 8)
-        rt.inference_needed["ns1/voice"] = {"h200": 3}  # as the autoscale timer records it
+        rt.inference_need["ns1/voice"] = InferenceNeed({"h200": 3})  # as the autoscale timer records it
         await wait_for(lambda: len(fill_pods(cluster)) == 5)
         decisions = live(cluster, FILLJOB, "ns1", "clean")["status"]["lastDecisions"]
         assert any(d["action"] == "evict" for d in decisions)
-        rt.inference_needed.pop("ns1/voice")
+        rt.inference_need.pop("ns1/voice")
         await wait_for(lambda: len(fill_pods(cluster)) == 8)  # the need went away: refilled

@@ -1,0 +1,193 @@
+"""Fixtures for the real-control-plane tests: one local Kubernetes per session, the chart installed
+with the real Helm SDK, and the operator run in-process with the chart's ServiceAccount token.
+
+The control plane (:class:`ttsfleet.operator.localkube.LocalKube`: etcd, kube-apiserver with RBAC
+and OwnerReferencesPermissionEnforcement, controller-manager, scheduler, a fake kubelet) lives under
+a pytest temp dir on free loopback ports and is stopped at session end. Nodes: two h200 nodes and
+one rtx5090 node (4, 4 and 2 GPUs, tainted ``nvidia.com/gpu``), one CPU node.
+
+Two chart releases: ``ttsfleet`` (cluster-wide, namespace ``ttsfleet``) and ``tts-ns`` (namespaced:
+``operator.watchNamespaces: [tts-a]``, namespace ``tts-ops``). The chart's operator Deployment is
+installed with 0 replicas: the operator under test runs in the test's event loop, authenticated
+as that release's ServiceAccount, so RBAC decides every call exactly as it would in the pod.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import ssl
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import httpx
+import pytest
+from ttsfleet.operator.localkube import FakeNode, LocalKube, LocalKubeError, missing_binaries
+from ttsfleet.operator.main import operator_task
+from ttsfleet.operator.runtime import Runtime
+
+REPO = Path(__file__).resolve().parents[3]
+CHART = REPO / "charts" / "ttsfleet"
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+NODES = [
+    FakeNode("h200-a", {"ttsfleet.io/gpu-class": "h200"}, gpus=4, taints=(GPU_TAINT,)),
+    FakeNode("h200-b", {"ttsfleet.io/gpu-class": "h200"}, gpus=4, taints=(GPU_TAINT,)),
+    FakeNode("rtx5090-a", {"ttsfleet.io/gpu-class": "rtx5090"}, gpus=2, taints=(GPU_TAINT,)),
+    FakeNode("cpu-a", {}, gpus=0),
+]
+RELEASES = {
+    "ttsfleet": {"namespace": "ttsfleet", "values": {"operator": {"replicas": 0}}},
+    "tts-ns": {"namespace": "tts-ops", "values": {"operator": {"replicas": 0, "watchNamespaces": ["tts-a"]},
+                                                  "priorityClasses": {"create": False}}},
+}
+
+
+@pytest.fixture(scope="session")
+def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKube]:
+    missing = missing_binaries()
+    if missing:
+        msg = f"local control plane not built (missing {', '.join(missing)}): scripts/kube-local.sh build"
+        if os.environ.get("CI"):
+            pytest.fail(msg)  # CI builds it (scripts/test.sh): a missing build there is a failure
+        pytest.skip(msg)
+    k = LocalKube(tmp_path_factory.mktemp("kube"), NODES)
+    try:
+        k.start()
+    except LocalKubeError:
+        k.stop()
+        raise
+    yield k
+    k.stop()
+
+
+class Api:
+    """The test's own view of the cluster, as the admin (async, so the operator keeps running)."""
+
+    def __init__(self, kube: LocalKube) -> None:
+        self.kube = kube
+        self.client = httpx.AsyncClient(base_url=kube.url, timeout=30,
+                                        verify=ssl.create_default_context(cafile=str(kube.ca_file)),
+                                        headers={"Authorization": f"Bearer {kube.admin_token}"})
+
+    async def call(self, method: str, path: str, body: Any = None, **kw: Any) -> httpx.Response:
+        headers = {"Content-Type": "application/merge-patch+json"} if method == "PATCH" else {}
+        return await self.client.request(method, path, json=body, headers=headers, **kw)
+
+    async def get(self, path: str) -> dict[str, Any] | None:
+        r = await self.call("GET", path)
+        if r.status_code == 404:
+            return None
+        r.raise_for_status()
+        return r.json()
+
+    async def items(self, path: str, **params: str) -> list[dict[str, Any]]:
+        r = await self.call("GET", path, params=params)
+        r.raise_for_status()
+        return list(r.json().get("items") or [])
+
+    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        r = await self.call("POST", path, body)
+        assert r.status_code == 201, f"create {path}: HTTP {r.status_code} {r.text[:500]}"
+        return r.json()
+
+    async def patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        r = await self.call("PATCH", path, body)
+        assert r.status_code == 200, f"patch {path}: HTTP {r.status_code} {r.text[:500]}"
+        return r.json()
+
+    async def delete(self, path: str, **opts: Any) -> int:
+        r = await self.call("DELETE", path, {"kind": "DeleteOptions", "apiVersion": "v1", **opts})
+        return r.status_code
+
+    async def namespace(self, name: str) -> str:
+        """Create a namespace (if new) and wait for its default ServiceAccount (pods need it)."""
+        r = await self.call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                         "metadata": {"name": name}})
+        assert r.status_code in (201, 409), r.text
+        await wait_for(lambda: self.get(f"/api/v1/namespaces/{name}/serviceaccounts/default"), 60,
+                       f"the default ServiceAccount in {name}")
+        return name
+
+
+async def wait_for(cond: Callable[[], Any], timeout: float, what: str, step: float = 0.25) -> Any:
+    """Await ``cond()`` (a coroutine factory or a plain callable) until truthy; fail on timeout."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while True:
+        value = cond()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        if loop.time() > end:
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+        await asyncio.sleep(step)
+
+
+@pytest.fixture
+async def api(kube: LocalKube) -> AsyncIterator[Api]:
+    a = Api(kube)
+    yield a
+    await a.client.aclose()
+
+
+def install(kube: LocalKube, release: str) -> dict[str, Any]:
+    """``helm install RELEASE charts/ttsfleet -n NS --create-namespace`` through the Helm SDK."""
+    spec = RELEASES[release]
+    with helm.Config(kubeconfig_path=str(kube.admin_kubeconfig), namespace=spec["namespace"]) as cfg, \
+            helm.Chart.load(CHART) as chart:
+        return cfg.install(chart, release, spec["values"], namespace=spec["namespace"],
+                           create_namespace=True, wait="watcher", timeout=120)
+
+
+def uninstall(kube: LocalKube, release: str) -> dict[str, Any]:
+    spec = RELEASES[release]
+    with helm.Config(kubeconfig_path=str(kube.admin_kubeconfig), namespace=spec["namespace"]) as cfg:
+        return cfg.uninstall(release, wait="watcher", timeout=120)
+
+
+@pytest.fixture(scope="session")
+def releases(kube: LocalKube) -> dict[str, dict[str, Any]]:
+    """Both chart releases installed once (CRDs from the chart's crds/ on the first). The watched
+    namespaces must exist first: the chart puts a Role into each."""
+    for ns in ("tts-a",):
+        code, body = kube.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                                "metadata": {"name": ns}})
+        assert code in (201, 409), body
+    return {name: install(kube, name) for name in RELEASES}
+
+
+def operator_kubeconfig(kube: LocalKube, release: str, path: Path) -> Path:
+    """A kubeconfig holding a real token of the release's ServiceAccount (TokenRequest)."""
+    ns = RELEASES[release]["namespace"]
+    sa = release if "ttsfleet" in release else f"{release}-ttsfleet"  # the chart's fullname
+    return kube.write_kubeconfig(path, kube.service_account_token(ns, sa), f"system:serviceaccount:{ns}:{sa}")
+
+
+@contextlib.asynccontextmanager
+async def running_operator(kube: LocalKube, release: str, tmp_path: Path,
+                           monkeypatch: pytest.MonkeyPatch, **rt_kw: Any) -> AsyncIterator[Runtime]:
+    """The real operator wiring in this event loop, as the release's ServiceAccount."""
+    cfg = operator_kubeconfig(kube, release, tmp_path / f"{release}.kubeconfig")
+    monkeypatch.setenv("KUBECONFIG", str(cfg))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.delenv("TTSFLEET_PROMETHEUS_URL", raising=False)
+    rt_kw.setdefault("autoscale_interval_s", 2.0)
+    rt_kw.setdefault("fill_interval_s", 2.0)
+    rt_kw.setdefault("retry_delay_s", 2.0)
+    rt = Runtime.from_environment(**rt_kw)
+    namespaces = tuple(RELEASES[release]["values"]["operator"].get("watchNamespaces", ()))
+    stop, ready = asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(operator_task(rt, namespaces=namespaces, stop_flag=stop, ready_flag=ready))
+    rt.kopf_task = task  # type: ignore[attr-defined]  # a test may kill it (cancel) mid-pass
+    try:
+        await asyncio.wait_for(ready.wait(), timeout=30)
+        yield rt
+    finally:
+        stop.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(task, timeout=30)
+        await rt.aclose()

@@ -1,0 +1,110 @@
+"""An operator restart inside the scale-down stabilization window keeps the replicas.
+
+Issue 17: the autoscaler's memory lives in the process, so after a restart one quiet sample
+dropped 4 replicas to 2 although the 300 s window had not passed. A restarted operator now counts
+the live replicas as just recommended (``inference.seeded_state``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import pytest
+from ttsfleet.operator.localkube import LocalKube
+
+from . import audit
+from .conftest import Api, running_operator, wait_for
+from .test_e2e_fill import PodMetrics, checkpoint_claim, fill_job, pods
+
+NS = "tts-restart"
+TTSD = f"/apis/ttsfleet.io/v1alpha1/namespaces/{NS}/ttsdeployments"
+DEPLOY = f"/apis/apps/v1/namespaces/{NS}/deployments/steady-h200"
+
+
+async def replicas(api: Api) -> int:
+    dep = await api.get(DEPLOY) or {}
+    return int((dep.get("spec") or {}).get("replicas") or 0)
+
+
+async def test_restart_inside_the_stabilization_window_keeps_replicas(
+        releases: Any, api: Api, kube: LocalKube, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    await api.namespace(NS)
+    metrics = PodMetrics(api, "app.kubernetes.io/instance=steady", namespace=NS)
+    feeder = asyncio.create_task(metrics.run())
+    try:
+        async with running_operator(kube, "ttsfleet", tmp_path, monkeypatch):
+            await api.create(TTSD, {
+                "apiVersion": "ttsfleet.io/v1alpha1", "kind": "TTSDeployment", "metadata": {"name": "steady"},
+                "spec": {"model": {"checkpoint": "s3://m/v1"}, "image": "ghcr.io/ttsfleet/inference:test",
+                         "pools": [{"gpuClass": "h200", "minReplicas": 1, "maxReplicas": 4}],
+                         "resources": {"cpu": "0.5", "memory": "1Gi"},
+                         "autoscale": {"targetInFlightPerReplica": 10, "stableWindowS": 2, "panicWindowS": 1,
+                                       "scaleDownStabilizationS": 300}}})
+            metrics.in_flight = 40.0
+            await wait_for(lambda: _at(replicas(api), 4), 60, "4 replicas under load")
+            await wait_for(lambda: _n(pods(api, NS, "app.kubernetes.io/instance=steady"), 4), 60, "4 Running")
+        metrics.in_flight = 0.0  # the load goes while the operator is down
+        async with running_operator(kube, "ttsfleet", tmp_path, monkeypatch) as rt:
+            await asyncio.sleep(4 * rt.autoscale_interval_s + 1)
+            assert await replicas(api) == 4, "a restart inside the 300 s window dropped replicas"
+            body = await api.get(f"{TTSD}/steady")
+            last = body["status"]["lastDecisions"][-1]
+            assert last["direction"] == "up"  # no scale-down was recorded after the restart
+            assert await api.delete(f"{TTSD}/steady") == 200
+            await wait_for(lambda: _gone(api, f"{TTSD}/steady"), 60, "the TTSDeployment gone")
+    finally:
+        feeder.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await feeder
+        await metrics.stop()
+
+
+async def _at(value: Any, n: int) -> bool:
+    return await value == n
+
+
+async def _n(found: Any, n: int) -> Any:
+    items = await found
+    return items if len(items) == n else None
+
+
+async def _gone(api: Api, path: str) -> bool:
+    return await api.get(path) is None
+
+
+async def test_killed_mid_admission_converges_without_duplicates(
+        releases: Any, api: Api, kube: LocalKube, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The operator task is cancelled right after its first fill pod create (mid-pass); a new one
+    finishes the admission: every shard once, no second pod for a shard."""
+    ns = "tts-kill"
+    await api.namespace(ns)
+    await checkpoint_claim(api, ns)
+    path = f"/apis/ttsfleet.io/v1alpha1/namespaces/{ns}/filljobs"
+    since = audit.mark(kube)
+    user = audit.sa_user("ttsfleet", "ttsfleet")
+
+    def first_create() -> bool:
+        return any(e["verb"] == "create" and (e.get("objectRef") or {}).get("resource") == "pods"
+                   for e in audit.requests(kube, user, since))
+    async with running_operator(kube, "ttsfleet", tmp_path, monkeypatch, fill_interval_s=1.0) as rt:
+        await api.create(path, fill_job("kill", ["h200"], shards=8, parallelism=8))
+        await wait_for(first_create, 60, "the first fill pod create")
+        rt.kopf_task.cancel()  # killed mid-pass: no cleanup, no status write
+    made = await pods(api, ns, "ttsfleet.io/filljob=kill", phase=None)
+    assert made, "the first pass created nothing before it was killed"
+    async with running_operator(kube, "ttsfleet", tmp_path, monkeypatch, fill_interval_s=1.0):
+        running = await wait_for(lambda: _n(pods(api, ns, "ttsfleet.io/filljob=kill"), 8), 60,
+                                 "8 fill pods Running after the restart")
+        await asyncio.sleep(3)
+        every = await pods(api, ns, "ttsfleet.io/filljob=kill", phase=None)
+        shards = sorted(int(p["metadata"]["labels"]["ttsfleet.io/shard"]) for p in every)
+        assert shards == list(range(8)), f"duplicate or missing shards: {shards}"
+        assert {p["metadata"]["name"] for p in made} <= {p["metadata"]["name"] for p in running}
+        assert await api.delete(f"{path}/kill") == 200
+        await wait_for(lambda: _none(pods(api, ns, "ttsfleet.io/workload", phase=None)), 60, "pods gone")
+
+
+async def _none(found: Any) -> bool:
+    return not await found
