@@ -67,6 +67,8 @@ def serving_env(spec: TTSDeploymentSpec, pool: TTSPool, catalog: GpuCatalog,
     checkpoint = f"{MODEL_MOUNT}/{pvc[1]}".rstrip("/") if pvc else spec.model.checkpoint
     quant = quantization(spec, pool, catalog)
     env = [
+        # The server binds 127.0.0.1 unless told: in a pod it must listen on the pod's IP.
+        {"name": contract.HOST, "value": "0.0.0.0"},
         {"name": contract.PORT, "value": str(INFERENCE_PORT)},
         {"name": contract.GPU_CLASS, "value": pool.gpu_class},
         {"name": contract.MAX_RUNNING_REQUESTS,

@@ -91,8 +91,8 @@ def test_readme_setup_commands_in_a_fresh_venv(clone, tmp_path):
     # README: `pip install . && ttsfleet simulate` (a short trace)
     _ok(_run([str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", "."], clone, env,
              180))
-    sim = _ok(_run([str(venv / "bin" / "ttsfleet"), "simulate", "--days", "0.1", "--no-baseline", "--json"],
-                   clone, env))
+    sim = _ok(_run([str(venv / "bin" / "ttsfleet"), "simulate", "--days", "0.1", "--runs", "policy",
+                    "--json"], clone, env))
     assert '"utilization' in sim.stdout or "utilization" in sim.stdout
 
     # README: scripts/test.sh — its pip and pytest invocations, as the script runs them

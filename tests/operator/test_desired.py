@@ -53,7 +53,8 @@ def test_deployment_carries_class_serving_config_and_scheduling() -> None:
         c = pod["containers"][0]
         env = {e["name"]: e["value"] for e in c["env"]}
         mrr = CAT.get(cls).serving.max_running_requests
-        assert env == {**env, "TTSFLEET_GPU_CLASS": cls, "TTSFLEET_QUANTIZATION": quant,
+        assert env == {**env, "TTSFLEET_HOST": "0.0.0.0", "TTSFLEET_GPU_CLASS": cls,
+                       "TTSFLEET_QUANTIZATION": quant,
                        "TTSFLEET_MAX_RUNNING_REQUESTS": str(mrr),
                        "TTSFLEET_CUDA_GRAPH_MAX_BS": str(cuda_graph_max_bs(mrr)),
                        "TTSFLEET_CHECKPOINT": "/models/narrator/v3"}
@@ -81,6 +82,18 @@ def test_cuda_graph_max_bs_follows_max_running_requests() -> None:
     assert env["TTSFLEET_CUDA_GRAPH_MAX_BS"] == "64"
     s = spec(serving={"maxRunningRequests": 128, "cudaGraphMaxBs": 96})
     assert s.cuda_graph_max_bs("h200") == 96
+
+
+def test_the_server_reads_the_pod_env_as_written() -> None:
+    """The inference server's own config reader takes the env the operator writes: it listens on
+    the pod IP (the server's default is loopback) at the port the Service targets."""
+    from ttsfleet.inference.serve_config import ServeConfig
+
+    s = spec()
+    env = {e["name"]: e.get("value", "") for e in serving_env(s, s.pools[0], CAT)}
+    cfg = ServeConfig.from_env({**env, "TTSFLEET_CHECKPOINT": "tiny"})  # the PVC exists in the pod only
+    assert (cfg.host, cfg.port) == ("0.0.0.0", int(env["TTSFLEET_PORT"]))
+    assert cfg.gpu_class == s.pools[0].gpu_class
 
 
 def test_services_and_pdbs_select_their_pool() -> None:
