@@ -109,9 +109,15 @@ class Prefetcher:
         if pool is None:
             return
         procs = list(getattr(pool, "_processes", {}).values())
+        manager = getattr(pool, "_executor_manager_thread", None)
         pool.shutdown(wait=False, cancel_futures=True)
         for p in procs:
             if p.is_alive():
                 p.kill()
         for p in procs:
             p.join(timeout=10)
+        # Let the executor's manager thread see the dead workers and close its wakeup pipe now:
+        # left running, it races the interpreter's exit hook, which then writes to the pipe as
+        # it closes ("Bad file descriptor" traceback on an otherwise clean exit).
+        if manager is not None:
+            manager.join(timeout=10)
