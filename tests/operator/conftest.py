@@ -158,6 +158,7 @@ async def running_operator(rt: Runtime, namespaces: tuple[str, ...] = ("ns1",)) 
     """Run the real operator wiring in this event loop; stop it on exit (inside the test body)."""
     stop, ready = asyncio.Event(), asyncio.Event()
     task = asyncio.create_task(operator_task(rt, namespaces=namespaces, stop_flag=stop, ready_flag=ready))
+    rt.kopf_task = task  # type: ignore[attr-defined]  # a test may kill it (cancel) mid-pass
     try:
         await asyncio.wait_for(ready.wait(), timeout=30)
         yield rt

@@ -26,8 +26,9 @@ import helm_python as helm
 import httpx
 import pytest
 from ttsfleet.operator.localkube import FakeNode, LocalKube, LocalKubeError, missing_binaries
-from ttsfleet.operator.main import operator_task
 from ttsfleet.operator.runtime import Runtime
+
+import tests.operator.conftest as kmock_suite
 
 REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "charts" / "ttsfleet"
@@ -180,14 +181,8 @@ async def running_operator(kube: LocalKube, release: str, tmp_path: Path,
     rt_kw.setdefault("retry_delay_s", 2.0)
     rt = Runtime.from_environment(**rt_kw)
     namespaces = tuple(RELEASES[release]["values"]["operator"].get("watchNamespaces", ()))
-    stop, ready = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(operator_task(rt, namespaces=namespaces, stop_flag=stop, ready_flag=ready))
-    rt.kopf_task = task  # type: ignore[attr-defined]  # a test may kill it (cancel) mid-pass
     try:
-        await asyncio.wait_for(ready.wait(), timeout=30)
-        yield rt
+        async with kmock_suite.running_operator(rt, namespaces) as running:
+            yield running
     finally:
-        stop.set()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(task, timeout=30)
         await rt.aclose()
