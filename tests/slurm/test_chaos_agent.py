@@ -44,13 +44,14 @@ def test_kill_anywhere_through_the_agent_ends_complete_and_identical(slurm: Loca
     spec = FillShardSpec(manifest=str(corpus), output_root=str(tmp_path / "out"),
                          checkpoint_root=str(tmp_path / "ckpt"), shard_count=SHARDS, gpu_class="h200",
                          log_dir=str(tmp_path / "logs"), grace_time_s=GRACE_TIME_S, stages="decode,hash",
-                         item_delay_s=0.3, checkpoint_every_items=1, dataset=tmp_path.name)
+                         item_delay_s=0.5, checkpoint_every_items=1, dataset=tmp_path.name)
     for d in (spec.log_dir, spec.output_root, spec.checkpoint_root):
         Path(d).mkdir(parents=True)
     agent = FillAgent(backend, spec, FillPolicyConfig(grace_period_s=GRACE_TIME_S), tmp_path / "ledger.json",
                       retry=RetryPolicy(max_retries=len(ACTIONS) + 2, backoff_s=0.5, max_backoff_s=2.0))
     rng = random.Random(1234)
     todo, done_actions = list(ACTIONS), []
+    first_seen: dict[str, int] = {}  # job id -> the shard's items_done when the job was first seen running
     next_hit = time.monotonic() + 1.0
     deadline = time.monotonic() + 300
     report = agent.run_once()
@@ -58,16 +59,15 @@ def test_kill_anywhere_through_the_agent_ends_complete_and_identical(slurm: Loca
         assert time.monotonic() < deadline, (done_actions, report.lines())
         assert not report.given_up, report.lines()
         if todo and time.monotonic() >= next_hit:
-            victims = [(j, shard_of(j).indices[0]) for j in backend.jobs()
-                       if j.state == "RUNNING" and shard_of(j) and shard_of(j).dataset == spec.name
-                       and items_done(spec, shard_of(j).indices[0]) >= 1]
-            victims = [(j, i) for j, i in victims if fill_pids(spec, i)]
+            victims = progressing_jobs(backend, spec, first_seen)
             if victims:
                 job, index = rng.choice(victims)
                 action = todo.pop(0)
                 hit(action, job.job_id, spec, index, backend, tmp_path)
                 done_actions.append((action, index, items_done(spec, index)))
                 next_hit = time.monotonic() + rng.uniform(0.5, 1.5)
+        else:
+            progressing_jobs(backend, spec, first_seen)  # note when each new job was first seen
         time.sleep(0.3)
         report = agent.run_once()
 
@@ -83,6 +83,26 @@ def test_kill_anywhere_through_the_agent_ends_complete_and_identical(slurm: Loca
     assert sum(c["orderly_stops"] for c in checkpoints) >= 1, (checkpoints, done_actions)
     assert sum(c["hard_restarts"] for c in checkpoints) >= 1, (checkpoints, done_actions)
     assert all(c["state"] == "complete" and c["items_done"] == c["items_total"] for c in checkpoints)
+
+
+def progressing_jobs(backend: CliBackend, spec: FillShardSpec, first_seen: dict[str, int]) -> list[tuple]:
+    """Running shard jobs whose fill process has checkpointed an item *in this attempt*.
+
+    A job that only inherited items from an earlier attempt may still be importing, before its
+    stop handler is installed: a SIGTERM then kills it like a SIGKILL, and no kind of orderly
+    stop would be exercised. Progress since the job was first seen proves the handler is up.
+    """
+    victims = []
+    for job in backend.jobs():
+        shard = shard_of(job)
+        if job.state != "RUNNING" or not shard or shard.dataset != spec.name:
+            continue
+        index = shard.indices[0]
+        done = items_done(spec, index)
+        started_at = first_seen.setdefault(job.job_id, done)
+        if done > started_at and fill_pids(spec, index):
+            victims.append((job, index))
+    return victims
 
 
 def hit(action: str, job_id: str, spec: FillShardSpec, index: int, backend: CliBackend, tmp: Path) -> None:
