@@ -139,6 +139,12 @@ def _class_enum(kind: str, schema: dict[str, Any], catalog: GpuCatalog) -> None:
     node["description"] = f"a GPU class of the catalog: {catalog.names_text()}"
 
 
+#: The scale subresource (``kubectl scale``, HorizontalPodAutoscaler): ``spec.replicas`` is the total
+#: over all pools, ``status.replicas`` what the pools' Deployments have, ``status.selector`` their pods.
+SCALE = {"TTSDeployment": {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
+                           "labelSelectorPath": ".status.selector"}}
+
+
 def _crd(kind: str, plural: str, short: list[str], spec: type[BaseModel], status: type[BaseModel],
          columns: list[dict[str, Any]], catalog: GpuCatalog) -> dict[str, Any]:
     spec_schema = structural(spec)
@@ -161,7 +167,7 @@ def _crd(kind: str, plural: str, short: list[str], spec: type[BaseModel], status
                 "name": VERSION,
                 "served": True,
                 "storage": True,
-                "subresources": {"status": {}},
+                "subresources": {"status": {}, **({"scale": SCALE[kind]} if kind in SCALE else {})},
                 "additionalPrinterColumns": columns,
                 "schema": {"openAPIV3Schema": {
                     "type": "object",

@@ -34,6 +34,7 @@ from ttsfleet.policy import (
     clamp_replicas,
     decide_replicas,
     scale_down_victims,
+    split_replicas,
 )
 from ttsfleet.policy.demand import InferenceNeed
 
@@ -113,17 +114,21 @@ async def reconcile(rt: Runtime, body: Any, status: Any) -> dict[str, Any]:
             continue
         if outcome != "unchanged":
             changed.append(f"{obj['kind']}/{obj['metadata']['name']} {outcome}")
-    # Replica bounds changed: clamp now (the policy's clamp) rather than wait for the autoscaler.
+    # spec.replicas > 0 (scale subresource): the policy's split of the total; else the bounds may
+    # have changed: clamp now (the policy's clamp) rather than wait for the autoscaler.
     live = await live_deployments(rt, namespace, name, spec)
+    split = split_replicas(spec.replicas, spec.pools) if spec.replicas else None
     for pool in spec.pools:
         obj = live[pool.key]
         cur = int(((obj or {}).get("spec") or {}).get("replicas", 0) or 0)
-        want = clamp_replicas(pool, cur)
+        want = split.pools[pool.key] if split else clamp_replicas(pool, cur)
         if obj is not None and want != cur:
             await rt.kube.patch(_deployment_url(namespace, d.child_name(name, pool)),
                                 {"spec": {"replicas": want}})
             obj.setdefault("spec", {})["replicas"] = want
-            changed.append(f"{pool.key} replicas clamped {cur}->{want}")
+            why = f"spec.replicas {spec.replicas}" + (f" placed as {split.total}" if split.clamped else "") \
+                if split else "clamped"
+            changed.append(f"{pool.key} replicas {cur}->{want} ({why})")
     await delete_orphans(rt, body, spec)
     if changed:
         await rt.kube.event(dict(body), "Normal", "Reconciled", "; ".join(changed))
@@ -135,7 +140,14 @@ async def reconcile(rt: Runtime, body: Any, status: Any) -> dict[str, Any]:
             await rt.kube.event(dict(body), "Warning", "NotOwned", "; ".join(conflicts))
     conds = st.set_conditions(status.get("conditions"), {**st.replica_conditions(pools),
                                                          "Degraded": degraded_}, gen)
-    return {"pools": pools, **st.summary(pools), "conditions": conds, "observedGeneration": gen}
+    return {"pools": pools, **st.summary(pools), "selector": scale_selector(name), "conditions": conds,
+            "observedGeneration": gen}
+
+
+def scale_selector(name: str) -> str:
+    """``status.selector`` for the scale subresource: every inference pod of this TTSDeployment
+    (an HPA reads their metrics through it)."""
+    return f"{d.L_INSTANCE}={name},{d.L_WORKLOAD}=inference"
 
 
 async def delete_orphans(rt: Runtime, body: Any, spec: TTSDeploymentSpec) -> list[str]:
@@ -256,6 +268,12 @@ async def autoscale(rt: Runtime, body: Any, status: Any, mem: Memory) -> dict[st
     name, namespace, gen = meta["name"], meta["namespace"], int(meta.get("generation", 0))
     spec, _ = validate(body.get("spec"), name, rt.catalog)
     if spec is None:
+        return None
+    if spec.replicas:
+        # The scale subresource's writer (kubectl scale, an HPA) owns the count; reconcile applies
+        # the split. The traffic autoscaler restarts from the live replicas when it is back at 0.
+        mem.state = AutoscaleState()
+        rt.inference_need.pop(f"{namespace}/{name}", None)
         return None
     live = await live_deployments(rt, namespace, name, spec)
     if any(v is None for v in live.values()):

@@ -45,7 +45,7 @@ ADMISSION = ("NamespaceLifecycle,ServiceAccount,Priority,DefaultTolerationSecond
 CONTROLLERS = ",".join(f"{c}-controller" for c in (
     "deployment", "replicaset", "garbage-collector", "disruption", "serviceaccount", "namespace",
     "endpointslice", "pod-garbage-collector", "root-ca-certificate-publisher", "clusterrole-aggregation",
-    "persistentvolume-binder"))
+    "persistentvolume-binder", "horizontal-pod-autoscaler"))
 
 
 #: Requests by ServiceAccounts (the operator under test) are recorded, nothing else.

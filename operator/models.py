@@ -167,6 +167,14 @@ class TTSDeploymentSpec(WireModel):
     model: ModelSource
     image: str = Field(min_length=1)
     pools: list[TTSPool] = Field(min_length=1, max_length=8)
+    # Always present (default 0): the API server answers GET /scale with HTTP 500 while the field
+    # that specReplicasPath names is missing, so "unset" cannot mean "autoscaler decides"; 0 does,
+    # as it means "scaling disabled" to an HPA.
+    replicas: int = Field(
+        default=0, ge=0, le=100000,
+        description="total replicas over all pools (the scale subresource: kubectl scale, an HPA), "
+                    "split by the pools' weights within their bounds; the traffic autoscaler is off "
+                    "while it is above 0. 0: the traffic autoscaler decides")
     quantization: QuantRequestField = Field(
         default="auto", description=GpuCatalog.default().quantization_text())
     serving: ServingSpec = ServingSpec()
@@ -274,6 +282,8 @@ class TTSDeploymentStatus(WireModel):
     pools: list[PoolStatus] = Field(default_factory=list)
     desired_replicas: int = 0
     ready_replicas: int = 0
+    replicas: int = Field(default=0, description="the pools' Deployments' replicas (scale subresource)")
+    selector: str = Field(default="", description="label selector of the inference pods (scale subresource)")
     summary: str = Field(default="", description="pool:ready/desired, for kubectl get")
     last_decisions: list[ScalingRecord] = Field(default_factory=list)
     conditions: list[Condition] = Field(default_factory=list)

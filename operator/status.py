@@ -69,6 +69,7 @@ def summary(pools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return {
         "desiredReplicas": sum(p["desired"] for p in pools),
         "readyReplicas": sum(p["ready"] for p in pools),
+        "replicas": sum(p["current"] for p in pools),  # the scale subresource's status.replicas
         "summary": " ".join(f"{p['name']}:{p['ready']}/{p['desired']}" for p in pools),
     }
 

@@ -9,6 +9,8 @@ reads a clock or imports an adapter; it imports only the core (:mod:`ttsfleet.ca
 * :mod:`~ttsfleet.policy.fill` — fill admission and eviction for one GPU class;
 * :mod:`~ttsfleet.policy.demand` — the inference demand forecast fill keeps head-room for, and
   the typed :class:`InferenceNeed` the autoscaler hands the fill plan;
+* :mod:`~ttsfleet.policy.scale` — an explicit replica total (the scale subresource) split across
+  pools by weight within their bounds;
 * :mod:`~ttsfleet.policy.trend` — the least-squares trend both forecasts read.
 """
 
@@ -51,14 +53,15 @@ from ttsfleet.policy.fill import (
     inference_node_order,
     plan_fill,
 )
+from ttsfleet.policy.scale import ReplicaSplit, split_replicas, total_bounds
 from ttsfleet.policy.trend import Trend, fit_trend
 
 __all__ = [
     "PRESSURES", "AutoscaleState", "ClassObservation", "DemandTracker", "DeploymentSignals",
     "FillJobView", "FillPlan", "InferenceNeed", "LoadForecast", "NodeView", "PoolDecision",
-    "PoolSignals", "Pressure", "ScaleDecision", "Trend", "choose_victims", "clamp_replicas",
+    "PoolSignals", "Pressure", "ReplicaSplit", "ScaleDecision", "Trend", "choose_victims", "clamp_replicas",
     "decide_replicas", "demand_trend", "fill_forecast", "fill_forecasts", "fill_placements",
     "forecast_demand", "forecast_horizon", "headroom_gpus", "inference_demand",
     "inference_node_order", "load_forecasts", "needed_by_class", "plan_fill", "pool_targets",
-    "pressure_step", "scale_down_victims", "split_load", "fit_trend",
+    "pressure_step", "scale_down_victims", "split_load", "split_replicas", "total_bounds", "fit_trend",
 ]
