@@ -26,6 +26,13 @@ def run(
     fill_interval: float = typer.Option(10.0, help="seconds between fill controller passes"),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
     catalog: Path | None = CATALOG_OPTION,
+    leader_elect: bool = typer.Option(
+        False, "--leader-elect", help="act only while holding a coordination.k8s.io Lease (replicas > 1)"),
+    lease_name: str = typer.Option("ttsfleet-operator", help="the Lease's name"),
+    lease_namespace: str = typer.Option("", help="the Lease's namespace (default: $POD_NAMESPACE)"),
+    lease_duration: float = typer.Option(15.0, help="seconds a standby waits for an unrenewed Lease"),
+    renew_deadline: float = typer.Option(10.0, help="seconds the leader may fail to renew before it stops"),
+    retry_period: float = typer.Option(2.0, help="seconds between Lease renewals and attempts"),
 ) -> None:
     """Run the operator (kopf). TTSFLEET_PROMETHEUS_URL switches signals to PromQL."""
     for port in (metrics_port, health_port):
@@ -37,16 +44,36 @@ def run(
         raise UserError("intervals must be positive")
     import asyncio
     import logging
+    import os
 
+    from ttsfleet.operator.leader import LeadershipLost, LeaseConfig
     from ttsfleet.operator.main import serve
+
+    lease = None
+    if leader_elect:
+        namespace_ = lease_namespace or os.environ.get("POD_NAMESPACE", "")
+        if not namespace_:
+            raise UserError("--leader-elect needs --lease-namespace or $POD_NAMESPACE")
+        try:
+            lease = LeaseConfig(namespace=namespace_, name=lease_name,
+                                identity=LeaseConfig.default_identity(), lease_duration_s=lease_duration,
+                                renew_deadline_s=renew_deadline, retry_period_s=retry_period)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
 
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from ttsfleet.catalog import GpuCatalog
 
     cat = GpuCatalog.load(catalog)
-    asyncio.run(serve(metrics_port=metrics_port, health_port=health_port, namespaces=namespace,
-                      autoscale_interval_s=autoscale_interval, fill_interval_s=fill_interval, catalog=cat))
+    try:
+        asyncio.run(serve(metrics_port=metrics_port, health_port=health_port, namespaces=namespace,
+                          autoscale_interval_s=autoscale_interval, fill_interval_s=fill_interval,
+                          catalog=cat, lease=lease))
+    except LeadershipLost as exc:
+        # Stopped acting at once; exit so the pod restarts as a fresh candidate (client-go does so).
+        logging.getLogger("ttsfleet.operator").error("%s: exiting", exc)
+        raise typer.Exit(1) from None
 
 
 @app.command()

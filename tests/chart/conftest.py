@@ -200,7 +200,6 @@ FULL_VALUES: dict[str, Any] = {
         "podLabels": {"team": "speech"},
     },
     "serviceAccount": {"annotations": {"example.com/role": "ttsfleet"}},
-    "rbac": {"kopfPeering": True},
     "priorityClasses": {
         "inference": {"value": 1000000000},
         "training": {"value": 500000},

@@ -10,9 +10,10 @@ import pytest
 
 # RBAC.md rows that the chart deliberately does not grant, with the reason (none today).
 NOT_GRANTED: set[tuple[str, str]] = set()
-#: What the ClusterRole keeps in namespaced mode: cluster-wide reads (and opt-in kopf peering).
-CLUSTER_WIDE = {("", "nodes", "list"), ("", "pods", "list")} | {
-    ("kopf.dev", "clusterkopfpeerings", v) for v in ("get", "list", "watch", "patch")}
+#: What the ClusterRole keeps in namespaced mode: cluster-wide reads.
+CLUSTER_WIDE = {("", "nodes", "list"), ("", "pods", "list")}
+#: RBAC.md's leader-election table: a Role in the release namespace, only with leaderElection on.
+LEADER = {("coordination.k8s.io", "leases", v) for v in ("create", "get", "patch")}
 
 
 def documented(lib) -> set[tuple[str, str, str]]:
@@ -43,7 +44,7 @@ def test_cluster_wide_rbac_matches_the_operator_contract(render_docs, lib):
     docs = render_docs(None)
     (role,) = lib.by_kind(docs, "ClusterRole")
     have = granted(role["rules"])
-    want = {t for t in documented(lib) if (t[0], t[1]) not in NOT_GRANTED}
+    want = {t for t in documented(lib) if (t[0], t[1]) not in NOT_GRANTED} - LEADER
     assert want - have == set(), "permissions the operator needs but the chart does not grant"
     assert have - want == set(), "permissions the chart grants beyond operator/RBAC.md"
     assert not lib.by_kind(docs, "Role")
@@ -76,8 +77,17 @@ def test_namespaced_mode_confines_namespaced_rights(render_docs, lib):
     assert sorted(b["metadata"]["namespace"] for b in bindings) == ["tts-a", "tts-b"]
 
 
-def test_kopf_peering_is_opt_in(render_docs, lib):
-    off = granted(lib.one(render_docs(None), "ClusterRole")["rules"])
-    on = granted(lib.one(render_docs({"rbac": {"kopfPeering": True}}), "ClusterRole")["rules"])
-    assert not any(g == "kopf.dev" for g, _, _ in off)
-    assert on - off == {("kopf.dev", "clusterkopfpeerings", v) for v in ("get", "list", "watch", "patch")}
+def test_leader_election_is_opt_in_and_confined_to_its_lease(render_docs, lib):
+    assert documented(lib) >= LEADER
+    assert not lib.by_kind(render_docs(None), "Role")
+    docs = render_docs({"operator": {"replicas": 2, "leaderElection": {"enabled": True}}})
+    (role,) = lib.by_kind(docs, "Role")
+    assert role["metadata"]["namespace"] == lib.NAMESPACE
+    assert granted(role["rules"]) == LEADER
+    for rule in role["rules"]:  # get/patch only the one Lease; create cannot name it
+        names = None if rule["verbs"] == ["create"] else [f"{lib.RELEASE}-operator"]
+        assert rule.get("resourceNames") == names, rule
+    cluster = granted(lib.one(docs, "ClusterRole")["rules"])
+    assert cluster == granted(lib.one(render_docs(None), "ClusterRole")["rules"])
+    (binding,) = lib.by_kind(docs, "RoleBinding")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]

@@ -190,3 +190,18 @@ def test_packaged_chart_renders_the_same(lib, tmp_path, render_raw, chart):
         assert packaged.render(values, name=lib.RELEASE, namespace=lib.NAMESPACE,
                                is_install=True) == render_raw(values)
         assert {c["name"] for c in packaged.crds} == {c["name"] for c in chart.crds}
+
+
+def test_leader_election_reaches_the_container(render_docs, render_raw, lib):
+    docs = render_docs({"operator": {"replicas": 2,
+                                     "leaderElection": {"enabled": True, "leaseDurationSeconds": 20}}})
+    dep = lib.one(docs, "Deployment")
+    assert dep["spec"]["replicas"] == 2
+    assert dep["spec"]["strategy"]["type"] == "RollingUpdate"  # only the Lease holder acts
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    assert c["args"][6:] == ["--leader-elect", "--lease-name", f"{lib.RELEASE}-operator",
+                             "--lease-namespace", lib.NAMESPACE, "--lease-duration", "20",
+                             "--renew-deadline", "10", "--retry-period", "2"]
+    assert {"POD_NAME", "POD_NAMESPACE"} <= {e["name"] for e in c["env"]}  # identity, Lease namespace
+    with pytest.raises(Exception, match="renewDeadlineSeconds < leaseDurationSeconds"):
+        render_raw({"operator": {"leaderElection": {"enabled": True, "leaseDurationSeconds": 10}}})

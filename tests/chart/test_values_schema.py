@@ -12,7 +12,9 @@ import yaml
 BAD = {
     "unknown top-level key": {"replicaCount": 2},
     "unknown nested key (typo)": {"operator": {"metricPort": 9000}},
-    "two operator replicas (kopf without peering)": {"operator": {"replicas": 2}},
+    "two operator replicas without leader election": {"operator": {"replicas": 2}},
+    "three operator replicas": {"operator": {"replicas": 3, "leaderElection": {"enabled": True}}},
+    "lease duration as a string": {"operator": {"leaderElection": {"leaseDurationSeconds": "15"}}},
     "port out of range": {"operator": {"metricsPort": 70000}},
     "port as a string": {"operator": {"healthPort": "8081"}},
     "root user": {"operator": {"runAsUser": 0}},
@@ -36,6 +38,7 @@ GOOD = {
     "digest pin": {"images": {"operator": {"digest": "sha256:" + "0" * 64}}},
     "negative fill priority": {"priorityClasses": {"fill": {"value": -2147483648}}},
     "paused operator": {"operator": {"replicas": 0}},
+    "two replicas with leader election": {"operator": {"replicas": 2, "leaderElection": {"enabled": True}}},
     "namespaced operator": {"operator": {"watchNamespaces": ["tts"]}},
     "prefixed sidecar label": {"dashboards": {"label": "grafana.com/dashboard", "labelValue": ""}},
 }

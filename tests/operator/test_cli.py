@@ -51,6 +51,8 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path, capsys) -> None:
     assert err.startswith("error: ") and "gpuClass" in err and len(err.strip().splitlines()) == 1
     assert main(["operator", "render", str(tmp_path / "missing.yaml")]) == 2
     assert main(["operator", "run", "--metrics-port", "8080", "--health-port", "8080"]) == 2
+    assert main(["operator", "run", "--leader-elect", "--lease-namespace", "ops",
+                 "--lease-duration", "5", "--renew-deadline", "6"]) == 2  # deadline must be shorter
 
 
 def _free_port() -> int:

@@ -78,6 +78,11 @@ Cross-field checks that values.schema.json cannot express. Included by the opera
 {{- if eq (int .Values.operator.metricsPort) (int .Values.operator.healthPort) }}
 {{- fail "operator: metricsPort and healthPort must differ" }}
 {{- end }}
+{{- with .Values.operator.leaderElection }}
+{{- if not (and (lt (int .retryPeriodSeconds) (int .renewDeadlineSeconds)) (lt (int .renewDeadlineSeconds) (int .leaseDurationSeconds))) }}
+{{- fail "operator.leaderElection: needs retryPeriodSeconds < renewDeadlineSeconds < leaseDurationSeconds" }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/*

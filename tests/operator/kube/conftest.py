@@ -40,7 +40,8 @@ NODES = [
     FakeNode("cpu-a", {}, gpus=0),
 ]
 RELEASES = {
-    "ttsfleet": {"namespace": "ttsfleet", "values": {"operator": {"replicas": 0}}},
+    "ttsfleet": {"namespace": "ttsfleet", "values": {"operator": {"replicas": 0,
+                                                                  "leaderElection": {"enabled": True}}}},
     "tts-ns": {"namespace": "tts-ops", "values": {"operator": {"replicas": 0, "watchNamespaces": ["tts-a"]},
                                                   "priorityClasses": {"create": False}}},
 }

@@ -22,7 +22,8 @@ from .conftest import RELEASES, Api
 ADMISSION_ONLY = {("ttsfleet.io", "ttsdeployments/finalizers", "update"),
                   ("ttsfleet.io", "filljobs/finalizers", "update")}
 #: Calls only the full scenario makes: without them in the log the e2e modules did not run.
-SCENARIO = {"ttsfleet": {("", "pods", "create"), ("apps", "deployments", "create"), ("", "pods", "patch")},
+SCENARIO = {"ttsfleet": {("", "pods", "create"), ("apps", "deployments", "create"), ("", "pods", "patch"),
+                         ("coordination.k8s.io", "leases", "create")},  # test_peering
             "tts-ns": {("", "pods", "create"), ("apps", "deployments", "create")}}
 SA = {"ttsfleet": ("ttsfleet", "ttsfleet"), "tts-ns": ("tts-ops", "tts-ns-ttsfleet")}
 
@@ -41,6 +42,11 @@ async def granted(api: Api, release: str) -> set[tuple[str, str, str]]:
     for ns in RELEASES[release]["values"]["operator"].get("watchNamespaces", []):
         r = await api.get(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles/{name}")
         assert r is not None, f"{ns}/{name}"
+        have |= triples(r["rules"])
+    if RELEASES[release]["values"]["operator"].get("leaderElection", {}).get("enabled"):
+        ns = RELEASES[release]["namespace"]
+        r = await api.get(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles/{name}-leader")
+        assert r is not None, f"{ns}/{name}-leader"
         have |= triples(r["rules"])
     return have
 
