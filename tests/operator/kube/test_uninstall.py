@@ -10,13 +10,16 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import yaml
 from ttsfleet.operator.localkube import LocalKube
 
-from .conftest import RELEASES, Api, running_operator, uninstall, wait_for
+from .conftest import CHART, RELEASES, Api, running_operator, uninstall, wait_for
 from .test_e2e_fill import checkpoint_claim, fill_job, pods
 
 NS = "tts-un"
-CRDS = ("ttsdeployments.ttsfleet.io", "filljobs.ttsfleet.io")
+#: What ``kubectl delete -f charts/ttsfleet/crds/`` deletes: every CRD file the chart ships.
+CRDS = tuple(sorted(yaml.safe_load(p.read_text())["metadata"]["name"]
+                    for p in (CHART / "crds").glob("*.yaml")))
 CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 GROUP = "/apis/ttsfleet.io/v1alpha1"
 
@@ -52,6 +55,7 @@ async def test_readme_uninstall_order_completes(releases: Any, api: Api, kube: L
     assert await api.get("/apis/scheduling.k8s.io/v1/priorityclasses/ttsfleet-fill") is None
 
     # 3. kubectl delete -f charts/ttsfleet/crds/
+    assert CRDS == ("filljobs.ttsfleet.io", "ttsdeployments.ttsfleet.io")
     for crd in CRDS:
         assert await api.delete(f"{CRD_PATH}/{crd}") == 200
     for crd in CRDS:
