@@ -10,8 +10,9 @@ Imported as ``ttsfleet.operator`` (the folder is mapped by pyproject), so the st
 Modules, from the outside in:
 
 * ``cli`` — ``ttsfleet operator run | crds | render``; ``main`` — the process (kopf, /metrics,
-  /healthz); ``handlers`` — the kopf registry, one small handler per event; ``runtime`` — shared
-  clients, catalog, metrics.
+  /healthz); ``leader`` — leader election on a Lease (``--leader-elect``, two replicas);
+  ``handlers`` — the kopf registry, one small handler per event; ``runtime`` — shared clients,
+  catalog, metrics.
 * ``inference`` — TTSDeployment reconcile and autoscaling step; ``fill`` — the FillJob pass.
 * Pure parts: ``models`` (CRD spec/status, the schema source), ``crds`` (schema generation),
   ``desired`` (spec → Deployment/Service/PDB), ``fillview`` (nodes/pods → policy observations, fill
