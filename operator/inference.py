@@ -50,6 +50,13 @@ class Memory:
     scraper: ScrapeSource | None = None
 
 
+def forget(mem: Memory) -> None:
+    """Every field of ``mem`` back to its default (a fresh memory, seeded again on next use)."""
+    fresh = Memory()
+    for f in dataclasses.fields(mem):
+        setattr(mem, f.name, getattr(fresh, f.name))
+
+
 def validate(spec_raw: Any, name: str,
              catalog: GpuCatalog | None = None) -> tuple[TTSDeploymentSpec | None, str]:
     """Validate with the CRD's own model and the run's catalog; an invalid spec is reported,
@@ -271,10 +278,11 @@ async def autoscale(rt: Runtime, body: Any, status: Any, mem: Memory) -> dict[st
         return None
     if spec.replicas:
         # The scale subresource's writer (kubectl scale, an HPA) owns the count; reconcile applies
-        # the split. The traffic autoscaler restarts from the live replicas when it is back at 0.
-        mem.state = AutoscaleState()
+        # the split. The traffic autoscaler restarts from the live replicas when it is back at 0:
+        # its memory is forgotten, and any autoscaler state kept in status dropped.
+        forget(mem)
         rt.inference_need.pop(f"{namespace}/{name}", None)
-        return None
+        return {"autoscaler": None}
     live = await live_deployments(rt, namespace, name, spec)
     if any(v is None for v in live.values()):
         return None  # the reconcile handler has not created them yet

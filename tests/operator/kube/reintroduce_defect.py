@@ -11,6 +11,7 @@ tests/operator/kube/README.md records what each one made fail, and when.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -32,11 +33,17 @@ def regenerate_crds() -> None:
 
 
 def defect_1() -> None:
-    """Namespaced mode: pods listed only inside the watched namespaces' Roles."""
-    sub("charts/ttsfleet/templates/rbac.yaml", '- apiGroups: [""]\n  resources: ["pods"]\n  verbs: ["list"]\n'
-        "{{- end }}", "{{- end }}")
+    """Namespaced mode: pods listed (and watched) only inside the watched namespaces' Roles."""
+    p = REPO / "charts/ttsfleet/templates/rbac.yaml"
+    text = p.read_text()
+    cluster_pods = re.compile(r'(# Every pod on every GPU node[^\n]*\n(?:#[^\n]*\n)*)?- apiGroups: \[""\]\n'
+                              r'  resources: \["pods"\]\n  verbs: \[(?P<verbs>"list"[^\]]*)\]\n')
+    found = cluster_pods.search(text)
+    if found is None or "ttsfleet.rbac.namespacedRules" not in text[found.end():]:
+        raise SystemExit("rbac.yaml: the code changed, this defect's patch no longer applies")
+    p.write_text(text[:found.start()] + text[found.end():])
     sub("charts/ttsfleet/templates/rbac.yaml", 'resources: ["pods"]\n  verbs: ["create", "patch", "delete"]',
-        'resources: ["pods"]\n  verbs: ["list", "create", "patch", "delete"]')
+        f'resources: ["pods"]\n  verbs: [{found["verbs"]}, "create", "patch", "delete"]')
 
 
 def defect_2() -> None:
