@@ -124,10 +124,10 @@ def restd_supported() -> bool:
     Debian's 22.05 does. A production build of 25.11 (checked: 25.11.7) aborts on
     ``SLURMRESTD_SECURITY=disable_user_check`` and refuses root and SlurmUser, and its openapi
     plugins are no longer per version; the release that changed it was not checked, so anything
-    from 23.11 on counts as unsupported.
+    from 23.11 on counts as unsupported (an unknown release is tried, as before).
     """
     release = slurm_release()
-    return release is not None and release < (23, 11)
+    return release is None or release < (23, 11)
 
 
 def missing_binaries(restd: bool = False, dbd: bool = False) -> list[str]:

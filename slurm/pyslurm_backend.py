@@ -3,12 +3,12 @@
 Same interface and records as :mod:`ttsfleet.slurm.cli_backend` and
 :mod:`ttsfleet.slurm.rest_backend`; selected with ``--backend pyslurm`` (or
 ``TTSFLEET_SLURM_BACKEND=pyslurm``). PyPI's pyslurm 25.11.x builds only against Slurm 25.11
-headers and refuses other versions ("Slurm version mismatch"), so the import is guarded: where
-pyslurm cannot be imported, :class:`PyslurmBackend` raises :class:`SlurmUnavailable` with the
-reason, and its tests are skipped. pyslurm reads ``SLURM_CONF`` when it is imported, so a
-``conf`` given here is exported before the first import.
+headers and refuses other versions, so the import is guarded: where pyslurm cannot be imported,
+or libslurm finds no usable slurm.conf, :class:`PyslurmBackend` raises :class:`SlurmUnavailable`
+with the reason, and its tests are skipped. Checked against a real Slurm 25.11.7 with pyslurm
+25.11.2 (slurm/README.md, "pyslurm backend").
 
-The warning signal goes in ``JobSubmitDescription.signal`` as ``{"signal", "time",
+The warning signal goes in ``JobSubmitDescription.signal`` as ``{"signal": <number>, "time",
 "batch_only"}``: pyslurm sets the job's ``warn_flags`` batch bit itself, the equivalent of
 ``sbatch --signal=B:USR1@<grace>``. A signal to the batch shell alone is
 ``Job.send_signal(sig, steps="batch")``.
@@ -98,7 +98,7 @@ def signal_number(name: str) -> int:
     try:
         return int(signal.Signals[f"SIG{name.upper().removeprefix('SIG')}"])
     except KeyError:
-        raise SubmitRejected(f"unknown signal {name!r}") from None
+        raise SlurmError(f"unknown signal {name!r}") from None
 
 
 def gpus_of(gres: Any) -> dict[str, int]:
