@@ -11,6 +11,11 @@ Traps handled here (measured on Debian 12 VMs): munged needs its socket dir mode
 ``File=`` must be character devices for slurmd to export ``CUDA_VISIBLE_DEVICES`` (``mknod c
 195 N``); cgroup v2 is unusable on these hosts, so ``proctrack/linuxproc`` + ``task/none``;
 slurmrestd refuses root unless ``SLURMRESTD_SECURITY=disable_user_check``.
+
+Another Slurm installation (e.g. a Slurm 25.11 built under ``/opt/slurm-25.11`` for the pyslurm
+backend) is used instead of the one on ``PATH`` when ``TTSFLEET_SLURM_PREFIX`` names its prefix:
+its ``bin``/``sbin`` come first on the cluster's ``PATH`` and only its programs count (munge
+still comes from the host). Unset, nothing changes.
 """
 
 from __future__ import annotations
@@ -31,6 +36,9 @@ from ttsfleet.slurm.conf import render_fill_conf
 #: slurmrestd API plugins to load: every version Debian 12's 22.05 has, so clients negotiate.
 RESTD_PLUGINS = "openapi/v0.0.38,openapi/v0.0.37,openapi/v0.0.36"
 DAEMONS = ("munged", "mungekey", "slurmctld", "slurmd", "sinfo", "scontrol", "sbatch", "squeue")
+#: Names the prefix of another Slurm installation to run instead of the one on ``PATH``.
+SLURM_PREFIX_ENV = "TTSFLEET_SLURM_PREFIX"
+MUNGE_PROGRAMS = ("munged", "mungekey")
 
 
 class LocalClusterError(RuntimeError):
@@ -70,10 +78,62 @@ def free_port() -> int:
 DBD_PROGRAMS = ("slurmdbd", "mariadbd", "mariadb-install-db", "mariadb-admin", "sacctmgr", "sacct")
 
 
+def slurm_prefix() -> Path | None:
+    """The Slurm installation named by ``TTSFLEET_SLURM_PREFIX``, or None (use ``PATH``)."""
+    value = os.environ.get(SLURM_PREFIX_ENV, "").strip()
+    return Path(value) if value else None
+
+
+def slurm_path(base: str | None = None) -> str:
+    """``PATH`` with the prefix's ``bin`` and ``sbin`` first (``base`` unchanged without a prefix)."""
+    base = os.environ.get("PATH", "") if base is None else base
+    prefix = slurm_prefix()
+    if prefix is None:
+        return base
+    return os.pathsep.join([str(prefix / "bin"), str(prefix / "sbin"), base])
+
+
+def _has_program(name: str) -> bool:
+    prefix = slurm_prefix()
+    if prefix is not None and name not in MUNGE_PROGRAMS and not name.startswith("mariadb"):
+        if name == "slurmdbd":  # and the MySQL storage plugin, which a minimal build lacks
+            return (prefix / "sbin/slurmdbd").exists() and any(
+                prefix.glob("lib*/slurm/accounting_storage_mysql.so"))
+        return any((prefix / d / name).exists() for d in ("bin", "sbin"))
+    return shutil.which(name) is not None or Path("/usr/sbin", name).exists()
+
+
+def slurm_release() -> tuple[int, int] | None:
+    """(major, minor) of the Slurm whose ``slurmctld`` comes first on :func:`slurm_path`, or None.
+
+    ``slurmctld -V`` answers without a slurm.conf (the client commands' ``--version`` does not).
+    """
+    path = os.pathsep.join([slurm_path(), "/usr/sbin"])
+    try:
+        out = subprocess.run(["slurmctld", "-V"], env={**os.environ, "PATH": path},
+                             capture_output=True, text=True, timeout=30).stdout.split()
+        major, minor = out[-1].split(".")[:2]
+        return int(major), int(minor)
+    except (OSError, subprocess.SubprocessError, IndexError, ValueError):
+        return None
+
+
+def restd_supported() -> bool:
+    """Whether this host's slurmrestd runs here as root (with ``disable_user_check``).
+
+    Debian's 22.05 does. A production build of 25.11 (checked: 25.11.7) aborts on
+    ``SLURMRESTD_SECURITY=disable_user_check`` and refuses root and SlurmUser, and its openapi
+    plugins are no longer per version; the release that changed it was not checked, so anything
+    from 23.11 on counts as unsupported (an unknown release is tried, as before).
+    """
+    release = slurm_release()
+    return release is None or release < (23, 11)
+
+
 def missing_binaries(restd: bool = False, dbd: bool = False) -> list[str]:
-    """Slurm/munge programs this host lacks (empty when a local cluster can run)."""
+    """Slurm/munge programs this host (or the ``TTSFLEET_SLURM_PREFIX`` installation) lacks."""
     names = list(DAEMONS) + (["slurmrestd"] if restd else []) + (list(DBD_PROGRAMS) if dbd else [])
-    return [n for n in names if shutil.which(n) is None and not Path("/usr/sbin", n).exists()]
+    return [n for n in names if not _has_program(n)]
 
 
 def _pid_alive(pid: int) -> bool:
@@ -128,8 +188,8 @@ class LocalCluster:
         return self.spec.gpus_per_node * self.spec.nodes
 
     def env(self) -> dict[str, str]:
-        """``os.environ`` plus ``SLURM_CONF`` pointing at this cluster."""
-        return {**os.environ, "SLURM_CONF": str(self.conf_path)}
+        """``os.environ`` plus ``SLURM_CONF`` pointing at this cluster (and the prefix's PATH)."""
+        return {**os.environ, "SLURM_CONF": str(self.conf_path), "PATH": slurm_path()}
 
     # ------------------------------------------------------------------ configuration
     def write_config(self) -> None:
@@ -291,6 +351,9 @@ StorageLoc=slurm_acct_db
         missing = missing_binaries(self.spec.restd, self.spec.dbd)
         if missing:
             raise LocalClusterError(f"missing programs: {', '.join(missing)}")
+        if self.spec.restd and not restd_supported():
+            raise LocalClusterError("this Slurm's slurmrestd does not run as root (Slurm 23.11+): "
+                                    "start the cluster without slurmrestd")
         self.write_config()
         atexit.register(self.stop)
         self._started = True

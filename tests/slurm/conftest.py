@@ -5,6 +5,10 @@ MariaDB + slurmdbd for sacct when installed)
 lives under a pytest temp dir on free ports; its daemons are stopped at session end by a
 finalizer and, should the run die, by the cluster's atexit hook. Each test that uses the cluster
 starts and ends with an empty queue.
+
+``TTSFLEET_SLURM_PREFIX=/opt/slurm-25.11`` runs the whole session against that Slurm installation
+instead (its commands first on ``PATH``): how the pyslurm backend's tests run for real, since
+PyPI's pyslurm needs Slurm 25.11 (see slurm/README.md, "pyslurm backend").
 """
 
 from __future__ import annotations
@@ -19,7 +23,14 @@ from pathlib import Path
 import pytest
 from ttsfleet.slurm.backend import JobInfo
 from ttsfleet.slurm.cli_backend import CliBackend
-from ttsfleet.slurm.localcluster import LocalCluster, LocalClusterSpec, missing_binaries
+from ttsfleet.slurm.localcluster import (
+    SLURM_PREFIX_ENV,
+    LocalCluster,
+    LocalClusterSpec,
+    missing_binaries,
+    restd_supported,
+    slurm_path,
+)
 
 GRACE_TIME_S = 5
 CRED_EXPIRE_S = 5
@@ -39,19 +50,29 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     reason = _skip_reason()
     if reason:
         pytest.skip(reason)
-    restd = shutil.which("slurmrestd") is not None or Path("/usr/sbin/slurmrestd").exists()
+    restd = not missing_binaries(restd=True) and restd_supported()
     dbd = not missing_binaries(dbd=True)  # accounting (sacct) where slurmdbd + MariaDB are installed
     spec = LocalClusterSpec(nodes=1, cpus_per_node=8, gpus_per_node=4, gpu_class="h200",
                             grace_time_s=GRACE_TIME_S, kill_wait_s=2, cred_expire_s=CRED_EXPIRE_S,
                             restd=restd, dbd=dbd)
     c = LocalCluster(tmp_path_factory.mktemp("slurm-cluster"), spec)
-    try:
-        c.start()
-    except Exception:
+    with pytest.MonkeyPatch.context() as mp:
+        if os.environ.get(SLURM_PREFIX_ENV):  # the tests' own Slurm commands come from there too
+            mp.setenv("PATH", slurm_path())
+        try:
+            c.start()
+        except Exception:
+            c.stop()
+            raise
+        yield c
         c.stop()
-        raise
-    yield c
-    c.stop()
+
+
+def slurm_version(cluster: LocalCluster) -> str:
+    """The cluster's Slurm release (``25.11.7``), from ``scontrol --version``."""
+    out = subprocess.run(["scontrol", "--version"], env=cluster.env(), capture_output=True, text=True,
+                         check=True).stdout
+    return out.split()[-1]
 
 
 @pytest.fixture
