@@ -260,7 +260,7 @@ async def autoscale(rt: Runtime, body: Any, status: Any, mem: Memory) -> dict[st
     live = await live_deployments(rt, namespace, name, spec)
     if any(v is None for v in live.values()):
         return None  # the reconcile handler has not created them yet
-    pods = await rt.kube.list(path("v1", "pods", namespace), labels=f"{d.L_INSTANCE}={name}")
+    pods = await rt.view.instance_pods(namespace, name)
     measures = await measure(rt, mem, namespace, name, spec, pods)
     blind = [k for k, m in measures.items() if m.errors and not m.scraped]
     if blind:

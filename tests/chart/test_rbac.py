@@ -11,7 +11,7 @@ import pytest
 # RBAC.md rows that the chart deliberately does not grant, with the reason (none today).
 NOT_GRANTED: set[tuple[str, str]] = set()
 #: What the ClusterRole keeps in namespaced mode: cluster-wide reads (and opt-in kopf peering).
-CLUSTER_WIDE = {("", "nodes", "list"), ("", "pods", "list")} | {
+CLUSTER_WIDE = {("", r, v) for r in ("nodes", "pods") for v in ("list", "watch")} | {
     ("kopf.dev", "clusterkopfpeerings", v) for v in ("get", "list", "watch", "patch")}
 
 
