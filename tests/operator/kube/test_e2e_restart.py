@@ -94,7 +94,7 @@ async def test_a_restart_continues_the_persisted_window(
             metrics.in_flight = 0.0
             held = await wait_for(lambda: _held(api, "short", 4), 30, "the held recommendation in status")
         await asyncio.sleep(max(held + 4.0 - time.time(), 0))  # restarted 4+ s into the window
-        async with running_operator(kube, "ttsfleet", tmp_path, monkeypatch):
+        async with running_operator(kube, "ttsfleet", tmp_path, monkeypatch) as rt:
             restarted = time.time()
             assert await _replicas(api, deploy) == 4
             await wait_for(lambda: _below(deploy, api, 4), 60, "the scale-down after the window")
@@ -102,6 +102,14 @@ async def test_a_restart_continues_the_persisted_window(
             assert down >= held + WINDOW_S - 1, f"scaled down {held + WINDOW_S - down:.1f} s early"
             assert down < restarted + WINDOW_S, \
                 f"held {down - restarted:.1f} s after the restart: a fresh window, not the persisted one"
+            # Settled at the minimum: the persisted state no longer moves, so nothing is written.
+            await wait_for(lambda: _count(deploy, api, 1), 60, "the pool at minReplicas")
+            await asyncio.sleep(3 * rt.autoscale_interval_s)
+            since = audit.mark(kube)
+            await asyncio.sleep(3 * rt.autoscale_interval_s + 1)
+            sent = audit.requests(kube, audit.sa_user("ttsfleet", "ttsfleet"), since)
+            assert [e for e in sent if e["verb"] == "get"], "the operator did not run in the window"
+            assert audit.writes(sent) == [], "a steady state with persisted autoscaler state wrote"
             assert await api.delete(f"{TTSD}/short") == 200
             await wait_for(lambda: _gone(api, f"{TTSD}/short"), 60, "the TTSDeployment gone")
     finally:
