@@ -242,6 +242,7 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=150.0, help="seconds each operator runs")
     ap.add_argument("--warmup", type=float, default=30.0, help="start-up seconds left out of the rates")
     ap.add_argument("--repeats", type=int, default=2, help="runs per mode, alternating")
+    ap.add_argument("--modes", default="list,watch", help="comma-separated: list, watch")
     ap.add_argument("--out", type=Path, default=HERE)
     args = ap.parse_args()
     if missing_binaries():
@@ -257,7 +258,7 @@ def main() -> int:
         kube.start()
         setup_cluster(kube, args)
         list_bytes, listed = list_size(kube)
-        runs: dict[str, list[dict[str, Any]]] = {"list": [], "watch": []}
+        runs: dict[str, list[dict[str, Any]]] = {m: [] for m in args.modes.split(",")}
         for _ in range(args.repeats):  # alternating, so drift on the machine hits both alike
             for mode in runs:
                 runs[mode].append(run_mode(kube, mode, args, work))
