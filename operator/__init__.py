@@ -17,8 +17,9 @@ Modules, from the outside in:
 * Pure parts: ``models`` (CRD spec/status, the schema source), ``crds`` (schema generation),
   ``desired`` (spec → Deployment/Service/PDB), ``fillview`` (nodes/pods → policy observations, fill
   pods, shard accounting), ``signals`` (metrics parsing, PromQL), ``status`` (conditions),
-  ``reconcile`` (create-or-patch by diff), ``quantity`` (the API server's canonical quantities);
-  ``kube`` — the async REST client.
+  ``reconcile`` (create-or-patch by diff), ``quantity`` (the API server's canonical quantities),
+  ``autoscalestate`` (the autoscaler's state in status and back); ``kube`` — the async REST
+  client; ``informer`` — the watch-fed pod and node caches the controllers observe.
 * For tests and trying the chart: ``localkube`` (a real control plane on loopback, built by
   ``scripts/kube-local.sh``) and ``fakekubelet`` (plays kubelet for its GPU nodes).
 """

@@ -97,8 +97,9 @@ def exited_status(pod: dict[str, Any], code: int) -> dict[str, Any]:
 
 
 class FakeKubelet:
-    def __init__(self, client: httpx.Client, nodes: list[dict[str, Any]]) -> None:
+    def __init__(self, client: httpx.Client, nodes: list[dict[str, Any]], ip_prefix: str = "127.77") -> None:
         self.client = client
+        self.ip_prefix = ip_prefix  # pod IPs are ip_prefix.X.Y (one prefix per control plane)
         self.nodes = {n["name"]: n for n in nodes}
         self.events: queue.Queue[dict[str, Any]] = queue.Queue()
         self.timers: list[tuple[float, str, str, str]] = []  # (due, ns, name, uid)
@@ -140,7 +141,7 @@ class FakeKubelet:
     def ip_for(self, uid: str) -> str:
         if uid not in self.ips:
             n = len(self.ips)
-            self.ips[uid] = f"127.77.{n // 250}.{n % 250 + 1}"
+            self.ips[uid] = f"{self.ip_prefix}.{n // 250}.{n % 250 + 1}"
         return self.ips[uid]
 
     def handle(self, pod: dict[str, Any]) -> None:
@@ -246,10 +247,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kubeconfig", type=Path, required=True)
     ap.add_argument("--nodes", type=Path, required=True, help="JSON list of FakeNode fields")
+    ap.add_argument("--pod-ip-prefix", default="127.77", help="pod IPs are PREFIX.X.Y (loopback)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    FakeKubelet(client_from_kubeconfig(args.kubeconfig), json.loads(args.nodes.read_text())).run()
+    FakeKubelet(client_from_kubeconfig(args.kubeconfig), json.loads(args.nodes.read_text()),
+                args.pod_ip_prefix).run()
 
 
 if __name__ == "__main__":

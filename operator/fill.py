@@ -73,9 +73,9 @@ class ClassStep:
 async def observe(rt: Runtime, spec: FillJobSpec, namespace: str, job: str,
                   status: Mapping[str, Any]) -> FillView:
     """Read the cluster, fold finished pods into the accounting, build the observations."""
-    nodes = await rt.kube.list(path("v1", "nodes"), labels=fv.NODE_SELECTOR)
-    pods = await rt.kube.list(path("v1", "pods"), fields=fv.UNFINISHED)  # every GPU holder
-    own = await rt.kube.list(path("v1", "pods", namespace), labels=f"{fv.L_FILLJOB}={job}")  # finished too
+    nodes = await rt.view.gpu_nodes()  # watch-fed caches: no LIST per pass
+    pods = await rt.view.gpu_pods()  # every GPU holder
+    own = await rt.view.fill_pods(namespace, job)  # finished too
     wall, t = rt.wall(), rt.now()
     own = await release_stuck(rt, own, nodes, wall)
     acc = fv.account(status, fv.own_pods(own, namespace, job), spec, wall)
@@ -193,7 +193,7 @@ async def create_shard_pod(rt: Runtime, body: Any, spec: FillJobSpec, shard: int
     pod = fv.fill_pod(meta["name"], meta["namespace"], spec, shard, cls, name, catalog=rt.catalog)
     kopf.adopt(pod, owner=body)
     try:
-        await rt.kube.create(path("v1", "pods", meta["namespace"]), pod)
+        rt.view.created(await rt.kube.create(path("v1", "pods", meta["namespace"]), pod))
     except KubeError as exc:
         if exc.status != 409:  # 409: created by an earlier, interrupted pass
             raise

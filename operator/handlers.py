@@ -46,6 +46,7 @@ def build_registry(rt: Runtime) -> kopf.OperatorRegistry:
 
     @kopf.on.startup(id="inventory", registry=registry)
     async def start_inventory(**_: Any) -> None:
+        rt.view.start()  # the pod and node watches (the controllers' observation source)
         tasks.append(asyncio.create_task(inventory.inventory_loop(rt)))
 
     @kopf.on.cleanup(id="inventory", registry=registry)
@@ -53,6 +54,7 @@ def build_registry(rt: Runtime) -> kopf.OperatorRegistry:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await rt.view.aclose()
 
     # Explicit ids: kopf keeps handler progress in annotations named after them, so they must not
     # change when the code is refactored (a restart must find its own progress).

@@ -20,6 +20,7 @@ import kopf
 from pydantic import ValidationError
 from ttsfleet.operator import desired as d
 from ttsfleet.operator import status as st
+from ttsfleet.operator.autoscalestate import WallClock, from_status, to_status
 from ttsfleet.operator.kube import KINDS, path
 from ttsfleet.operator.models import TTSDeploymentSpec
 from ttsfleet.operator.reconcile import NotOwned, apply, delete_if_owned
@@ -48,6 +49,8 @@ class Memory:
 
     state: AutoscaleState = field(default_factory=AutoscaleState)
     scraper: ScrapeSource | None = None
+    restored: bool = False  # the state was read back from status.autoscaler (or seeded)
+    clock: WallClock = field(default_factory=WallClock)
 
 
 def forget(mem: Memory) -> None:
@@ -252,11 +255,22 @@ async def measure(rt: Runtime, mem: Memory, namespace: str, name: str, spec: TTS
 
 
 def seeded_state(state: AutoscaleState, signals: DeploymentSignals) -> AutoscaleState:
-    """A fresh memory (first step after a start or a restart) counts the live replicas as just
+    """A memory with nothing to resume from (no ``status.autoscaler``) counts the live replicas as just
     recommended, so the scale-down stabilization window restarts from them: a restarted operator
     holds 16 replicas for the window instead of dropping to what one quiet sample suggests."""
     recs = {k: ((signals.t, s.current_replicas),) for k, s in signals.pools.items() if s.current_replicas}
     return dataclasses.replace(state, recommendations=recs)
+
+
+def resume(mem: Memory, stored: Mapping[str, Any] | None, signals: DeploymentSignals, wall: float) -> None:
+    """First step of this process: continue the state the last one wrote to status (the same
+    stabilization window and panic); an object without one (written before it was kept) is
+    seeded from its live replicas."""
+    if stored is not None:
+        mem.state, mem.clock = from_status(stored, signals.t, wall)
+    elif not mem.state.recommendations:
+        mem.state = seeded_state(mem.state, signals)
+    mem.restored = True
 
 
 def to_pool_signals(measure: PoolMeasure, deployment: Mapping[str, Any] | None) -> PoolSignals:
@@ -286,7 +300,7 @@ async def autoscale(rt: Runtime, body: Any, status: Any, mem: Memory) -> dict[st
     live = await live_deployments(rt, namespace, name, spec)
     if any(v is None for v in live.values()):
         return None  # the reconcile handler has not created them yet
-    pods = await rt.kube.list(path("v1", "pods", namespace), labels=f"{d.L_INSTANCE}={name}")
+    pods = await rt.view.instance_pods(namespace, name)
     measures = await measure(rt, mem, namespace, name, spec, pods)
     blind = [k for k, m in measures.items() if m.errors and not m.scraped]
     if blind:
@@ -299,8 +313,8 @@ async def autoscale(rt: Runtime, body: Any, status: Any, mem: Memory) -> dict[st
             rt.inference_busy[f"{namespace}/{pod_name}"] = in_flight > 0
     signals = DeploymentSignals(t=rt.now(), pools={
         p.key: to_pool_signals(measures[p.key], live[p.key]) for p in spec.pools})
-    if not mem.state.recommendations:
-        mem.state = seeded_state(mem.state, signals)
+    if not mem.restored:
+        resume(mem, status.get("autoscaler"), signals, rt.wall())
     decision, mem.state = decide_replicas(spec.autoscale, spec.pools, rt.catalog, mem.state, signals)
     rt.inference_need[f"{namespace}/{name}"] = InferenceNeed.from_decision(decision, spec.resources.gpus)
     records = []
@@ -329,7 +343,8 @@ async def autoscale(rt: Runtime, body: Any, status: Any, mem: Memory) -> dict[st
                         "direction": pd.direction, "reason": pd.reason, "message": pd.message[:300]})
     pools = pools_status(rt, name, spec, live, decision.desired())
     conds = st.set_conditions(status.get("conditions"), st.replica_conditions(pools), gen)
-    out: dict[str, Any] = {"pools": pools, **st.summary(pools), "conditions": conds}
+    out: dict[str, Any] = {"pools": pools, **st.summary(pools), "conditions": conds,
+                           "autoscaler": to_status(mem.state, mem.clock, signals.t, rt.wall())}
     if records:
         out["lastDecisions"] = st.append_history(status.get("lastDecisions"), records)
     return out

@@ -13,7 +13,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ttsfleet.operator import fillview as fv
-from ttsfleet.operator.kube import path
 from ttsfleet.operator.runtime import Runtime
 
 from ttsfleet.catalog import GpuCatalog
@@ -50,8 +49,8 @@ def active(nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]]
 
 
 async def inventory_pass(rt: Runtime) -> dict[str, dict[str, int]]:
-    nodes = await rt.kube.list(path("v1", "nodes"), labels=fv.NODE_SELECTOR)
-    pods = await rt.kube.list(path("v1", "pods"), fields=fv.UNFINISHED)
+    nodes = await rt.view.gpu_nodes()
+    pods = await rt.view.gpu_pods()
     live = {f"{p['metadata'].get('namespace', '')}/{p['metadata']['name']}" for p in pods}
     for key in [k for k in rt.inference_busy if k not in live]:
         del rt.inference_busy[key]

@@ -9,9 +9,11 @@ service account or a kubeconfig through the official ``kubernetes`` loader.
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import ssl
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -119,11 +121,53 @@ class Kube:
     async def list(self, url: str, *, labels: str | None = None,
                    fields: str | None = None) -> list[dict[str, Any]]:
         """Items of a collection, narrowed on the server by label and field selectors."""
+        items: list[dict[str, Any]] = []
+        async for page in self.list_pages(url, labels=labels, fields=fields):
+            items.extend(page.get("items") or [])
+        return items
+
+    async def list_pages(self, url: str, *, labels: str | None = None, fields: str | None = None,
+                         limit: int = 500) -> AsyncIterator[dict[str, Any]]:
+        """A collection in pages of ``limit`` (``continue`` tokens), so a 5,000-pod LIST never
+        sits in memory as one 31 MiB body. Each page is the raw list (its ``metadata`` carries
+        the ``resourceVersion`` a watch starts from)."""
         params = {k: v for k, v in (("labelSelector", labels), ("fieldSelector", fields)) if v}
-        resp = await self._request("GET", url, params=params)
-        if resp.status_code == 404:
-            return []
-        return list(self._check(resp).get("items") or [])
+        params["limit"] = str(limit)
+        while True:
+            resp = await self._request("GET", url, params=params)
+            if resp.status_code == 404:
+                return
+            page = self._check(resp)
+            yield page
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return
+            params["continue"] = token
+
+    async def watch(self, url: str, resource_version: str, *, labels: str | None = None,
+                    fields: str | None = None, timeout_s: int = 300) -> AsyncIterator[dict[str, Any]]:
+        """Watch events (``{"type", "object"}``) from ``resource_version`` on, bookmarks included,
+        until the server ends the watch (``timeoutSeconds``). A 410 Gone, as an HTTP status or as
+        an ERROR event, raises :class:`KubeError` with status 410: the caller lists again."""
+        params = {k: v for k, v in (("labelSelector", labels), ("fieldSelector", fields)) if v}
+        params.update(watch="true", allowWatchBookmarks="true", resourceVersion=resource_version,
+                      timeoutSeconds=str(timeout_s))
+        headers = {}
+        if self.token_file is not None:
+            headers["Authorization"] = f"Bearer {self.token_file.read_text().strip()}"
+        timeout = httpx.Timeout(30.0, read=timeout_s + 30.0)
+        async with self.client.stream("GET", url, params=params, headers=headers, timeout=timeout) as resp:
+            if resp.status_code >= 400:
+                await resp.aread()
+                self._check(resp)
+            async for line in resp.aiter_lines():
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                if event.get("type") == "ERROR":
+                    status = event.get("object") or {}
+                    raise KubeError(int(status.get("code") or 500), str(status.get("message", ""))[:300])
+                yield event
 
     async def create(self, url: str, body: dict[str, Any]) -> dict[str, Any]:
         return self._check(await self._request("POST", url, json=body))

@@ -134,6 +134,9 @@ class LocalKube:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.admin_token = secrets.token_hex(16)
         self.api_port = 0
+        # Pod IPs on a loopback /16 of their own: two control planes on one machine (two test
+        # sessions) never bind the same pod IP and port.
+        self.pod_ip_prefix = f"127.{secrets.choice([n for n in range(16, 250) if n != 77])}"
         atexit.register(self.stop)
 
     # --- paths and clients ----------------------------------------------------------------
@@ -288,7 +291,8 @@ class LocalKube:
         spec = self.root / "nodes.json"
         spec.write_text(json.dumps([asdict(n) for n in self.nodes]))
         self._spawn("fake-kubelet", [sys.executable, "-P", "-m", "ttsfleet.operator.fakekubelet",
-                                     "--kubeconfig", str(self.admin_kubeconfig), "--nodes", str(spec)])
+                                     "--kubeconfig", str(self.admin_kubeconfig), "--nodes", str(spec),
+                                     "--pod-ip-prefix", self.pod_ip_prefix])
         want = {n.name for n in self.nodes}
 
         def registered() -> bool:

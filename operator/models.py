@@ -277,6 +277,29 @@ class ScalingRecord(WireModel):
     message: str = ""
 
 
+class HeldRecommendation(WireModel):
+    """A recommendation the scale-down stabilization window may still pick (time: UTC, rounded up)."""
+
+    pool: str
+    replicas: int
+    time: str
+
+
+class LatestRecommendation(WireModel):
+    """A pool's newest recommendation (a restarted operator counts it from the restart)."""
+
+    pool: str
+    replicas: int
+
+
+class AutoscalerMemory(WireModel):
+    """The autoscaler's memory between steps, restored after a restart; written when it changes."""
+
+    recommendations: list[HeldRecommendation] = Field(default_factory=list)
+    latest: list[LatestRecommendation] = Field(default_factory=list)
+    panic_until: str = Field(default="", description="panic mode lasts until (UTC); empty: no panic")
+
+
 class TTSDeploymentStatus(WireModel):
     observed_generation: int = 0
     pools: list[PoolStatus] = Field(default_factory=list)
@@ -287,6 +310,7 @@ class TTSDeploymentStatus(WireModel):
     summary: str = Field(default="", description="pool:ready/desired, for kubectl get")
     last_decisions: list[ScalingRecord] = Field(default_factory=list)
     conditions: list[Condition] = Field(default_factory=list)
+    autoscaler: AutoscalerMemory | None = None
 
 
 class FillDecision(WireModel):

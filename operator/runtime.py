@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 import httpx
+from ttsfleet.operator.informer import ClusterCache, ClusterView
 from ttsfleet.operator.kube import Kube
 
 from ttsfleet.catalog import GpuCatalog
@@ -39,6 +40,12 @@ class Runtime:
     #: autoscaler's typed InferenceNeed): the fill controller evicts ahead of it.
     inference_need: dict[str, InferenceNeed] = field(default_factory=dict)
     inference_busy: dict[str, bool] = field(default_factory=dict)  # "ns/pod" -> request in flight
+    #: Where the controllers observe pods and nodes: watch-fed caches (built on ``kube``).
+    cluster: ClusterView | None = None
+
+    def __post_init__(self) -> None:
+        if self.cluster is None:
+            self.cluster = ClusterCache(self.kube)
 
     @classmethod
     def from_environment(cls, **kw: object) -> Runtime:
@@ -54,6 +61,12 @@ class Runtime:
     def wall() -> float:
         return time.time()
 
+    @property
+    def view(self) -> ClusterView:
+        assert self.cluster is not None  # set in __post_init__
+        return self.cluster
+
     async def aclose(self) -> None:
+        await self.view.aclose()
         await self.kube.aclose()
         await self.http.aclose()

@@ -10,8 +10,8 @@ import pytest
 
 # RBAC.md rows that the chart deliberately does not grant, with the reason (none today).
 NOT_GRANTED: set[tuple[str, str]] = set()
-#: What the ClusterRole keeps in namespaced mode: cluster-wide reads.
-CLUSTER_WIDE = {("", "nodes", "list"), ("", "pods", "list")}
+#: What the ClusterRole keeps in namespaced mode: cluster-wide reads, listed once then watched.
+CLUSTER_WIDE = {("", r, v) for r in ("nodes", "pods") for v in ("list", "watch")}
 #: RBAC.md's leader-election table: a Role in the release namespace, only with leaderElection on.
 LEADER = {("coordination.k8s.io", "leases", v) for v in ("create", "get", "patch")}
 

@@ -75,6 +75,18 @@ class Emulator(kmock.KubernetesEmulator):
         finally:
             await bus.unmark(mark)
 
+    async def expire_watches(self, plural: str) -> int:
+        """What an API server tells a cluster-wide watcher it can no longer serve (its revision
+        compacted away): an ERROR event with a 410 Expired Status. Returns the watches told."""
+        told = 0
+        for resource, bus in self._buses.items():
+            if getattr(resource, "plural", None) == plural:
+                await bus.put({"type": "ERROR", "object": {
+                    "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Expired",
+                    "code": 410, "message": "too old resource version"}})
+                told += 1
+        return told
+
     async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         if request.resource is not None and request.action == enums.action.CREATE \
                 and isinstance(request.data, dict):

@@ -1,17 +1,21 @@
 """An operator restart inside the scale-down stabilization window keeps the replicas.
 
-Issue 17: the autoscaler's memory lives in the process, so after a restart one quiet sample
-dropped 4 replicas to 2 although the 300 s window had not passed. A restarted operator now counts
-the live replicas as just recommended (``inference.seeded_state``).
+Issue 17: the autoscaler's memory lived in the process, so after a restart one quiet sample
+dropped 4 replicas to 2 although the 300 s window had not passed. The state now lives in
+``status.autoscaler`` (operator/autoscalestate.py): a restart inside the window keeps the
+replicas, and with a short window the pool scales down when the persisted history says, not a
+fresh window after the restart.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from typing import Any
 
 import pytest
+from ttsfleet.operator.fillview import parse_time
 from ttsfleet.operator.localkube import LocalKube
 
 from . import audit
@@ -52,6 +56,8 @@ async def test_restart_inside_the_stabilization_window_keeps_replicas(
             body = await api.get(f"{TTSD}/steady")
             last = body["status"]["lastDecisions"][-1]
             assert last["direction"] == "up"  # no scale-down was recorded after the restart
+            held = body["status"]["autoscaler"]["recommendations"]
+            assert [r["replicas"] for r in held] == [4], held  # the window continues from status
             assert await api.delete(f"{TTSD}/steady") == 200
             await wait_for(lambda: _gone(api, f"{TTSD}/steady"), 60, "the TTSDeployment gone")
     finally:
@@ -59,6 +65,80 @@ async def test_restart_inside_the_stabilization_window_keeps_replicas(
         with contextlib.suppress(asyncio.CancelledError):
             await feeder
         await metrics.stop()
+
+
+WINDOW_S = 12.0
+
+
+async def test_a_restart_continues_the_persisted_window(
+        releases: Any, api: Api, kube: LocalKube, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Load goes, the operator writes the held recommendation and stops; restarted a few seconds
+    later, it holds the replicas until the persisted time + the window, then scales down: before
+    a fresh window from the restart would have let it."""
+    await api.namespace(NS)
+    metrics = PodMetrics(api, "app.kubernetes.io/instance=short", namespace=NS)
+    feeder = asyncio.create_task(metrics.run())
+    deploy = f"/apis/apps/v1/namespaces/{NS}/deployments/short-h200"
+    try:
+        async with running_operator(kube, "ttsfleet", tmp_path, monkeypatch):
+            await api.create(TTSD, {
+                "apiVersion": "ttsfleet.io/v1alpha1", "kind": "TTSDeployment", "metadata": {"name": "short"},
+                "spec": {"model": {"checkpoint": "s3://m/v1"}, "image": "ghcr.io/ttsfleet/inference:test",
+                         "pools": [{"gpuClass": "h200", "minReplicas": 1, "maxReplicas": 4}],
+                         "resources": {"cpu": "0.5", "memory": "1Gi"},
+                         "autoscale": {"targetInFlightPerReplica": 10, "stableWindowS": 1, "panicWindowS": 1,
+                                       "scaleDownStabilizationS": WINDOW_S}}})
+            metrics.in_flight = 40.0
+            await wait_for(lambda: _count(deploy, api, 4), 60, "4 replicas under load")
+            await wait_for(lambda: _n(pods(api, NS, "app.kubernetes.io/instance=short"), 4), 60, "4 Running")
+            metrics.in_flight = 0.0
+            held = await wait_for(lambda: _held(api, "short", 4), 30, "the held recommendation in status")
+        await asyncio.sleep(max(held + 4.0 - time.time(), 0))  # restarted 4+ s into the window
+        async with running_operator(kube, "ttsfleet", tmp_path, monkeypatch) as rt:
+            restarted = time.time()
+            assert await _replicas(api, deploy) == 4
+            await wait_for(lambda: _below(deploy, api, 4), 60, "the scale-down after the window")
+            down = time.time()
+            assert down >= held + WINDOW_S - 1, f"scaled down {held + WINDOW_S - down:.1f} s early"
+            assert down < restarted + WINDOW_S, \
+                f"held {down - restarted:.1f} s after the restart: a fresh window, not the persisted one"
+            # Settled at the minimum: the persisted state no longer moves, so nothing is written.
+            await wait_for(lambda: _count(deploy, api, 1), 60, "the pool at minReplicas")
+            await asyncio.sleep(3 * rt.autoscale_interval_s)
+            since = audit.mark(kube)
+            await asyncio.sleep(3 * rt.autoscale_interval_s + 1)
+            sent = audit.requests(kube, audit.sa_user("ttsfleet", "ttsfleet"), since)
+            assert [e for e in sent if e["verb"] == "get"], "the operator did not run in the window"
+            assert audit.writes(sent) == [], "a steady state with persisted autoscaler state wrote"
+            assert await api.delete(f"{TTSD}/short") == 200
+            await wait_for(lambda: _gone(api, f"{TTSD}/short"), 60, "the TTSDeployment gone")
+    finally:
+        feeder.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await feeder
+        await metrics.stop()
+
+
+async def _replicas(api: Api, path: str) -> int:
+    dep = await api.get(path) or {}
+    return int((dep.get("spec") or {}).get("replicas") or 0)
+
+
+async def _count(path: str, api: Api, n: int) -> bool:
+    return await _replicas(api, path) == n
+
+
+async def _below(path: str, api: Api, n: int) -> bool:
+    return 0 < await _replicas(api, path) < n
+
+
+async def _held(api: Api, name: str, replicas: int) -> float | None:
+    """Wall time of the persisted recommendation of ``replicas`` (the load has fallen below it)."""
+    body = await api.get(f"{TTSD}/{name}") or {}
+    for r in ((body.get("status") or {}).get("autoscaler") or {}).get("recommendations") or []:
+        if r["replicas"] == replicas:
+            return parse_time(r["time"])
+    return None
 
 
 async def _at(value: Any, n: int) -> bool:
