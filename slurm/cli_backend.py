@@ -2,9 +2,13 @@
 
 Uses ``squeue --json`` / ``sinfo --json`` where the installed Slurm has them (21.08+; on 22.05
 they ignore ``-t/-p/-j`` filters, so filtering happens here) and ``scontrol -o`` one-line text
-otherwise, so it works with any Slurm version. Partitions always come from ``scontrol -o show
-partition`` (no JSON form exists). sbatch reads the script on stdin; its message is surfaced
-verbatim when it refuses a job.
+otherwise, so it works with any Slurm version. The JSON shapes differ by release (both recorded
+from real daemons under ``tests/slurm/fixtures/cli_json/``): 22.05's ``sinfo --json`` lists
+``nodes``, 25.11's lists per-partition ``sinfo`` summaries instead, so there the node records
+come from ``scontrol show nodes --json`` (same record schema); 25.11's ``squeue --json`` leaves
+out finished jobs unless given ``--states=all`` (22.05 accepts the flag and lists them anyway).
+Partitions always come from ``scontrol -o show partition`` (no JSON form on 22.05). sbatch reads
+the script on stdin; its message is surfaced verbatim when it refuses a job.
 """
 
 from __future__ import annotations
@@ -107,6 +111,23 @@ def node_from_json(n: Mapping) -> NodeInfo:
                     gpus=parse_gres(n.get("gres")), gpus_used=parse_gres(used) if used is not None else None)
 
 
+def jobs_from_json_doc(doc: Mapping) -> list[JobInfo]:
+    """The ``jobs`` of a ``squeue --json`` / ``scontrol show job --json`` document (any release)."""
+    return [job_from_json(j) for j in doc.get("jobs") or ()]
+
+
+def nodes_from_json_doc(doc: Mapping) -> list[NodeInfo] | None:
+    """The node records of a ``sinfo --json`` (22.05) or ``scontrol show nodes --json`` document.
+
+    ``None`` when the document has no ``nodes`` list: 25.11's ``sinfo --json`` holds ``sinfo``
+    summaries (one per partition and node state, nodes only by name), not node records.
+    """
+    nodes = doc.get("nodes")
+    if not isinstance(nodes, list):
+        return None
+    return [node_from_json(n) for n in nodes]
+
+
 def parse_scontrol_records(text: str) -> list[dict[str, str]]:
     """``scontrol -o show ...`` output: one record per line of ``Key=Value`` tokens."""
     records = []
@@ -183,6 +204,7 @@ class CliBackend:
         self.conf = conf
         self.timeout_s = timeout_s
         self._json = json_output
+        self._sinfo_summaries = False  # sinfo --json gives summaries, not node records (25.11)
 
     # ---------------------------------------------------------------- plumbing
     def _env(self) -> dict[str, str]:
@@ -272,16 +294,22 @@ class CliBackend:
         self._run([*args, str(job_id)])
 
     def jobs(self) -> list[JobInfo]:
-        if self.uses_json:
-            data = json.loads(self._run(["squeue", "--json"]))
-            return [job_from_json(j) for j in data.get("jobs", [])]
+        if self.uses_json:  # finished jobs too: the agent needs a failed shard's last job
+            return jobs_from_json_doc(json.loads(self._run(["squeue", "--json", "--states=all"])))
         out = self._run(["scontrol", "-o", "show", "job"])
         return [job_from_scontrol(r) for r in parse_scontrol_records(out) if "JobId" in r]
 
     def nodes(self) -> list[NodeInfo]:
         if self.uses_json:
-            data = json.loads(self._run(["sinfo", "--json"]))
-            return [node_from_json(n) for n in data.get("nodes", [])]
+            if not self._sinfo_summaries:
+                found = nodes_from_json_doc(json.loads(self._run(["sinfo", "--json"])))
+                if found is not None:
+                    return found
+                self._sinfo_summaries = True  # 25.11-style sinfo: ask scontrol from now on
+            found = nodes_from_json_doc(json.loads(self._run(["scontrol", "show", "nodes", "--json"])))
+            if found is not None:
+                return found
+            raise SlurmError("scontrol show nodes --json listed no 'nodes'")
         out = self._run(["scontrol", "-o", "show", "node"])
         return [node_from_scontrol(r) for r in parse_scontrol_records(out) if "NodeName" in r]
 
