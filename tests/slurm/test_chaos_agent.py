@@ -98,11 +98,21 @@ def progressing_jobs(backend: CliBackend, spec: FillShardSpec, first_seen: dict[
         if job.state != "RUNNING" or not shard or shard.dataset != spec.name:
             continue
         index = shard.indices[0]
-        done = items_done(spec, index)
+        done, total = items_progress(spec, index)
         started_at = first_seen.setdefault(job.job_id, done)
-        if done > started_at and fill_pids(spec, index):
+        # two items left at least: a kill as the shard finishes would leave no FAILED job to count
+        if started_at < done < total - 1 and fill_pids(spec, index):
             victims.append((job, index))
     return victims
+
+
+def items_progress(spec: FillShardSpec, index: int) -> tuple[int, int]:
+    """(items done, items in the shard) from the shard's checkpoint; (0, 0) before the first one."""
+    try:
+        ckpt = json.loads(spec.checkpoint_file(index).read_text())
+    except (OSError, ValueError):
+        return 0, 0
+    return int(ckpt.get("items_done", 0)), int(ckpt.get("items_total", 0))
 
 
 def hit(action: str, job_id: str, spec: FillShardSpec, index: int, backend: CliBackend, tmp: Path) -> None:
