@@ -77,7 +77,9 @@ def test_concurrent_jobs_on_one_output_are_kept_apart(slurm: LocalCluster, corpu
     backend = CliBackend(str(slurm.conf_path))
     out = tmp_path / "out"
     # one shard twice at once (separate checkpoint directories) and a different job at once
-    first = spec_for(corpus, tmp_path, "first", 1, out, delay=0.2)
+    # the first job must still run when the twin starts (a twin that starts after it finished
+    # finds the shard complete and exits 0): 32 items x 0.6 s outlasts a slow start under load
+    first = spec_for(corpus, tmp_path, "first", 1, out, delay=0.6)
     twin = spec_for(corpus, tmp_path, "twin", 1, out, delay=0.2)
     other = spec_for(corpus, tmp_path, "other", 4, out, delay=0.2)
     j1 = backend.submit(fill_submit_request(first, 0))
