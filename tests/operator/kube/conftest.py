@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import os
 import ssl
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +127,23 @@ async def wait_for(cond: Callable[[], Any], timeout: float, what: str, step: flo
         if loop.time() > end:
             pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
         await asyncio.sleep(step)
+
+
+# Conditions for wait_for, shared by the e2e modules.
+async def gone(api: Api, path: str) -> bool:
+    """True once ``path`` is not found (deleted and its finalizers done)."""
+    return await api.get(path) is None
+
+
+async def exactly(found: Awaitable[list[Any]], n: int) -> list[Any] | None:
+    """The awaited list when it holds exactly ``n`` items, else None (keep waiting)."""
+    items = await found
+    return items if len(items) == n else None
+
+
+async def empty(found: Awaitable[list[Any]]) -> bool:
+    """True once the awaited list is empty."""
+    return not await found
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -20,7 +21,7 @@ from ttsfleet.operator.localkube import LocalKube
 from tests.operator.conftest import MetricsServer
 
 from . import audit
-from .conftest import Api, running_operator, wait_for
+from .conftest import Api, empty, exactly, gone, running_operator, wait_for
 
 NS = "tts-fill"
 OPERATOR = audit.sa_user("ttsfleet", "ttsfleet")
@@ -87,6 +88,19 @@ class PodMetrics:
         for s in self.servers.values():
             await s.stop()
 
+    @contextlib.asynccontextmanager
+    async def feeding(self) -> AsyncIterator[PodMetrics]:
+        """Serve the pods' metrics (new pods picked up every 0.5 s) while the block runs; stop
+        every server after it, however the block ends."""
+        feeder = asyncio.create_task(self.run())
+        try:
+            yield self
+        finally:
+            feeder.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await feeder
+            await self.stop()
+
 
 async def test_fill_yields_to_inference_by_preemption_and_ahead_of_need(
         releases: Any, api: Api, kube: LocalKube, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -97,7 +111,7 @@ async def test_fill_yields_to_inference_by_preemption_and_ahead_of_need(
     async with running_operator(kube, "ttsfleet", tmp_path, monkeypatch, autoscale_interval_s=5.0,
                                 fill_interval_s=1.0):
         await api.create(FJ, fill_job("clean", ["h200"], shards=12, parallelism=8))
-        filled = await wait_for(lambda: _count(pods(api, NS, "ttsfleet.io/filljob=clean"), 8), 60,
+        filled = await wait_for(lambda: exactly(pods(api, NS, "ttsfleet.io/filljob=clean"), 8), 60,
                                 "8 fill pods Running on the 8 idle h200 GPUs")
         assert {p["spec"]["nodeName"] for p in filled} == {"h200-a", "h200-b"}
         assert {p["spec"]["priorityClassName"] for p in filled} == {"ttsfleet-fill"}
@@ -105,8 +119,7 @@ async def test_fill_yields_to_inference_by_preemption_and_ahead_of_need(
 
         # The first inference replica finds no free GPU: the scheduler preempts a fill pod.
         metrics = PodMetrics(api, "app.kubernetes.io/instance=burst")
-        feeder = asyncio.create_task(metrics.run())
-        try:
+        async with metrics.feeding():
             await api.create(TTSD, {
                 "apiVersion": "ttsfleet.io/v1alpha1", "kind": "TTSDeployment", "metadata": {"name": "burst"},
                 "spec": {"model": {"checkpoint": "s3://m/v1"}, "image": "ghcr.io/ttsfleet/inference:test",
@@ -114,7 +127,7 @@ async def test_fill_yields_to_inference_by_preemption_and_ahead_of_need(
                          "resources": {"cpu": "0.5", "memory": "1Gi"},
                          "autoscale": {"targetInFlightPerReplica": 10, "stableWindowS": 4, "panicWindowS": 2,
                                        "maxScaleUpRate": 2, "scaleDownStabilizationS": 4}}})
-            await wait_for(lambda: _count(pods(api, NS, "app.kubernetes.io/instance=burst"), 1), 60,
+            await wait_for(lambda: exactly(pods(api, NS, "app.kubernetes.io/instance=burst"), 1), 60,
                            "the first inference pod Running (after preemption)")
             events = await api.items(f"/api/v1/namespaces/{NS}/events")
             assert any(e["reason"] == "Preempted" for e in events), "the scheduler preempted no fill pod"
@@ -123,7 +136,7 @@ async def test_fill_yields_to_inference_by_preemption_and_ahead_of_need(
             # pods for the whole need, so the next step finds free GPUs.
             since = audit.mark(kube)
             metrics.in_flight = 70.0
-            await wait_for(lambda: _count(pods(api, NS, "app.kubernetes.io/instance=burst"), 7), 90,
+            await wait_for(lambda: exactly(pods(api, NS, "app.kubernetes.io/instance=burst"), 7), 90,
                            "7 inference pods Running")
             sent = audit.requests(kube, OPERATOR, since)
             evictions = [e for e in sent if e["verb"] == "delete" and e["objectRef"]["resource"] == "pods"]
@@ -144,27 +157,13 @@ async def test_fill_yields_to_inference_by_preemption_and_ahead_of_need(
             # Load gone: after the stabilization window at most half go per step, the least busy
             # pods marked with the lowest deletion cost first.
             metrics.in_flight = 0.0
-            await wait_for(lambda: _count(pods(api, NS, "app.kubernetes.io/instance=burst"), 4), 60,
+            await wait_for(lambda: exactly(pods(api, NS, "app.kubernetes.io/instance=burst"), 4), 60,
                            "a scale-down step to 4 (7 halved, rounded up)")
-        finally:
-            feeder.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await feeder
-            await metrics.stop()
         assert await api.delete(f"{TTSD}/burst") == 200
         assert await api.delete(f"{FJ}/clean") == 200
-        await wait_for(lambda: _none(pods(api, NS, "ttsfleet.io/workload", phase=None)), 60,
+        await wait_for(lambda: empty(pods(api, NS, "ttsfleet.io/workload", phase=None)), 60,
                        "every pod of the scenario gone")
     assert audit.forbidden(audit.requests(kube, OPERATOR)) == []
-
-
-async def _none(found: Any) -> bool:
-    return not await found
-
-
-async def _count(found: Any, n: int) -> Any:
-    items = await found
-    return items if len(items) == n else None
 
 
 async def test_a_fill_pod_stuck_on_a_lost_node_is_released_and_its_shard_rerun(
@@ -183,14 +182,14 @@ async def test_a_fill_pod_stuck_on_a_lost_node_is_released_and_its_shard_rerun(
     try:
         async with running_operator(kube, "ttsfleet", tmp_path, monkeypatch, fill_interval_s=1.0):
             await api.create(path, job)
-            (pod,) = await wait_for(lambda: _count(pods(api, ns, "ttsfleet.io/filljob=lost"), 1), 60,
+            (pod,) = await wait_for(lambda: exactly(pods(api, ns, "ttsfleet.io/filljob=lost"), 1), 60,
                                     "the fill pod Running on h200-b")
             # The node is lost: its kubelet stops, it goes NotReady, and the pod is deleted (a drain)
             # but nobody is left to finish the deletion.
             await api.patch(node, {"metadata": {"labels": {"fake-kubelet.ttsfleet.io/stopped": "true"}}})
             await ready("False")
             await api.delete(f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}", gracePeriodSeconds=1)
-            await wait_for(lambda: _gone(api, f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}"), 90,
+            await wait_for(lambda: gone(api, f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}"), 90,
                            "the stuck pod force-deleted by the operator")
             async def requeued() -> bool:
                 status = (await api.get(f"{path}/lost"))["status"]
@@ -199,15 +198,11 @@ async def test_a_fill_pod_stuck_on_a_lost_node_is_released_and_its_shard_rerun(
             # The node comes back: the shard runs again (a new pod, from its checkpoint).
             await api.patch(node, {"metadata": {"labels": {"fake-kubelet.ttsfleet.io/stopped": None}}})
             await ready("True")
-            (again,) = await wait_for(lambda: _count(pods(api, ns, "ttsfleet.io/filljob=lost"), 1), 60,
+            (again,) = await wait_for(lambda: exactly(pods(api, ns, "ttsfleet.io/filljob=lost"), 1), 60,
                                       "shard 0 running again")
             assert again["metadata"]["name"] != pod["metadata"]["name"]
             assert await api.delete(f"{path}/lost") == 200
-            await wait_for(lambda: _none(pods(api, ns, "ttsfleet.io/workload", phase=None)), 60, "pods gone")
+            await wait_for(lambda: empty(pods(api, ns, "ttsfleet.io/workload", phase=None)), 60, "pods gone")
     finally:
         await api.patch(node, {"metadata": {"labels": {"fake-kubelet.ttsfleet.io/stopped": None}}})
         await ready("True")
-
-
-async def _gone(api: Api, path: str) -> bool:
-    return await api.get(path) is None

@@ -16,7 +16,7 @@ import yaml
 from ttsfleet.operator.localkube import LocalKube
 
 from . import audit
-from .conftest import REPO, Api, running_operator, wait_for
+from .conftest import REPO, Api, gone, running_operator, wait_for
 
 NS = "tts-inf"
 OPERATOR = audit.sa_user("ttsfleet", "ttsfleet")
@@ -95,17 +95,13 @@ async def test_pools_run_on_their_gpu_class_settle_and_are_collected(
 
         # GC on delete: the operator lets go (finalizer), the garbage collector removes the rest.
         assert await api.delete(f"{TTSD}/voice") == 200
-        await wait_for(lambda: _gone(api, f"{TTSD}/voice"), 60,
+        await wait_for(lambda: gone(api, f"{TTSD}/voice"), 60,
                        "the TTSDeployment gone (finalizer released)")
         for kind in ("apis/apps/v1/namespaces/{ns}/deployments", "api/v1/namespaces/{ns}/services",
                      "apis/policy/v1/namespaces/{ns}/poddisruptionbudgets", "api/v1/namespaces/{ns}/pods"):
             path = "/" + kind.format(ns=NS)
             await wait_for(lambda path=path: _empty(api, path), 60, f"{path} emptied")
         assert audit.forbidden(audit.requests(kube, OPERATOR)) == []
-
-
-async def _gone(api: Api, path: str) -> bool:
-    return await api.get(path) is None
 
 
 async def _empty(api: Api, path: str) -> bool:
@@ -132,7 +128,7 @@ async def test_a_same_named_object_of_someone_else_is_never_adopted(
         svc = await api.get(svc_path)
         assert svc["spec"]["selector"] == {"app": "theirs"} and not svc["metadata"].get("ownerReferences")
         assert await api.delete(f"{TTSD}/taken") == 200
-        await wait_for(lambda: _gone(api, f"{TTSD}/taken"), 60, "the TTSDeployment gone")
+        await wait_for(lambda: gone(api, f"{TTSD}/taken"), 60, "the TTSDeployment gone")
     assert await api.get(svc_path) is not None, "someone else's Service was deleted"
     await api.delete(svc_path)
 
@@ -157,4 +153,4 @@ async def test_the_shipped_example_settles(releases: Any, api: Api, kube: LocalK
         assert audit.writes(audit.requests(kube, OPERATOR, since)) == []
         path = f"/apis/ttsfleet.io/v1alpha1/namespaces/{ns}/ttsdeployments/{name}"
         assert await api.delete(path) == 200
-        await wait_for(lambda: _gone(api, path), 60, "the example gone")
+        await wait_for(lambda: gone(api, path), 60, "the example gone")

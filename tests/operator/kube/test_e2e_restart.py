@@ -10,7 +10,6 @@ fresh window after the restart.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from typing import Any
 
@@ -19,7 +18,7 @@ from ttsfleet.operator.fillview import parse_time
 from ttsfleet.operator.localkube import LocalKube
 
 from . import audit
-from .conftest import Api, running_operator, wait_for
+from .conftest import Api, empty, exactly, gone, running_operator, wait_for
 from .test_e2e_fill import PodMetrics, checkpoint_claim, fill_job, pods
 
 NS = "tts-restart"
@@ -27,8 +26,9 @@ TTSD = f"/apis/ttsfleet.io/v1alpha1/namespaces/{NS}/ttsdeployments"
 DEPLOY = f"/apis/apps/v1/namespaces/{NS}/deployments/steady-h200"
 
 
-async def replicas(api: Api) -> int:
-    dep = await api.get(DEPLOY) or {}
+async def replicas(api: Api, path: str = DEPLOY) -> int:
+    """The Deployment's spec.replicas (0 while it does not exist)."""
+    dep = await api.get(path) or {}
     return int((dep.get("spec") or {}).get("replicas") or 0)
 
 
@@ -36,8 +36,7 @@ async def test_restart_inside_the_stabilization_window_keeps_replicas(
         releases: Any, api: Api, kube: LocalKube, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     await api.namespace(NS)
     metrics = PodMetrics(api, "app.kubernetes.io/instance=steady", namespace=NS)
-    feeder = asyncio.create_task(metrics.run())
-    try:
+    async with metrics.feeding():
         async with running_operator(kube, "ttsfleet", tmp_path, monkeypatch):
             await api.create(TTSD, {
                 "apiVersion": "ttsfleet.io/v1alpha1", "kind": "TTSDeployment", "metadata": {"name": "steady"},
@@ -48,7 +47,8 @@ async def test_restart_inside_the_stabilization_window_keeps_replicas(
                                        "scaleDownStabilizationS": 300}}})
             metrics.in_flight = 40.0
             await wait_for(lambda: _at(replicas(api), 4), 60, "4 replicas under load")
-            await wait_for(lambda: _n(pods(api, NS, "app.kubernetes.io/instance=steady"), 4), 60, "4 Running")
+            await wait_for(lambda: exactly(pods(api, NS, "app.kubernetes.io/instance=steady"), 4), 60,
+                           "4 Running")
         metrics.in_flight = 0.0  # the load goes while the operator is down
         async with running_operator(kube, "ttsfleet", tmp_path, monkeypatch) as rt:
             await asyncio.sleep(4 * rt.autoscale_interval_s + 1)
@@ -59,12 +59,7 @@ async def test_restart_inside_the_stabilization_window_keeps_replicas(
             held = body["status"]["autoscaler"]["recommendations"]
             assert [r["replicas"] for r in held] == [4], held  # the window continues from status
             assert await api.delete(f"{TTSD}/steady") == 200
-            await wait_for(lambda: _gone(api, f"{TTSD}/steady"), 60, "the TTSDeployment gone")
-    finally:
-        feeder.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await feeder
-        await metrics.stop()
+            await wait_for(lambda: gone(api, f"{TTSD}/steady"), 60, "the TTSDeployment gone")
 
 
 WINDOW_S = 12.0
@@ -77,9 +72,8 @@ async def test_a_restart_continues_the_persisted_window(
     a fresh window from the restart would have let it."""
     await api.namespace(NS)
     metrics = PodMetrics(api, "app.kubernetes.io/instance=short", namespace=NS)
-    feeder = asyncio.create_task(metrics.run())
     deploy = f"/apis/apps/v1/namespaces/{NS}/deployments/short-h200"
-    try:
+    async with metrics.feeding():
         async with running_operator(kube, "ttsfleet", tmp_path, monkeypatch):
             await api.create(TTSD, {
                 "apiVersion": "ttsfleet.io/v1alpha1", "kind": "TTSDeployment", "metadata": {"name": "short"},
@@ -90,13 +84,14 @@ async def test_a_restart_continues_the_persisted_window(
                                        "scaleDownStabilizationS": WINDOW_S}}})
             metrics.in_flight = 40.0
             await wait_for(lambda: _count(deploy, api, 4), 60, "4 replicas under load")
-            await wait_for(lambda: _n(pods(api, NS, "app.kubernetes.io/instance=short"), 4), 60, "4 Running")
+            await wait_for(lambda: exactly(pods(api, NS, "app.kubernetes.io/instance=short"), 4), 60,
+                           "4 Running")
             metrics.in_flight = 0.0
             held = await wait_for(lambda: _held(api, "short", 4), 30, "the held recommendation in status")
         await asyncio.sleep(max(held + 4.0 - time.time(), 0))  # restarted 4+ s into the window
         async with running_operator(kube, "ttsfleet", tmp_path, monkeypatch) as rt:
             restarted = time.time()
-            assert await _replicas(api, deploy) == 4
+            assert await replicas(api, deploy) == 4
             await wait_for(lambda: _below(deploy, api, 4), 60, "the scale-down after the window")
             down = time.time()
             assert down >= held + WINDOW_S - 1, f"scaled down {held + WINDOW_S - down:.1f} s early"
@@ -111,25 +106,15 @@ async def test_a_restart_continues_the_persisted_window(
             assert [e for e in sent if e["verb"] == "get"], "the operator did not run in the window"
             assert audit.writes(sent) == [], "a steady state with persisted autoscaler state wrote"
             assert await api.delete(f"{TTSD}/short") == 200
-            await wait_for(lambda: _gone(api, f"{TTSD}/short"), 60, "the TTSDeployment gone")
-    finally:
-        feeder.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await feeder
-        await metrics.stop()
-
-
-async def _replicas(api: Api, path: str) -> int:
-    dep = await api.get(path) or {}
-    return int((dep.get("spec") or {}).get("replicas") or 0)
+            await wait_for(lambda: gone(api, f"{TTSD}/short"), 60, "the TTSDeployment gone")
 
 
 async def _count(path: str, api: Api, n: int) -> bool:
-    return await _replicas(api, path) == n
+    return await replicas(api, path) == n
 
 
 async def _below(path: str, api: Api, n: int) -> bool:
-    return 0 < await _replicas(api, path) < n
+    return 0 < await replicas(api, path) < n
 
 
 async def _held(api: Api, name: str, replicas: int) -> float | None:
@@ -143,15 +128,6 @@ async def _held(api: Api, name: str, replicas: int) -> float | None:
 
 async def _at(value: Any, n: int) -> bool:
     return await value == n
-
-
-async def _n(found: Any, n: int) -> Any:
-    items = await found
-    return items if len(items) == n else None
-
-
-async def _gone(api: Api, path: str) -> bool:
-    return await api.get(path) is None
 
 
 async def test_killed_mid_admission_converges_without_duplicates(
@@ -175,7 +151,7 @@ async def test_killed_mid_admission_converges_without_duplicates(
     made = await pods(api, ns, "ttsfleet.io/filljob=kill", phase=None)
     assert made, "the first pass created nothing before it was killed"
     async with running_operator(kube, "ttsfleet", tmp_path, monkeypatch, fill_interval_s=1.0):
-        running = await wait_for(lambda: _n(pods(api, ns, "ttsfleet.io/filljob=kill"), 8), 60,
+        running = await wait_for(lambda: exactly(pods(api, ns, "ttsfleet.io/filljob=kill"), 8), 60,
                                  "8 fill pods Running after the restart")
         await asyncio.sleep(3)
         every = await pods(api, ns, "ttsfleet.io/filljob=kill", phase=None)
@@ -183,8 +159,4 @@ async def test_killed_mid_admission_converges_without_duplicates(
         assert shards == list(range(8)), f"duplicate or missing shards: {shards}"
         assert {p["metadata"]["name"] for p in made} <= {p["metadata"]["name"] for p in running}
         assert await api.delete(f"{path}/kill") == 200
-        await wait_for(lambda: _none(pods(api, ns, "ttsfleet.io/workload", phase=None)), 60, "pods gone")
-
-
-async def _none(found: Any) -> bool:
-    return not await found
+        await wait_for(lambda: empty(pods(api, ns, "ttsfleet.io/workload", phase=None)), 60, "pods gone")

@@ -16,7 +16,7 @@ import pytest
 from ttsfleet.operator.localkube import LocalKube
 
 from . import audit
-from .conftest import Api, running_operator, wait_for
+from .conftest import Api, empty, exactly, running_operator, wait_for
 from .test_e2e_fill import checkpoint_claim, fill_job, pods
 
 NS = "tts-watch"
@@ -38,7 +38,7 @@ async def test_steady_state_sends_no_pod_or_node_list(
     start = audit.mark(kube)
     async with running_operator(kube, "ttsfleet", tmp_path, monkeypatch, fill_interval_s=1.0) as rt:
         await api.create(FJ, fill_job("w", ["rtx5090"], shards=3, parallelism=2))
-        first = await wait_for(lambda: _count(pods(api, NS, "ttsfleet.io/filljob=w"), 2), 60,
+        first = await wait_for(lambda: exactly(pods(api, NS, "ttsfleet.io/filljob=w"), 2), 60,
                                "2 fill pods Running on the 2 rtx5090 GPUs")
         await asyncio.sleep(3 * rt.fill_interval_s)  # start-up is over
         since = audit.mark(kube)
@@ -62,13 +62,4 @@ async def test_steady_state_sends_no_pod_or_node_list(
         assert {"pods", "nodes"} <= watched, f"no pod/node WATCH recorded: {watched}"
         assert rt.view.requests()["pods_lists"] == 1 and rt.view.requests()["nodes_lists"] == 1
         assert await api.delete(f"{FJ}/w") == 200
-        await wait_for(lambda: _none(pods(api, NS, "ttsfleet.io/workload", phase=None)), 60, "pods gone")
-
-
-async def _count(found: Any, n: int) -> Any:
-    items = await found
-    return items if len(items) == n else None
-
-
-async def _none(found: Any) -> bool:
-    return not await found
+        await wait_for(lambda: empty(pods(api, NS, "ttsfleet.io/workload", phase=None)), 60, "pods gone")

@@ -14,7 +14,7 @@ import pytest
 from ttsfleet.operator.localkube import LocalKube
 
 from . import audit
-from .conftest import Api, running_operator, wait_for
+from .conftest import Api, empty, exactly, running_operator, wait_for
 from .test_e2e_fill import checkpoint_claim, fill_job, pods
 
 NS = "tts-a"
@@ -30,7 +30,7 @@ async def test_namespaced_operator_fills_inventories_and_reconciles(
     since = audit.mark(kube)
     async with running_operator(kube, "tts-ns", tmp_path, monkeypatch) as rt:
         await api.create(FJ, fill_job("clean-a", ["rtx5090"], shards=4, parallelism=4))
-        filled = await wait_for(lambda: _n(pods(api, NS, "ttsfleet.io/filljob=clean-a"), 2), 60,
+        filled = await wait_for(lambda: exactly(pods(api, NS, "ttsfleet.io/filljob=clean-a"), 2), 60,
                                 "2 fill pods Running on the rtx5090 node")
         assert {p["spec"]["nodeName"] for p in filled} == {"rtx5090-a"}
 
@@ -44,23 +44,14 @@ async def test_namespaced_operator_fills_inventories_and_reconciles(
             "spec": {"model": {"checkpoint": "s3://m/v1"}, "image": "ghcr.io/ttsfleet/inference:test",
                      "pools": [{"gpuClass": "h200", "minReplicas": 1, "maxReplicas": 1}],
                      "resources": {"cpu": "0.5", "memory": "1Gi"}}})
-        await wait_for(lambda: _n(pods(api, NS, "app.kubernetes.io/instance=narrow"), 1), 60,
+        await wait_for(lambda: exactly(pods(api, NS, "app.kubernetes.io/instance=narrow"), 1), 60,
                        "the inference pod Running")
         assert await api.delete(f"{TTSD}/narrow") == 200
         assert await api.delete(f"{FJ}/clean-a") == 200
-        await wait_for(lambda: _none(pods(api, NS, "ttsfleet.io/workload", phase=None)), 60, "pods gone")
-        await wait_for(lambda: _none(api.items(TTSD)), 30, "the TTSDeployment gone")
+        await wait_for(lambda: empty(pods(api, NS, "ttsfleet.io/workload", phase=None)), 60, "pods gone")
+        await wait_for(lambda: empty(api.items(TTSD)), 30, "the TTSDeployment gone")
     sent = audit.requests(kube, OPERATOR, since)
     assert sent, "the namespaced operator made no request"
     assert audit.forbidden(sent) == []
     outside = [w for w in audit.writes(sent) if f" {NS}/" not in w]
     assert outside == [], "writes outside the watched namespace"
-
-
-async def _n(found: Any, n: int) -> Any:
-    items = await found
-    return items if len(items) == n else None
-
-
-async def _none(found: Any) -> bool:
-    return not await found

@@ -19,7 +19,7 @@ import pytest
 from ttsfleet.operator.localkube import LocalKube
 
 from . import audit
-from .conftest import Api, running_operator, wait_for
+from .conftest import Api, empty, exactly, running_operator, wait_for
 from .test_e2e_fill import checkpoint_claim, fill_job, pods
 
 NS = "tts-pdb"
@@ -59,7 +59,7 @@ async def test_the_pool_pdb_refuses_an_eviction_beyond_its_budget(
                      "pools": [{"gpuClass": "h200", "minReplicas": 3, "maxReplicas": 3}],
                      "resources": {"cpu": "0.5", "memory": "1Gi"}}})
         sel = "app.kubernetes.io/instance=guarded"
-        await wait_for(lambda: _n(pods(api, NS, sel), 3), 60, "3 inference pods Running")
+        await wait_for(lambda: exactly(pods(api, NS, sel), 3), 60, "3 inference pods Running")
         pdb = await wait_for(lambda: budget(api, "guarded-h200", 3, 1), 60,
                              "the pool PDB: 3 healthy, 1 allowed")
         assert pdb["spec"]["maxUnavailable"] == 1
@@ -82,7 +82,7 @@ async def test_the_pool_pdb_refuses_an_eviction_beyond_its_budget(
         await wait_for(lambda: budget(api, "guarded-h200", 3, 1), 60, "the budget restored")
         assert await evict(api, second) == 201
         assert await api.delete(f"{TTSD}/guarded") == 200
-        await wait_for(lambda: _none(pods(api, NS, sel, phase=None)), 60, "the pool's pods gone")
+        await wait_for(lambda: empty(pods(api, NS, sel, phase=None)), 60, "the pool's pods gone")
 
 
 async def test_operator_fill_evictions_are_deletes_that_a_fill_pdb_does_not_stall(
@@ -92,7 +92,7 @@ async def test_operator_fill_evictions_are_deletes_that_a_fill_pdb_does_not_stal
     sel = "ttsfleet.io/filljob=clean-pdb"
     async with running_operator(kube, "ttsfleet", tmp_path, monkeypatch, fill_interval_s=1.0):
         await api.create(FJ, fill_job("clean-pdb", ["rtx5090"], shards=4, parallelism=2))
-        await wait_for(lambda: _n(pods(api, NS, sel), 2), 60, "2 fill pods on the 2 rtx5090 GPUs")
+        await wait_for(lambda: exactly(pods(api, NS, sel), 2), 60, "2 fill pods on the 2 rtx5090 GPUs")
         await api.create(PDBS, {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
                                 "metadata": {"name": "fill-guard"},
                                 "spec": {"minAvailable": 2, "selector": {"matchLabels": {
@@ -103,26 +103,17 @@ async def test_operator_fill_evictions_are_deletes_that_a_fill_pdb_does_not_stal
 
         since = audit.mark(kube)
         await api.patch(f"{FJ}/clean-pdb", {"spec": {"policy": {"minFreeGpus": 1}}})  # head-room 1 GPU
-        await wait_for(lambda: _n(pods(api, NS, sel), 1), 60, "the operator evicting one fill pod")
+        await wait_for(lambda: exactly(pods(api, NS, sel), 1), 60, "the operator evicting one fill pod")
         calls = audit.requests(kube, OPERATOR, since)
         assert not any(audit.call(e)[1] == "pods/eviction" for e in calls)
         assert any(w.startswith(f"delete /pods {NS}/") for w in audit.writes(calls))
         body = await wait_for(lambda: _evicted(api), 30, "the eviction in the FillJob's status")
         assert body["status"]["evictions"] >= 1
         assert await api.delete(f"{FJ}/clean-pdb") == 200
-        await wait_for(lambda: _none(pods(api, NS, "ttsfleet.io/workload", phase=None)), 60, "fill pods gone")
+        await wait_for(lambda: empty(pods(api, NS, "ttsfleet.io/workload", phase=None)), 60, "fill pods gone")
         assert await api.delete(f"{PDBS}/fill-guard") == 200
 
 
 async def _evicted(api: Api) -> dict[str, Any] | None:
     body = await api.get(f"{FJ}/clean-pdb") or {}
     return body if (body.get("status") or {}).get("evictions") else None
-
-
-async def _n(found: Any, n: int) -> Any:
-    items = await found
-    return items if len(items) == n else None
-
-
-async def _none(found: Any) -> bool:
-    return not await found

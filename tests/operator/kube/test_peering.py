@@ -27,7 +27,7 @@ import pytest
 from ttsfleet.operator.localkube import LocalKube, free_port
 
 from . import audit
-from .conftest import RELEASES, Api, wait_for
+from .conftest import RELEASES, Api, gone, wait_for
 
 NS = "tts-peer"
 LEASE_NS = RELEASES["ttsfleet"]["namespace"]
@@ -184,7 +184,7 @@ async def test_one_leader_acts_and_the_standby_takes_over(
     assert asyncio.get_running_loop().time() - stopped < DURATION, "the Lease was not released"
 
     assert await api.delete(f"{TTSD}/peer") == 200
-    await wait_for(lambda: _gone(api, f"{TTSD}/peer"), 60, f"the TTSDeployment gone\n{a2.tail()}")
+    await wait_for(lambda: gone(api, f"{TTSD}/peer"), 60, f"the TTSDeployment gone\n{a2.tail()}")
     a2.signal(signal.SIGTERM)
     await wait_for(a2.exited, 30, "op-a2 exiting")
     assert await holder(api) == "", "a clean stop leaves the Lease free"
@@ -194,7 +194,3 @@ async def _running(api: Api, n: int) -> bool:
     items = await api.items(f"/api/v1/namespaces/{NS}/pods", labelSelector="app.kubernetes.io/instance=peer")
     live = [p for p in items if not p["metadata"].get("deletionTimestamp")]
     return len(live) == n and all((p.get("status") or {}).get("phase") == "Running" for p in live)
-
-
-async def _gone(api: Api, path: str) -> bool:
-    return await api.get(path) is None

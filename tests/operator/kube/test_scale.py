@@ -11,13 +11,12 @@ the real HPA controller (kube-controller-manager) drives the same endpoint.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any
 
 import pytest
 from ttsfleet.operator.localkube import LocalKube
 
-from .conftest import Api, running_operator, wait_for
+from .conftest import Api, gone, running_operator, wait_for
 from .test_e2e_fill import PodMetrics
 
 NS = "tts-scale"
@@ -67,56 +66,49 @@ async def test_kubectl_scale_splits_the_total_and_pauses_the_autoscaler(
         releases: Any, api: Api, kube: LocalKube, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     await api.namespace(NS)
     metrics = PodMetrics(api, "app.kubernetes.io/instance=sc", namespace=NS)  # zero load on every pod
-    feeder = asyncio.create_task(metrics.run())
-    try:
-        async with running_operator(kube, "ttsfleet", tmp_path, monkeypatch) as rt:
-            await api.create(TTSD, scalable())
-            await wait_for(lambda: reaches(api, {"h200": 1, "rtx5090": 0}), 60, "the pools at their minimum")
+    async with metrics.feeding(), running_operator(kube, "ttsfleet", tmp_path, monkeypatch) as rt:
+        await api.create(TTSD, scalable())
+        await wait_for(lambda: reaches(api, {"h200": 1, "rtx5090": 0}), 60, "the pools at their minimum")
 
-            async def reported(replicas: int) -> dict[str, Any] | None:
-                s = await scale_of(api)
-                return s if s["status"].get("replicas") == replicas and s["status"].get("selector") else None
-            scale = await wait_for(lambda: reported(1), 60, "GET /scale reporting 1 replica")
-            assert scale["kind"] == "Scale" and scale["apiVersion"] == "autoscaling/v1"
-            assert scale["status"]["selector"] == SELECTOR
-            # The CRD's default 0 (the traffic autoscaler decides); Scale omits a 0 (omitempty).
-            assert scale["spec"].get("replicas", 0) == 0
-            assert (await api.get(f"{TTSD}/sc"))["spec"]["replicas"] == 0
+        async def reported(replicas: int) -> dict[str, Any] | None:
+            s = await scale_of(api)
+            return s if s["status"].get("replicas") == replicas and s["status"].get("selector") else None
+        scale = await wait_for(lambda: reported(1), 60, "GET /scale reporting 1 replica")
+        assert scale["kind"] == "Scale" and scale["apiVersion"] == "autoscaling/v1"
+        assert scale["status"]["selector"] == SELECTOR
+        # The CRD's default 0 (the traffic autoscaler decides); Scale omits a 0 (omitempty).
+        assert scale["spec"].get("replicas", 0) == 0
+        assert (await api.get(f"{TTSD}/sc"))["spec"]["replicas"] == 0
 
-            # kubectl scale --replicas=5: weights 3:1 within the bounds -> 4 + 1.
-            patched = await kubectl_scale(api, 5)
-            assert patched["spec"]["replicas"] == 5
-            await wait_for(lambda: reaches(api, {"h200": 4, "rtx5090": 1}), 60, "the split 4 + 1")
-            body = await api.get(f"{TTSD}/sc")
-            assert body["spec"]["replicas"] == 5
-            await wait_for(lambda: reported(5), 60, "GET /scale reporting 5 replicas")
-            # Zero load, 1 s stabilization: the traffic autoscaler would scale down; it is off.
-            await wait_for(lambda: _running(api, 5), 60, "5 inference pods Running")
-            await asyncio.sleep(3 * rt.autoscale_interval_s + 1)
-            assert await pool_replicas(api) == {"h200": 4, "rtx5090": 1}
-            assert not ((await api.get(f"{TTSD}/sc"))["status"].get("lastDecisions"))
+        # kubectl scale --replicas=5: weights 3:1 within the bounds -> 4 + 1.
+        patched = await kubectl_scale(api, 5)
+        assert patched["spec"]["replicas"] == 5
+        await wait_for(lambda: reaches(api, {"h200": 4, "rtx5090": 1}), 60, "the split 4 + 1")
+        body = await api.get(f"{TTSD}/sc")
+        assert body["spec"]["replicas"] == 5
+        await wait_for(lambda: reported(5), 60, "GET /scale reporting 5 replicas")
+        # Zero load, 1 s stabilization: the traffic autoscaler would scale down; it is off.
+        await wait_for(lambda: _running(api, 5), 60, "5 inference pods Running")
+        await asyncio.sleep(3 * rt.autoscale_interval_s + 1)
+        assert await pool_replicas(api) == {"h200": 4, "rtx5090": 1}
+        assert not ((await api.get(f"{TTSD}/sc"))["status"].get("lastDecisions"))
 
-            # More than the pools hold: placed at their maximum (4 + 2), the request kept as asked.
-            await kubectl_scale(api, 100)
-            await wait_for(lambda: reaches(api, {"h200": 4, "rtx5090": 2}), 60, "both pools at their max")
-            events = await api.items(f"/api/v1/namespaces/{NS}/events",
-                                     fieldSelector="involvedObject.name=sc")
-            assert any("spec.replicas 100 placed as 6" in e["message"] for e in events)
+        # More than the pools hold: placed at their maximum (4 + 2), the request kept as asked.
+        await kubectl_scale(api, 100)
+        await wait_for(lambda: reaches(api, {"h200": 4, "rtx5090": 2}), 60, "both pools at their max")
+        events = await api.items(f"/api/v1/namespaces/{NS}/events",
+                                 fieldSelector="involvedObject.name=sc")
+        assert any("spec.replicas 100 placed as 6" in e["message"] for e in events)
 
-            # kubectl scale --replicas=0: the traffic autoscaler takes over again and scales down.
-            await kubectl_scale(api, 0)
-            # (the policy removes at most half of a pool per step: 2 -> 1 rtx5090, never 1 -> 0)
-            await wait_for(lambda: reaches(api, {"h200": 1, "rtx5090": 1}), 90,
-                           "the autoscaler scaling down on zero load")
-            last = (await api.get(f"{TTSD}/sc"))["status"]["lastDecisions"]
-            assert last and last[-1]["direction"] == "down"
-            assert await api.delete(f"{TTSD}/sc") == 200
-            await wait_for(lambda: _gone(api, f"{TTSD}/sc"), 60, "the TTSDeployment gone")
-    finally:
-        feeder.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await feeder
-        await metrics.stop()
+        # kubectl scale --replicas=0: the traffic autoscaler takes over again and scales down.
+        await kubectl_scale(api, 0)
+        # (the policy removes at most half of a pool per step: 2 -> 1 rtx5090, never 1 -> 0)
+        await wait_for(lambda: reaches(api, {"h200": 1, "rtx5090": 1}), 90,
+                       "the autoscaler scaling down on zero load")
+        last = (await api.get(f"{TTSD}/sc"))["status"]["lastDecisions"]
+        assert last and last[-1]["direction"] == "down"
+        assert await api.delete(f"{TTSD}/sc") == 200
+        await wait_for(lambda: gone(api, f"{TTSD}/sc"), 60, "the TTSDeployment gone")
 
 
 async def test_a_horizontal_pod_autoscaler_drives_the_scale_subresource(
@@ -141,14 +133,10 @@ async def test_a_horizontal_pod_autoscaler_drives_the_scale_subresource(
         assert hpa["status"]["desiredReplicas"] == 5
         assert await api.delete(f"/apis/autoscaling/v2/namespaces/{NS}/horizontalpodautoscalers/sc") == 200
         assert await api.delete(f"{TTSD}/sc") == 200
-        await wait_for(lambda: _gone(api, f"{TTSD}/sc"), 60, "the TTSDeployment gone")
+        await wait_for(lambda: gone(api, f"{TTSD}/sc"), 60, "the TTSDeployment gone")
 
 
 async def _running(api: Api, n: int) -> bool:
     items = await api.items(f"/api/v1/namespaces/{NS}/pods", labelSelector=SELECTOR)
     return sum(1 for p in items if (p.get("status") or {}).get("phase") == "Running"
                and not p["metadata"].get("deletionTimestamp")) == n
-
-
-async def _gone(api: Api, path: str) -> bool:
-    return await api.get(path) is None

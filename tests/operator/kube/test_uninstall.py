@@ -13,7 +13,7 @@ import pytest
 import yaml
 from ttsfleet.operator.localkube import LocalKube
 
-from .conftest import CHART, RELEASES, Api, running_operator, uninstall, wait_for
+from .conftest import CHART, RELEASES, Api, empty, exactly, gone, running_operator, uninstall, wait_for
 from .test_e2e_fill import checkpoint_claim, fill_job, pods
 
 NS = "tts-un"
@@ -35,7 +35,8 @@ async def test_readme_uninstall_order_completes(releases: Any, api: Api, kube: L
             "apiVersion": "ttsfleet.io/v1alpha1", "kind": "TTSDeployment", "metadata": {"name": "bye"},
             "spec": {"model": {"checkpoint": "s3://m/v1"}, "image": "ghcr.io/ttsfleet/inference:test",
                      "pools": [{"gpuClass": "h200", "minReplicas": 1, "maxReplicas": 1}]}})
-        await wait_for(lambda: _n(pods(api, NS, "ttsfleet.io/workload"), 3), 60, "fill and inference pods")
+        await wait_for(lambda: exactly(pods(api, NS, "ttsfleet.io/workload"), 3), 60,
+                       "fill and inference pods")
 
         # 1. kubectl delete ttsdeployments,filljobs --all -A --wait (the operator still runs)
         for plural in ("ttsdeployments", "filljobs"):
@@ -43,9 +44,9 @@ async def test_readme_uninstall_order_completes(releases: Any, api: Api, kube: L
                 m = obj["metadata"]
                 await api.delete(f"{GROUP}/namespaces/{m['namespace']}/{plural}/{m['name']}")
         for plural in ("ttsdeployments", "filljobs"):
-            await wait_for(lambda plural=plural: _none(api.items(f"{GROUP}/{plural}")), 60,
+            await wait_for(lambda plural=plural: empty(api.items(f"{GROUP}/{plural}")), 60,
                            f"every {plural} gone (the operator released its finalizer)")
-    await wait_for(lambda: _none(pods(api, NS, "ttsfleet.io/workload", phase=None)), 60, "their pods gone")
+    await wait_for(lambda: empty(pods(api, NS, "ttsfleet.io/workload", phase=None)), 60, "their pods gone")
 
     # 2. helm uninstall (both releases): the operator's objects go, nothing hangs.
     for release in RELEASES:
@@ -59,17 +60,4 @@ async def test_readme_uninstall_order_completes(releases: Any, api: Api, kube: L
     for crd in CRDS:
         assert await api.delete(f"{CRD_PATH}/{crd}") == 200
     for crd in CRDS:
-        await wait_for(lambda crd=crd: _gone(api, f"{CRD_PATH}/{crd}"), 60, f"CRD {crd} gone")
-
-
-async def _n(found: Any, n: int) -> Any:
-    items = await found
-    return items if len(items) == n else None
-
-
-async def _none(found: Any) -> bool:
-    return not await found
-
-
-async def _gone(api: Api, path: str) -> bool:
-    return await api.get(path) is None
+        await wait_for(lambda crd=crd: gone(api, f"{CRD_PATH}/{crd}"), 60, f"CRD {crd} gone")
