@@ -54,11 +54,15 @@ class EngineBenchConfig:
     #: After the levels, run them again as a re-run and once more with a planted 10 % slowdown, and
     #: check both against the first pass with the gate (in the same process: no second set-up).
     gate: bool = False
+    #: The codec in its fast mode (bf16, fused Snake, bucketed CUDA graphs): ``load_codec(fast=True)``.
+    codec_fast: bool = False
 
 
 # ----------------------------------------------------------------------------- set-up
 def build_engine(cfg: EngineBenchConfig) -> Any:
     import torch
+
+    from ttsfleet.catalog import cuda_graph_max_bs
 
     from .codec import load_codec
     from .engine import Engine, EngineConfig
@@ -69,12 +73,14 @@ def build_engine(cfg: EngineBenchConfig) -> Any:
     seq = cfg.prompt_tokens + max_frames(cfg) + 8
     model = load_model(cfg.checkpoint, device=cfg.device, dtype=dtype, quantize=cfg.quantize, seed=cfg.seed,
                        max_seq_len=seq)
-    codec = None if cfg.codec == "none" else load_codec(cfg.codec, device=cfg.device, dtype=torch.float32)
+    codec = None if cfg.codec == "none" else load_codec(cfg.codec, device=cfg.device, dtype=torch.float32,
+                                                        fast=cuda and cfg.codec_fast)
     ecfg = EngineConfig(max_running_requests=cfg.max_running_requests, max_queue=4 * cfg.max_running_requests,
-                        cuda_graph_max_bs=min(cfg.max_running_requests, 64), max_seq_len=seq,
+                        cuda_graph_max_bs=cuda_graph_max_bs(cfg.max_running_requests), max_seq_len=seq,
                         prefill_token_budget=cfg.prefill_token_budget,
                         prefill_chunk_tokens=cfg.prefill_chunk_tokens, pipeline_depth=cfg.pipeline_depth,
-                        device=cfg.device, pad_to_buckets=cuda, cuda_graphs=cuda)
+                        device=cfg.device, pad_to_buckets=cuda, cuda_graphs=cuda,
+                        codec_graphs=cuda and cfg.codec_fast)
     engine = Engine(model, codec, ecfg, model_label=cfg.checkpoint)
     if cfg.plant_slowdown > 0:
         _plant_slowdown(engine, cfg.plant_slowdown)

@@ -57,6 +57,9 @@ def serve(
                                              "prompts (env TTSFLEET_PREFILL_CHUNK_TOKENS, default 256)."),
     catalog: str = typer.Option(None, help="GPU catalog file merged over the built-in classes: a class "
                                 "it adds gets its scheme, limits and kernels (env TTSFLEET_CATALOG)."),
+    codec_fast: bool = typer.Option(None, "--codec-fast/--no-codec-fast", help="CUDA: bf16 codec, fused "
+                                    "Snake kernel, graphs for every stream bucket; not yet measured "
+                                    "(env TTSFLEET_CODEC_FAST, default off)."),
     log_level: str = typer.Option("info", help="debug | info | warning | error."),
 ) -> None:
     """Serve text-to-speech (Fish Audio /v1/tts and /v1/tts/live, OpenAI /v1/audio/speech, /metrics)."""
@@ -71,7 +74,7 @@ def serve(
         device=device, api_keys=tuple(api_key) if api_key else None, references_dir=references_dir,
         max_text_chars=max_text_chars, max_new_tokens=max_new_tokens, drain_grace_s=drain_grace_s,
         drain_timeout_s=drain_timeout_s, seed=seed, prefill_chunk_tokens=prefill_chunk_tokens,
-        catalog=catalog)
+        catalog=catalog, codec_fast=codec_fast)
     code = run(cfg, log_level=log_level)
     if code:
         raise typer.Exit(code)
@@ -140,6 +143,7 @@ def bench_engine(
     plant_slowdown: float = typer.Option(0.0, help="Gate test hook: slow each decode step by this fraction."),
     frames_spread: float = typer.Option(0.0, help="Request lengths vary by +- this fraction of --frames."),
     gate: bool = typer.Option(False, help="Then a re-run and a planted 10% slowdown, gated on pass 1."),
+    codec_fast: bool = typer.Option(False, help="The codec in its fast mode (bf16, fused Snake, graphs)."),
     out: Path = typer.Option(None, help="Directory for bench.json, bench.csv and bench.png."),
 ) -> None:
     """The decode engine in process under closed-loop load: frames/s, TTFA, step breakdown."""
@@ -164,7 +168,7 @@ def bench_engine(
                             prefill_chunk_tokens=prefill_chunk_tokens,
                             prefill_token_budget=prefill_token_budget, repeats=repeats,
                             pipeline_depth=pipeline_depth, plant_slowdown=plant_slowdown,
-                            frames_spread=frames_spread, gate=gate)
+                            frames_spread=frames_spread, gate=gate, codec_fast=codec_fast)
 
     def progress(lv: Any) -> None:
         typer.echo(f"c={lv.concurrency}: {lv.frames_per_s:.0f} frames/s, "

@@ -234,6 +234,17 @@ class Codec(nn.Module):
     def device(self) -> torch.device:
         return self.decoder.model[0].conv.weight.device
 
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.decoder.model[0].conv.weight.dtype
+
+    def use_fused_kernels(self, on: bool = True) -> None:
+        """Snake activations through :func:`ttsfleet.kernels.snake.snake` (one pass; Triton where the
+        kernel dispatch runs Triton), instead of the five-pass expression."""
+        for m in self.modules():
+            if isinstance(m, Snake):
+                m.fused = on
+
     @torch.inference_mode()
     def encode(self, wave: np.ndarray, sr: int) -> Tensor:
         """Mono float audio at ``sr`` Hz -> ``LongTensor[num_codebooks, ceil(len / frame_length)]``."""
@@ -249,7 +260,7 @@ class Codec(nn.Module):
 
             g = gcd(int(sr), self.sample_rate)
             x = resample_poly(x, self.sample_rate // g, int(sr) // g).astype(np.float32)
-        t = torch.from_numpy(x).to(self.device)[None, None]
+        t = torch.from_numpy(x).to(self.device, self.dtype)[None, None]
         pad = -t.shape[-1] % self.frame_length
         t = F.pad(t, (0, pad))
         return self.quantizer.encode(self.encoder(t))[0].cpu()
@@ -272,9 +283,10 @@ class Codec(nn.Module):
     def stream_decoder(self) -> CodecStream:
         return CodecStream(self)
 
-    def slot_decoder(self, max_slots: int, max_frames: int = 1 << 15,
-                     graphs: bool = False) -> SlotCodecStream:
-        return SlotCodecStream(self, max_slots, max_frames=max_frames, graphs=graphs)
+    def slot_decoder(self, max_slots: int, max_frames: int = 1 << 15, graphs: bool = False,
+                     graph_max_batch: int | None = None) -> SlotCodecStream:
+        return SlotCodecStream(self, max_slots, max_frames=max_frames, graphs=graphs,
+                               graph_max_batch=graph_max_batch)
 
 
 class CodecStream:
@@ -307,21 +319,22 @@ class SlotCodecStream:
     :class:`CodecStream` returns for the same codes. ``reset(slot)`` ends a stream. All rows of one
     call decode the same number of frames (the engine groups requests by it).
 
-    ``graphs`` (CUDA): each ``(B, T)`` shape with ``B`` up to :attr:`GRAPH_MAX_BATCH` is captured
-    once as a CUDA graph (on first use), ``B`` padded up to a power of two with scratch slots, and
-    replayed: a streaming call at S2 size is ~250 small launches, launch-bound eagerly (H200: one
-    stream x 1 frame 20 ms eager, 2.8 ms replayed). A capture that fails leaves that shape eager.
-    ``max_frames`` bounds a stream's length (RoPE positions of the window transformer).
+    ``graphs`` (CUDA): each ``(B, T)`` shape with ``B`` up to ``graph_max_batch`` is replayed from a
+    CUDA graph, ``B`` padded up to the next of :func:`codec_batch_buckets` with scratch slots; a
+    streaming call at S2 size is ~250 small launches, launch-bound eagerly (H200: one stream x 1
+    frame 20 ms eager, 2.8 ms replayed) and a Python thread launching them starves the engine's
+    (2026-12-01: the codec thread was busy 72 % of a steady c=64 run). :meth:`capture` records the
+    shapes up front (a capture during load stalls the stream); a shape not captured is captured on
+    first use; one whose capture fails stays eager. ``max_frames`` bounds a stream's length (RoPE
+    positions of the window transformer).
     """
 
-    #: Largest (power-of-two padded) batch replayed from a graph: above it a push is compute-bound
-    #: (H200, S2 size: 64 streams x 4 frames 55 ms eager, 51 ms replayed) and padding would waste compute.
-    GRAPH_MAX_BATCH = 16
-
-    def __init__(self, codec: Codec, max_slots: int, max_frames: int = 1 << 15, graphs: bool = False) -> None:
+    def __init__(self, codec: Codec, max_slots: int, max_frames: int = 1 << 15, graphs: bool = False,
+                 graph_max_batch: int | None = None) -> None:
         self.codec = codec
         self.slots = max_slots
-        self.pad = _pow2(max_slots)  # scratch rows after the real ones: graphs pad B up to a power of 2
+        self.buckets = codec_batch_buckets(min(graph_max_batch or max_slots, max_slots))
+        self.pad = self.buckets[-1]  # scratch rows after the real ones: graphs pad B up to a bucket
         self.state = SlotState(max_slots + self.pad, max_positions=max_frames)
         self.use_graphs = graphs and codec.device.type == "cuda"
         self.graphs: dict[tuple[int, int], Any] = {}  # (B, T) -> _CodecGraph, or None = eager
@@ -343,11 +356,25 @@ class SlotCodecStream:
             raise ValueError(f"slots must be distinct and in [0, {self.slots}): {slots}")
         return codes
 
+    def bucket(self, n: int) -> int | None:
+        """The captured batch size ``n`` streams are padded to (None: more than any bucket)."""
+        return next((b for b in self.buckets if b >= n), None)
+
+    @torch.inference_mode()
+    def capture(self, frames: tuple[int, ...]) -> int:
+        """Capture every bucket x ``frames`` shape now (before serving); returns how many exist."""
+        if self.use_graphs:
+            for t in frames:
+                for b in self.buckets:
+                    self._graph(b, t)
+        return sum(g is not None for g in self.graphs.values())
+
     @torch.inference_mode()
     def push(self, slots: list[int], codes: Tensor) -> Tensor:
         codes = self._check(slots, codes)
-        if self.use_graphs and _pow2(len(slots)) <= self.GRAPH_MAX_BATCH:
-            graph = self._graph(_pow2(len(slots)), int(codes.shape[2]))
+        size = self.bucket(len(slots)) if self.use_graphs else None
+        if size is not None:
+            graph = self._graph(size, int(codes.shape[2]))
             if graph is not None:
                 return graph.run(self, slots, codes)
         rows = torch.tensor(slots, dtype=torch.int64).to(self.codec.device, non_blocking=True)
@@ -375,8 +402,14 @@ class SlotCodecStream:
         self.state.reset(slot)
 
 
-def _pow2(n: int) -> int:
-    return 1 << max(n - 1, 0).bit_length()
+def codec_batch_buckets(max_batch: int) -> list[int]:
+    """Stream counts a codec graph is captured for: 1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, ...
+    (steps of a quarter to a half of the size, so padding wastes at most a third of a call)."""
+    sizes, b = [], 1
+    while b < max_batch:
+        sizes.append(b)
+        b = b * 2 if b < 16 else b + (b // 2 if b & (b - 1) == 0 else b // 3)
+    return sorted(set(sizes + [max_batch]))
 
 
 class _CodecGraph:
@@ -466,11 +499,19 @@ RANDOM_PRESETS = ("tiny", "s2-pro")
 
 
 def load_codec(name_or_path: str | Path = "tiny", device: str | torch.device = "cpu",
-               dtype: torch.dtype = torch.float32, seed: int = 0) -> Codec:
+               dtype: torch.dtype = torch.float32, seed: int = 0, fast: bool = False) -> Codec:
     """``"tiny"`` / ``"s2-pro"`` (random weights; fixture / released sizes; any other model preset
     takes the codec of its size class) or a ``codec.pth`` (config
     from a ``codec_config.json`` beside it, else the released sizes). Mismatched keys fail listing
-    missing / unexpected / mis-shaped."""
+    missing / unexpected / mis-shaped. ``fast``: bf16 weights (``dtype`` is ignored) and the fused
+    Snake kernel (:meth:`Codec.use_fused_kernels`)."""
+    codec = _load_codec(name_or_path, device, torch.bfloat16 if fast else dtype, seed)
+    if fast:
+        codec.use_fused_kernels()
+    return codec
+
+
+def _load_codec(name_or_path: str | Path, device: str | torch.device, dtype: torch.dtype, seed: int) -> Codec:
     from .model_config import PRESETS
 
     name = str(name_or_path)

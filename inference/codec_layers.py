@@ -70,7 +70,14 @@ class Snake(nn.Module):
         super().__init__()
         self.alpha = nn.Parameter(torch.ones(1, channels, 1))
 
+    #: One fused pass (:mod:`ttsfleet.kernels.snake`) instead of the expression; set by the codec.
+    fused = False
+
     def forward(self, x: Tensor, st: State = None) -> Tensor:
+        if self.fused:
+            from ttsfleet.kernels.snake import snake
+
+            return snake(x, self.alpha)
         return x + (self.alpha + 1e-9).reciprocal() * torch.sin(self.alpha * x).pow(2)
 
 

@@ -199,10 +199,11 @@ class EngineConfig:
     pipeline_depth: int = 1
     #: Largest number of frames one batched codec call decodes per request.
     codec_max_frames: int = 8
-    #: Replay small batched codec calls from CUDA graphs captured on first use (CUDA only). Off by
-    #: default: on the H200 it cut time to first audio at c=1 from 87 to 54 ms, but replayed audio
-    #: differed from eager by up to 1e-2 (TF32 convolutions, not yet confirmed) and captures during
-    #: load stalled the c=64 level (benchmarks/inference_h200/2026-12-01-served/run3-codec-graphs).
+    #: Replay batched codec calls from CUDA graphs (CUDA only), every stream-count bucket up to
+    #: ``max_running_requests`` x every frame count up to ``codec_max_frames`` captured when the codec
+    #: thread starts (captures during load stalled the stream:
+    #: benchmarks/inference_h200/2026-12-01-served/run3-codec-graphs). The server turns it on with
+    #: ``cuda_graphs``; eager codec calls keep a Python thread launching ~250 kernels per call.
     codec_graphs: bool = False
     #: Share of the free GPU memory the KV cache may take; the context per slot shrinks to fit.
     kv_cache_memory_fraction: float = 0.5
@@ -696,10 +697,18 @@ class Engine:
             torch.set_num_threads(self.cfg.cpu_threads)
         if self.device.type == "cuda":  # its own stream: codec kernels overlap the decode graphs
             torch.cuda.set_stream(torch.cuda.Stream(self.device))
+            torch.backends.cudnn.benchmark = True  # the fastest conv algorithm per shape, picked once
         decoder = None
         if self.codec is not None:
             decoder = self.codec.slot_decoder(self.codec_slots, max_frames=self.max_seq_len,
-                                              graphs=self.device.type == "cuda" and self.cfg.codec_graphs)
+                                              graphs=self.device.type == "cuda" and self.cfg.codec_graphs,
+                                              graph_max_batch=self.max_slots)
+            t0 = time.perf_counter()
+            frames = tuple(1 << i for i in range(self.cfg.codec_max_frames.bit_length()))
+            n = decoder.capture(frames)
+            if n:
+                log.info("captured %d codec graphs (streams %s x frames %s) in %.1f s", n,
+                         decoder.buckets, frames, time.perf_counter() - t0)
         codec = _BatchedCodec(self, decoder)
         try:
             while self._codec_pass(codec):

@@ -50,6 +50,9 @@ class ServeConfig:
     cuda_graph_max_bs: int = 0  # 0 = ttsfleet.catalog.cuda_graph_max_bs(max_running_requests)
     cuda_graphs: bool = True  # capture decode graphs when serving on CUDA
     prefill_chunk_tokens: int = 256  # prompt tokens per prefill chunk (0 = whole prompts, no chunking)
+    #: bf16 codec + fused Snake kernel + CUDA graphs for every stream-count bucket (CUDA only). Off:
+    #: built 2026-12-01, not yet run on an H200 (no device time was left; inference/README.md).
+    codec_fast: bool = False
     catalog: str = ""  # GPU catalog file merged over the built-in classes ("" = the built-in catalog)
     #: The run's catalog, loaded by :meth:`resolve` from ``catalog``: class defaults, ``auto``
     #: quantization and the kernel dispatch all come from it.

@@ -127,12 +127,14 @@ class ServerState:
             self.model = loader.load_model(cfg.checkpoint, device=device,
                                            dtype=torch.bfloat16 if on_cuda else torch.float32,
                                            quantize=quant, seed=cfg.seed, catalog=cfg.gpu_catalog)
-            self.codec = load_codec(cfg.checkpoint, device=device)
+            fast_codec = on_cuda and cfg.codec_fast
+            self.codec = load_codec(cfg.checkpoint, device=device, fast=fast_codec)
             self.tokenizer = load_tokenizer(cfg.checkpoint)
             self.engine = Engine(self.model, self.codec, EngineConfig(
                 max_running_requests=cfg.max_running_requests, max_queue=cfg.max_queue,
                 cuda_graph_max_bs=cfg.cuda_graph_max_bs, device=device, pad_to_buckets=on_cuda,
                 cpu_threads=threads, cuda_graphs=on_cuda and cfg.cuda_graphs,
+                codec_graphs=fast_codec and cfg.cuda_graphs,
                 prefill_chunk_tokens=cfg.prefill_chunk_tokens))
             self.engine.start()
             self._warm_up()  # first kernels, allocator and codec state: not on a user's request

@@ -46,10 +46,18 @@ class KernelPlan:
     scheme: str  # what ``auto`` quantization means on this device
     gpu_classes: tuple[str, ...]  # the catalog classes with this device's arch (empty: unknown)
     reason: str
+    #: GEMMs of at least ``prefill_min_rows`` rows (prefill) go to this library; smaller ones
+    #: (decode) to ``backend``. "triton": no split.
+    prefill_gemm: str = "triton"
+    prefill_min_rows: int = 0
 
     @property
     def fused(self) -> bool:
         return self.backend == "triton"
+
+    def large_gemm(self, rows: int) -> bool:
+        """Whether a GEMM of ``rows`` rows runs cuBLAS's block-scaled kernel instead of ours."""
+        return self.fused and self.prefill_gemm == "cublas_blockwise" and rows >= self.prefill_min_rows
 
 
 _mode: Mode | None = None
@@ -117,7 +125,8 @@ def plan_for_capability(capability: tuple[int, int], catalog: GpuCatalog | None 
         return KernelPlan(device, "reference", d.quantization, d.gpu_classes, "triton does not import")
     cc = f"sm_{capability[0]}{capability[1]}"
     why = f"catalog: {cc} is {', '.join(d.gpu_classes)}" if d.gpu_classes else f"catalog: no class has {cc}"
-    return KernelPlan(device, d.kernel_backend, d.quantization, d.gpu_classes, why)
+    return KernelPlan(device, d.kernel_backend, d.quantization, d.gpu_classes, why, d.prefill_gemm,
+                      d.prefill_gemm_min_rows)
 
 
 def _decide(device: torch.device) -> KernelPlan:
@@ -151,6 +160,13 @@ def use_triton(t: Tensor) -> bool:
     key = (t.device.type, t.device.index or 0)
     p = _plans.get(key)
     return (p if p is not None else plan(t.device)).fused
+
+
+def large_gemm(t: Tensor, rows: int) -> bool:
+    """True when a GEMM of ``rows`` rows on ``t``'s device takes the catalog's prefill library."""
+    key = (t.device.type, t.device.index or 0)
+    p = _plans.get(key)
+    return (p if p is not None else plan(t.device)).large_gemm(rows)
 
 
 def backend_name(t: Tensor) -> str:

@@ -58,11 +58,27 @@ def _check_linear(x: Tensor, qw: QuantizedWeight, bias: Tensor | None) -> None:
             f"bias must be [{qw.shape[0]}] on {x.device}, got {tuple(bias.shape)} on {bias.device}")
 
 
+def _rows(t: Tensor) -> int:
+    return t.numel() // t.shape[-1]
+
+
+def _large(t: Tensor, *weights: QuantizedWeight) -> bool:
+    """A prefill-size GEMM that the catalog sends to cuBLAS's block-scaled kernel (see :mod:`.cublas_fp8`)."""
+    if not dispatch.large_gemm(t, _rows(t)):
+        return False
+    from .cublas_fp8 import supports
+
+    return all(supports(w) for w in weights)
+
+
 def linear_fp8(x: Tensor, qw: QuantizedWeight, bias: Tensor | None = None) -> Tensor:
     """``x [..., K] @ W.T (+ bias)`` -> ``[..., N]`` in ``x.dtype``; activations quantized on the fly."""
     _check_linear(x, qw, bias)
     if x.numel() == 0:
         return x.new_empty(*x.shape[:-1], qw.shape[0])
+    if _large(x, qw):
+        xq, xs = quantize_activation(x, BS_BLOCK)
+        return linear_fp8_codes(xq, xs, qw, x.dtype, bias)
     if dispatch.use_triton(x):
         from .triton_gemm import linear_fp8_triton
 
@@ -83,6 +99,9 @@ def swiglu_mlp_fp8(x: Tensor, gate_up: QuantizedWeight, down: QuantizedWeight) -
         raise ValueError(f"down weight on {down.qweight.device} but x on {x.device}")
     if x.numel() == 0:
         return x.new_empty(x.shape)
+    if _large(x, gate_up, down):
+        xq, xs = quantize_activation(x, BS_BLOCK)
+        return swiglu_mlp_fp8_codes(xq, xs, gate_up, down, x.dtype)
     if dispatch.use_triton(x):
         from .triton_mlp import swiglu_mlp_fp8_triton
 
@@ -108,6 +127,12 @@ def linear_fp8_codes(xq: Tensor, xs: Tensor, qw: QuantizedWeight, out_dtype: tor
     """``linear_fp8`` on activations already quantized (``quantize_activation``'s format), e.g. by a
     fused RMSNorm or attention epilogue: one launch, no quantizer."""
     _check_codes(xq, xs, qw)
+    if _large(xq, qw):
+        from .cublas_fp8 import gemm_codes
+
+        k = xq.shape[-1]
+        out = gemm_codes(xq.reshape(-1, k), xs.reshape(-1, xs.shape[-1]), qw, out_dtype, bias)
+        return out.view(*xq.shape[:-1], qw.shape[0])
     if dispatch.use_triton(xq):
         from .triton_gemm import linear_fp8_codes_triton
 
@@ -119,6 +144,12 @@ def swiglu_mlp_fp8_codes(xq: Tensor, xs: Tensor, gate_up: QuantizedWeight, down:
                          out_dtype: torch.dtype) -> Tensor:
     """:func:`swiglu_mlp_fp8` on activations already quantized: two launches."""
     _check_codes(xq, xs, gate_up)
+    if _large(xq, gate_up, down):
+        from .cublas_fp8 import swiglu_mlp_codes
+
+        d = xq.shape[-1]
+        out = swiglu_mlp_codes(xq.reshape(-1, d), xs.reshape(-1, xs.shape[-1]), gate_up, down, out_dtype)
+        return out.view(*xq.shape[:-1], d)
     if dispatch.use_triton(xq):
         from .triton_mlp import swiglu_mlp_fp8_triton
 

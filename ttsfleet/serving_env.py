@@ -37,6 +37,9 @@ SEED = "TTSFLEET_SEED"
 CPU_THREADS = "TTSFLEET_CPU_THREADS"
 CUDA_GRAPHS = "TTSFLEET_CUDA_GRAPHS"
 PREFILL_CHUNK_TOKENS = "TTSFLEET_PREFILL_CHUNK_TOKENS"
+#: ``1``: the codec runs bf16 with the fused Snake kernel, replayed from CUDA graphs for every
+#: stream-count bucket (CUDA only; off until measured on the H200: inference/README.md).
+CODEC_FAST = "TTSFLEET_CODEC_FAST"
 #: Path of the run's GPU catalog file (``GpuCatalog.load``), so a server on a class added by a
 #: catalog file knows that class (its scheme, limits and kernel dispatch); empty = the built-in one.
 CATALOG = "TTSFLEET_CATALOG"
@@ -63,6 +66,7 @@ SERVER_ENV: Mapping[str, str] = MappingProxyType({
     "cpu_threads": CPU_THREADS,
     "cuda_graphs": CUDA_GRAPHS,
     "prefill_chunk_tokens": PREFILL_CHUNK_TOKENS,
+    "codec_fast": CODEC_FAST,
     "catalog": CATALOG,
 })
 

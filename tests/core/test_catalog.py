@@ -25,7 +25,7 @@ def test_classes_and_schemes():
     assert cat.get("rtx5090").memory_gb == 32 and cat.get("rtx6000pro").memory_gb == 96
 
 
-@pytest.mark.parametrize(("mrr", "bs"), [(1, 1), (24, 24), (64, 64), (65, 64), (256, 64)])
+@pytest.mark.parametrize(("mrr", "bs"), [(1, 1), (24, 24), (64, 64), (65, 65), (256, 256)])
 def test_cuda_graph_max_bs(mrr, bs):
     assert cuda_graph_max_bs(mrr) == bs
     with pytest.raises(ValueError):

@@ -133,10 +133,28 @@ def test_tiny_codec_contract(tiny_model) -> None:
         codec.decode(torch.zeros(9, 2, dtype=torch.long))
 
 
+def test_fast_codec_decodes_the_same_audio_within_bf16_rounding() -> None:
+    """``load_codec(fast=True)``: bf16 weights and the one-pass Snake (here its CPU reference) give
+    the float32 codec's audio to within bf16 rounding. Measured on this tiny random codec: 19.1 dB
+    SNR against float32 (2026-12-01, CPU): bf16 is audibly not float32 on random weights, whose
+    residual stacks grow the signal ~30x; the S2-size figure is benchmarks/inference_h200/codec_speed.py's."""
+    fast, ref = load_codec("tiny", fast=True), load_codec("tiny")
+    assert fast.dtype == torch.bfloat16 and all(m.fused for m in fast.modules() if hasattr(m, "fused"))
+    codes = torch.randint(0, 16, (10, 12), generator=torch.Generator().manual_seed(3))
+    a, b = fast.decode(codes), ref.decode(codes)
+    snr = 10 * np.log10((b ** 2).sum() / ((a - b) ** 2).sum())
+    assert a.shape == b.shape and snr > 15, snr
+    fused_f32 = load_codec("tiny")
+    fused_f32.use_fused_kernels()
+    np.testing.assert_array_equal(fused_f32.decode(codes), b)  # the CPU path is the expression itself
+
+
 @pytest.mark.gpu
 def test_slot_decoder_graph_replay_equals_eager(monkeypatch: pytest.MonkeyPatch) -> None:
-    """On a GPU: replayed codec graphs (batch padded to a power of two with scratch slots) give the
-    audio of eager batched calls and of per-request streams, across shapes and stream resets."""
+    """On a GPU: replayed codec graphs (batch padded to a bucket with scratch slots) give the audio
+    of eager batched calls and of per-request streams, across shapes and stream resets. Float32
+    rounding only: a graph replays the conv algorithms picked when it was captured, an eager call
+    may pick others (1.15e-5 apart on the H200, 2026-12-01, against audio peaks near 0.1)."""
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     # TF32 convolutions (cuDNN's default) differ from float32 by ~1e-3 per layer, compounding through
@@ -157,7 +175,7 @@ def test_slot_decoder_graph_replay_equals_eager(monkeypatch: pytest.MonkeyPatch)
         codes = torch.randint(0, 16, (len(slots), codec.num_codebooks, t), generator=g)
         a = graphed.push(slots, codes).cpu().numpy()
         b = eager.push(slots, codes).cpu().numpy()
-        np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
+        np.testing.assert_allclose(a, b, atol=5e-5, rtol=0)
         for i, s in enumerate(slots):
             np.testing.assert_allclose(a[i], own[s].push(codes[i]), atol=1e-4, rtol=0)
     assert graphed.captured >= 4 and all(v is not None for v in graphed.graphs.values())

@@ -23,7 +23,7 @@ def test_operator_environment_is_read():
 def test_flags_override_env_and_catalog_defaults():
     env = {ENV["gpu_class"]: "rtx5090", ENV["max_running_requests"]: "8"}
     cfg = ServeConfig.from_env(env, max_running_requests=100, quantization="none")
-    assert cfg.max_running_requests == 100 and cfg.cuda_graph_max_bs == 64 and cfg.quantization == "bf16"
+    assert cfg.max_running_requests == 100 and cfg.cuda_graph_max_bs == 100 and cfg.quantization == "bf16"
     cat = ServeConfig.from_env({ENV["gpu_class"]: "rtx5090"})
     rtx = GpuCatalog.default().get("rtx5090")
     assert cat.max_running_requests == rtx.serving.max_running_requests
