@@ -1,10 +1,15 @@
-"""``ttsfleet bench serve``: a closed-loop load generator for a running TTS server.
+"""``ttsfleet bench serve``: a load generator for a running TTS server, closed and open loop.
 
 Why closed loop: the autoscaler and the capacity curves in the GPU catalog are stated per
 concurrency (requests decoding at once), so each level keeps exactly ``c`` streaming requests in
-flight and measures aggregate frames/s, per-request frames/s and time to first audio. The JSON
-carries ``points`` in the shape ``GpuCatalog.with_measured_file`` reads, so a run on a GPU can
-replace a class's seed curve directly.
+flight and measures aggregate frames/s, per-request frames/s and time to first audio — in the
+level's steady window (:mod:`.bench_window`: after the first wave's burst, before the drain), with
+the first wave's first audio reported apart. The JSON carries ``points`` in the shape
+``GpuCatalog.with_measured_file`` reads, so a run on a GPU can replace a class's seed curve
+directly, and ``capacity``: the largest concurrency meeting the serving SLO.
+
+Why open loop too (``rates``): users do not wait for each other; Poisson arrivals at a fixed rate
+show what a closed loop hides — queueing when the offered load nears capacity.
 """
 
 from __future__ import annotations
@@ -37,6 +42,15 @@ class BenchConfig:
     repeats: int = 1
     #: Request i asks for ``max_new_tokens * (1 + frames_spread * u_i)`` frames, u_i uniform in [-1, 1].
     frames_spread: float = 0.0
+    #: Closed-loop requests per client when ``requests`` is 0 (>= 3 leaves a steady window).
+    per_client: int = 10
+    #: Open-loop levels after the closed-loop ones: Poisson arrivals at each rate (requests/s) ...
+    rates: list[float] = field(default_factory=list)
+    #: ... for this long each (arrivals = rate x duration, at least 1).
+    open_duration_s: float = 30.0
+
+    def requests_at(self, c: int) -> int:
+        return self.requests or max(self.per_client * c, 4)
 
     def frames_of(self, i: int) -> int:
         if self.frames_spread <= 0:
@@ -55,6 +69,9 @@ class Sample:
     duration_s: float
     frames: float
     audio_s: float = 0.0  # seconds of audio the request delivered
+    start_s: float = 0.0  # submit time (perf_counter): places the request in the run's steady window
+    client: int = 0  # the closed-loop worker that sent it
+    wave: int = 0  # its index among that worker's requests (0: the first wave)
 
 
 @dataclass
@@ -80,13 +97,29 @@ class Level:
     repeats: int = 1
     runs_frames_per_s: list[float] = field(default_factory=list)
     frames_per_s_spread: float = 0.0
+    #: "steady": frames/s, its runs and spread are the steady window's (``bench_window``), latencies
+    #: of the requests started in it; "whole-run": every request from the first submit to the last
+    #: end (a run without a steady window: one request per client, or open loop).
+    method: str = "whole-run"
+    whole_run_frames_per_s: float = 0.0  # median of the runs' frames from first submit to last end
+    runs_whole_run_frames_per_s: list[float] = field(default_factory=list)
+    steady_window_s: float = 0.0
+    steady_requests: int = 0
+    first_wave_ttfa_p50_s: float = float("nan")
+    first_wave_ttfa_p99_s: float = float("nan")
 
 
 def _pct(xs: list[float], q: float) -> float:
     return float(np.percentile(xs, q)) if xs else float("nan")
 
 
-async def _one(client: Any, cfg: BenchConfig, i: int) -> Sample:
+async def _one(client: Any, cfg: BenchConfig, i: int, worker: int = 0, wave: int = 0) -> Sample:
+    s = await _request(client, cfg, i)
+    s.client, s.wave = worker, wave
+    return s
+
+
+async def _request(client: Any, cfg: BenchConfig, i: int) -> Sample:
     headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
     body = {"text": cfg.text, "format": cfg.fmt, "streaming": True, "max_new_tokens": cfg.frames_of(i),
             "seed": cfg.seed + i, "latency": "low"}
@@ -97,7 +130,7 @@ async def _one(client: Any, cfg: BenchConfig, i: int) -> Sample:
         async with client.stream("POST", f"{cfg.url}/v1/tts", json=body, headers=headers) as resp:
             if resp.status_code != 200:
                 await resp.aread()
-                return Sample(False, resp.status_code, 0.0, time.perf_counter() - t0, 0.0)
+                return Sample(False, resp.status_code, 0.0, time.perf_counter() - t0, 0.0, start_s=t0)
             fps = float(resp.headers.get("x-frames-per-second", "0") or 0)
             rate = int(resp.headers.get("x-sample-rate", "44100"))
             async for chunk in resp.aiter_bytes():
@@ -105,10 +138,10 @@ async def _one(client: Any, cfg: BenchConfig, i: int) -> Sample:
                     first = time.perf_counter()
                 nbytes += len(chunk)
     except Exception:
-        return Sample(False, 0, 0.0, time.perf_counter() - t0, 0.0)
+        return Sample(False, 0, 0.0, time.perf_counter() - t0, 0.0, start_s=t0)
     end = time.perf_counter()
     seconds = (nbytes / 2 / rate) if cfg.fmt == "pcm" else 0.0
-    return Sample(True, 200, (first or end) - t0, end - t0, seconds * fps, seconds)
+    return Sample(True, 200, (first or end) - t0, end - t0, seconds * fps, seconds, start_s=t0)
 
 
 async def _run_level(cfg: BenchConfig, c: int, n: int) -> tuple[list[Sample], float]:
@@ -118,12 +151,12 @@ async def _run_level(cfg: BenchConfig, c: int, n: int) -> tuple[list[Sample], fl
     samples: list[Sample] = []
     counter = iter(range(n))
     async with httpx.AsyncClient(timeout=cfg.timeout_s, limits=limits) as client:
-        async def worker() -> None:
-            for i in counter:
-                samples.append(await _one(client, cfg, i))
+        async def worker(k: int) -> None:
+            for wave, i in enumerate(counter):  # the level's shared counter: each worker's draws
+                samples.append(await _one(client, cfg, i, k, wave))
 
         t0 = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(c)))
+        await asyncio.gather(*(worker(k) for k in range(c)))
         wall = time.perf_counter() - t0
     return samples, wall
 
@@ -133,35 +166,116 @@ def _level(cfg: BenchConfig, c: int, n: int) -> Level:
     return summarize_runs(c, n, [(samples, wall, None) for samples, wall in runs])
 
 
+def arrivals(rate: float, n: int, seed: int) -> list[float]:
+    """Seconds after the start at which the ``n`` requests of a Poisson process of ``rate``/s arrive."""
+    import random
+
+    rng, t, out = random.Random(seed), 0.0, []
+    for _ in range(n):
+        t += rng.expovariate(rate)
+        out.append(t)
+    return out
+
+
+async def _run_open(cfg: BenchConfig, rate: float, n: int) -> tuple[list[Sample], float]:
+    """``n`` requests sent at Poisson arrival times (each its own client), whatever is in flight."""
+    import httpx
+
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+    async with httpx.AsyncClient(timeout=cfg.timeout_s, limits=limits) as client:
+        t0 = time.perf_counter()
+        tasks = []
+        for i, at in enumerate(arrivals(rate, n, cfg.seed)):
+            await asyncio.sleep(max(0.0, t0 + at - time.perf_counter()))
+            tasks.append(asyncio.create_task(_one(client, cfg, i, worker=i)))
+        samples = list(await asyncio.gather(*tasks))
+        wall = time.perf_counter() - t0
+    return samples, wall
+
+
+def open_level(cfg: BenchConfig, rate: float) -> dict[str, Any]:
+    """One open-loop level: offered vs carried load, latencies, and the mean number in flight."""
+    n = max(1, int(round(rate * cfg.open_duration_s)))
+    samples, wall = asyncio.run(_run_open(cfg, rate, n))
+    lv = summarize_runs(0, n, [(samples, wall, None)], closed=False)
+    in_flight = sum(s.duration_s for s in samples) / wall if wall > 0 else 0.0
+    return {"arrival_rate_per_s": rate, "in_flight_mean": round(in_flight, 2), **asdict(lv)}
+
+
 def summarize_level(c: int, n: int, samples: list[Sample], wall: float, frames: float | None = None) -> Level:
     """One run's report from its samples; ``frames`` defaults to the successful samples' frames."""
     return summarize_runs(c, n, [(samples, wall, frames)])
 
 
-def summarize_runs(c: int, n: int, runs: list[tuple[list[Sample], float, float | None]]) -> Level:
-    """A level's report from ``repeats`` runs ``(samples, wall, frames or None)`` of ``n`` requests each."""
-    fps = []
+def summarize_runs(c: int, n: int, runs: list[tuple[list[Sample], float, float | None]],
+                   closed: bool = True) -> Level:
+    """A level's report from ``repeats`` runs ``(samples, wall, frames or None)`` of ``n`` requests each.
+
+    Where every run of a closed loop has a steady window (:mod:`.bench_window`), frames/s, its
+    spread and the latencies are the steady state's; the whole run's frames/s and the first wave's
+    first audio are kept beside them."""
+    from .bench_window import frames_in, started_in, steady_window
+
+    whole = []
     for samples, wall, frames in runs:
         got = sum(s.frames for s in samples if s.ok) if frames is None else frames
-        fps.append(got / wall if wall > 0 else 0.0)
+        whole.append(got / wall if wall > 0 else 0.0)
+    windows = [steady_window(samples) if closed else None for samples, _, _ in runs]
+    steady = all(w is not None and w.seconds > 0 for w in windows)
+    fps = ([frames_in(samples, w) / w.seconds for (samples, _, _), w in zip(runs, windows, strict=True)]
+           if steady else whole)
     every = [s for samples, _, _ in runs for s in samples]
     ok = [s for s in every if s.ok]
+    timed = ([s for (samples, _, _), w in zip(runs, windows, strict=True) for s in started_in(samples, w)]
+             if steady else ok) or ok
     statuses: dict[str, int] = {}
     for s in every:
         statuses[str(s.status)] = statuses.get(str(s.status), 0) + 1
     med = float(np.median(fps))
-    rtf = [s.duration_s / s.audio_s for s in ok if s.audio_s > 0]
+    rtf = [s.duration_s / s.audio_s for s in timed if s.audio_s > 0]
+    wave0 = [s.ttfa_s for s in ok if s.wave == 0]
     return Level(
         concurrency=c, requests=n, errors=len(every) - len(ok),
         wall_s=float(np.median([w for _, w, _ in runs])),
         frames_per_s=med,
         per_request_frames_per_s=float(np.mean([s.frames / s.duration_s for s in ok if s.duration_s > 0]))
         if ok else 0.0,
-        ttfa_p50_s=_pct([s.ttfa_s for s in ok], 50), ttfa_p99_s=_pct([s.ttfa_s for s in ok], 99),
-        duration_p50_s=_pct([s.duration_s for s in ok], 50), statuses=statuses,
+        ttfa_p50_s=_pct([s.ttfa_s for s in timed], 50), ttfa_p99_s=_pct([s.ttfa_s for s in timed], 99),
+        duration_p50_s=_pct([s.duration_s for s in timed], 50), statuses=statuses,
         rtf_p50=_pct(rtf, 50), rtf_p99=_pct(rtf, 99), repeats=len(runs),
         runs_frames_per_s=[round(f, 3) for f in fps],
-        frames_per_s_spread=(max(fps) - min(fps)) / med if med > 0 else 0.0)
+        frames_per_s_spread=(max(fps) - min(fps)) / med if med > 0 else 0.0,
+        method="steady" if steady else "whole-run",
+        whole_run_frames_per_s=float(np.median(whole)),
+        runs_whole_run_frames_per_s=[round(f, 3) for f in whole],
+        steady_window_s=float(np.median([w.seconds for w in windows])) if steady else 0.0,
+        steady_requests=len(timed) if steady else 0,
+        first_wave_ttfa_p50_s=_pct(wave0, 50), first_wave_ttfa_p99_s=_pct(wave0, 99))
+
+
+#: The serving SLO a level must meet to count towards a replica's capacity (issue #25's definition):
+#: real-time factor p99 and time to first audio p99.
+SLO_RTF_P99 = 0.5
+SLO_TTFA_P99_S = 0.25
+
+
+def points(levels: list[Level]) -> list[dict[str, Any]]:
+    """The report's ``points`` (what ``GpuCatalog.with_measured_file`` reads; the gate compares them)."""
+    return [{"concurrency": lv.concurrency, "frames_per_s": round(lv.frames_per_s, 3),
+             "ttfa_s": round(lv.ttfa_p50_s, 5), "ttfa_p99_s": round(lv.ttfa_p99_s, 5),
+             "rtf_p99": round(lv.rtf_p99, 4), "method": lv.method}
+            for lv in levels if lv.frames_per_s > 0 and lv.ttfa_p50_s > 0]
+
+
+def capacity(levels: list[Level], rtf_p99: float = SLO_RTF_P99,
+             ttfa_p99_s: float = SLO_TTFA_P99_S) -> dict[str, Any]:
+    """The largest measured concurrency whose RTF p99 and first-audio p99 meet the SLO (0: none does).
+
+    A level with errors never counts: a replica that refuses work has not carried it."""
+    ok = [lv.concurrency for lv in levels
+          if not lv.errors and lv.rtf_p99 <= rtf_p99 and lv.ttfa_p99_s <= ttfa_p99_s]
+    return {"concurrency": max(ok, default=0), "rtf_p99_max": rtf_p99, "ttfa_p99_max_s": ttfa_p99_s,
+            "levels_meeting_slo": sorted(ok)}
 
 
 def machine() -> dict[str, Any]:
@@ -202,21 +316,18 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
     except httpx.HTTPError:
         pass
     asyncio.run(_run_level(cfg, 1, 1))  # one unmeasured request: connections, server-side first calls
-    levels = []
-    for c in cfg.levels:
-        n = cfg.requests or max(2 * c, 4)
-        levels.append(_level(cfg, c, n))
-    base = levels[0].frames_per_s
+    levels = [_level(cfg, c, cfg.requests_at(c)) for c in cfg.levels]
+    base = levels[0].frames_per_s if levels else 0.0
     report = {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "machine": machine(),
         "server": {"url": cfg.url, "ready_at_start": ready.status_code == 200, "build": build},
         "config": {k: v for k, v in asdict(cfg).items() if k != "api_key"},
         "levels": [asdict(lv) for lv in levels],
+        "open_loop": [open_level(cfg, r) for r in cfg.rates],
         "scaling": (levels[-1].frames_per_s / base) if base > 0 else None,
-        "points": [{"concurrency": lv.concurrency, "frames_per_s": round(lv.frames_per_s, 3),
-                    "ttfa_s": round(lv.ttfa_p50_s, 5)} for lv in levels
-                   if lv.frames_per_s > 0 and lv.ttfa_p50_s > 0],
+        "points": points(levels),
+        "capacity": capacity(levels),
         "source": f"ttsfleet bench serve {cfg.url}" + (
             f" (model {build['model']}, {build.get('quantization', '?')} on {build.get('device', '?')})"
             if build.get("model") else ""),
@@ -229,20 +340,36 @@ def print_table(report: dict[str, Any]) -> None:
     from rich.table import Table
 
     t = Table(title=report["source"])
-    for col in ("c", "requests", "errors", "frames/s", "spread", "per-req frames/s", "TTFA p50 ms",
-                "TTFA p99 ms", "RTF p50", "duration p50 s"):
+    for col in ("c", "requests", "errors", "method", "frames/s", "spread", "per-req frames/s", "TTFA p50 ms",
+                "TTFA p99 ms", "1st wave TTFA p50", "RTF p50", "RTF p99"):
         t.add_column(col, justify="right")
     for lv in report["levels"]:
         t.add_row(str(lv["concurrency"]), f"{lv['requests']}x{lv.get('repeats', 1)}", str(lv["errors"]),
-                  f"{lv['frames_per_s']:.1f}", f"{lv.get('frames_per_s_spread', 0.0):.1%}",
-                  f"{lv['per_request_frames_per_s']:.1f}", f"{lv['ttfa_p50_s'] * 1000:.0f}",
-                  f"{lv['ttfa_p99_s'] * 1000:.0f}", f"{lv.get('rtf_p50', float('nan')):.3f}",
-                  f"{lv['duration_p50_s']:.2f}")
-    console = Console(width=max(Console().width, 130))  # the table's columns, even in a pipe
+                  lv.get("method", "whole-run"), f"{lv['frames_per_s']:.1f}",
+                  f"{lv.get('frames_per_s_spread', 0.0):.1%}", f"{lv['per_request_frames_per_s']:.1f}",
+                  f"{lv['ttfa_p50_s'] * 1000:.0f}", f"{lv['ttfa_p99_s'] * 1000:.0f}",
+                  f"{lv.get('first_wave_ttfa_p50_s', float('nan')) * 1000:.0f}",
+                  f"{lv.get('rtf_p50', float('nan')):.3f}", f"{lv.get('rtf_p99', float('nan')):.3f}")
+    console = Console(width=max(Console().width, 150))  # the table's columns, even in a pipe
     console.print(t)
+    if report.get("open_loop"):
+        o = Table(title="open loop (Poisson arrivals)")
+        for col in ("rate/s", "requests", "errors", "in flight", "frames/s", "TTFA p50 ms", "TTFA p99 ms",
+                    "RTF p99"):
+            o.add_column(col, justify="right")
+        for lv in report["open_loop"]:
+            o.add_row(f"{lv['arrival_rate_per_s']:g}", str(lv["requests"]), str(lv["errors"]),
+                      f"{lv['in_flight_mean']:.1f}", f"{lv['frames_per_s']:.1f}",
+                      f"{lv['ttfa_p50_s'] * 1000:.0f}", f"{lv['ttfa_p99_s'] * 1000:.0f}",
+                      f"{lv['rtf_p99']:.3f}")
+        console.print(o)
     if report["scaling"] is not None:
         lv = report["levels"]
         console.print(f"scaling c={lv[0]['concurrency']}→{lv[-1]['concurrency']}: {report['scaling']:.2f}x")
+    if report.get("capacity"):
+        cap = report["capacity"]
+        console.print(f"capacity (RTF p99 <= {cap['rtf_p99_max']}, first audio p99 <= "
+                      f"{cap['ttfa_p99_max_s'] * 1000:.0f} ms): c={cap['concurrency']}")
 
 
 def write_outputs(report: dict[str, Any], out: Path) -> list[Path]:

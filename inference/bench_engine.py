@@ -23,7 +23,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .bench import Level, Sample, machine, summarize_runs
+from .bench import Level, Sample, capacity, machine, points, summarize_runs
 
 DEFAULT_LEVELS = [1, 2, 4, 8, 16, 32, 64]
 
@@ -37,7 +37,10 @@ class EngineBenchConfig:
     levels: list[int] = field(default_factory=lambda: list(DEFAULT_LEVELS))
     prompt_tokens: int = 512
     frames: int = 128
-    requests: int = 0  # per level; 0 = max(2c, 4)
+    requests: int = 0  # per level; 0 = per_client x c (at least 4)
+    #: Closed-loop requests per client when ``requests`` is 0 (>= 3 leaves a steady window; 10 gives
+    #: the gate a c=64 spread small enough to see a 10 % slowdown: bench_window's docstring).
+    per_client: int = 10
     max_running_requests: int = 64
     prefill_chunk_tokens: int = 0  # 0 = whole prompts
     prefill_token_budget: int = 2048  # prompt tokens per engine iteration, in one batched prefill call
@@ -56,6 +59,9 @@ class EngineBenchConfig:
     gate: bool = False
     #: The codec in its fast mode (bf16, fused Snake, bucketed CUDA graphs): ``load_codec(fast=True)``.
     codec_fast: bool = False
+
+    def requests_at(self, c: int) -> int:
+        return self.requests or max(self.per_client * c, 4)
 
 
 # ----------------------------------------------------------------------------- set-up
@@ -144,7 +150,8 @@ def _prompt(model: Any, n: int, seed: int) -> Any:
 
 
 # ----------------------------------------------------------------------------- closed loop
-async def _request(engine: Any, cfg: EngineBenchConfig, i: int, tag: int) -> Sample:
+async def _request(engine: Any, cfg: EngineBenchConfig, i: int, tag: int, worker: int = 0,
+                   wave: int = 0) -> Sample:
     """Request ``i`` of a level (its length depends on ``i`` only, so repeated runs do the same work);
     ``tag`` seeds its prompt and sampling."""
     from .engine import GenerationRequest
@@ -167,7 +174,7 @@ async def _request(engine: Any, cfg: EngineBenchConfig, i: int, tag: int) -> Sam
             break
     end = time.perf_counter()
     return Sample(ok, 200 if ok else 500, (first or end) - t0, end - t0, float(frames),
-                  frames / FRAMES_PER_AUDIO_S)
+                  frames / FRAMES_PER_AUDIO_S, start_s=t0, client=worker, wave=wave)
 
 
 #: S2's codec: 44,100 Hz / 2,048 samples per frame.
@@ -183,13 +190,13 @@ async def _run(engine: Any, cfg: EngineBenchConfig, c: int, n: int,
     samples: list[Sample] = []
     counter = iter(range(n))
 
-    async def worker() -> None:
-        for i in counter:
-            samples.append(await _request(engine, cfg, i, (run * 100 + c) * 1000 + i))
+    async def worker(k: int) -> None:
+        for wave, i in enumerate(counter):  # the level's shared counter: each worker's draws
+            samples.append(await _request(engine, cfg, i, (run * 100 + c) * 1000 + i, k, wave))
 
     f0 = engine.stats.frames
     t0 = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(c)))
+    await asyncio.gather(*(worker(k) for k in range(c)))
     wall = time.perf_counter() - t0
     return samples, wall, float(engine.stats.frames - f0)
 
@@ -322,11 +329,10 @@ def _gate_passes(engine: Any, cfg: EngineBenchConfig, first: list[Level]) -> dic
     """The levels once more (a re-run) and once with a planted 10 % slowdown, each gated on ``first``."""
     def report(levels: list[Level]) -> dict[str, Any]:
         return {"levels": [asdict(lv) for lv in levels],
-                "points": [{"concurrency": lv.concurrency, "frames_per_s": round(lv.frames_per_s, 3),
-                            "ttfa_s": round(lv.ttfa_p50_s, 5)} for lv in levels]}
+                "points": points(levels)}
 
     def again() -> list[Level]:
-        return [_level(engine, cfg, c, cfg.requests or max(2 * c, 4))[0] for c in cfg.levels]
+        return [_level(engine, cfg, c, cfg.requests_at(c))[0] for c in cfg.levels]
 
     base = report(first)
     rerun = report(again())
@@ -385,7 +391,7 @@ def run_engine_bench(cfg: EngineBenchConfig, progress: Any = None) -> dict[str, 
         setup_s = time.perf_counter() - t0
         levels, phases = [], []
         for c in cfg.levels:
-            lv, ph = _level(engine, cfg, c, cfg.requests or max(2 * c, 4))
+            lv, ph = _level(engine, cfg, c, cfg.requests_at(c))
             levels.append(lv)
             phases.append({"concurrency": c, **ph})
             if progress is not None:
@@ -418,9 +424,8 @@ def run_engine_bench(cfg: EngineBenchConfig, progress: Any = None) -> dict[str, 
         "prefill": prefill,
         "gate": gate,
         "codec": codec_ms,
-        "points": [{"concurrency": lv.concurrency, "frames_per_s": round(lv.frames_per_s, 3),
-                    "ttfa_s": round(lv.ttfa_p50_s, 5)} for lv in levels
-                   if lv.frames_per_s > 0 and lv.ttfa_p50_s > 0],
+        "points": points(levels),
+        "capacity": capacity(levels),
         "source": f"ttsfleet bench engine --checkpoint {cfg.checkpoint} --codec {cfg.codec}",
     }
 
@@ -468,12 +473,16 @@ def regressions(baseline: dict[str, Any], result: dict[str, Any],
         raise ValueError("the baseline has no points")
     levels = {int(lv["concurrency"]): lv for lv in baseline.get("levels", [])}
     got = {int(p["concurrency"]): float(p["frames_per_s"]) for p in result.get("points", [])}
+    how = {int(p["concurrency"]): p.get("method", "whole-run") for p in result.get("points", [])}
     out = []
     for p in baseline["points"]:
         c, want = int(p["concurrency"]), float(p["frames_per_s"])
         tol = tolerance if tolerance is not None else gate_tolerance(levels.get(c))
         if c not in got:
             out.append(f"c={c}: not measured (baseline {want:.1f} frames/s)")
+        elif how[c] != (was := p.get("method", "whole-run")):
+            out.append(f"c={c}: measured {how[c]}, the baseline {was}: not comparable "
+                       "(re-record the baseline with the same requests per client)")
         elif got[c] < want * (1 - tol):
             drop = 1 - got[c] / want
             out.append(f"c={c}: {got[c]:.1f} frames/s is {drop:.1%} below the baseline {want:.1f} "

@@ -38,7 +38,8 @@ def serve(
     max_running_requests: int = typer.Option(None, help="Decode slots (env TTSFLEET_MAX_RUNNING_REQUESTS)."),
     max_queue: int = typer.Option(None, help="Waiting requests before 429 (env TTSFLEET_MAX_QUEUE)."),
     cuda_graph_max_bs: int = typer.Option(None, help="Largest captured decode batch; default "
-                                          "min(max_running_requests, 64) (env TTSFLEET_CUDA_GRAPH_MAX_BS)."),
+                                          "max_running_requests, every admitted batch "
+                                          "(env TTSFLEET_CUDA_GRAPH_MAX_BS)."),
     device: str = typer.Option(None, help="auto | cpu | cuda[:N] (env TTSFLEET_DEVICE)."),
     api_key: list[str] = typer.Option(None, help="Accepted Bearer key (repeatable) (env TTSFLEET_API_KEYS, "
                                       "comma-separated); none = no key needed."),
@@ -84,7 +85,11 @@ def serve(
 def bench_serve(
     url: str = typer.Option("http://127.0.0.1:8000", help="Base URL of a running server."),
     concurrency: str = typer.Option("1,4,16,64", help="Comma-separated concurrency levels."),
-    requests: int = typer.Option(0, help="Requests per level (0 = 2 x concurrency, at least 4)."),
+    requests: int = typer.Option(0, help="Requests per level (0 = --per-client x concurrency, at least 4)."),
+    per_client: int = typer.Option(10, help="Closed-loop requests per client (>= 3: a steady window)."),
+    rate: str = typer.Option("", help="Open-loop levels after the closed ones: comma-separated Poisson "
+                             "arrival rates, requests/s (--concurrency '' for open loop only)."),
+    duration_s: float = typer.Option(30.0, help="Length of each open-loop level, seconds."),
     text: str = typer.Option("The quick brown fox jumps over the lazy dog.", help="Text of every request."),
     max_new_tokens: int = typer.Option(128, help="Frames per request at most."),
     fmt: str = typer.Option("pcm", "--format", help="Response format (pcm is cheapest to encode)."),
@@ -98,14 +103,18 @@ def bench_serve(
     """Drive a running server at several concurrencies; report frames/s and time to first audio."""
     from ttsfleet.inference.bench import BenchConfig, run_bench, write_outputs
 
-    levels = _levels(concurrency)
+    rates = _rates(rate)
+    levels = _levels(concurrency) if concurrency.strip() or not rates else []
     if fmt not in ("wav", "pcm", "mp3", "opus"):
         raise UserError(f"--format {fmt!r} is not wav, pcm, mp3 or opus")
     if max_new_tokens < 1 or requests < 0 or repeats < 1 or not 0 <= frames_spread < 1:
         raise UserError("--max-new-tokens, --repeats >= 1, --requests >= 0, --frames-spread in [0, 1) please")
+    if per_client < 1 or duration_s <= 0:
+        raise UserError("--per-client must be >= 1 and --duration-s > 0")
     cfg = BenchConfig(url=url.rstrip("/"), levels=levels, requests=requests, text=text,
                       max_new_tokens=max_new_tokens, fmt=fmt, api_key=api_key, timeout_s=timeout_s, seed=seed,
-                      repeats=repeats, frames_spread=frames_spread)
+                      repeats=repeats, frames_spread=frames_spread, per_client=per_client, rates=rates,
+                      open_duration_s=duration_s)
     result = run_bench(cfg)
     print_table(result)
     if out is not None:
@@ -113,6 +122,16 @@ def bench_serve(
 
         paths = [*write_outputs(result, out), write_csv(result, out)]
         typer.echo("wrote " + ", ".join(str(p) for p in paths))
+
+
+def _rates(rate: str) -> list[float]:
+    try:
+        rates = [float(x) for x in rate.split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"--rate {rate!r} must be comma-separated numbers (requests/s)") from None
+    if any(not r > 0 for r in rates):  # also NaN
+        raise UserError("--rate levels must be > 0 requests/s")
+    return rates
 
 
 def _levels(concurrency: str) -> list[int]:
@@ -134,7 +153,8 @@ def bench_engine(
     concurrency: str = typer.Option("1,2,4,8,16,32,64", help="Comma-separated concurrency levels."),
     prompt_tokens: int = typer.Option(512, help="Prompt length of every request."),
     frames: int = typer.Option(128, help="Frames every request decodes (end-of-speech ignored)."),
-    requests: int = typer.Option(0, help="Requests per level (0 = 2 x concurrency, at least 4)."),
+    requests: int = typer.Option(0, help="Requests per level (0 = --per-client x concurrency, at least 4)."),
+    per_client: int = typer.Option(10, help="Closed-loop requests per client (>= 3: a steady window)."),
     prefill_chunk_tokens: int = typer.Option(0, help="Prefill chunk size in tokens (0 = whole prompts)."),
     prefill_token_budget: int = typer.Option(2048, help="Prompt tokens per engine step (one call)."),
     breakdown: bool = typer.Option(True, help="Also time the decode step and its parts per batch size."),
@@ -168,7 +188,8 @@ def bench_engine(
                             prefill_chunk_tokens=prefill_chunk_tokens,
                             prefill_token_budget=prefill_token_budget, repeats=repeats,
                             pipeline_depth=pipeline_depth, plant_slowdown=plant_slowdown,
-                            frames_spread=frames_spread, gate=gate, codec_fast=codec_fast)
+                            frames_spread=frames_spread, gate=gate, codec_fast=codec_fast,
+                            per_client=per_client)
 
     def progress(lv: Any) -> None:
         typer.echo(f"c={lv.concurrency}: {lv.frames_per_s:.0f} frames/s, "

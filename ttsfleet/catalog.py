@@ -78,6 +78,10 @@ class CapacityCurve(BaseModel):
 
     points: tuple[CapacityPoint, ...] = Field(min_length=1)
     source: str = "seed"
+    slo_concurrency: int | None = Field(
+        default=None, ge=0, description="largest measured concurrency whose RTF p99 <= 0.5 and first "
+                                        "audio p99 <= 250 ms (ttsfleet bench serve's capacity); None: "
+                                        "not measured")
 
     @field_validator("points")
     @classmethod
@@ -513,9 +517,10 @@ class GpuCatalog(BaseModel):
         ...]}``, as ``ttsfleet bench`` writes it); other keys of a point are the benchmark's own."""
         data = json.loads(Path(path).read_text())
         keys = CapacityPoint.model_fields
+        cap = data.get("capacity") or {}
         curve = CapacityCurve(points=tuple(CapacityPoint(**{k: v for k, v in p.items() if k in keys})
                                            for p in data["points"]),
-                              source=data.get("source", str(path)))
+                              source=data.get("source", str(path)), slo_concurrency=cap.get("concurrency"))
         return self.with_measured(name, curve)
 
     def with_named_curve(self, name: str, curve_name: str) -> GpuCatalog:

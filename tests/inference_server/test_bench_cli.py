@@ -41,6 +41,29 @@ def test_bench_serve_writes_table_json_png(server, tmp_path):
     assert img.shape[0] > 100 and img.shape[1] > 100
 
 
+def test_bench_serve_steady_closed_loop_then_open_loop(server, tmp_path):
+    """3 requests per client leave a steady window; an open-loop level sends Poisson arrivals."""
+    out = tmp_path / "bench"
+    proc = _cli("bench", "serve", "--url", server.url, "--concurrency", "2", "--per-client", "3",
+                "--rate", "3", "--duration-s", "2", "--max-new-tokens", "8", "--frames-spread", "0.5",
+                "--api-key", server.api_key, "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((out / "bench.json").read_text())
+    (lv,) = report["levels"]
+    assert lv["requests"] == 6 and lv["errors"] == 0 and lv["method"] == "steady"
+    assert 0 < lv["steady_window_s"] < lv["wall_s"] and lv["steady_requests"] >= 1
+    assert lv["first_wave_ttfa_p50_s"] > 0 and lv["whole_run_frames_per_s"] > 0
+    assert report["points"][0]["method"] == "steady"
+    assert set(report["capacity"]) >= {"concurrency", "rtf_p99_max", "ttfa_p99_max_s"}
+    from ttsfleet.catalog import GpuCatalog
+
+    curve = GpuCatalog.default().with_measured_file("h200", out / "bench.json").get("h200").capacity
+    assert curve.slo_concurrency == report["capacity"]["concurrency"]
+    (ol,) = report["open_loop"]
+    assert ol["arrival_rate_per_s"] == 3.0 and ol["requests"] == 6 and ol["errors"] == 0
+    assert ol["method"] == "whole-run" and ol["in_flight_mean"] > 0 and ol["frames_per_s"] > 0
+
+
 @pytest.mark.parametrize("args, env, needle", [
     (["serve", "--port", "70000"], {}, "port"),
     (["serve", "--gpu-class", "tpu9"], {}, "unknown GPU class"),
@@ -49,6 +72,9 @@ def test_bench_serve_writes_table_json_png(server, tmp_path):
     (["serve", "--checkpoint", "/does/not/exist"], {}, "checkpoint"),
     (["serve"], {"TTSFLEET_MAX_RUNNING_REQUESTS": "lots"}, "TTSFLEET_MAX_RUNNING_REQUESTS"),
     (["bench", "serve", "--concurrency", "a,b"], {}, "--concurrency"),
+    (["bench", "serve", "--rate", "fast"], {}, "--rate"),
+    (["bench", "serve", "--rate", "-1"], {}, "--rate"),
+    (["bench", "serve", "--per-client", "0"], {}, "--per-client"),
     (["bench", "serve", "--url", "http://127.0.0.1:9", "--concurrency", "1"], {}, "cannot reach"),
 ])
 def test_cli_bad_input_exits_2(args, env, needle):

@@ -129,13 +129,14 @@ def test_limits(parts):
 def test_graphs_cover_every_batch_the_pool_admits(parts):
     """No cliff past 64: a pool of 128 slots captures buckets up to 128 (c=128 ran eager above 64 on
     the H200, 674 frames/s against 1,486 at c=64, 2026-12-01), and every batch pads to one."""
-    from ttsfleet.catalog import cuda_graph_max_bs
     from ttsfleet.inference.engine import batch_buckets
+
+    from ttsfleet.catalog import cuda_graph_max_bs
 
     model, codec, _ = parts
     bs = cuda_graph_max_bs(128)
-    eng = Engine(model, codec, EngineConfig(max_running_requests=128, cuda_graph_max_bs=bs, pad_to_buckets=True,
-                                            max_seq_len=64))
+    cfg = EngineConfig(max_running_requests=128, cuda_graph_max_bs=bs, pad_to_buckets=True, max_seq_len=64)
+    eng = Engine(model, codec, cfg)
     assert eng.buckets == batch_buckets(128) and eng.buckets[-1] == 128
     assert [eng.padded_size(b) for b in (65, 100, 121, 128)] == [72, 104, 128, 128]
     assert all(eng.padded_size(b) in eng.buckets for b in range(1, 129))
