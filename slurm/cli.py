@@ -316,7 +316,7 @@ def local_cluster(
     import signal
     import time
 
-    from ttsfleet.slurm.localcluster import LocalCluster, LocalClusterError, LocalClusterSpec
+    from ttsfleet.devtools.localcluster import LocalCluster, LocalClusterError, LocalClusterSpec
 
     cls = _gpu_class(gpu_class, catalog) if gpu_class else _catalog(catalog).names()[0]
     spec = LocalClusterSpec(nodes=nodes, gpus_per_node=gpus, gpu_class=cls, grace_time_s=grace_time_s,

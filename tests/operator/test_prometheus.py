@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
-import socket
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from ttsfleet.devtools.ports import free_port
 from ttsfleet.operator.inference import Memory, measure
 from ttsfleet.operator.models import TTSDeploymentSpec
 from ttsfleet.operator.signals import PrometheusSource
@@ -23,15 +23,9 @@ pytestmark = [pytest.mark.prometheus,
               pytest.mark.skipif(shutil.which("prometheus") is None, reason="needs a prometheus binary")]
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.asynccontextmanager
 async def prometheus(tmp: Path, targets: dict[str, tuple[int, dict[str, str]]]) -> AsyncIterator[str]:
-    port = _port()
+    port = free_port()
     cfg = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
            "scrape_configs": [{"job_name": name, "static_configs": [
                {"targets": [f"127.0.0.1:{p}"], "labels": labels}]} for name, (p, labels) in targets.items()]}

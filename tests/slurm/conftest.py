@@ -16,14 +16,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ttsfleet.slurm.backend import JobInfo
-from ttsfleet.slurm.cli_backend import CliBackend
-from ttsfleet.slurm.localcluster import (
+from ttsfleet.devtools.localcluster import (
     SLURM_PREFIX_ENV,
     LocalCluster,
     LocalClusterSpec,
@@ -31,6 +28,8 @@ from ttsfleet.slurm.localcluster import (
     restd_supported,
     slurm_path,
 )
+from ttsfleet.slurm.backend import JobInfo
+from ttsfleet.slurm.cli_backend import CliBackend
 
 GRACE_TIME_S = 5
 CRED_EXPIRE_S = 5
@@ -87,18 +86,6 @@ def slurm(cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[Lo
 @pytest.fixture
 def cli_backend(slurm: LocalCluster) -> CliBackend:
     return CliBackend(str(slurm.conf_path))
-
-
-def wait_for(cond: Callable[[], object], timeout: float, what: str, interval: float = 0.2) -> object:
-    """Poll ``cond`` until it returns something truthy; fail the test with ``what`` on timeout."""
-    end = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > end:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
 
 
 def squeue_truth(cluster: LocalCluster) -> list[dict[str, str]]:

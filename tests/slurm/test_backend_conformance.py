@@ -16,6 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from ttsfleet.devtools.localcluster import LocalCluster
+from ttsfleet.devtools.ports import free_port
+from ttsfleet.devtools.wait import wait_for
 from ttsfleet.slurm.backend import (
     SlurmBackend,
     SlurmUnavailable,
@@ -24,10 +27,9 @@ from ttsfleet.slurm.backend import (
     pending_training_gpus,
 )
 from ttsfleet.slurm.cli_backend import CliBackend
-from ttsfleet.slurm.localcluster import LocalCluster, free_port
 from ttsfleet.slurm.rest_backend import RestBackend
 
-from .conftest import GRACE_TIME_S, job_by_id, slurm_version, squeue_truth, wait_for
+from .conftest import GRACE_TIME_S, job_by_id, slurm_version, squeue_truth
 
 pytestmark = pytest.mark.slurm
 

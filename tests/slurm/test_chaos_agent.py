@@ -19,11 +19,11 @@ import time
 from pathlib import Path
 
 import pytest
+from ttsfleet.devtools.localcluster import LocalCluster
 from ttsfleet.slurm.agent import FillAgent
 from ttsfleet.slurm.backend import SubmitRequest
 from ttsfleet.slurm.cli_backend import CliBackend
 from ttsfleet.slurm.ledger import Ledger, RetryPolicy
-from ttsfleet.slurm.localcluster import LocalCluster
 from ttsfleet.slurm.sbatch import FillShardSpec, shard_of
 
 from ttsfleet.config import FillPolicyConfig

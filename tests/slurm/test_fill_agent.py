@@ -7,17 +7,19 @@ import json
 from pathlib import Path
 
 import pytest
+from ttsfleet.devtools.localcluster import LocalCluster
+from ttsfleet.devtools.ports import free_port
+from ttsfleet.devtools.wait import wait_for
 from ttsfleet.slurm.agent import FillAgent
 from ttsfleet.slurm.backend import SubmitRequest
 from ttsfleet.slurm.cli_backend import CliBackend
 from ttsfleet.slurm.ledger import Ledger
-from ttsfleet.slurm.localcluster import LocalCluster, free_port
 from ttsfleet.slurm.sbatch import FillShardSpec, shard_of
 
 from ttsfleet.cli import main
 from ttsfleet.config import FillPolicyConfig
 
-from .conftest import GRACE_TIME_S, job_by_id, wait_for
+from .conftest import GRACE_TIME_S, job_by_id
 
 pytestmark = [pytest.mark.slurm, pytest.mark.audio]
 

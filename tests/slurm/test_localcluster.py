@@ -7,10 +7,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from ttsfleet.slurm.localcluster import LocalCluster, LocalClusterSpec, _pid_alive
+from ttsfleet.devtools.localcluster import LocalCluster, LocalClusterSpec, _pid_alive
+from ttsfleet.devtools.wait import wait_for
 from ttsfleet.slurm.validate import validate_file
 
-from .conftest import _skip_reason, wait_for
+from .conftest import _skip_reason
 
 pytestmark = pytest.mark.slurm
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from ttsfleet.devtools.localcluster import LocalCluster
+from ttsfleet.devtools.wait import wait_for
 from ttsfleet.slurm.cli_backend import CliBackend
-from ttsfleet.slurm.localcluster import LocalCluster
 from ttsfleet.slurm.sbatch import FillShardSpec, fill_submit_request
 
-from .conftest import GRACE_TIME_S, job_by_id, wait_for
+from .conftest import GRACE_TIME_S, job_by_id
 from .fillhelpers import output_rows
 
 pytestmark = [pytest.mark.slurm, pytest.mark.audio]

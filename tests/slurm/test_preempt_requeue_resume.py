@@ -14,13 +14,14 @@ import time
 from pathlib import Path
 
 import pytest
+from ttsfleet.devtools.localcluster import LocalCluster
+from ttsfleet.devtools.wait import wait_for
 from ttsfleet.slurm.backend import SubmitRequest
 from ttsfleet.slurm.cli_backend import CliBackend
 from ttsfleet.slurm.exporter import SlurmExporter
-from ttsfleet.slurm.localcluster import LocalCluster
 from ttsfleet.slurm.sbatch import FillShardSpec, fill_submit_request, shard_of
 
-from .conftest import GRACE_TIME_S, job_by_id, wait_for
+from .conftest import GRACE_TIME_S, job_by_id
 from .fillhelpers import STAGES, items_done, output_rows, uninterrupted_run
 
 pytestmark = [pytest.mark.slurm, pytest.mark.audio]

@@ -15,13 +15,14 @@ import time
 from pathlib import Path
 
 import pytest
+from ttsfleet.devtools.localcluster import LocalCluster
+from ttsfleet.devtools.wait import wait_for
 from ttsfleet.slurm.backend import SlurmError, SubmitRequest
 from ttsfleet.slurm.cli_backend import CliBackend
-from ttsfleet.slurm.localcluster import LocalCluster
 from ttsfleet.slurm.rest_backend import RestBackend, choose_version, job_description
 from ttsfleet.slurm.sbatch import FillShardSpec, fill_submit_request
 
-from .conftest import GRACE_TIME_S, job_by_id, wait_for
+from .conftest import GRACE_TIME_S, job_by_id
 from .fillhelpers import items_done, output_rows, uninterrupted_run
 
 pytestmark = pytest.mark.slurm

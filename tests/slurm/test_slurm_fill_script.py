@@ -17,12 +17,12 @@ from importlib.resources import files
 from pathlib import Path
 
 import pytest
+from ttsfleet.devtools.localcluster import LocalCluster
+from ttsfleet.devtools.wait import wait_for
 from ttsfleet.slurm.cli_backend import CliBackend
-from ttsfleet.slurm.localcluster import LocalCluster
 
 from ttsfleet.exitcodes import PREEMPTED_REQUEUE
 
-from .conftest import wait_for
 from .fillhelpers import output_rows, uninterrupted_run
 
 pytestmark = [pytest.mark.slurm, pytest.mark.audio]

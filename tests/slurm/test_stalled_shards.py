@@ -18,16 +18,17 @@ import time
 from pathlib import Path
 
 import pytest
+from ttsfleet.devtools.localcluster import LocalCluster
+from ttsfleet.devtools.wait import wait_for
 from ttsfleet.slurm.agent import FillAgent
 from ttsfleet.slurm.cli_backend import CliBackend
 from ttsfleet.slurm.ledger import Ledger, RetryPolicy
-from ttsfleet.slurm.localcluster import LocalCluster
 from ttsfleet.slurm.sbatch import FillShardSpec
 
 from ttsfleet.config import FillPolicyConfig
 from ttsfleet.metrics import make_collectors
 
-from .conftest import GRACE_TIME_S, job_by_id, wait_for
+from .conftest import GRACE_TIME_S, job_by_id
 from .fillhelpers import audio_bytes, fill_pids, items_done, output_rows, uninterrupted_run
 
 pytestmark = [pytest.mark.slurm, pytest.mark.audio]
@@ -62,7 +63,7 @@ def run_until_complete(agent: FillAgent, timeout: float) -> list:
         reports.append(agent.run_once())
         return reports[-1].complete == agent.spec.shard_count
 
-    wait_for(done, timeout, "every shard complete", interval=0.5)
+    wait_for(done, timeout, "every shard complete", step=0.5)
     return reports
 
 

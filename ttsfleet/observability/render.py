@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ttsfleet.devtools.promserver import Prometheus, backfill
 from ttsfleet.observability.model import Dashboard, Panel, Placed, layout
-from ttsfleet.observability.promserver import Prometheus, backfill
 
 ALL = {"namespace": ".*", "deployment": ".*", "gpu_class": ".*"}
 STEP_S = 60

@@ -1,7 +1,7 @@
 """Fixtures for the real-control-plane tests: one local Kubernetes per session, the chart installed
 with the real Helm SDK, and the operator run in-process with the chart's ServiceAccount token.
 
-The control plane (:class:`ttsfleet.operator.localkube.LocalKube`: etcd, kube-apiserver with RBAC
+The control plane (:class:`ttsfleet.devtools.localkube.LocalKube`: etcd, kube-apiserver with RBAC
 and OwnerReferencesPermissionEnforcement, controller-manager, scheduler, a fake kubelet) lives under
 a pytest temp dir on free loopback ports and is stopped at session end. Nodes: two h200 nodes and
 one rtx5090 node (4, 4 and 2 GPUs, tainted ``nvidia.com/gpu``), one CPU node.
@@ -14,18 +14,18 @@ as that release's ServiceAccount, so RBAC decides every call exactly as it would
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from pathlib import Path
 from typing import Any
 
 import helm_python as helm
 import httpx
 import pytest
-from ttsfleet.operator.localkube import FakeNode, LocalKube, LocalKubeError, missing_binaries
+from ttsfleet.devtools.localkube import FakeNode, LocalKube, LocalKubeError, missing_binaries
+from ttsfleet.devtools.wait import wait_for_async as wait_for
 from ttsfleet.operator.runtime import Runtime
 
 import tests.operator.conftest as kmock_suite
@@ -112,21 +112,6 @@ class Api:
         await wait_for(lambda: self.get(f"/api/v1/namespaces/{name}/serviceaccounts/default"), 60,
                        f"the default ServiceAccount in {name}")
         return name
-
-
-async def wait_for(cond: Callable[[], Any], timeout: float, what: str, step: float = 0.25) -> Any:
-    """Await ``cond()`` (a coroutine factory or a plain callable) until truthy; fail on timeout."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while True:
-        value = cond()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if loop.time() > end:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-        await asyncio.sleep(step)
 
 
 # Conditions for wait_for, shared by the e2e modules.

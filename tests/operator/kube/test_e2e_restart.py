@@ -14,8 +14,8 @@ import time
 from typing import Any
 
 import pytest
+from ttsfleet.devtools.localkube import LocalKube
 from ttsfleet.operator.fillview import parse_time
-from ttsfleet.operator.localkube import LocalKube
 
 from . import audit
 from .conftest import Api, empty, exactly, gone, running_operator, wait_for

@@ -14,10 +14,10 @@ from typing import Any
 
 import httpx
 import pytest
+from ttsfleet.devtools.localkube import LocalKube
 from ttsfleet.operator import fillview as fv
 from ttsfleet.operator.informer import Informer, project_node, project_pod
 from ttsfleet.operator.kube import Kube
-from ttsfleet.operator.localkube import LocalKube
 
 from .conftest import Api, wait_for
 

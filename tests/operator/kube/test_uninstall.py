@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
-from ttsfleet.operator.localkube import LocalKube
+from ttsfleet.devtools.localkube import LocalKube
 
 from .conftest import CHART, RELEASES, Api, empty, exactly, gone, running_operator, uninstall, wait_for
 from .test_e2e_fill import checkpoint_claim, fill_job, pods
