@@ -26,7 +26,7 @@ from ttsfleet.slurm.conf import (
 )
 
 from ttsfleet.catalog import GpuCatalog
-from ttsfleet.exitcodes import PREEMPTED_REQUEUE
+from ttsfleet.contracts.exits import PREEMPTED_REQUEUE
 
 Severity = Literal["error", "warning"]
 SLURM_DEFAULT_CRED_EXPIRE_S = 120

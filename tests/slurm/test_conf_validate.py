@@ -21,7 +21,7 @@ NODES = "NodeName=gpu[01-02] CPUs=64 RealMemory=512000 Gres=gpu:h200:8\n"
 def site_conf(**replace: str) -> str:
     """A site's slurm.conf built from the shipped fragment, with lines replaced by key."""
     text = "ClusterName=site\nSlurmctldHost=head\n" + NODES + render_fill_conf(
-        nodes="gpu[01-02]", grace_time_s=60, cred_expire_s=30)
+        nodes="gpu[01-02]", grace_period_s=60, cred_expire_s=30)
     for key, line in replace.items():
         pattern = rf"^{key}=.*$" if not key.startswith("PartitionName") else rf"^{key} .*$"
         text, n = re.subn(pattern, line, text, flags=re.M)
@@ -120,7 +120,7 @@ def test_appending_the_fragment_over_a_site_authinfo_is_flagged(slurm, tmp_path:
     site = text[:text.index("# ttsfleet: the slurm.conf settings")]  # the site's own part
     site += f"AuthInfo=socket={slurm.munge_socket}\n"
     appended = tmp_path / "appended.conf"
-    appended.write_text(site + render_fill_conf(nodes=slurm.nodelist, grace_time_s=5, cred_expire_s=30))
+    appended.write_text(site + render_fill_conf(nodes=slurm.nodelist, grace_period_s=5, cred_expire_s=30))
     (tmp_path / "gres.conf").write_text((slurm.etc / "gres.conf").read_text())
     (tmp_path / "cgroup.conf").write_text((slurm.etc / "cgroup.conf").read_text())
 
@@ -136,7 +136,7 @@ def test_appending_the_fragment_over_a_site_authinfo_is_flagged(slurm, tmp_path:
 
     merged = tmp_path / "merged.conf"
     merged.write_text(site.replace(f"AuthInfo=socket={slurm.munge_socket}\n", "") + render_fill_conf(
-        nodes=slurm.nodelist, grace_time_s=5, cred_expire_s=30, munge_socket=str(slurm.munge_socket)))
+        nodes=slurm.nodelist, grace_period_s=5, cred_expire_s=30, munge_socket=str(slurm.munge_socket)))
     assert not [f for f in validate_file(str(merged)) if f.severity == "error"]
     ok = _sinfo(merged)
     assert ok.returncode == 0 and "fill" in ok.stdout, ok.stderr

@@ -29,6 +29,7 @@ from ttsfleet.devtools.wait import wait_for_async as wait_for
 from ttsfleet.operator.runtime import Runtime
 
 import tests.operator.conftest as kmock_suite
+from ttsfleet.catalog import GpuCatalog
 
 REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "charts" / "ttsfleet"
@@ -182,6 +183,7 @@ async def running_operator(kube: LocalKube, release: str, tmp_path: Path,
     rt_kw.setdefault("autoscale_interval_s", 2.0)
     rt_kw.setdefault("fill_interval_s", 2.0)
     rt_kw.setdefault("retry_delay_s", 2.0)
+    rt_kw.setdefault("catalog", GpuCatalog.default())  # the tests' entry point: the built-in catalog
     rt = Runtime.from_environment(**rt_kw)
     namespaces = tuple(RELEASES[release]["values"]["operator"].get("watchNamespaces", ()))
     try:

@@ -39,7 +39,7 @@ def pending_pod(name: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "labels": {"informer-test": "yes"},
                          "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "x" * 2000,
-                                         "ttsfleet.io/last-checkpoint": "1"}},
+                                         "ttsfleet.io/note": "1"}},
             "spec": {"nodeSelector": {"no-such-node": "x"},
                      "containers": [{"name": "c", "image": "busybox", "env": [{"name": "A", "value": "b"}],
                                      "resources": {"requests": {"cpu": "10m"}}}]}}
@@ -67,7 +67,7 @@ async def test_watch_follows_the_server(releases: Any, admin: Kube, api: Api) ->
         assert inf.items == {}
         await api.create(pods, pending_pod("w1"))
         got = await wait_for(lambda: inf.items.get(f"{NS}/w1"), 30, "the ADDED pod in the cache")
-        assert got["metadata"]["annotations"] == {"ttsfleet.io/last-checkpoint": "1"}  # projected
+        assert got["metadata"]["annotations"] == {"ttsfleet.io/note": "1"}  # projected
         assert "env" not in got["spec"]["containers"][0]
         await api.patch(f"{pods}/w1", {"metadata": {"labels": {"step": "2"}}})
         await wait_for(lambda: inf.items[f"{NS}/w1"]["metadata"]["labels"].get("step") == "2", 30,
