@@ -45,13 +45,10 @@ def _backend(backend: str, slurm_conf: Path | None, rest_url: str | None, rest_u
 
 
 def _catalog(catalog_file: Path | None):
-    """The run's GPU catalog: ``--catalog FILE`` or the built-in one."""
+    """The run's GPU catalog: ``--catalog FILE`` or the built-in one (a bad file: one line, exit 2)."""
     from ttsfleet.catalog import GpuCatalog
 
-    try:
-        return GpuCatalog.from_file(catalog_file) if catalog_file else GpuCatalog.default()
-    except (OSError, ValueError) as exc:
-        raise UserError(f"catalog {catalog_file}: {exc}") from None
+    return GpuCatalog.load(catalog_file)
 
 
 def _gpu_class(name: str | None, catalog_file: Path | None) -> str:
@@ -82,11 +79,14 @@ def validate_conf(
     fill_partition: str = typer.Option("fill", help="name of the fill partition"),
     train_partition: str = typer.Option("train", help="name of the training partition"),
     strict: bool = typer.Option(False, help="treat warnings as errors"),
+    catalog: Path | None = typer.Option(None, "--catalog",
+                                        help="GPU catalog file: its classes are the valid GRES types"),
 ) -> None:
     """Check a slurm.conf for the settings fill work depends on (exit 2 on errors)."""
     from ttsfleet.slurm.validate import validate_file
 
-    findings = validate_file(str(path), fill_partition=fill_partition, train_partition=train_partition)
+    findings = validate_file(str(path), _catalog(catalog), fill_partition=fill_partition,
+                             train_partition=train_partition)
     for f in findings:
         typer.echo(f.format(str(path)), err=True)
     errors = [f for f in findings if f.severity == "error" or strict]

@@ -50,7 +50,7 @@ async def test_nodes_are_listed_in_pages_and_projected(admin: Kube, kube: LocalK
     assert len(pages) >= 3 and all(len(p["items"]) <= 1 for p in pages), "the server did not page"
     inf = Informer(admin, "/api/v1/nodes", labels=fv.NODE_SELECTOR, project=project_node, page_size=1)
     await inf.relist()
-    assert sorted(k.strip("/") for k in inf.items) == ["h200-a", "h200-b", "rtx5090-a"]
+    assert sorted(k.strip("/") for k in inf.items) == ["b200-a", "h200-a", "h200-b", "rtx5090-a"]
     node = inf.items["/h200-a"]
     assert node["status"]["allocatable"]["nvidia.com/gpu"] == "4"
     assert "managedFields" not in node["metadata"] and "nodeInfo" not in node["status"]
