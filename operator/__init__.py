@@ -20,6 +20,6 @@ Modules, from the outside in:
   ``reconcile`` (create-or-patch by diff), ``quantity`` (the API server's canonical quantities),
   ``autoscalestate`` (the autoscaler's state in status and back); ``kube`` — the async REST
   client; ``informer`` — the watch-fed pod and node caches the controllers observe.
-* For tests and trying the chart: ``localkube`` (a real control plane on loopback, built by
-  ``scripts/kube-local.sh``) and ``fakekubelet`` (plays kubelet for its GPU nodes).
+* The local control plane and fake kubelet the tests and the demo run on live in
+  :mod:`ttsfleet.devtools` (never imported from here).
 """

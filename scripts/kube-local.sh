@@ -45,6 +45,6 @@ build() {
 
 case "${1:-build}" in
   build) build ;;
-  up) build; export TTSFLEET_KUBE_BIN="$BIN"; exec "${PYTHON:-python3}" -P -m ttsfleet.operator.localkube "${2:-kube-local}" ;;
+  up) build; export TTSFLEET_KUBE_BIN="$BIN"; exec "${PYTHON:-python3}" -P -m ttsfleet.devtools.localkube "${2:-kube-local}" ;;
   *) echo "usage: $0 build | up [DIR]" >&2; exit 2 ;;
 esac

@@ -2,7 +2,7 @@
 
 Run:  nice python -P benchmarks/operator/bench_watch_memory.py [--pods 5000] [--out benchmarks/operator]
 
-Starts the local control plane (operator/localkube.py: etcd, kube-apiserver, controller-manager,
+Starts the local control plane (devtools/localkube.py: etcd, kube-apiserver, controller-manager,
 scheduler, fake kubelet) on free loopback ports under a temp dir, registers GPU nodes, creates
 ``--pods`` inference-like pods bound to them (one GPU each, every GPU taken, so the steady state
 admits nothing), waits until the fake kubelet reports them Running, then stops the fake kubelet
@@ -41,7 +41,7 @@ import yaml
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
-from ttsfleet.operator.localkube import FakeNode, LocalKube, missing_binaries
+from ttsfleet.devtools.localkube import FakeNode, LocalKube, missing_binaries
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ttsfleet.exitcodes import PREEMPTED_REQUEUE
+from ttsfleet.contracts.exits import PREEMPTED_REQUEUE
 from ttsfleet.metrics import CONTRACT
 
 pytestmark = pytest.mark.audio
@@ -155,11 +155,9 @@ def test_finished_shard_reruns_as_a_no_op(cli, clean_corpus, fast_reference) -> 
 
 @pytest.fixture
 def unused_port() -> int:
-    import socket
+    from ttsfleet.devtools.ports import free_port
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port()
 
 
 def test_merge_finds_duplicates_across_shards(cli, mixed_corpus, tmp_path) -> None:

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from ttsfleet.devtools.promserver import Prometheus, backfill
 
 from ttsfleet.observability import demo as demo_mod
-from ttsfleet.observability.promserver import Prometheus, backfill
 
 
 @pytest.fixture(scope="session")

@@ -13,10 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
+from ttsfleet.devtools.ports import free_port
+from ttsfleet.devtools.promserver import Prometheus
 
 from ttsfleet.observability import build
 from ttsfleet.observability.definitions import slurm
-from ttsfleet.observability.promserver import Prometheus, free_port
 
 exporter_mod = pytest.importorskip("ttsfleet.slurm.exporter")
 backend_mod = pytest.importorskip("ttsfleet.slurm.backend")

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import copy
-from collections.abc import Callable
+import functools
 from typing import Any
 
 import kmock
+from ttsfleet.devtools.wait import NOT_YET, wait_for_async
 
 TTSD = "ttsfleet.io/v1alpha1/ttsdeployments"
 FILLJOB = "ttsfleet.io/v1alpha1/filljobs"
@@ -62,20 +62,9 @@ def node(name: str, gpu_class: str, gpus: int = 8) -> dict[str, Any]:
                        "conditions": [{"type": "Ready", "status": "True"}]}}
 
 
-async def wait_for(pred: Callable[[], Any], timeout: float = 60.0, step: float = 0.5) -> Any:
-    """Poll ``pred`` (on the event loop's clock, looptime-compressed) until it is truthy."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        try:
-            value = pred()
-        except (KeyError, ValueError, IndexError, TypeError):
-            value = None
-        if value:
-            return value
-        if loop.time() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s: {pred}")
-        await asyncio.sleep(step)
+#: Poll on the event loop's (looptime-compressed) clock; a lookup into an object that is not
+#: there yet (KeyError, IndexError, ...) means "not yet".
+wait_for = functools.partial(wait_for_async, step=0.5, ignore=NOT_YET)
 
 
 def _same(res: Any, resource: str) -> bool:

@@ -5,19 +5,22 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import httpx
 import yaml
+from ttsfleet.devtools.ports import free_port
 from ttsfleet.operator.cli import app
 from ttsfleet.operator.crds import crd_documents
 from typer.testing import CliRunner
 
 from tests.operator.helpers import DEPLOY, live, ttsd
+from ttsfleet.catalog import GpuCatalog
 from ttsfleet.cli import main
+
+CAT = GpuCatalog.default()
 
 runner = CliRunner()
 
@@ -25,7 +28,7 @@ runner = CliRunner()
 def test_crds_write_then_check(tmp_path: Path) -> None:
     out = tmp_path / "crds"
     assert runner.invoke(app, ["crds", "--out", str(out)]).exit_code == 0
-    assert sorted(p.name for p in out.iterdir()) == sorted(crd_documents())
+    assert sorted(p.name for p in out.iterdir()) == sorted(crd_documents(CAT))
     assert runner.invoke(app, ["crds", "--out", str(out), "--check"]).exit_code == 0
     (out / "filljobs.ttsfleet.io.yaml").write_text("stale")
     result = runner.invoke(app, ["crds", "--out", str(out), "--check"])
@@ -55,14 +58,8 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path, capsys) -> None:
                  "--lease-duration", "5", "--renew-deadline", "6"]) == 2  # deadline must be shorter
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def test_operator_run_process_serves_health_and_metrics(cluster) -> None:
-    metrics_port, health_port = _free_port(), _free_port()
+    metrics_port, health_port = free_port(), free_port()
     code = "from ttsfleet.operator.cli import app; app()"
     proc = subprocess.Popen(
         [sys.executable, "-c", code, "run", "--metrics-port", str(metrics_port),

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 from typing import Any
 
 import pytest
+from ttsfleet.devtools.ports import free_port
 
 from tests.operator.conftest import running_operator
 from tests.operator.helpers import DEPLOY, EVENTS, PODS, TTSD, live, objects, ttsd, wait_for
@@ -103,17 +103,11 @@ async def test_ttfa_slo_breach_adds_replicas(cluster, make_runtime, metrics_serv
         assert last["reason"] == "slo" and "ttfa p99" in last["message"]
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def test_blind_pool_is_not_scaled_down_and_prometheus_outage_falls_back(cluster, make_runtime,
                                                                               metrics_servers):
     """Prometheus is down and no pod answers /metrics: no decision (zero load would be invented).
     Once a pod answers, scraping replaces Prometheus and the pool scales on real load."""
-    rt = make_runtime(autoscale_interval_s=5.0, prometheus_url=f"http://127.0.0.1:{_closed_port()}")
+    rt = make_runtime(autoscale_interval_s=5.0, prometheus_url=f"http://127.0.0.1:{free_port()}")
     spec = {"pools": POOL, "autoscale": {"targetInFlightPerReplica": 10, "stableWindowS": 20,
                                          "panicWindowS": 10, "scaleDownStabilizationS": 10}}
     async with running_operator(rt):
@@ -123,7 +117,7 @@ async def test_blind_pool_is_not_scaled_down_and_prometheus_outage_falls_back(cl
                             json={"spec": {"replicas": 3}},
                             headers={"Content-Type": "application/merge-patch+json"})
         for i in range(3):
-            await add_pod(cluster, f"voice-h200-5d9f-dead{i}", _closed_port())
+            await add_pod(cluster, f"voice-h200-5d9f-dead{i}", free_port())
         await set_ready(cluster, "voice-h200", 3)
         await asyncio.sleep(120)  # many autoscaling periods, well past the stabilization window
         assert replicas(cluster) == 3

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
-import socket
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -13,25 +12,23 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from ttsfleet.devtools.ports import free_port
 from ttsfleet.operator.inference import Memory, measure
 from ttsfleet.operator.models import TTSDeploymentSpec
 from ttsfleet.operator.signals import PrometheusSource
 
 from tests.operator.helpers import ttsd
+from ttsfleet.catalog import GpuCatalog
+
+CAT = GpuCatalog.default()
 
 pytestmark = [pytest.mark.prometheus,
               pytest.mark.skipif(shutil.which("prometheus") is None, reason="needs a prometheus binary")]
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.asynccontextmanager
 async def prometheus(tmp: Path, targets: dict[str, tuple[int, dict[str, str]]]) -> AsyncIterator[str]:
-    port = _port()
+    port = free_port()
     cfg = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
            "scrape_configs": [{"job_name": name, "static_configs": [
                {"targets": [f"127.0.0.1:{p}"], "labels": labels}]} for name, (p, labels) in targets.items()]}
@@ -73,7 +70,7 @@ async def test_promql_measures_one_pool(tmp_path, metrics_servers) -> None:
         class Rt:
             prometheus_url = url
             http = client
-        spec = TTSDeploymentSpec.model_validate(ttsd()["spec"])
+        spec = TTSDeploymentSpec.model_validate(ttsd()["spec"], context={"catalog": CAT})
         by_pool = await measure(Rt(), Memory(), "ns1", "voice", spec, [])  # type: ignore[arg-type]
         assert by_pool["h200"].in_flight == 12  # voice2-h200-* belongs to another deployment
         assert by_pool["rtx5090"].in_flight == 0  # no rtx5090 pod is scraped

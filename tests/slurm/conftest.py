@@ -16,14 +16,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ttsfleet.slurm.backend import JobInfo
-from ttsfleet.slurm.cli_backend import CliBackend
-from ttsfleet.slurm.localcluster import (
+from ttsfleet.devtools.localcluster import (
     SLURM_PREFIX_ENV,
     LocalCluster,
     LocalClusterSpec,
@@ -31,8 +28,10 @@ from ttsfleet.slurm.localcluster import (
     restd_supported,
     slurm_path,
 )
+from ttsfleet.slurm.backend import JobInfo
+from ttsfleet.slurm.cli_backend import CliBackend
 
-GRACE_TIME_S = 5
+GRACE_PERIOD_S = 5
 CRED_EXPIRE_S = 5
 
 
@@ -53,7 +52,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     restd = not missing_binaries(restd=True) and restd_supported()
     dbd = not missing_binaries(dbd=True)  # accounting (sacct) where slurmdbd + MariaDB are installed
     spec = LocalClusterSpec(nodes=1, cpus_per_node=8, gpus_per_node=4, gpu_class="h200",
-                            grace_time_s=GRACE_TIME_S, kill_wait_s=2, cred_expire_s=CRED_EXPIRE_S,
+                            grace_period_s=GRACE_PERIOD_S, kill_wait_s=2, cred_expire_s=CRED_EXPIRE_S,
                             restd=restd, dbd=dbd)
     c = LocalCluster(tmp_path_factory.mktemp("slurm-cluster"), spec)
     with pytest.MonkeyPatch.context() as mp:
@@ -87,18 +86,6 @@ def slurm(cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[Lo
 @pytest.fixture
 def cli_backend(slurm: LocalCluster) -> CliBackend:
     return CliBackend(str(slurm.conf_path))
-
-
-def wait_for(cond: Callable[[], object], timeout: float, what: str, interval: float = 0.2) -> object:
-    """Poll ``cond`` until it returns something truthy; fail the test with ``what`` on timeout."""
-    end = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > end:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
 
 
 def squeue_truth(cluster: LocalCluster) -> list[dict[str, str]]:

@@ -8,16 +8,17 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from ttsfleet.devtools.localcluster import LocalCluster
+from ttsfleet.devtools.wait import wait_for
 from ttsfleet.slurm.backend import SubmitRequest
 from ttsfleet.slurm.cli_backend import CliBackend
 from ttsfleet.slurm.exporter import SlurmExporter
-from ttsfleet.slurm.localcluster import LocalCluster
 from ttsfleet.slurm.rest_backend import RestBackend
 
 from ttsfleet.cli import main
 from ttsfleet.metrics import all_exposed_names
 
-from .conftest import job_by_id, squeue_truth, wait_for
+from .conftest import job_by_id, squeue_truth
 
 pytestmark = pytest.mark.slurm
 

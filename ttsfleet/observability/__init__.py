@@ -9,6 +9,6 @@ May import the ttsfleet core only (and grafana-foundation-sdk when building dash
 * ``dashboards`` - Grafana JSON through grafana-foundation-sdk.
 * ``rules`` - recording rules and alerts as a plain Prometheus rules file.
 * ``build`` - writes / checks the generated files under ``charts/ttsfleet/``.
-* ``demo``, ``promserver``, ``render`` - a demo fleet through the project's own collectors, a real
-  Prometheus on backfilled blocks, and the PNG pictures drawn from the shipped queries.
+* ``demo``, ``render`` - a demo fleet through the project's own collectors and the PNG pictures
+  drawn from the shipped queries (on the real Prometheus of :mod:`ttsfleet.devtools.promserver`).
 """

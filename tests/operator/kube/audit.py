@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ttsfleet.operator.localkube import LocalKube
+from ttsfleet.devtools.localkube import LocalKube
 
 
 def sa_user(namespace: str, name: str) -> str:

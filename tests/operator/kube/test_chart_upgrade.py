@@ -16,7 +16,7 @@ from typing import Any
 import helm_python as helm
 import httpx
 import yaml
-from ttsfleet.operator.localkube import LocalKube
+from ttsfleet.devtools.localkube import LocalKube
 
 from .conftest import CHART, RELEASES, Api, wait_for
 

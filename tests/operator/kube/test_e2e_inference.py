@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
-from ttsfleet.operator.localkube import LocalKube
+from ttsfleet.devtools.localkube import LocalKube
 
 from . import audit
 from .conftest import REPO, Api, gone, running_operator, wait_for

@@ -24,7 +24,8 @@ from typing import Any
 
 import httpx
 import pytest
-from ttsfleet.operator.localkube import LocalKube, free_port
+from ttsfleet.devtools.localkube import LocalKube
+from ttsfleet.devtools.ports import free_port
 
 from . import audit
 from .conftest import RELEASES, Api, gone, wait_for

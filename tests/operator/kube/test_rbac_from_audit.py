@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from ttsfleet.operator.localkube import LocalKube
+from ttsfleet.devtools.localkube import LocalKube
 
 from . import audit
 from .conftest import RELEASES, Api

@@ -14,7 +14,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from ttsfleet.operator.localkube import LocalKube
+from ttsfleet.devtools.localkube import LocalKube
 
 from .conftest import Api, gone, running_operator, wait_for
 from .test_e2e_fill import PodMetrics

@@ -1,10 +1,10 @@
 """A real Kubernetes control plane on loopback: etcd, kube-apiserver, controller-manager, scheduler.
 
 For the real-control-plane tests and for trying the chart on a laptop, like
-:mod:`ttsfleet.slurm.localcluster` for Slurm. The binaries are built once from the pinned
+:mod:`ttsfleet.devtools.localcluster` for Slurm. The binaries are built once from the pinned
 ``k8s.io/kubernetes`` release by ``scripts/kube-local.sh build`` and cached outside the repo
 (``$TTSFLEET_KUBE_CACHE``, default ``/var/cache/ttsfleet/kube``). There is no kubelet: GPU nodes
-are API objects and :mod:`ttsfleet.operator.fakekubelet` plays kubelet for them (pod status,
+are API objects and :mod:`ttsfleet.devtools.fakekubelet` plays kubelet for them (pod status,
 exit codes, graceful-deletion completion).
 
 Everything lives under one directory (certs, etcd data, kubeconfigs, logs), every port is picked
@@ -23,7 +23,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -34,6 +33,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ttsfleet.devtools.ports import free_port
+
+from ttsfleet.catalog import NODE_LABEL_KEY
 
 #: The pinned release (scripts/kube-local/go.mod requires the same; a test checks they agree).
 K8S_VERSION = "v1.34.4"
@@ -70,11 +73,6 @@ def bin_dir() -> Path:
 def missing_binaries() -> list[str]:
     return [b for b in BINARIES if not os.access(bin_dir() / b, os.X_OK)]
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True)
@@ -290,7 +288,7 @@ class LocalKube:
     def _start_kubelet(self) -> None:
         spec = self.root / "nodes.json"
         spec.write_text(json.dumps([asdict(n) for n in self.nodes]))
-        self._spawn("fake-kubelet", [sys.executable, "-P", "-m", "ttsfleet.operator.fakekubelet",
+        self._spawn("fake-kubelet", [sys.executable, "-P", "-m", "ttsfleet.devtools.fakekubelet",
                                      "--kubeconfig", str(self.admin_kubeconfig), "--nodes", str(spec),
                                      "--pod-ip-prefix", self.pod_ip_prefix])
         want = {n.name for n in self.nodes}
@@ -317,11 +315,11 @@ class LocalKube:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m ttsfleet.operator.localkube DIR``: run a control plane with 2 h200 + 2 rtx5090
+    """``python -m ttsfleet.devtools.localkube DIR``: run a control plane with 2 h200 + 2 rtx5090
     fake nodes until Ctrl-C (``scripts/kube-local.sh up`` calls this)."""
     args = list(sys.argv[1:] if argv is None else argv)
     root = Path(args[0] if args else "kube-local").resolve()
-    nodes = [FakeNode(f"{cls}-{i}", {"ttsfleet.io/gpu-class": cls}, gpus=8) for cls in ("h200", "rtx5090")
+    nodes = [FakeNode(f"{cls}-{i}", {NODE_LABEL_KEY: cls}, gpus=8) for cls in ("h200", "rtx5090")
              for i in range(2)]
     kube = LocalKube(root, nodes)
     try:

@@ -14,7 +14,7 @@ through annotations (``fake-kubelet.ttsfleet.io/...``):
 A node labelled ``fake-kubelet.ttsfleet.io/stopped=true`` is a dead kubelet: its pods are left
 as they are (Terminating pods stay Terminating), as on a NotReady node.
 
-Run by :class:`ttsfleet.operator.localkube.LocalKube` as ``python -m ttsfleet.operator.fakekubelet
+Run by :class:`ttsfleet.devtools.localkube.LocalKube` as ``python -m ttsfleet.devtools.fakekubelet
 --kubeconfig K --nodes nodes.json``.
 """
 
@@ -34,7 +34,7 @@ from typing import Any
 
 import httpx
 
-from ttsfleet.exitcodes import PREEMPTED_REQUEUE
+from ttsfleet.contracts.exits import PREEMPTED_REQUEUE
 
 log = logging.getLogger("fake-kubelet")
 A = "fake-kubelet.ttsfleet.io/"

@@ -25,12 +25,12 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ttsfleet.devtools.ports import free_port
 from ttsfleet.slurm.conf import render_fill_conf
 
 #: slurmrestd API plugins to load: every version Debian 12's 22.05 has, so clients negotiate.
@@ -54,7 +54,7 @@ class LocalClusterSpec:
     mem_mb_per_node: int = 16000
     gpus_per_node: int = 4
     gpu_class: str = field(default_factory=lambda: _first_catalog_class())
-    grace_time_s: int = 5
+    grace_period_s: int = 5
     kill_wait_s: int = 2
     cred_expire_s: int = 5
     restd: bool = False
@@ -68,11 +68,6 @@ def _first_catalog_class() -> str:
 
     return GpuCatalog.default().names()[0]
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 DBD_PROGRAMS = ("slurmdbd", "mariadbd", "mariadb-install-db", "mariadb-admin", "sacctmgr", "sacct")
@@ -203,7 +198,7 @@ class LocalCluster:
             self.dbd_port, self.mysql_port = free_port(), free_port()
         slurmd_ports = [free_port() for _ in self.node_names]
         gres = f" Gres=gpu:{s.gpu_class}:{s.gpus_per_node}" if s.gpus_per_node else ""
-        base = f"""# ttsfleet local cluster under {self.root} (ttsfleet.slurm.localcluster)
+        base = f"""# ttsfleet local cluster under {self.root} (ttsfleet.devtools.localcluster)
 ClusterName={s.cluster_name}
 SlurmctldHost=localhost
 SlurmctldPort={self.ctld_port}
@@ -248,7 +243,7 @@ JobCompLoc={self.jobcomp_path}
             f"NodeName={n} NodeHostname=localhost NodeAddr=127.0.0.1 Port={port} "
             f"CPUs={s.cpus_per_node} RealMemory={s.mem_mb_per_node}{gres} State=UNKNOWN\n"
             for n, port in zip(self.node_names, slurmd_ports, strict=True))
-        fill = render_fill_conf(nodes=self.nodelist, grace_time_s=s.grace_time_s,
+        fill = render_fill_conf(nodes=self.nodelist, grace_period_s=s.grace_period_s,
                                 cred_expire_s=s.cred_expire_s, munge_socket=str(self.munge_socket))
         self.conf_path.write_text(base + nodes + fill)
         gres_lines = ["AutoDetect=off"]

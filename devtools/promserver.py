@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -18,13 +17,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from ttsfleet.devtools.ports import free_port
+
 from ttsfleet.errors import UserError
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def binaries() -> tuple[str, str]:
