@@ -144,14 +144,13 @@ def test_sigterm_does_not_wait_for_a_stalled_upload_or_an_unstarted_session(serv
             httpx_ws.connect_ws("/v1/tts/live", c) as ws:
         s.sendall(head("/v1/tts", 1000) + b'{"text": "stal')
         wait_until(lambda: reading_bodies(srv) >= 2, 30, "the upload and the session to be waiting")
-        t0 = time.monotonic()
         srv.proc.send_signal(signal.SIGTERM)
         status, body = _read_response(s, timeout=30)
         finish = msgpack.unpackb(ws.receive_bytes(timeout=30))
+    # 'draining', not the body timeout's 408 (30 s): the drain's end answered them, it did not wait
     assert status == 503 and body["reason"] == "draining", body
     assert finish["reason"] == "error" and "draining" in finish["message"], finish
     assert srv.proc.wait(timeout=30) == 0
-    assert time.monotonic() - t0 < 25  # far below the body timeout: the drain did not wait for them
 
 
 # ---------------------------------------------------------------------- 3. FLAC python-soundfile reads
