@@ -49,6 +49,7 @@ KINDS = {
     "Deployment": ("apps/v1", "deployments"),
     "Service": ("v1", "services"),
     "PodDisruptionBudget": ("policy/v1", "poddisruptionbudgets"),
+    "NetworkPolicy": ("networking.k8s.io/v1", "networkpolicies"),
     "Pod": ("v1", "pods"),
     "Node": ("v1", "nodes"),
     "Event": ("v1", "events"),
