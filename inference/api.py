@@ -29,6 +29,10 @@ OPENAI_SAMPLE_RATE = 24000
 #: OpenAI voices accepted without a stored reference (they all mean "the model's default voice").
 OPENAI_VOICES = ("default", "alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage",
                  "shimmer", "verse", "marin", "cedar")
+#: OpenAI's speech models, accepted by name (each means the model this server serves), besides the
+#: served model's own name; dated snapshots of gpt-4o-mini-tts (``gpt-4o-mini-tts-2025-03-20``) too.
+OPENAI_TTS_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
+_MODEL_SNAPSHOT = re.compile(r"^gpt-4o-mini-tts-\d{4}-\d{2}-\d{2}$")
 #: Reference ids: upstream fish-speech allows letters, digits, ``-``, ``_`` and spaces (1-255); ``.`` is
 #: kept from earlier versions of this server. The first character may not be a space or a dot, so an id
 #: is always a plain file name.
@@ -87,10 +91,15 @@ class ReferenceAudio(BaseModel):
         return audio_bytes(v)
 
 
+#: Request schemas refuse NaN and infinities by name ("a finite number") instead of letting them
+#: fail a range check with a misleading message ("less than or equal to 1").
+_REQUEST_CONFIG = ConfigDict(extra="ignore", allow_inf_nan=False)
+
+
 class Prosody(BaseModel):
     """Speed (a tape-speed change: 0.25-4, OpenAI's range, which holds Fish's 0.5-2) and volume in dB."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = _REQUEST_CONFIG
 
     speed: float = Field(default=1.0, ge=0.25, le=4.0)
     volume: float = Field(default=0.0, ge=-30.0, le=20.0)
@@ -105,7 +114,7 @@ class TTSRequest(BaseModel):
     what the official SDKs send on their defaults (``opus_bitrate: 32`` in kbps).
     """
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = _REQUEST_CONFIG
 
     text: str
     temperature: float = Field(default=0.7, ge=0.0, le=1.0)
@@ -162,10 +171,12 @@ class SpeechRequest(BaseModel):
     ``stream_format: "sse"`` answers OpenAI's event stream (``speech.audio.delta`` / ``speech.audio.done``).
     """
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = _REQUEST_CONFIG
 
     input: str
-    model: str = "tiny"
+    model: str | None = Field(default=None, examples=["tts-1", "gpt-4o-mini-tts"],
+                              description="tts-1, tts-1-hd, gpt-4o-mini-tts (or a dated snapshot of it) or "
+                              "the served model's name; all mean the served model (omitted: the same)")
     voice: str | VoiceId = "default"
     instructions: str | None = None  # accepted; this model has no instruction following
     response_format: AudioFormat = "mp3"
@@ -181,10 +192,22 @@ class SpeechRequest(BaseModel):
     def sse(self) -> bool:
         return self.stream_format == "sse"
 
-    def to_tts(self) -> TTSRequest:
+    @property
+    def reference_voice(self) -> str | None:
+        """The stored reference voice this request names, None for a built-in voice."""
         voice = self.voice.id if isinstance(self.voice, VoiceId) else self.voice
-        ref = None if voice.lower() in OPENAI_VOICES else voice
-        return TTSRequest(text=self.input, reference_id=ref, format=self.response_format,
+        return None if voice.lower() in OPENAI_VOICES else voice
+
+    def check_model(self, served: str) -> None:
+        """400 (as OpenAI answers) unless ``model`` is omitted, an OpenAI speech model or ``served``."""
+        name = self.model
+        if name is None or name == served or name in OPENAI_TTS_MODELS or _MODEL_SNAPSHOT.match(name):
+            return
+        raise ApiError(400, f"model {name!r} is not served here (use {', '.join(OPENAI_TTS_MODELS)} or "
+                       f"{served!r})", "unknown_model")
+
+    def to_tts(self) -> TTSRequest:
+        return TTSRequest(text=self.input, reference_id=self.reference_voice, format=self.response_format,
                           sample_rate=OPENAI_SAMPLE_RATE, prosody=Prosody(speed=self.speed), streaming=True,
                           temperature=self.temperature, top_p=self.top_p,
                           max_new_tokens=self.max_new_tokens, seed=self.seed)

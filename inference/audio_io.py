@@ -9,6 +9,17 @@ makes at close (it seeks back to byte 0) are kept for whole responses and droppe
 where those bytes are already on the wire; decoders do not need them. AAC (ADTS, OpenAI's ``aac``)
 has no encoder in libsndfile: it goes through an ``ffmpeg`` child process fed on stdin and drained
 by a reader thread, and is refused with a clear message where ffmpeg is not installed.
+
+FLAC is the exception: its length lives in STREAMINFO at the start of the file, and a stream of
+unknown length (total samples 0, as the format allows) is read by ffmpeg but not by libsndfile,
+which takes it for 2^63 frames (python-soundfile: "array is too big"; libsndfile issue #1038). So
+over HTTP a FLAC response is held until its audio is complete and sent with an exact header; only
+the live WebSocket (``stream_flac=True``) streams FLAC of unknown length.
+
+Bitrates: libsndfile maps a "compression level" onto the encoder's bitrate linearly, over a range
+that depends on the codec (and for MP3 on the MPEG version the sample rate implies); the levels
+here are that mapping inverted, so LAME gets the CBR rate asked for, or the nearest one the MPEG
+version has (:func:`mp3_bitrate_kbps`), and libopus its target bitrate.
 """
 
 from __future__ import annotations
@@ -33,6 +44,45 @@ def wav_header(sample_rate: int, num_samples: int | None, channels: int = 1) -> 
     return (b"RIFF" + struct.pack("<I", riff_size) + b"WAVE"
             + b"fmt " + struct.pack("<IHHIIHH", 16, 1, channels, sample_rate, sample_rate * block, block, 16)
             + b"data" + struct.pack("<I", data_size))
+
+
+#: MPEG Layer III bitrates (kbps) by MPEG version, as libsndfile picks it from the sample rate:
+#: MPEG-1 (32-48 kHz), MPEG-2 (16-24 kHz), MPEG-2.5 (8-12 kHz; libsndfile caps it at 64 kbps).
+MP3_BITRATES: dict[str, tuple[int, ...]] = {
+    "mpeg1": (32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320),
+    "mpeg2": (8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 144, 160),
+    "mpeg2.5": (8, 16, 24, 32, 40, 48, 56, 64),
+}
+
+
+def _mpeg_version(sample_rate: int) -> str:
+    return "mpeg1" if sample_rate >= 32000 else "mpeg2" if sample_rate >= 16000 else "mpeg2.5"
+
+
+def mp3_bitrate_kbps(requested: int, sample_rate: int) -> int:
+    """The CBR bitrate an MP3 at ``sample_rate`` gets for ``requested`` kbps: the same, or the nearest
+    its MPEG version has (192 at 24 kHz is 160: MPEG-2 stops there)."""
+    rates = MP3_BITRATES[_mpeg_version(sample_rate)]
+    return min(rates, key=lambda r: (abs(r - requested), r))
+
+
+def mp3_compression_level(requested: int, sample_rate: int) -> float:
+    """libsndfile's compression level for a CBR MP3 of ``requested`` kbps at ``sample_rate``.
+
+    libsndfile sets ``bitrate = int(max - level * (max - min))`` over the MPEG version's range and
+    LAME rounds that to a valid rate; the level aims at the middle of the wanted rate's rounding
+    interval, so float error cannot tip it to a neighbour."""
+    rates = MP3_BITRATES[_mpeg_version(sample_rate)]
+    lo, hi = rates[0], rates[-1]
+    target = mp3_bitrate_kbps(requested, sample_rate) + 0.5
+    return min(max((hi - target) / (hi - lo), 0.0), 1.0)
+
+
+def opus_compression_level(bps: int, channels: int = 1) -> float:
+    """libsndfile's compression level for an Opus target of ``bps`` bits/s (it maps the level onto
+    6-256 kbps per channel: ``bitrate = (1 - level) * 250000 + 6000``)."""
+    per_channel = bps / channels
+    return min(max(1.0 - (per_channel - 6000.0) / 250000.0, 0.0), 1.0)
 
 
 def to_int16(x: np.ndarray) -> bytes:
@@ -115,7 +165,8 @@ class AudioEncoder:
     """
 
     def __init__(self, fmt: str, sample_rate: int, src_rate: int, *, mp3_bitrate: int = 128,
-                 opus_bitrate: int = -1000, volume_db: float = 0.0, speed: float = 1.0):
+                 opus_bitrate: int = -1000, volume_db: float = 0.0, speed: float = 1.0,
+                 stream_flac: bool = False):
         if fmt not in ENCODABLE:
             raise ValueError(f"unknown format {fmt!r}")
         self.fmt = fmt
@@ -129,6 +180,8 @@ class AudioEncoder:
         self._sf = None
         self._aac: _FfmpegAac | None = None
         self._started = False
+        #: FLAC held until finish() for an exact header (see the module docstring), unless streamed.
+        self._held: list[np.ndarray] | None = [] if fmt == "flac" and not stream_flac else None
 
     @property
     def inline(self) -> bool:
@@ -157,15 +210,14 @@ class AudioEncoder:
 
         self._sink = _Sink()
         if self.fmt == "mp3":
-            # libsndfile maps compression level linearly onto LAME's CBR bitrate (0 → 320 kbps).
-            level = min(max(1.0 - self._mp3_bitrate / 320.0, 0.0), 0.95)
+            level = mp3_compression_level(self._mp3_bitrate, self.sample_rate)
             self._sf = sf.SoundFile(self._sink, "w", samplerate=self.sample_rate, channels=1, format="MP3",
                                     subtype="MPEG_LAYER_III", compression_level=level,
                                     bitrate_mode="CONSTANT")
         elif self.fmt == "opus":
             kw = {}
             if self._opus_bitrate > 0:  # -1000 = libopus' automatic bitrate
-                kw["compression_level"] = min(max(1.0 - self._opus_bitrate / 262000.0, 0.0), 0.95)
+                kw["compression_level"] = opus_compression_level(self._opus_bitrate)
             self._sf = sf.SoundFile(self._sink, "w", samplerate=self.sample_rate, channels=1, format="OGG",
                                     subtype="OPUS", **kw)
         else:  # flac
@@ -183,6 +235,9 @@ class AudioEncoder:
     def push(self, chunk: np.ndarray, last: bool = False) -> bytes:
         """Encode one chunk of source-rate float32 audio; returns the bytes ready to send."""
         x = self._prep(chunk, last=last)
+        if self._held is not None:
+            self._held.append(x)
+            return b""
         head = b""
         if not self._started:
             self._started = True
@@ -204,6 +259,10 @@ class AudioEncoder:
     def finish(self) -> bytes:
         """Flush the resampler and the encoder; returns the last bytes of a streamed response."""
         head = self.push(np.zeros(0, np.float32), last=True)
+        if self._held is not None:
+            audio = np.concatenate(self._held) if self._held else np.zeros(0, np.float32)
+            self._held = None
+            return self._whole(audio)
         if self.fmt in ("wav", "pcm"):
             return head
         if self._aac is not None:
@@ -219,7 +278,10 @@ class AudioEncoder:
 
     def encode_all(self, audio: np.ndarray) -> bytes:
         """Encode a whole response with exact headers (sizes, LAME tag)."""
-        x = self._prep(audio, last=True)
+        return self._whole(self._prep(audio, last=True))
+
+    def _whole(self, x: np.ndarray) -> bytes:
+        """Prepared (resampled, gained) samples as one file with exact headers."""
         if self.fmt == "pcm":
             return to_int16(x)
         if self.fmt == "wav":

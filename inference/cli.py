@@ -53,6 +53,9 @@ def serve(
                                         "(env TTSFLEET_DRAIN_GRACE_S)."),
     drain_timeout_s: float = typer.Option(None, help="After SIGTERM, exit after this long even if busy "
                                           "(env TTSFLEET_DRAIN_TIMEOUT_S)."),
+    body_timeout_s: float = typer.Option(None, help="Longest wait for a request body or a live session's "
+                                         "start event, then 408; 0 = no limit (env TTSFLEET_BODY_TIMEOUT_S, "
+                                         "default 30)."),
     seed: int = typer.Option(None, help="Weight seed of the tiny model (env TTSFLEET_SEED)."),
     prefill_chunk_tokens: int = typer.Option(None, help="Longest prompt piece prefilled between two decode "
                                              "steps; longer prompts are prefilled in chunks, 0 = whole "
@@ -75,8 +78,8 @@ def serve(
         cuda_graph_max_bs=cuda_graph_max_bs,
         device=device, api_keys=tuple(api_key) if api_key else None, references_dir=references_dir,
         max_text_chars=max_text_chars, max_new_tokens=max_new_tokens, drain_grace_s=drain_grace_s,
-        drain_timeout_s=drain_timeout_s, seed=seed, prefill_chunk_tokens=prefill_chunk_tokens,
-        catalog=catalog, codec_fast=codec_fast)
+        drain_timeout_s=drain_timeout_s, body_timeout_s=body_timeout_s, seed=seed,
+        prefill_chunk_tokens=prefill_chunk_tokens, catalog=catalog, codec_fast=codec_fast)
     code = run(cfg, log_level=log_level)
     if code:
         raise typer.Exit(code)

@@ -14,6 +14,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from ttsfleet.inference.api import MSGPACK_TYPES, ApiError, decode_body
 from ttsfleet.inference.server_state import ServerState
 
@@ -50,16 +51,25 @@ FORM_TYPES = ("multipart/form-data", "application/x-www-form-urlencoded")
 
 async def read_body(request: Request, state: ServerState, forms: bool = False) -> Any:
     """The body as data, at most ``max_body_bytes``: JSON, msgpack, or (``forms``) a form whose files
-    are bytes and whose repeated fields are lists."""
+    are bytes and whose repeated fields are lists.
+
+    A body still arriving is not load: it is bounded by ``body_timeout_s`` (408), a client that hangs
+    up while sending it is a 499 (no traceback, no 500), and once a drain has finished every request
+    that is still reading its body is answered 503 at once, so one stalled upload cannot hold a
+    scale-down."""
     limit = state.cfg.max_body_bytes
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > limit:
         raise ApiError(413, f"body is larger than {limit} bytes", "body_too_large")
     raw = bytearray()
-    async for part in request.stream():
-        raw.extend(part)
-        if len(raw) > limit:
-            raise ApiError(413, f"body is larger than {limit} bytes", "body_too_large")
+    async with state.reading_body("the request body"):
+        try:
+            async for part in request.stream():
+                raw.extend(part)
+                if len(raw) > limit:
+                    raise ApiError(413, f"body is larger than {limit} bytes", "body_too_large")
+        except ClientDisconnect:
+            raise ApiError(499, "client disconnected while sending the body", "client_disconnected") from None
     ctype = request.headers.get("content-type", "")
     if forms and ctype.split(";")[0].strip().lower() in FORM_TYPES:
         return await _parse_form(request, bytes(raw))
@@ -140,6 +150,11 @@ def install_error_handlers(app: FastAPI) -> None:
         reason = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return JSONResponse({"status": exc.status_code, "message": str(exc.detail), "reason": reason},
                             status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(ClientDisconnect)
+    async def _client_gone(request: Request, exc: ClientDisconnect):  # hung up mid-request: not our fault
+        record(request, 499, "client_disconnected")
+        return Response(status_code=499)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError):

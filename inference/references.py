@@ -41,6 +41,9 @@ class ReferenceStore:
     def ids(self) -> list[str]:
         return sorted(self._items)
 
+    def has(self, rid: str) -> bool:
+        return rid in self._items
+
     def get(self, rid: str) -> tuple[np.ndarray, str]:
         try:
             return self._items[rid]
@@ -94,6 +97,23 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat()
 
 
+#: Lowest sample rate a reference voice may have: below telephone rate there is no voice to clone
+#: (and a 1 Hz "WAV" of a few samples would pass every length check as minutes of audio).
+MIN_REFERENCE_RATE = 8000
+
+
+def check_reference_wave(wave: np.ndarray, sample_rate: int) -> None:
+    """400 unless the decoded reference is usable: a real sample rate and finite samples.
+
+    Silence, many channels, very high rates and truncated files are fine (they decode to a valid
+    wave); NaN or infinite samples would poison the codec's encoding and every clone made from it."""
+    if sample_rate < MIN_REFERENCE_RATE:
+        raise ApiError(400, f"reference audio is sampled at {sample_rate} Hz; at least "
+                       f"{MIN_REFERENCE_RATE} Hz is needed", "bad_reference_audio")
+    if not np.isfinite(wave).all():
+        raise ApiError(400, "reference audio holds NaN or infinite samples", "bad_reference_audio")
+
+
 def encode_reference(codec: Any, lock: threading.Lock, audio: bytes) -> Any:
     """Uploaded audio (any format ffmpeg reads) → codec codes ``LongTensor[num_codebooks, T]``."""
     import torch
@@ -103,6 +123,7 @@ def encode_reference(codec: Any, lock: threading.Lock, audio: bytes) -> Any:
         wave, sr = decode_audio(audio)
     except ValueError as exc:
         raise ApiError(400, f"reference audio: {exc}", "bad_reference_audio") from None
+    check_reference_wave(wave, sr)
     if wave.size < sr // 10:
         raise ApiError(400, "reference audio is shorter than 0.1 s", "bad_reference_audio")
     if wave.size > sr * 120:

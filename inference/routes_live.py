@@ -114,7 +114,8 @@ class LiveSession:
         prosody = req.prosody
         self.enc = AudioEncoder(req.format, sample_rate, self.gen.codec_rate, mp3_bitrate=req.mp3_bitrate,
                                 opus_bitrate=req.opus_bps, volume_db=prosody.volume if prosody else 0.0,
-                                speed=prosody.speed if prosody else 1.0)
+                                speed=prosody.speed if prosody else 1.0,
+                                stream_flac=True)  # live: FLAC of unknown length (ffmpeg reads it)
         self.buffer = TextBuffer(req.chunk_length, req.min_chunk_length)
         self.segments: asyncio.Queue[str | None] = asyncio.Queue(MAX_PENDING_SEGMENTS)
         self.first_text: float | None = None
@@ -216,27 +217,41 @@ async def live(ws: WebSocket) -> None:
         await _deny(ws, err)
         return
     await ws.accept()
-    with state.admitting():  # a drain waits for open sessions, not only for segments in the engine
-        session = await _open(state, ws)
-        if session is not None:
-            await session.run()
+    event = await _start_event(state, ws)
+    if event is not None:
+        with state.admitting():  # a drain waits for open sessions, not only for segments in the engine
+            session = await _open(state, ws, event)
+            if session is not None:
+                await session.run()
     with contextlib.suppress(RuntimeError, OSError, WebSocketDisconnect):
         await ws.close()
 
 
-async def _open(state: ServerState, ws: WebSocket) -> LiveSession | None:
-    """Read and check the ``start`` event; a bad one ends the session with ``finish: error``."""
+async def _start_event(state: ServerState, ws: WebSocket) -> dict[str, Any] | None:
+    """The first event, within ``body_timeout_s`` (like an HTTP body: not load, a drain does not wait
+    for it); None when the client left, the wait ran out (408) or the server began draining (503)."""
     try:
-        event = await _receive_event(ws)
+        async with state.reading_body("the start event"):
+            event = await _receive_event(ws)
+        state.check_serving()
+        return event
+    except WebSocketDisconnect:
+        state.count(499, "client_disconnected")
+    except ApiError as err:
+        state.count(err.status, err.reason)
+        await _finish_error(ws, err.message)
+    return None
+
+
+async def _open(state: ServerState, ws: WebSocket, event: dict[str, Any]) -> LiveSession | None:
+    """Check the ``start`` event; a bad one ends the session with ``finish: error``."""
+    try:
         if event.get("event") != "start" or not isinstance(event.get("request"), dict):
             raise ApiError(400, "the first event must be {'event': 'start', 'request': {...}}",
                            "invalid_request")
         req = parse_model(TTSRequest, event["request"])
         sample_rate = check_output(req)
         refs = await resolve_references(state, req)
-    except WebSocketDisconnect:
-        state.count(499, "client_disconnected")
-        return None
     except ApiError as err:
         state.count(err.status, err.reason)
         await _finish_error(ws, err.message)

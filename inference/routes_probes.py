@@ -24,7 +24,7 @@ async def healthz(state: ServerState = Depends(get_state)) -> JSONResponse:
 @router.get("/readyz")
 async def readyz(state: ServerState = Depends(get_state)) -> JSONResponse:
     body = {"ready": state.ready, "loaded": state.loaded.is_set(), "draining": state.draining,
-            "in_flight": state.in_flight, "pending": state.pending}
+            "in_flight": state.in_flight, "pending": state.pending, "reading": state.reading}
     return JSONResponse(body, status_code=200 if state.ready else 503)
 
 

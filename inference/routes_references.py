@@ -25,11 +25,13 @@ router = APIRouter(prefix="/v1/references", tags=["references"], dependencies=[D
 async def add_reference(request: Request, state: ServerState = Depends(get_state)) -> Response:
     if not state.loaded.is_set():
         raise ApiError(503, "model is still loading", "loading", {"Retry-After": "5"})
-    ref = parse_model(AddReference, await read_body(request, state, forms=True))
-    if not ref.text.strip():
-        raise ApiError(400, "text (the reference's transcript) is empty", "invalid_request")
-    codes = await asyncio.to_thread(encode_reference, state.codec, state.encode_lock, ref.audio)
-    state.references.add(ref.id, codes.cpu().numpy().astype(np.int64), ref.text)
+    body = await read_body(request, state, forms=True)
+    with state.admitting():  # encoding is serving: a drain waits for it
+        ref = parse_model(AddReference, body)
+        if not ref.text.strip():
+            raise ApiError(400, "text (the reference's transcript) is empty", "invalid_request")
+        codes = await asyncio.to_thread(encode_reference, state.codec, state.encode_lock, ref.audio)
+        state.references.add(ref.id, codes.cpu().numpy().astype(np.int64), ref.text)
     return reply(request, {"success": True, "message": f"reference {ref.id!r} added", "reference_id": ref.id})
 
 

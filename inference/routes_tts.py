@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response, StreamingResponse
-from ttsfleet.inference.api import ApiError, SpeechRequest, TTSRequest, parse_model
+from ttsfleet.inference.api import OPENAI_VOICES, ApiError, SpeechRequest, TTSRequest, parse_model
 from ttsfleet.inference.audio_io import AudioEncoder
 from ttsfleet.inference.http_common import authorize, get_state, read_body
 from ttsfleet.inference.openapi_docs import AUDIO_RESPONSES, request_body
@@ -38,9 +38,9 @@ router = APIRouter(tags=["synthesis"], dependencies=[Depends(authorize)])
 @router.post("/v1/tts", summary="Text to speech (Fish Audio)", response_class=Response,
              responses=AUDIO_RESPONSES, openapi_extra=request_body("TTSRequest"))
 async def tts(request: Request, state: ServerState = Depends(get_state)) -> Response:
-    state.check_serving()
+    body = await _body(request, state)
     with state.admitting():
-        req = parse_model(TTSRequest, await read_body(request, state))
+        req = parse_model(TTSRequest, body)
         job, gen, enc = await start(state, req)
     return await respond(request, state, job, gen, enc, stream=req.streaming, sse=False)
 
@@ -48,11 +48,30 @@ async def tts(request: Request, state: ServerState = Depends(get_state)) -> Resp
 @router.post("/v1/audio/speech", summary="Text to speech (OpenAI)", response_class=Response,
              responses=AUDIO_RESPONSES, openapi_extra=request_body("SpeechRequest"))
 async def speech(request: Request, state: ServerState = Depends(get_state)) -> Response:
-    state.check_serving()
+    body = await _body(request, state)
     with state.admitting():
-        sreq = parse_model(SpeechRequest, await read_body(request, state))
+        sreq = parse_model(SpeechRequest, body)
+        _check_openai_names(state, sreq)
         job, gen, enc = await start(state, sreq.to_tts())
     return await respond(request, state, job, gen, enc, stream=True, sse=sreq.sse)
+
+
+def _check_openai_names(state: ServerState, sreq: SpeechRequest) -> None:
+    """OpenAI answers an unknown model or voice with 400 (Fish's unknown ``reference_id`` stays 404)."""
+    sreq.check_model(state.cfg.model_name)
+    voice = sreq.reference_voice
+    if voice is not None and not state.references.has(voice):
+        raise ApiError(400, f"voice {voice!r} is neither a built-in voice ({', '.join(OPENAI_VOICES)}) nor a "
+                       "stored reference voice", "unknown_voice")
+
+
+async def _body(request: Request, state: ServerState) -> object:
+    """The parsed body of a synthesis request, checked against the serving state before and after it
+    arrives (a drain that began meanwhile answers 503: the body's sender was not being served yet)."""
+    state.check_serving()
+    body = await read_body(request, state)
+    state.check_serving()
+    return body
 
 
 async def start(state: ServerState, req: TTSRequest) -> tuple[Job, Generation, AudioEncoder]:

@@ -45,9 +45,11 @@ def voice_entity(store: ReferenceStore, rid: str) -> dict[str, Any]:
 async def create_voice(request: Request, state: ServerState = Depends(get_state)) -> JSONResponse:
     if not state.loaded.is_set():
         raise ApiError(503, "model is still loading", "loading", {"Retry-After": "5"})
-    body = parse_model(CreateVoice, await read_body(request, state, forms=True))
-    codes = [await asyncio.to_thread(encode_reference, state.codec, state.encode_lock, audio)
-             for audio in body.voices]
+    raw = await read_body(request, state, forms=True)
+    with state.admitting():  # encoding is serving: a drain waits for it
+        body = parse_model(CreateVoice, raw)
+        codes = [await asyncio.to_thread(encode_reference, state.codec, state.encode_lock, audio)
+                 for audio in body.voices]
     rid = uuid.uuid4().hex
     state.references.add(rid, np.concatenate([c.cpu().numpy() for c in codes], axis=1).astype(np.int64),
                          " ".join(t.strip() for t in body.texts if t.strip()),

@@ -45,6 +45,9 @@ class ServeConfig:
     max_body_bytes: int = 32 * 1024 * 1024
     drain_grace_s: float = 0.0
     drain_timeout_s: float = 600.0
+    #: Longest wait for a request body (or a live session's ``start`` event) to arrive: 408 after it
+    #: (0 = no limit). A body still arriving is not load: a drain does not wait for it.
+    body_timeout_s: float = 30.0
     seed: int = 0
     cpu_threads: int = 1  # torch threads when serving on CPU (1 avoids OpenMP oversubscription)
     cuda_graph_max_bs: int = 0  # 0 = ttsfleet.catalog.cuda_graph_max_bs(max_running_requests)
@@ -106,7 +109,8 @@ class ServeConfig:
             raise UserError(f"device {self.device!r} is not auto, cpu or cuda[:N]")
         if not 1 <= self.port <= 65535:
             raise UserError(f"port {self.port} is out of range")
-        _at_least(0, cpu_threads=self.cpu_threads, prefill_chunk_tokens=self.prefill_chunk_tokens)
+        _at_least(0, cpu_threads=self.cpu_threads, prefill_chunk_tokens=self.prefill_chunk_tokens,
+                  body_timeout_s=self.body_timeout_s)
         _at_least(1, max_text_chars=self.max_text_chars, max_new_tokens=self.max_new_tokens)
         from ttsfleet.inference.model_config import PRESETS  # random-weight presets (tiny, s2-pro, ...)
 

@@ -97,6 +97,9 @@ def run(cfg: ServeConfig, log_level: str = "info") -> int:
             if (idle and waited >= cfg.drain_grace_s) or waited >= cfg.drain_timeout_s:
                 if not idle:
                     log.warning("drain timeout: %d requests still in flight", state.busy)
+                if state.reading:
+                    log.info("drained; %d requests still sending their body get 503", state.reading)
+                state.end_body_reads()  # their 503s go out during uvicorn's graceful shutdown
                 log.info("drained; exiting")
                 server.should_exit = True
 

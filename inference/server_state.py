@@ -13,8 +13,8 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 from ttsfleet.inference.api import ApiError
@@ -42,6 +42,8 @@ class ServerState:
         self.loaded = threading.Event()
         self.draining = False
         self.drain_started: float | None = None
+        self.drained = False  # nothing left to serve: requests still sending their body get a 503
+        self._body_reads: set[asyncio.Timeout] = set()  # requests whose body (or first event) is arriving
         self.pending = 0  # past the gates, not yet handed to the engine
         self.in_flight = 0  # accepted by the engine, response not finished
         self.encode_lock = threading.Lock()
@@ -57,8 +59,13 @@ class ServerState:
 
     @property
     def busy(self) -> int:
-        """Requests a drain waits for."""
+        """Requests a drain waits for (not those still sending their body: see :meth:`reading_body`)."""
         return self.pending + self.in_flight
+
+    @property
+    def reading(self) -> int:
+        """Requests whose body (or live session whose ``start`` event) is still arriving."""
+        return len(self._body_reads)
 
     # ------------------------------------------------------------------ request accounting
     def check_serving(self) -> None:
@@ -81,6 +88,34 @@ class ServerState:
             yield
         finally:
             self.pending -= 1
+
+    @asynccontextmanager
+    async def reading_body(self, what: str) -> AsyncIterator[None]:
+        """Bound the arrival of ``what`` (a body, a first event) by ``body_timeout_s``: a 408 after it.
+
+        Such a request is not yet being served, so a drain does not wait for it; when the drain is
+        done (:meth:`end_body_reads`) every read still open ends at once with a 503."""
+        limit = self.cfg.body_timeout_s
+        try:
+            async with asyncio.timeout(limit if limit > 0 else None) as deadline:
+                self._body_reads.add(deadline)
+                try:
+                    yield
+                finally:
+                    self._body_reads.discard(deadline)
+        except TimeoutError:
+            if self.drained:
+                raise ApiError(503, "server is draining (shutting down); retry on another replica",
+                               "draining", {"Retry-After": "1", "Connection": "close"}) from None
+            raise ApiError(408, f"{what} did not arrive within {limit:g} s", "body_timeout",
+                           {"Connection": "close"}) from None
+
+    def end_body_reads(self) -> None:
+        """The drain is done: requests still sending their body are answered 503 now (event loop only)."""
+        self.drained = True
+        now = asyncio.get_running_loop().time()
+        for deadline in list(self._body_reads):
+            deadline.reschedule(now)
 
     def enter(self) -> None:
         """The engine accepted a request: from now on it is load."""

@@ -1,5 +1,6 @@
 """Spec → desired objects for a TTSDeployment: the run's catalog as a ConfigMap, per pool a
-Deployment, a Service and a PDB.
+Deployment, a Service, a PDB and, with ``spec.networkPolicy``, a NetworkPolicy (who may call the
+pool: :mod:`ttsfleet.operator.access`).
 
 Pure functions, no I/O: the handlers adopt the returned dicts (owner references) and reconcile them
 by diff (:mod:`ttsfleet.operator.reconcile`). Serving settings per GPU class come from
@@ -13,6 +14,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from ttsfleet.operator import access
 from ttsfleet.operator.models import GPU_CLASS_LABEL, TTSDeploymentSpec, TTSPool
 
 from ttsfleet.catalog import GpuCatalog
@@ -111,10 +113,11 @@ def serving_env(spec: TTSDeploymentSpec, pool: TTSPool, catalog: GpuCatalog,
         {"name": contract.DRAIN_TIMEOUT_S,
          "value": str(max(spec.serving.termination_grace_seconds - 5, 1))},
     ]
-    ours = {e["name"] for e in env}
+    keys = access.api_key_env(spec.api_key_secret)  # from the Secret: it wins over spec.env
+    ours = {e["name"] for e in env + keys}
     env += [{"name": e.name, "value": e.value} for e in spec.env if e.name not in ours]
     # The API server drops empty values (omitempty); a desired "" would never match the live object.
-    return [e if e["value"] else {"name": e["name"]} for e in env]
+    return [e if e["value"] else {"name": e["name"]} for e in env] + keys
 
 
 def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
@@ -251,6 +254,9 @@ def desired_objects(name: str, spec: TTSDeploymentSpec, catalog: GpuCatalog) -> 
         objs.append(deployment(name, spec, pool, catalog, initial_replicas(pool)))
         objs.append(service(name, pool))
         objs.append(pdb(name, pool))
+        if spec.network_policy is not None:
+            objs.append(access.network_policy(child_name(name, pool), pool_labels(name, pool),
+                                              selector(name, pool), INFERENCE_PORT, spec.network_policy))
     objs.append(service(name, None))
     return objs
 

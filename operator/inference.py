@@ -139,6 +139,8 @@ async def reconcile(rt: Runtime, body: Any, status: Any) -> dict[str, Any]:
                 if split else "clamped"
             changed.append(f"{pool.key} replicas {cur}->{want} ({why})")
     await delete_orphans(rt, body, spec)
+    policies = sorted(o["metadata"]["name"] for o in objs if o["kind"] == "NetworkPolicy")
+    changed += await delete_stale_policies(rt, body, status, policies)
     if changed:
         await rt.kube.event(dict(body), "Normal", "Reconciled", "; ".join(changed))
     pools = pools_status(rt, name, spec, live)
@@ -149,8 +151,23 @@ async def reconcile(rt: Runtime, body: Any, status: Any) -> dict[str, Any]:
             await rt.kube.event(dict(body), "Warning", "NotOwned", "; ".join(conflicts))
     conds = st.set_conditions(status.get("conditions"), {**st.replica_conditions(pools),
                                                          "Degraded": degraded_}, gen)
-    return {"pools": pools, **st.summary(pools), "selector": scale_selector(name), "conditions": conds,
-            "observedGeneration": gen}
+    out = {"pools": pools, **st.summary(pools), "selector": scale_selector(name), "conditions": conds,
+           "observedGeneration": gen}
+    if policies or status.get("networkPolicies"):
+        out["networkPolicies"] = policies
+    return out
+
+
+async def delete_stale_policies(rt: Runtime, body: Any, status: Any, keep: list[str]) -> list[str]:
+    """NetworkPolicies this TTSDeployment made (``status.networkPolicies``) that the spec no longer
+    wants (the policy switched off, a pool removed): deleted when still ours."""
+    meta = body["metadata"]
+    api, plural = KINDS["NetworkPolicy"]
+    gone = []
+    for stale in sorted(set(status.get("networkPolicies") or []) - set(keep)):
+        if await delete_if_owned(rt.kube, path(api, plural, meta["namespace"], stale), meta["uid"]):
+            gone.append(f"NetworkPolicy/{stale} deleted")
+    return gone
 
 
 def scale_selector(name: str) -> str:

@@ -50,6 +50,7 @@ KINDS = {
     "Service": ("v1", "services"),
     "ConfigMap": ("v1", "configmaps"),
     "PodDisruptionBudget": ("policy/v1", "poddisruptionbudgets"),
+    "NetworkPolicy": ("networking.k8s.io/v1", "networkpolicies"),
     "Pod": ("v1", "pods"),
     "Node": ("v1", "nodes"),
     "Event": ("v1", "events"),

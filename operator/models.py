@@ -63,11 +63,21 @@ _NODE_SELECTOR_RULES = {"x-kubernetes-validations": [
     "additionalProperties": {"type": "string", "maxLength": 63, "pattern": LABEL_VALUE}, "maxProperties": 32}
 
 
+#: The same label-map rules for NetworkPolicy peers' matchLabels.
+_MATCH_LABELS_RULES = {**_NODE_SELECTOR_RULES, "x-kubernetes-validations": [
+    {"rule": f"self.all(k, size(k) <= 317 && k.matches(r'{LABEL_KEY}'))",
+     "message": "matchLabels keys must be label keys (prefix/name)"}]}
+
+
 def _check_node_selector(value: dict[str, str]) -> dict[str, str]:
     for k, v in value.items():
         if not re.match(LABEL_KEY, k) or len(v) > 63 or not re.match(LABEL_VALUE, v):
             raise ValueError(f"nodeSelector {k}={v!r} is not a valid label key/value")
     return value
+
+
+def _check_optional_labels(value: dict[str, str] | None) -> dict[str, str] | None:
+    return None if value is None else _check_node_selector(value)
 
 
 class Toleration(WireModel):
@@ -149,6 +159,46 @@ class ServingSpec(WireModel):
                                  description="how long weights + graph capture may take")
 
 
+class ApiKeySecret(WireModel):
+    """A Secret in the TTSDeployment's namespace whose ``key`` holds the accepted API keys
+    (comma-separated): the pods get it as ``TTSFLEET_API_KEYS`` (the kubelet reads the Secret, the
+    operator never does). Probes and ``/metrics`` stay open without a key."""
+
+    name: str = Field(min_length=1, max_length=253,
+                      pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    key: str = Field(default="api-keys", min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")
+
+
+class IngressPeer(WireModel):
+    """Who may connect (a NetworkPolicy peer): pods of the namespaces with these labels, or pods
+    with these labels (in the TTSDeployment's namespace unless namespaceSelector is set too)."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "has(self.namespaceSelector) || has(self.podSelector)",
+         "message": "a peer needs namespaceSelector, podSelector or both"}]})
+
+    namespace_selector: dict[str, str] | None = Field(default=None, json_schema_extra=_MATCH_LABELS_RULES,
+                                                      description="matchLabels of the namespaces")
+    pod_selector: dict[str, str] | None = Field(default=None, json_schema_extra=_MATCH_LABELS_RULES,
+                                                description="matchLabels of the pods")
+
+    _labels = field_validator("namespace_selector", "pod_selector")(_check_optional_labels)
+
+    @model_validator(mode="after")
+    def _one_selector(self) -> IngressPeer:
+        if self.namespace_selector is None and self.pod_selector is None:
+            raise ValueError("a peer needs namespaceSelector, podSelector or both")
+        return self
+
+
+class IngressPolicy(WireModel):
+    """A NetworkPolicy per pool: only these peers reach the pods' port (it is also the metrics
+    port, so list Prometheus and, when it scrapes pods itself, the operator). Enforced only where
+    the cluster's network plugin implements NetworkPolicy."""
+
+    from_: list[IngressPeer] = Field(alias="from", min_length=1, max_length=16)
+
+
 class TTSPool(PoolSpec):
     """A GPU pool: the core's PoolSpec with the GPU class narrowed to the catalog's names."""
 
@@ -189,6 +239,10 @@ class TTSDeploymentSpec(WireModel):
     node_selector: dict[str, str] = Field(default_factory=dict, json_schema_extra=_NODE_SELECTOR_RULES)
     tolerations: list[Toleration] = Field(default_factory=list, max_length=32)
     env: list[EnvVar] = Field(default_factory=list)
+    api_key_secret: ApiKeySecret | None = Field(
+        default=None, description="the Secret key whose comma-separated API keys the pods require")
+    network_policy: IngressPolicy | None = Field(
+        default=None, description="a NetworkPolicy per pool admitting only these peers")
 
     _selector = field_validator("node_selector")(_check_node_selector)
 
@@ -318,6 +372,8 @@ class TTSDeploymentStatus(WireModel):
     last_decisions: list[ScalingRecord] = Field(default_factory=list)
     conditions: list[Condition] = Field(default_factory=list)
     autoscaler: AutoscalerMemory | None = None
+    network_policies: list[str] = Field(default_factory=list,
+                                        description="NetworkPolicies made for spec.networkPolicy")
 
 
 class FillDecision(WireModel):

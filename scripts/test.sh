@@ -27,9 +27,16 @@ if [ "${#missing[@]}" -gt 0 ]; then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-echo "== pip install (CPU torch wheel first, so nothing pulls a CUDA build)"
-python3 -P -m pip install -q --disable-pip-version-check "torch==2.13.0"
-python3 -P -m pip install -q --disable-pip-version-check -e ".[all]"
+# torch and the extras in ONE resolver run, so torch is installed once and the pair is consistent:
+# the test extra pins the triton this torch itself requires (tests/core/test_packaging.py checks
+# it). PyPI's Linux x86_64 torch wheel is the CUDA build (with its nvidia-* wheels, a few GB);
+# PyPI has no CPU-only Linux wheel. Where download.pytorch.org is reachable,
+# TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu makes it the CPU build (2.13.0+cpu).
+TORCH_PIN="torch==2.13.0"
+index_args=()
+if [ -n "${TORCH_INDEX_URL:-}" ]; then index_args=(--extra-index-url "$TORCH_INDEX_URL"); fi
+echo "== pip install $TORCH_PIN + .[all] (one resolver run)"
+python3 -P -m pip install -q --disable-pip-version-check "${index_args[@]}" "$TORCH_PIN" -e ".[all]"
 
 bash scripts/kube-local.sh build   # the local Kubernetes control plane (cached; tests/operator/kube)
 

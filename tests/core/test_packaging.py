@@ -3,6 +3,8 @@ non-editable install works from outside the repository."""
 
 from __future__ import annotations
 
+import importlib.metadata
+import re
 import subprocess
 import sys
 import sysconfig
@@ -103,3 +105,31 @@ def test_no_production_path_imports_the_devtools():
     for folder, old in (("operator", "localkube"), ("operator", "fakekubelet"), ("slurm", "localcluster"),
                         ("ttsfleet/observability", "promserver")):
         assert not (ROOT / folder / f"{old}.py").exists(), f"{folder}/{old}.py is harness: devtools/"
+
+
+def _pin(requirements: list[str], name: str) -> str:
+    """The ``==`` version pinned for ``name`` in a list of requirement strings."""
+    (found,) = [r for r in requirements if re.match(rf"^{name}\s*==", r)]
+    return re.match(rf"^{name}\s*==\s*([^;\s]+)", found).group(1)
+
+
+def test_ci_installs_torch_once_with_the_triton_it_requires():
+    """scripts/test.sh installs torch and ``.[all]`` in one pip run, and the test extra pins the
+    very triton that torch pins: two runs, or a triton of another torch, made pip replace the
+    multi-GB torch it had just installed."""
+    script = (ROOT / "scripts" / "test.sh").read_text()
+    (torch_pin,) = re.findall(r'^TORCH_PIN="torch==([0-9.]+)"$', script, re.M)
+    installs = [line for line in script.splitlines() if re.search(r"pip install", line)
+                and not line.lstrip().startswith(("#", "echo"))]
+    assert len(installs) == 1, installs
+    assert '"$TORCH_PIN"' in installs[0] and '".[all]"' in installs[0], installs[0]
+    triton_pin = _pin(_pyproject()["project"]["optional-dependencies"]["test"], "triton")
+    try:
+        installed = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("torch is not installed")
+    if installed.split("+")[0] != torch_pin:
+        pytest.skip(f"torch {installed} is installed, not the pinned {torch_pin}")
+    wanted = [r for r in importlib.metadata.requires("torch") or [] if r.startswith("triton")]
+    if wanted:  # the CUDA build requires a triton; the CPU build requires none
+        assert _pin(wanted, "triton") == triton_pin, (wanted, triton_pin)

@@ -73,8 +73,11 @@ def test_openai_bad_inputs(client):
                   "unsupported_format")
     _assert_error(client.post("/v1/audio/speech", json={"input": "hi", "speed": 4.5}), 400, "invalid_request")
     _assert_error(client.post("/v1/audio/speech", json={"input": "", "voice": "alloy"}), 400, "empty_text")
-    _assert_error(client.post("/v1/audio/speech", json={"input": "hi", "voice": "unknown-voice"}), 404,
+    _assert_error(client.post("/v1/audio/speech", json={"input": "hi", "voice": "unknown-voice"}), 400,
+                  "unknown_voice")  # OpenAI's answer; Fish's unknown reference_id stays a 404
+    _assert_error(client.post("/v1/tts", json={"text": "hi", "reference_id": "unknown-voice"}), 404,
                   "reference_not_found")
+    _assert_error(client.post("/v1/audio/speech", json={"input": "hi", "model": ""}), 400, "unknown_model")
 
 
 def test_auth_required(server):

@@ -1,9 +1,14 @@
 """Live scrape: the real Slurm exporter, a real Prometheus, the shipped rules and Slurm panels.
 
-The one live-scrape test of this suite (first scrape lands ~6 s after Prometheus starts). The
-exporter (``ttsfleet.slurm.exporter.SlurmExporter``) polls a small in-memory backend with known
-nodes and jobs; Prometheus scrapes it every second with the chart's rules file loaded, so this
-also proves the rules load and evaluate on live data.
+The one live-scrape test of this suite. The exporter (``ttsfleet.slurm.exporter.SlurmExporter``)
+polls a small in-memory backend with known nodes and jobs; Prometheus scrapes it every second with
+the chart's rules file loaded, so this also proves the rules load and evaluate on live data.
+
+The waits follow Prometheus' own cadence, not a guess: the first scrape comes once target
+discovery hands the target over (Prometheus throttles those updates to every 5 s) plus a scrape
+interval; the shipped rule groups evaluate every ``interval`` (30 s, read back from
+``/api/v1/rules``) at an offset of their own, so the first evaluation that sees data can come up
+to two intervals after the first scrape. A fixed 30 s wait failed whenever it came late.
 """
 
 from __future__ import annotations
@@ -55,6 +60,26 @@ class MemoryBackend:
                 J("6", "fill-d", "fill", "PENDING", gpus=1)]
 
 
+#: Prometheus hands discovered targets to the scrape loops at most every 5 s (discovery's updatert).
+DISCOVERY_UPDATE_S = 5.0
+SCRAPE_S = 1.0
+#: Added to every bound below: Prometheus and this test sharing a loaded machine with others.
+SLACK_S = 20.0
+
+
+def _wait(cond, bound: float, what: str, state) -> None:
+    """Poll ``cond`` for ``bound`` seconds; on failure report what Prometheus says (``state()``)."""
+    deadline = time.monotonic() + bound
+    while not cond():
+        if time.monotonic() > deadline:
+            pytest.fail(f"no {what} within {bound:.0f} s: {state()}")
+        time.sleep(0.5)
+
+
+def _rule_group(prom: Prometheus, record: str) -> dict:
+    return next(g for g in prom.api("rules")["groups"] if any(r.get("name") == record for r in g["rules"]))
+
+
 def _vec(rows: list[dict], label: str | None) -> dict[str, float]:
     return {(r["metric"].get(label, "") if label else ""): r["value"] for r in rows}
 
@@ -75,16 +100,23 @@ def test_slurm_exporter_scraped_live(tmp_path: Path) -> None:
                   "scrape_configs:\n  - job_name: slurm\n    static_configs:\n"
                   f"      - targets: ['127.0.0.1:{port}']\n")
         with Prometheus(tmp_path / "data", config, (build.REPO_ROOT / build.RULES_PATH,)) as prom:
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
+            record = "ttsfleet:gpu_utilization_allocated:ratio"
+            group = _rule_group(prom, record)  # the shipped rules loaded
+            assert group["interval"] == 30, group["interval"]  # what the bound below is made of
+
+            def targets() -> list:
+                return [(t["health"], t["lastScrape"]) for t in prom.api("targets")["activeTargets"]]
+
+            _wait(lambda: len(prom.query("ttsfleet_slurm_up", time.time())) == 1,
+                  DISCOVERY_UPDATE_S + 2 * SCRAPE_S + SLACK_S, "first scrape", targets)
+
+            def evaluated() -> bool:
                 now = time.time()
-                if (len(prom.query("ttsfleet_slurm_up", now)) == 1
-                        and prom.query("ttsfleet:gpu_utilization_allocated:ratio", now)
-                        and prom.query("count_over_time(ttsfleet_slurm_up[1m]) >= 2", now)):
-                    break
-                time.sleep(0.5)
-            else:
-                pytest.fail("no live scrape and rule evaluation within 30 s")
+                return bool(prom.query(record, now)
+                            and prom.query("count_over_time(ttsfleet_slurm_up[1m]) >= 2", now))
+
+            _wait(evaluated, 2 * group["interval"] + 2 * SCRAPE_S + SLACK_S, f"evaluation of {record}",
+                  lambda: {k: _rule_group(prom, record)[k] for k in ("lastEvaluation", "interval")})
             now = time.time()
             # Fill shard submissions come from the fill agent, not the exporter.
             q = {t.legend + "|" + p.title: t.expr.replace("$gpu_class", ".*")

@@ -16,7 +16,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,13 @@ from ttsfleet.slurm.backend import JobInfo
 from ttsfleet.slurm.cli_backend import CliBackend
 
 GRACE_PERIOD_S = 5
+KILL_WAIT_S = 2
 CRED_EXPIRE_S = 5
+#: The local cluster's backfill interval (``SchedulerParameters=bf_interval=2``): how often the
+#: backfill scheduler preempts for and starts a pending job.
+BF_INTERVAL_S = 2
+#: How long a wait may see nothing change (no job state, no checkpointed item) before it fails.
+STALL_S = 60.0
 
 
 def _skip_reason() -> str | None:
@@ -52,8 +59,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     restd = not missing_binaries(restd=True) and restd_supported()
     dbd = not missing_binaries(dbd=True)  # accounting (sacct) where slurmdbd + MariaDB are installed
     spec = LocalClusterSpec(nodes=1, cpus_per_node=8, gpus_per_node=4, gpu_class="h200",
-                            grace_period_s=GRACE_PERIOD_S, kill_wait_s=2, cred_expire_s=CRED_EXPIRE_S,
-                            restd=restd, dbd=dbd)
+                            grace_period_s=GRACE_PERIOD_S, kill_wait_s=KILL_WAIT_S,
+                            cred_expire_s=CRED_EXPIRE_S, restd=restd, dbd=dbd)
     c = LocalCluster(tmp_path_factory.mktemp("slurm-cluster"), spec)
     with pytest.MonkeyPatch.context() as mp:
         if os.environ.get(SLURM_PREFIX_ENV):  # the tests' own Slurm commands come from there too
@@ -86,6 +93,25 @@ def slurm(cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[Lo
 @pytest.fixture
 def cli_backend(slurm: LocalCluster) -> CliBackend:
     return CliBackend(str(slurm.conf_path))
+
+
+def wait_progressing(cond: Callable[[], object], progress: Callable[[], object], what: str,
+                     stall_s: float = STALL_S, interval: float = 0.2) -> object:
+    """Poll ``cond`` until truthy; fail only once ``progress()`` has not changed for ``stall_s``.
+
+    The deadline follows the thing waited for: jobs that keep changing state and checkpointing
+    items are slow on a loaded machine, not broken; only a wait that sees nothing move fails."""
+    last, since = progress(), time.monotonic()
+    while True:
+        value = cond()
+        if value:
+            return value
+        now = progress()
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since > stall_s:
+            pytest.fail(f"no progress for {stall_s:.0f} s waiting for {what} (last seen: {now!r})")
+        time.sleep(interval)
 
 
 def squeue_truth(cluster: LocalCluster) -> list[dict[str, str]]:
