@@ -22,7 +22,7 @@ PEERS = [{"namespaceSelector": {"kubernetes.io/metadata.name": "gateway"}},
 
 
 def spec(**kw: Any) -> TTSDeploymentSpec:
-    return TTSDeploymentSpec.model_validate(ttsd(**kw)["spec"])
+    return TTSDeploymentSpec.model_validate(ttsd(**kw)["spec"], context={"catalog": CAT})
 
 
 def kinds(s: TTSDeploymentSpec, kind: str) -> dict[str, dict[str, Any]]:
@@ -89,5 +89,6 @@ def test_the_server_requires_the_keys_the_secret_holds():
     for e in env["spec"]["template"]["spec"]["containers"][0]["env"]:
         ref = (e.get("valueFrom") or {}).get("secretKeyRef")
         resolved[e["name"]] = secret[ref["name"]][ref["key"]] if ref else e.get("value", "")
+    resolved.pop("TTSFLEET_CATALOG")  # a file mounted in the pod: tests/doors/test_serving_door.py
     cfg = ServeConfig.from_env({**resolved, "TTSFLEET_CHECKPOINT": "tiny"})
     assert cfg.api_keys == ("key-a", "key-b")

@@ -68,7 +68,7 @@ def test_b200_deployment_is_placed_configured_and_valid(catalog: GpuCatalog) -> 
     assert env["TTSFLEET_GPU_CLASS"] == "b200"
     assert env["TTSFLEET_QUANTIZATION"] == "mxfp8"  # auto = the class's scheme
     assert env["TTSFLEET_MAX_RUNNING_REQUESTS"] == "96"
-    assert env["TTSFLEET_CUDA_GRAPH_MAX_BS"] == "64"
+    assert env["TTSFLEET_CUDA_GRAPH_MAX_BS"] == "96"  # a graph for every batch the pool admits
 
 
 def test_b200_fill_pods_and_inventory_use_its_node_label(catalog: GpuCatalog) -> None:

@@ -79,7 +79,7 @@ def test_cuda_graph_max_bs_follows_max_running_requests() -> None:
     assert env["TTSFLEET_CUDA_GRAPH_MAX_BS"] == "24"
     s = spec(serving={"maxRunningRequests": 128})
     env = {e["name"]: e.get("value", "") for e in serving_env(s, s.pools[0], CAT)}
-    assert env["TTSFLEET_CUDA_GRAPH_MAX_BS"] == "64"
+    assert env["TTSFLEET_CUDA_GRAPH_MAX_BS"] == "128"  # every admitted batch: no eager cliff past 64
     s = spec(serving={"maxRunningRequests": 128, "cudaGraphMaxBs": 96})
     assert s.cuda_graph_max_bs("h200", CAT) == 96
 
