@@ -58,6 +58,8 @@ ABLATION = {
 }
 #: Admission look-backs of the ablation (s); the scenario's default is marked in the table.
 LOOKBACKS = (0.0, 120.0, 300.0, 600.0)
+#: Co-tenant yield delays of the co-location ablation (s).
+YIELDS = (0.0, 1.0, 15.0)
 
 
 def scenario_for(case: Case) -> Scenario:
@@ -160,6 +162,32 @@ def admission_ablation(cases: dict[str, Case]) -> dict:
             out.setdefault(name, {})[f"{lb:g}"] = _brief(summarize(simulate(sc, case.trace,
                                                                             warmup_s=case.warmup_s)))
     return out
+
+
+def yield_ablation(cases: dict[str, Case]) -> dict:
+    """How fast a co-tenant yields (not measured: 0 is the design, within a decode step)."""
+    out: dict = {}
+    for name in ("bursty", "azure-code-1h", "azure-conv-1h", "mooncake-conv-1h"):
+        if name not in cases:
+            continue
+        case = cases[name]
+        sc = colocated(scenario_for(case))
+        for y in YIELDS:
+            run = sc.model_copy(update={"colocation": sc.colocation.model_copy(update={"yield_s": y})})
+            out.setdefault(name, {})[f"{y:g}"] = _brief(summarize(simulate(run, case.trace,
+                                                                           warmup_s=case.warmup_s)))
+    return out
+
+
+def yield_table(ab: dict) -> Table:
+    t = Table(title="co-location: co-tenant yield delay")
+    for col in ("case", "yield s", "GPU-busy", "p99 TTFA ms", "SLO min", "fill lost %"):
+        t.add_column(col, justify="right")
+    for case, rows in ab.items():
+        for y, r in rows.items():
+            t.add_row(case, y, f"{r['gpu_busy']:.1%}", f"{r['ttfa_p99_ms']:.0f}",
+                      str(r["slo_violation_minutes"]), f"{r['fill_lost_pct']:.2f}")
+    return t
 
 
 def burst_ablation(cases: dict[str, Case]) -> dict:
@@ -267,6 +295,9 @@ def main() -> None:
         doc["admission_ablation"] = admission_ablation(all_cases)
         console.print(admission_table(doc["admission_ablation"],
                                       Scenario().fill_policy.admission_lookback_s))
+        console.print("[dim]running the co-tenant yield ablation …[/dim]")
+        doc["yield_ablation"] = yield_ablation(all_cases)
+        console.print(yield_table(doc["yield_ablation"]))
         sens = sweep(all_cases["default"])
         st = Table(title="default case, policy run: GPU-busy by fill busy fraction")
         for col in ("fill busy fraction", "GPU-busy", "of it fill", "load-weighted"):

@@ -87,11 +87,15 @@ def test_the_fluid_slows_co_located_replicas_and_yields_above_the_limit():
     full = p.fps_lut[int(low / p.ready * LUT_STEPS)] * p.ready
     assert slowed == pytest.approx(full * (1 - 2 / 4 * (1 - sc.colocation.inference_throughput)))
     assert p.co_active_s == 2 and p.co_paused_s == 0
-    p.in_flight = p.ready * (limit_c + 4)  # above the limit: one second of grace, then yield
+    p.in_flight = p.ready * (limit_c + 4)  # above the limit: the co-tenants yield at once
     p.second(0.0, 1e6)
-    assert p.co_paused_s == 0
+    assert p.co_paused_s == 2 and p.co_active_s == 2
+    p.co_yield_s, p.co_over = 1, 0  # a co-tenant that yields a second late
+    p.in_flight = p.ready * (limit_c + 4)
     p.second(0.0, 1e6)
-    assert p.co_paused_s == 2
+    assert p.co_paused_s == 2 and p.co_active_s == 4
+    p.second(0.0, 1e6)
+    assert p.co_paused_s == 4
 
 
 def test_colocation_that_never_pays_changes_nothing(bursty):

@@ -17,8 +17,8 @@ steps) the co-tenant runs: those replicas keep ``co_throughput`` of their frames
 share of the arrivals, and their requests see the curve's time to first audio times
 ``co_latency`` (plus the pool's queueing), kept apart (:attr:`PoolTraffic.co_last`); the
 co-tenant fills the GPU time the replica leaves idle (``co_idle_s`` adds ``1 - busy`` per
-co-tenant). Above the limit the co-tenants yield — after ``co_yield_s`` seconds above it — and
-neither slow the replica nor work (``co_paused_s``).
+co-tenant). Above the limit the co-tenants yield — in the same second, or after ``co_yield_s``
+seconds above it — and neither slow the replica nor work (``co_paused_s``).
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ class PoolTraffic:
     # co-location (set by the fleet; the interference cost by the scenario)
     colocated: int = 0  # serving replicas with a running fill co-tenant on their GPU
     co_max_k: int = -1  # the co-tenants run while in flight per replica <= this / LUT_STEPS
-    co_yield_s: int = 1  # seconds above the limit before they yield
+    co_yield_s: int = 0  # seconds above the limit before they yield
     co_throughput: float = 1.0
     co_latency: float = 1.0
     co_idle_s: float = 0.0  # GPU time the replicas left idle beside active co-tenants
