@@ -34,7 +34,12 @@ from ttsfleet.catalog import GpuCatalog
 from ttsfleet.errors import validation_text
 from ttsfleet.metrics import spec as metric_spec
 from ttsfleet.policy import ClassObservation, FillPlan, plan_fill
-from ttsfleet.policy.demand import InferenceNeed, fill_forecasts
+from ttsfleet.policy.demand import (
+    InferenceNeed,
+    admission_forecasts,
+    fill_forecasts,
+    tracker_window_s,
+)
 
 log = logging.getLogger(__name__)
 
@@ -83,11 +88,16 @@ async def observe(rt: Runtime, spec: FillJobSpec, namespace: str, job: str,
         await rt.kube.delete(path("v1", "pods", namespace, name))
     policy = spec.policy
     base = fv.observe(nodes, pods, t, wall, policy.checkpoint_interval_s, rt.catalog)
-    rt.demand = rt.demand.observe_classes(t, base, policy.forecast_window_s)
+    window = tracker_window_s(policy)
+    rt.demand = rt.demand.observe_classes(t, base, window)
     need = InferenceNeed.total(rt.inference_need.values())
     forecasts = fill_forecasts(rt.demand, t, policy, need, classes=base)
+    rt.demand = rt.demand.remember(t, forecasts, window)  # admission keeps them free a while
+    admission = admission_forecasts(rt.demand, t, policy, need, classes=base)
     observations = fv.observe(nodes, pods, t, wall, policy.checkpoint_interval_s, rt.catalog, forecasts,
                               await checkpoint_ages(rt, pods))
+    observations = {c: dataclasses.replace(o, inference_admission_gpus=admission.get(c))
+                    for c, o in observations.items()}
     # Names taken in the namespace, finished pods of this job included (a new pod never reuses one).
     mine = {p["metadata"]["name"] for p in [*pods, *own] if p["metadata"].get("namespace") == namespace}
     return FillView(pods=pods, pods_by_id={fv.pod_id(p): p for p in pods}, acc=acc,

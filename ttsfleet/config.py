@@ -124,3 +124,64 @@ class FillPolicyConfig(WireModel):
                                   description="SIGTERM to SIGKILL for fill pods and jobs")
     checkpoint_interval_s: float = Field(default=fill_contract.CHECKPOINT_INTERVAL_S, gt=0,
                                          description="seconds between a fill job's checkpoints")
+    # Admission that expects to stay (issue 24): a GPU that inference needed a moment ago is
+    # needed again soon on bursty traffic, and a fill job admitted onto it pays its start-up for
+    # nothing. Off by default, so a FillJob decides as before; the simulator's scenario sets them.
+    admission_lookback_s: float = Field(
+        default=0.0, ge=0,
+        description="admit fill only onto GPUs inference has not needed for this long (its "
+                    "demand peak over the window is reserved); 0: off")
+    admission_horizon_s: float = Field(
+        default=0.0, ge=0,
+        description="an admitted fill job should keep its GPU at least this long (start-up plus "
+                    "first checkpoint): admission reserves the demand trend's growth over the "
+                    "eviction deadline plus this; 0: the eviction deadline only")
+
+
+#: Co-location interference, measured 2026-12-01 on one H200 with two plain processes (no MPS, no
+#: CUDA stream priorities): the served S2 Pro path at c=16 decoded 692 frames/s alone (RTF p50
+#: 0.39) and 549 beside a float32 codec-encode loop (RTF p50 0.65), which kept 440 of the 506
+#: audio-s/s it encodes alone. Source: /work/shared/baselines/README.md ("The served path and
+#: its levers", main at 398c193) and issue 24. Priorities or MPS should cost less; not measured.
+COLOCATION_MEASURED_INFERENCE_THROUGHPUT = 549 / 692
+COLOCATION_MEASURED_INFERENCE_LATENCY = 0.65 / 0.39
+COLOCATION_MEASURED_FILL_THROUGHPUT = 440 / 506
+
+
+class ColocationConfig(WireModel):
+    """Fill work beside a serving replica on the replica's own GPU: when it is allowed, and what
+    it costs (the interference). The defaults are the one measurement (the constants above).
+
+    Warm replicas kept for bursts idle at low batch; a fill job that inference is bound beside
+    (instead of evicting it) turns that idle time into work, at a measured cost to the replica.
+    :func:`ttsfleet.policy.colocation_limit` decides up to which load the trade pays; only the
+    simulator carries it out today (the operator cannot bind two pods to one GPU yet).
+    """
+
+    enabled: bool = Field(default=False, description="co-locate fill beside serving replicas")
+    max_rtf: float = Field(
+        default=0.5, gt=0,
+        description="a co-located replica's real-time factor (curve's, times the latency cost) "
+                    "must stay at or below this")
+    max_ttfa_s: float | None = Field(
+        default=None, gt=0,
+        description="a co-located replica's time to first audio (curve's, times the latency "
+                    "cost) must stay at or below this; null: the curve's value at the pool's "
+                    "in-flight target, so no request waits longer than at the sizing point")
+    # Not measured: the design (issue 24) is a co-tenant at the lowest CUDA priority that yields
+    # within a decode step, i.e. within the simulator's 1 s resolution (0). A co-tenant paused
+    # by a node agent polling the server takes its poll interval (benchmarks/simulate: 1 s and
+    # 15 s cost p99 TTFA on long-request traces).
+    yield_s: float = Field(
+        default=0.0, ge=0,
+        description="seconds a co-tenant keeps running after its replica's load exceeds the "
+                    "co-location limit, before it yields")
+    inference_throughput: float = Field(
+        default=COLOCATION_MEASURED_INFERENCE_THROUGHPUT, gt=0, le=1,
+        description="share of its frames/s a replica keeps beside a fill co-tenant")
+    inference_latency: float = Field(
+        default=COLOCATION_MEASURED_INFERENCE_LATENCY, ge=1,
+        description="factor on a co-located replica's time to first audio and real-time factor")
+    fill_throughput: float = Field(
+        default=COLOCATION_MEASURED_FILL_THROUGHPUT, gt=0, le=1,
+        description="share of an exclusive fill job's work a co-tenant does")

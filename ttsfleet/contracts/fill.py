@@ -150,15 +150,23 @@ def shard_state(directory: str | Path, index: int, count: int) -> ShardState | N
 
 # --- work at risk ------------------------------------------------------------------------------------
 def work_at_risk(now: float, started_at: float | None, last_checkpoint_at: float | None = None,
-                 interval_s: float | None = None) -> float:
+                 interval_s: float | None = None, admitted_at: float | None = None) -> float:
     """Seconds of work a stop at ``now`` would lose: since the later of this run's start and its last
     checkpoint. A checkpoint older than the start belongs to an earlier run (the resumed work since
     the start is at risk). Without a known checkpoint, a job that checkpoints every ``interval_s``
     since it started is assumed (``None``: it never did). Not started: nothing to lose.
 
+    ``admitted_at`` (when the job was given its GPU): until this run's first checkpoint its
+    start-up is at risk too — a job evicted while starting or before it checkpointed loses the
+    GPU time since admission (what churn on bursty traffic costs; issue 24), so the policy evicts
+    jobs that have checkpointed recently before jobs that are still starting.
+
     Pure, so the policy's victims (least work at risk first) are the same whichever adapter
     observed them.
     """
+    checkpointed = last_checkpoint_at is not None and (started_at is None or last_checkpoint_at >= started_at)
+    if admitted_at is not None and not checkpointed:
+        return max(now - admitted_at, 0.0)
     if started_at is None:
         return 0.0 if last_checkpoint_at is None else max(now - last_checkpoint_at, 0.0)
     ran = max(now - started_at, 0.0)

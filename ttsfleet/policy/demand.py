@@ -11,9 +11,17 @@ from now. It is the larger of two things:
   the scale-up rate limit), carried from the autoscaler to the fill plan as an
   :class:`InferenceNeed`, so fill is evicted ahead of the next scale-up steps, not at them.
 
+Admission looks further than eviction (:func:`admission_forecast`): a fill job pays its start-up
+on every admission, so it is admitted only onto GPUs the forecast expects to stay free past its
+start-up and first checkpoint (``admission_horizon_s``) and that inference has not needed within
+``admission_lookback_s`` (on bursty traffic a GPU a burst just used is needed again soon). The
+gap between the two forecasts is a hysteresis band: a GPU inside it is neither filled nor
+evicted, so fill does not churn at the scale-up/down boundary.
+
 Every adapter (operator fill controller, simulator, Slurm agent) keeps one :class:`DemandTracker`
-(an immutable value it replaces each pass) and calls :func:`fill_forecasts`; none of them writes
-the formula. Pure: time comes in as arguments.
+(an immutable value it replaces each pass, over :func:`tracker_window_s`) and calls
+:func:`fill_forecasts` and :func:`admission_forecasts`; none of them writes the formula. Pure:
+time comes in as arguments.
 """
 
 from __future__ import annotations
@@ -105,16 +113,28 @@ class DemandTracker:
     """
 
     history: Mapping[str, Samples] = field(default_factory=lambda: MappingProxyType({}))
+    #: The eviction forecasts (:func:`fill_forecast`) the fill passes kept GPUs free for, per
+    #: class (:meth:`remember`): admission does not take back a GPU eviction just wanted free.
+    forecasts: Mapping[str, Samples] = field(default_factory=lambda: MappingProxyType({}))
 
-    def observe(self, t: float, demand: Mapping[str, float], window_s: float) -> DemandTracker:
-        """Record ``demand`` (inference GPUs held plus wanted, per class) at time ``t``."""
-        out = dict(self.history)
-        for cls_name, value in demand.items():
+    @staticmethod
+    def _add(history: Mapping[str, Samples], t: float, values: Mapping[str, float],
+             window_s: float) -> Mapping[str, Samples]:
+        out = dict(history)
+        for cls_name, value in values.items():
             hist = tuple(s for s in out.get(cls_name, ()) if s[0] >= t - window_s)
             if not hist or hist[-1][0] < t:
                 hist += ((float(t), float(value)),)
             out[cls_name] = hist
-        return DemandTracker(MappingProxyType(out))
+        return MappingProxyType(out)
+
+    def observe(self, t: float, demand: Mapping[str, float], window_s: float) -> DemandTracker:
+        """Record ``demand`` (inference GPUs held plus wanted, per class) at time ``t``."""
+        return DemandTracker(self._add(self.history, t, demand, window_s), self.forecasts)
+
+    def remember(self, t: float, forecasts: Mapping[str, float], window_s: float) -> DemandTracker:
+        """Record the eviction forecasts of the pass at ``t`` (what fill kept free)."""
+        return DemandTracker(self.history, self._add(self.forecasts, t, forecasts, window_s))
 
     def observe_classes(self, t: float, observations: Mapping[str, ClassObservation],
                         window_s: float) -> DemandTracker:
@@ -146,3 +166,46 @@ def fill_forecasts(tracker: DemandTracker, now: float, config: FillPolicyConfig,
     """:func:`fill_forecast` for ``classes`` (default: every class the tracker has seen)."""
     names = sorted(tracker.history) if classes is None else list(classes)
     return {c: fill_forecast(tracker, c, now, config, need) for c in names}
+
+
+def tracker_window_s(config: FillPolicyConfig) -> float:
+    """How much history the adapters' :class:`DemandTracker` keeps: the trend's window and the
+    admission look-back, whichever is longer."""
+    return max(config.forecast_window_s, config.admission_lookback_s)
+
+
+def recent_peak(history: Sequence[tuple[float, float]], now: float, window_s: float) -> float | None:
+    """The highest sample of ``(now - window_s, now]`` (None: no sample in it, or no window)."""
+    if window_s <= 0:
+        return None
+    vals = [v for (t, v) in history if now - window_s < t <= now]
+    return max(vals) if vals else None
+
+
+def admission_forecast(tracker: DemandTracker, gpu_class: str, now: float, config: FillPolicyConfig,
+                       need: InferenceNeed | None = None, evict_forecast: float | None = None) -> float:
+    """Inference GPUs ``gpu_class`` may need while a fill job admitted now pays back its start-up:
+    the largest of :func:`fill_forecast` (what eviction keeps free), the demand trend's growth
+    over ``eviction_deadline_s + admission_horizon_s``, and the peak over ``admission_lookback_s``
+    of the demand and of the eviction forecasts remembered (:meth:`DemandTracker.remember`).
+    Never below :func:`fill_forecast` (pass it as ``evict_forecast`` when already computed), so
+    admission never takes a GPU that eviction would free again at once."""
+    samples = tracker.samples(gpu_class)
+    out = (fill_forecast(tracker, gpu_class, now, config, need) if evict_forecast is None
+           else evict_forecast)
+    if config.admission_horizon_s > 0:
+        trend = demand_trend(samples, now, config.eviction_deadline_s + config.admission_horizon_s,
+                             config.forecast_window_s)
+        out = max(out, trend or 0.0)
+    for hist in (samples, tracker.forecasts.get(gpu_class, ())):
+        peak = recent_peak(hist, now, config.admission_lookback_s)
+        out = max(out, peak or 0.0)
+    return out
+
+
+def admission_forecasts(tracker: DemandTracker, now: float, config: FillPolicyConfig,
+                        need: InferenceNeed | None = None,
+                        classes: Iterable[str] | None = None) -> dict[str, float]:
+    """:func:`admission_forecast` for ``classes`` (default: every class the tracker has seen)."""
+    names = sorted(tracker.history) if classes is None else list(classes)
+    return {c: admission_forecast(tracker, c, now, config, need) for c in names}

@@ -26,7 +26,13 @@ Rules:
   still goes first; the count is still exactly what is needed.
 * Admission: only onto GPUs that are free now and not reserved for demand or headroom, never
   while training waits (when ``hold_while_training_pending``), never beyond ``max_fill_gpus`` or the
-  work available.
+  work available. With :attr:`ClassObservation.inference_admission_gpus` (the admission forecast,
+  :func:`ttsfleet.policy.demand.admission_forecast`) admission also keeps free the GPUs inference
+  is expected to need before a new job pays back its start-up: GPUs between the two forecasts are
+  neither filled nor evicted (a hysteresis band), so fill does not churn on bursty traffic.
+* Work at risk: :attr:`FillJobView.seconds_since_checkpoint` counts from the job's start while it
+  has not checkpointed yet, so a job still starting (or young) is not a free victim: evicting it
+  throws its start-up away. Jobs checkpoint early in their life to make that start-up durable.
 """
 
 from __future__ import annotations
@@ -48,6 +54,8 @@ class FillJobView(NamedTuple):
 
     id: str
     gpus: int = 1
+    #: Work at risk: seconds since the last checkpoint, or since the job started (start-up
+    #: included) while it has none yet. Victims are chosen by it, least first.
     seconds_since_checkpoint: float = 0.0
     terminating: bool = False
     node: str = ""  # the node it runs on ("": unknown; node rules skip the job's node)
@@ -78,16 +86,30 @@ class ClassObservation:
     pending_inference_gpus: int = 0
     pending_training_gpus: int = 0
     unavailable_gpus: int = 0
-    fill_jobs: tuple[FillJobView, ...] = ()
+    #: The running and terminating fill jobs. A tuple, or (an adapter that builds hundreds per
+    #: pass) any sequence that builds them when first read, with the counts below given: the plan
+    #: reads the jobs only when it evicts, shares or places.
+    fill_jobs: Sequence[FillJobView] = ()
     fill_gpus_per_job: int = 1
     fill_work_available: int | None = None  # jobs that could still start; None = unbounded
     #: Fill jobs already waiting in the scheduler's queue (e.g. requeued after preemption): they
     #: start on their own as GPUs free up, so admission counts them as already admitted.
     queued_fill_jobs: int = 0
     inference_forecast_gpus: float | None = None  # inference GPUs expected at t + deadline
+    #: Inference GPUs expected before a job admitted now pays back its start-up (the admission
+    #: forecast: at least ``inference_forecast_gpus``). None: admission uses the eviction forecast.
+    inference_admission_gpus: float | None = None
     #: The class's nodes (optional): with them victims, fill placement and inference placement
     #: keep nodes whole for training. Without them every rule is node-blind, as before.
     nodes: tuple[NodeView, ...] = ()
+    #: Inference may be bound beside fill on this class (co-location pays on its pools:
+    #: :func:`ttsfleet.policy.colocation_limit`): no head-room is kept and pending inference
+    #: shares fill jobs' GPUs (:attr:`FillPlan.share`) instead of evicting them.
+    colocate: bool = False
+    #: GPUs held by running and by terminating fill jobs, when the adapter counts them itself
+    #: (None: summed from ``fill_jobs``).
+    fill_running_gpus: int | None = None
+    fill_terminating_gpus: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("total_gpus", "inference_gpus", "training_gpus", "pending_inference_gpus",
@@ -96,9 +118,10 @@ class ClassObservation:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.fill_gpus_per_job < 1:
             raise ValueError("fill_gpus_per_job must be >= 1")
-        ids = [j.id for j in self.fill_jobs]
-        if len(set(ids)) != len(ids):
-            raise ValueError("fill job ids must be unique")
+        if isinstance(self.fill_jobs, tuple):  # a lazy sequence's adapter vouches for its ids
+            ids = [j.id for j in self.fill_jobs]
+            if len(set(ids)) != len(ids):
+                raise ValueError("fill job ids must be unique")
         names = [n.name for n in self.nodes]
         if len(set(names)) != len(names):
             raise ValueError("node names must be unique")
@@ -118,19 +141,27 @@ class FillPlan:
     #: Empty without nodes; adapters that cannot steer placement ignore them.
     placements: tuple[str, ...] = ()
     inference_nodes: tuple[str, ...] = ()
+    #: With co-location (:attr:`ClassObservation.colocate`): fill jobs pending inference is bound
+    #: beside instead of evicting them; each goes on as the replica's co-tenant.
+    share: tuple[str, ...] = ()
 
 
 def fill_gpus(jobs: Sequence[FillJobView], *, terminating: bool) -> int:
     return sum(j.gpus for j in jobs if j.terminating == terminating)
 
 
-def headroom_gpus(config: FillPolicyConfig, obs: ClassObservation) -> int:
-    """GPUs to keep empty for inference growth expected within the eviction deadline."""
+def headroom_gpus(config: FillPolicyConfig, obs: ClassObservation, *,
+                  admission: bool = False) -> int:
+    """GPUs to keep empty for inference growth expected within the eviction deadline (with
+    ``admission``: expected before a job admitted now pays back its start-up)."""
     base = config.min_free_gpus + math.ceil(config.headroom_fraction * obs.inference_gpus - 1e-9)
+    forecast = obs.inference_forecast_gpus
+    if admission and obs.inference_admission_gpus is not None:
+        forecast = max(forecast or 0.0, obs.inference_admission_gpus)
     growth = 0
-    if obs.inference_forecast_gpus is not None:
+    if forecast is not None:
         placed_or_pending = obs.inference_gpus + obs.pending_inference_gpus
-        growth = max(0, math.ceil(obs.inference_forecast_gpus - placed_or_pending - 1e-9))
+        growth = max(0, math.ceil(forecast - placed_or_pending - 1e-9))
     return base + growth
 
 
@@ -213,10 +244,20 @@ def fill_placements(nodes: Sequence[NodeView], jobs: Sequence[FillJobView], coun
     return tuple(out)
 
 
+def fill_counts(obs: ClassObservation) -> tuple[int, int]:
+    """GPUs held by running and by terminating fill jobs."""
+    running = (obs.fill_running_gpus if obs.fill_running_gpus is not None
+               else fill_gpus(obs.fill_jobs, terminating=False))
+    terminating = (obs.fill_terminating_gpus if obs.fill_terminating_gpus is not None
+                   else fill_gpus(obs.fill_jobs, terminating=True))
+    return running, terminating
+
+
 def plan_fill(config: FillPolicyConfig, obs: ClassObservation) -> FillPlan:
     """Decide fill admissions and evictions for one GPU class."""
-    running = fill_gpus(obs.fill_jobs, terminating=False)
-    terminating = fill_gpus(obs.fill_jobs, terminating=True)
+    if obs.colocate:
+        return plan_colocated(config, obs)
+    running, terminating = fill_counts(obs)
     usable = max(obs.total_gpus - obs.unavailable_gpus, 0)
     held = obs.inference_gpus + obs.training_gpus + running + terminating
     free = max(usable - held, 0)
@@ -252,7 +293,13 @@ def plan_fill(config: FillPolicyConfig, obs: ClassObservation) -> FillPlan:
         return FillPlan(obs.gpu_class, 0, victims, free, reserved, headroom, tuple(reasons),
                         inference_nodes=inference_nodes)
 
-    admit_gpus = max(free - reserved, 0)
+    admit_headroom = headroom_gpus(config, obs, admission=True)
+    admit_reserved = demand + min(admit_headroom, max(usable - obs.inference_gpus
+                                                      - obs.training_gpus - demand, 0))
+    admit_gpus = max(free - admit_reserved, 0)
+    if admit_reserved > reserved and free > reserved:
+        reasons.append(f"hold {min(free, admit_reserved) - reserved} idle GPU(s) back: inference "
+                       f"is expected to need them before a new fill job pays back its start-up")
     if obs.pending_training_gpus and config.hold_while_training_pending:
         admit_gpus = 0
         reasons.append("training pending: holding fill back")
@@ -269,3 +316,46 @@ def plan_fill(config: FillPolicyConfig, obs: ClassObservation) -> FillPlan:
                   if obs.nodes and admit else ())
     return FillPlan(obs.gpu_class, admit, (), free, reserved, headroom, tuple(reasons),
                     placements, inference_nodes)
+
+
+def plan_colocated(config: FillPolicyConfig, obs: ClassObservation) -> FillPlan:
+    """:func:`plan_fill` where inference may be bound beside fill: pending inference takes the free
+    (or freeing) GPUs first and shares fill jobs' GPUs for the rest (never evicts for it); no
+    head-room is kept, since a scale-up binds beside fill; training still gets whole GPUs (its
+    victims are evicted, as without co-location)."""
+    running, terminating = fill_counts(obs)
+    usable = max(obs.total_gpus - obs.unavailable_gpus, 0)
+    free = max(usable - obs.inference_gpus - obs.training_gpus - running - terminating, 0)
+    inference_nodes = inference_node_order(obs.nodes)
+    reasons: list[str] = []
+    inference_short = max(obs.pending_inference_gpus - free - terminating, 0)
+    share = choose_victims(obs.fill_jobs, inference_short, obs.nodes)
+    if share:
+        reasons.append(f"share {len(share)} fill job(s)' GPUs with pending inference "
+                       f"({obs.pending_inference_gpus} GPU(s) wanted, {free + terminating} free "
+                       f"or freeing)")
+    evict: tuple[str, ...] = ()
+    evict_for_training = 0 if config.scheduler_preempts_training else obs.pending_training_gpus
+    left = max(free + terminating - obs.pending_inference_gpus, 0)
+    if evict_for_training > left:
+        others = [j for j in obs.fill_jobs if j.id not in set(share)]
+        evict = choose_victims(others, evict_for_training - left, obs.nodes, for_training=True)
+        if evict:
+            reasons.append(f"evict {len(evict)} fill job(s): {obs.pending_training_gpus} GPU(s) "
+                           "wanted by pending training")
+    demand = obs.pending_inference_gpus + obs.pending_training_gpus
+    admit_gpus = 0 if share or evict else max(free - demand, 0)
+    if obs.pending_training_gpus and config.hold_while_training_pending:
+        admit_gpus = 0
+    if config.max_fill_gpus is not None:
+        admit_gpus = min(admit_gpus, max(config.max_fill_gpus - running - terminating, 0))
+    admit = max(admit_gpus // obs.fill_gpus_per_job - obs.queued_fill_jobs, 0)
+    if obs.fill_work_available is not None:
+        admit = min(admit, obs.fill_work_available)
+    if admit:
+        reasons.append(f"admit {admit} fill job(s): {free} GPU(s) idle, {demand} wanted; "
+                       "inference shares fill's GPUs")
+    placements = (fill_placements(obs.nodes, obs.fill_jobs, admit, obs.fill_gpus_per_job)
+                  if obs.nodes and admit else ())
+    return FillPlan(obs.gpu_class, admit, evict, free, demand, 0, tuple(reasons), placements,
+                    inference_nodes, share)

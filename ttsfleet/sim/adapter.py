@@ -3,15 +3,17 @@
 :func:`policy_step` is the simulator's counterpart of the operator's autoscale timer
 (``operator/inference.py``) and fill pass (``operator/fill.py``), in the same order: pool
 signals → :func:`~ttsfleet.policy.decide_replicas` → scale the pools; per GPU class the demand
-tracker and an observation → :func:`~ttsfleet.policy.plan_fill` → evict and admit. Only the
-policy decides; this module only translates between the fleet model and the policy's types.
+tracker, the eviction and admission forecasts and an observation →
+:func:`~ttsfleet.policy.plan_fill` → evict, share (co-location: bind pending inference beside
+fill) and admit. Only the policy decides; this module only translates between the fleet model
+and the policy's types.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from ttsfleet.contracts.fill import work_at_risk
 from ttsfleet.policy import (
     AutoscaleState,
     ClassObservation,
@@ -23,8 +25,16 @@ from ttsfleet.policy import (
     decide_replicas,
     plan_fill,
 )
-from ttsfleet.policy.demand import DemandTracker, InferenceNeed, fill_forecast
+from ttsfleet.policy.demand import (
+    DemandTracker,
+    InferenceNeed,
+    admission_forecast,
+    fill_forecast,
+    tracker_window_s,
+)
 from ttsfleet.sim.fleet import ClassState, Fleet
+from ttsfleet.sim.scenario import Scenario
+from ttsfleet.sim.traffic import LUT_STEPS
 
 DECISIONS_KEPT = 40
 
@@ -51,22 +61,64 @@ def to_pool_signals(fleet: Fleet, t: float) -> DeploymentSignals:
     return DeploymentSignals(t, sig)
 
 
-def to_class_observation(cl: ClassState, t: float, checkpoint_interval_s: float, gpus_per_node: int,
-                         forecast_gpus: float | None = None, *, fill_jobs: bool = True,
-                         nodes: bool = False) -> ClassObservation:
+class FillJobViews(Sequence[FillJobView]):
+    """A class's fill jobs as the policy sees them, built when the plan first reads them (it reads
+    them only to pick victims or place admissions): hundreds of views per pass would otherwise
+    be most of the simulator's time on a large fleet. Ids are unique (the fleet's counter)."""
+
+    def __init__(self, cl: ClassState, t: float, scenario: Scenario, nodes: bool) -> None:
+        self._args = (cl, t, scenario, nodes)
+        self._views: tuple[FillJobView, ...] | None = None
+
+    def _build(self) -> tuple[FillJobView, ...]:
+        if self._views is None:
+            cl, t, scenario, nodes = self._args
+            at_risk = scenario.at_risk
+            self._views = tuple(
+                FillJobView(j.id, 1, at_risk(j.state, j.admitted, j.run_start, t),
+                            j.state == "stopping", j.node.name if nodes else "")
+                for j in cl.fill_jobs.values())
+        return self._views
+
+    def __getitem__(self, i):  # noqa: ANN001, ANN204 - Sequence protocol
+        return self._build()[i]
+
+    def __len__(self) -> int:
+        return len(self._args[0].fill_jobs)
+
+    def __iter__(self) -> Iterator[FillJobView]:
+        return iter(self._build())
+
+
+def _node_views(cl: ClassState) -> tuple[NodeView, ...]:
+    """The class's nodes as the policy sees them, rebuilt only when a node's inference or
+    training count changed (:attr:`ClassState.node_epoch`)."""
+    cached = cl.node_view_cache
+    if cached is None or cached[0] != cl.node_epoch:
+        cached = (cl.node_epoch, tuple(NodeView(n.name, n.size, n.inference, n.training)
+                                       for n in cl.nodes))
+        cl.node_view_cache = cached
+    return cached[1]
+
+
+def to_class_observation(cl: ClassState, t: float, scenario: Scenario,
+                         forecast_gpus: float | None = None, admission_gpus: float | None = None, *,
+                         fill_jobs: bool = True, nodes: bool = False) -> ClassObservation:
     """One GPU class as the fill controller sees it: nodes' allocations, (``fill_jobs``) the
-    fill pods with their seconds since the last checkpoint and (``nodes``) the node topology."""
-    views = tuple(FillJobView(j.id, 1, work_at_risk(t, j.run_start, None, checkpoint_interval_s)
-                              if j.state == "running" else 0.0, j.state == "stopping",
-                              j.node.name if nodes else "")
-                  for j in cl.fill_jobs.values()) if fill_jobs else ()
-    node_views = tuple(NodeView(n.name, n.size, n.inference, n.training)
-                       for n in cl.nodes) if nodes else ()
+    fill pods with their work at risk (:meth:`Scenario.at_risk`, built when the plan reads them)
+    and (``nodes``) the node topology."""
+    gpus_per_node = scenario.gpus_per_node
+    views = FillJobViews(cl, t, scenario, nodes) if fill_jobs else ()
+    node_views = _node_views(cl) if nodes else ()
     return ClassObservation(
         gpu_class=cl.name, t=t, total_gpus=cl.total, inference_gpus=cl.inference_gpus,
         training_gpus=cl.train_gpus, pending_inference_gpus=sum(h.pending for h in cl.pools),
         pending_training_gpus=gpus_per_node * sum(j.nodes for _, j in cl.train_pending),
-        fill_jobs=views, inference_forecast_gpus=forecast_gpus, nodes=node_views)
+        fill_jobs=views, inference_forecast_gpus=forecast_gpus,
+        inference_admission_gpus=admission_gpus, nodes=node_views,
+        colocate=bool(cl.pools) and all(h.traffic.co_max_k >= LUT_STEPS for h in cl.pools),
+        fill_running_gpus=cl.fill_starting + cl.fill_running if fill_jobs else 0,
+        fill_terminating_gpus=cl.fill_stopping if fill_jobs else 0)
 
 
 def policy_step(t: float, fleet: Fleet, ctl: Controllers, *, fill: bool) -> ScaleDecision:
@@ -88,16 +140,19 @@ def policy_step(t: float, fleet: Fleet, ctl: Controllers, *, fill: bool) -> Scal
     # fill: observe -> demand tracker and forecast -> plan -> act
     cfg = scenario.fill_policy
     need = InferenceNeed.from_decision(decision)
-    held = {c: to_class_observation(cl, t, cfg.checkpoint_interval_s, scenario.gpus_per_node,
-                                    fill_jobs=False) for c, cl in fleet.classes.items()}
-    ctl.demand = ctl.demand.observe_classes(t, held, cfg.forecast_window_s)
+    held = {c: to_class_observation(cl, t, scenario, fill_jobs=False)
+            for c, cl in fleet.classes.items()}
+    ctl.demand = ctl.demand.observe_classes(t, held, tracker_window_s(cfg))
+    evict_for = {c: fill_forecast(ctl.demand, c, t, cfg, need) for c in fleet.classes}
+    ctl.demand = ctl.demand.remember(t, evict_for, tracker_window_s(cfg))
     for c, cl in fleet.classes.items():
-        obs = to_class_observation(cl, t, cfg.checkpoint_interval_s, scenario.gpus_per_node,
-                                   fill_forecast(ctl.demand, c, t, cfg, need),
+        obs = to_class_observation(cl, t, scenario, evict_for[c],
+                                   admission_forecast(ctl.demand, c, t, cfg, need, evict_for[c]),
                                    nodes=scenario.observe_nodes)
         plan = plan_fill(cfg, obs)
         # the operator's counterpart: preferred node affinity on the pods it creates
         cl.inference_order = [cl.by_name[n] for n in plan.inference_nodes]
         fleet.evict_fill(t, c, plan.evict)
+        fleet.share_fill(t, c, plan.share)
         fleet.admit_fill(t, c, plan.admit, [cl.by_name[n] for n in plan.placements])
     return decision

@@ -14,7 +14,7 @@ from typing import Any
 import typer
 from pydantic import BaseModel
 
-from ttsfleet.config import AutoscaleConfig, FillPolicyConfig
+from ttsfleet.config import AutoscaleConfig, ColocationConfig, FillPolicyConfig
 from ttsfleet.errors import UserError, validation_text
 from ttsfleet.sim.scenario import DEFAULT_FLEET, FILL_BUSY_FRACTION, FillWorkload, Scenario
 from ttsfleet.sim.trace import EMBEDDED_DAYS, EMBEDDED_PEAK_LOAD, EMBEDDED_SEED
@@ -73,14 +73,62 @@ def _catalog(catalog_file: Path | None, measured: list[str]):  # noqa: ANN202 - 
     return catalog
 
 
+def _colocation(enabled: bool, max_rtf: float, max_ttfa_ms: float | None,
+                interference: str | None) -> ColocationConfig:
+    """The run's co-location config from its options (``--interference k=v,...``)."""
+    from pydantic import ValidationError
+
+    fields = {"enabled": enabled, "max_rtf": max_rtf,
+              "max_ttfa_s": None if max_ttfa_ms is None else max_ttfa_ms / 1000}
+    names = {"inference": "inference_throughput", "latency": "inference_latency",
+             "fill": "fill_throughput"}
+    for part in (interference or "").split(","):
+        if not part.strip():
+            continue
+        key, sep, value = part.partition("=")
+        if not sep or key.strip() not in names:
+            raise UserError(f"--interference {interference!r} must be inference=SHARE,latency=FACTOR,"
+                            "fill=SHARE")
+        try:
+            fields[names[key.strip()]] = float(value)
+        except ValueError:
+            raise UserError(f"--interference {key}={value!r} is not a number") from None
+    try:
+        return ColocationConfig(**fields)
+    except ValidationError as exc:
+        raise UserError("; ".join(f"--{'-'.join(map(str, e['loc']))}: {e['msg']}"
+                                  for e in exc.errors())) from None
+
+
 def register(root: typer.Typer) -> None:
     """Add ``simulate`` to the root CLI."""
 
     @root.command()
     def simulate(
         trace: Path | None = typer.Option(
-            None, "--trace", help="CSV of arrivals: t,rate|arrivals[,mean_frames|text_chars]. "
-                                  "Default: the embedded diurnal trace."),
+            None, "--trace", help="a trace file: the simulator's CSV (t,rate|arrivals[,mean_frames|"
+                                  "text_chars]), an Azure LLM inference CSV, a BurstGPT CSV or a "
+                                  "Mooncake JSONL (see --trace-format). Default: the embedded "
+                                  "diurnal trace."),
+        trace_format: str = typer.Option("auto", "--trace-format",
+                                         help="csv | azure | burstgpt | mooncake | auto (from the "
+                                              "file's first line)"),
+        trace_scale: float = typer.Option(1.0, "--trace-scale",
+                                          help="multiply the trace's request rate"),
+        trace_peak_load: float | None = typer.Option(
+            None, "--trace-peak-load", help="scale the trace so its peak minute is this share of "
+                                            "the fleet's peak decode capacity (as --peak-load does "
+                                            "for the embedded trace); overrides --trace-scale"),
+        trace_start: float = typer.Option(0.0, "--trace-start",
+                                          help="replay from this many seconds into the trace"),
+        trace_duration: float | None = typer.Option(None, "--trace-duration",
+                                                    help="replay this many seconds of the trace"),
+        frames_per_token: float = typer.Option(
+            1.0, "--frames-per-token", help="decoded audio frames per generated token of an LLM "
+                                            "trace (both are one decode step)"),
+        warmup: float = typer.Option(
+            0.0, "--warmup", help="first replay the trace's last N seconds uncounted, so a short "
+                                  "trace starts with the history its own traffic leaves (s)"),
         days: float = typer.Option(EMBEDDED_DAYS, help="length of the embedded trace, days"),
         peak_load: float = typer.Option(EMBEDDED_PEAK_LOAD, help="peak demand of the embedded trace as "
                                         "a share of the fleet's peak decode capacity"),
@@ -125,6 +173,28 @@ def register(root: typer.Typer) -> None:
             help="GPU busy fraction of a running fill job: one value or CLASS=FRACTION,..."),
         fill_start: float = _opt(FillWorkload, "start_s", "--fill-start", unit="s"),
         fill_stop: float = _opt(FillWorkload, "stop_s", "--fill-stop", unit="s"),
+        first_checkpoint: float | None = _opt(FillWorkload, "first_checkpoint_s", "--first-checkpoint",
+                                              unit="s"),
+        admission_lookback: float = _scenario_opt("fill_policy", "admission_lookback_s",
+                                                  "--admission-lookback", unit="s"),
+        admission_horizon: float = _scenario_opt("fill_policy", "admission_horizon_s",
+                                                 "--admission-horizon", unit="s"),
+        colocate: bool = typer.Option(
+            _scenario_default("colocation").enabled, "--colocate/--no-colocate",
+            help="bind inference beside fill on one GPU instead of evicting it (the fill job a "
+                 "low-priority co-tenant), where the policy's co-location limit allows"),
+        colocate_max_rtf: float = _scenario_opt("colocation", "max_rtf", "--colocate-max-rtf"),
+        colocate_max_ttfa_ms: float | None = typer.Option(
+            None, "--colocate-max-ttfa-ms",
+            help="a co-located replica's TTFA limit, ms (default: the curve's TTFA at the pool's "
+                 "in-flight target)"),
+        interference: str | None = typer.Option(
+            None, "--interference",
+            help="co-location cost: inference=SHARE,latency=FACTOR,fill=SHARE (default: the one "
+                 "measurement, one H200 with two plain processes: inference keeps "
+                 f"{ColocationConfig().inference_throughput:.3f} of its frames/s, its TTFA and RTF "
+                 f"x{ColocationConfig().inference_latency:.2f}, fill keeps "
+                 f"{ColocationConfig().fill_throughput:.3f})"),
         catalog_file: Path | None = typer.Option(None, "--catalog",
                                                  help="GPU catalog overrides (YAML/JSON)"),
         measured: list[str] = typer.Option(
@@ -146,7 +216,8 @@ def register(root: typer.Typer) -> None:
         from pydantic import ValidationError
 
         from ttsfleet.sim.scenario import default_training, parse_fleet
-        from ttsfleet.sim.trace import diurnal, load_csv, peak_rps_for
+        from ttsfleet.sim.trace import diurnal, peak_rps_for
+        from ttsfleet.sim.tracefiles import load_trace
 
         wanted = [r.strip() for r in runs.split(",") if r.strip()]
         if not wanted or any(r not in RUNS for r in wanted):
@@ -160,7 +231,14 @@ def register(root: typer.Typer) -> None:
         busy = {c: busy.get(c, busy.get("*", FILL_BUSY_FRACTION)) for c in fleet_map}
         if peak_rps is None:
             peak_rps = peak_rps_for(peak_load, catalog, fleet_map)
-        tr = load_csv(trace) if trace else diurnal(days, peak_rps=peak_rps, seed=trace_seed)
+        if trace:
+            tr = load_trace(trace, trace_format, frames_per_token=frames_per_token, scale=trace_scale,
+                            start_s=trace_start, duration_s=trace_duration)
+            if trace_peak_load is not None:
+                tr = tr.with_peak_load(trace_peak_load, catalog, fleet_map)
+        else:
+            tr = diurnal(days, peak_rps=peak_rps, seed=trace_seed)
+        colocation = _colocation(colocate, colocate_max_rtf, colocate_max_ttfa_ms, interference)
         try:
             scenario = Scenario(
                 catalog=catalog, fleet=fleet_map, gpus_per_node=gpus_per_node,
@@ -176,19 +254,25 @@ def register(root: typer.Typer) -> None:
                 fill_policy=FillPolicyConfig(**{
                     **Scenario.model_fields["fill_policy"].default.model_dump(),
                     "min_free_gpus": min_free_gpus, "eviction_deadline_s": eviction_deadline,
-                    "grace_period_s": grace, "checkpoint_interval_s": checkpoint_interval}),
-                fill=FillWorkload(start_s=fill_start, stop_s=fill_stop, busy_fraction=busy),
+                    "grace_period_s": grace, "checkpoint_interval_s": checkpoint_interval,
+                    "admission_lookback_s": admission_lookback,
+                    "admission_horizon_s": admission_horizon}),
+                fill=FillWorkload(start_s=fill_start, stop_s=fill_stop, busy_fraction=busy,
+                                  first_checkpoint_s=first_checkpoint),
+                colocation=colocation,
                 training=default_training(fleet_map, tr.seconds / 86400, trace_seed, catalog,
                                           gpus_per_node) if training else [],
                 policy_interval_s=policy_interval, seed=seed)
         except ValidationError as exc:
             raise UserError(validation_text(exc)) from None
+        if warmup < 0:
+            raise UserError(f"--warmup must be >= 0, got {warmup}")
         _run_and_report(scenario, tr, wanted, as_json=as_json, quiet=quiet,
-                        plot_path=None if no_plot else plot_path)
+                        plot_path=None if no_plot else plot_path, warmup_s=int(warmup))
 
 
 def _run_and_report(scenario: Scenario, tr, wanted: list[str], *, as_json: bool, quiet: bool,  # noqa: ANN001
-                    plot_path: Path | None) -> None:
+                    plot_path: Path | None, warmup_s: int = 0) -> None:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -204,7 +288,7 @@ def _run_and_report(scenario: Scenario, tr, wanted: list[str], *, as_json: bool,
                   console=console, transient=True) as progress:
         for mode in order:
             task = progress.add_task(f"simulating {RUNS[mode]}", total=tr.seconds)
-            r = run_sim(scenario, tr, mode=mode,
+            r = run_sim(scenario, tr, mode=mode, warmup_s=warmup_s,
                         progress=lambda t, task=task: progress.update(task, completed=t))
             results.append((RUNS[mode], r))
     summaries = [(name, summarize(r)) for name, r in results]

@@ -15,6 +15,11 @@ a real cluster has:
 * A pending training job that finds no whole free node preempts the fill pods of the nodes
   that hold nothing else (the PriorityClasses: training above fill), like kube-scheduler and
   Slurm's ``partition_prio`` do; it never preempts inference.
+* Co-location (when the policy allows it, :attr:`FillPlan.share`): a pending inference pod is
+  bound beside a running fill job instead of evicting it; the job goes on as the replica's
+  co-tenant (no restart) and gets the GPU back when the replica leaves. While its replica serves
+  it yields above the policy's concurrency limit and slows the replica below it
+  (:mod:`ttsfleet.sim.traffic`). Co-tenant process-seconds have their own ledger (``COTENANT``).
 
 GPU-time is accounted piecewise between holding changes, so the per-second work is only the
 traffic fluid (:mod:`ttsfleet.sim.traffic`).
@@ -32,6 +37,8 @@ from ttsfleet.sim.traffic import PoolTraffic
 
 #: Ledger keys: GPU-seconds per class in each holding state.
 HOLDINGS = ("inference", "training", "fill_starting", "fill_running", "fill_stopping", "idle")
+#: Co-tenant ledger keys: process-seconds of fill beside serving replicas, per state.
+COTENANT = ("starting", "running", "stopping")
 
 
 @dataclass
@@ -49,10 +56,20 @@ class Node:
         return self.size - self.inference - self.fill - self.training
 
 
-@dataclass
+@dataclass(eq=False)  # identity: two co-tenants admitted together are still two
+class CoTenant:
+    """A fill process beside an inference replica on its GPU (a fill job inference was bound beside)."""
+
+    admitted: float
+    state: str = "starting"  # starting | running | stopping
+    run_start: float = 0.0
+
+
+@dataclass(eq=False)  # identity: list.remove must take this replica, not an equal one
 class Replica:
     node: Node
     state: str = "starting"  # starting | ready | gone
+    cotenant: CoTenant | None = None
 
 
 @dataclass
@@ -62,6 +79,7 @@ class FillJob:
     node: Node
     state: str = "starting"  # starting | running | stopping
     run_start: float = 0.0
+    admitted: float = 0.0
 
 
 @dataclass
@@ -79,6 +97,11 @@ class PoolHoldings:
     def held(self) -> int:
         return len(self.starting) + len(self.ready)
 
+    @property
+    def colocated(self) -> int:
+        """Co-tenants not yet told to stop (what the co-location policy counts)."""
+        return sum(1 for r in self.ready if r.cotenant is not None and r.cotenant.state != "stopping")
+
 
 @dataclass
 class ClassState:
@@ -90,12 +113,17 @@ class ClassState:
     fill_starting: int = 0
     fill_running: int = 0
     fill_stopping: int = 0  # SIGTERM sent until the GPU is free again
+    co: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COTENANT, 0))
     fill_jobs: dict[str, FillJob] = field(default_factory=dict)
     train_pending: list[tuple[float, TrainingJob]] = field(default_factory=list)
     total: int = 0
     #: The policy's preferred nodes for new inference pods, best first (empty: pack)
     inference_order: list[Node] = field(default_factory=list)
     by_name: dict[str, Node] = field(default_factory=dict)  # Node.name -> node
+    #: Bumped whenever a node's inference or training count changes (the adapter's node views
+    #: are rebuilt only then).
+    node_epoch: int = 0
+    node_view_cache: tuple[int, tuple] | None = None  # (epoch, the adapter's node views)
 
     def __post_init__(self) -> None:
         self.total = sum(n.size for n in self.nodes)
@@ -136,6 +164,9 @@ class FillLedger:
     evictions_scheduler: int = 0
     evictions_starting: int = 0  # evicted before they did any work
     admissions: int = 0
+    first_checkpoints: int = 0  # early first checkpoints written (each costs a checkpoint write)
+    shared: int = 0  # fill jobs inference was bound beside (instead of an eviction)
+    unshared: int = 0  # co-tenants that got their GPU back when their replica left
 
 
 class Fleet:
@@ -158,6 +189,7 @@ class Fleet:
         self._fill_seq = 0
         self.pending_work = False
         self.ledger = {c: dict.fromkeys(HOLDINGS, 0.0) for c in self.classes}
+        self.co_ledger = {c: dict.fromkeys(COTENANT, 0.0) for c in self.classes}
         self.fill = FillLedger()
         self.train_wait: list[float] = []
         self._last = 0.0
@@ -184,10 +216,13 @@ class Fleet:
             rep.state = "ready"
             pool.ready.append(rep)
             pool.traffic.ready += 1
+            if rep.cotenant is not None:
+                self._sync_colocated(pool)
 
     def on_released(self, r: tuple[str, Node], t: float) -> None:
         c, node = r
         node.inference -= 1
+        self.classes[c].node_epoch += 1
         self.classes[c].inference_gpus -= 1
         self.pending_work = True
 
@@ -214,6 +249,7 @@ class Fleet:
         for n in nodes:
             self.classes[c].train_gpus -= n.training
             n.training = 0
+            self.classes[c].node_epoch += 1
         self.pending_work = True
 
     # -- the ledger ---------------------------------------------------------------------------
@@ -230,6 +266,10 @@ class Fleet:
             g["fill_running"] += cl.fill_running * dt
             g["fill_stopping"] += cl.fill_stopping * dt
             g["idle"] += cl.idle * dt
+            if cl.co["starting"] or cl.co["running"] or cl.co["stopping"]:
+                co = self.co_ledger[c]
+                for k, n in cl.co.items():
+                    co[k] += n * dt
         self._last = t
 
     # -- actions (what the adapter carries out) -----------------------------------------------
@@ -241,12 +281,13 @@ class Fleet:
             if node is None:
                 break
             node.inference += 1
+            cl.node_epoch += 1
             cl.inference_gpus += 1
             pool.ready.append(Replica(node, "ready"))
             pool.traffic.ready += 1
         pool.desired = pool.held
 
-    def set_replicas(self, t: float, pool: PoolHoldings, desired: int) -> None:
+    def set_replicas(self, t: float, pool: PoolHoldings, desired: int) -> None:  # noqa: C901
         """Scale a pool: create pending pods, or remove pending, then loading, then serving ones."""
         self.account(t)
         pool.desired = desired
@@ -260,7 +301,12 @@ class Fleet:
         pool.pending -= k
         drop -= k
         while drop and pool.starting:
-            self._remove(t, pool, pool.starting.pop())  # the one furthest from ready
+            rep = pool.starting.pop()  # the one furthest from ready
+            if rep.cotenant is not None:
+                self._unshare(t, pool, rep)
+                rep.state = "gone"
+            else:
+                self._remove(t, pool, rep)
             drop -= 1
         while drop and pool.ready:
             # In the fluid every replica carries the same load, so the operator's least-busy
@@ -269,7 +315,12 @@ class Fleet:
             rep = min(reversed(pool.ready), key=lambda r: r.node.inference)
             pool.ready.remove(rep)
             pool.traffic.ready -= 1
-            self._remove(t, pool, rep)
+            if rep.cotenant is not None:  # the co-tenant keeps the GPU
+                self._unshare(t, pool, rep)
+                rep.state = "gone"
+                self._sync_colocated(pool)
+            else:
+                self._remove(t, pool, rep)
             drop -= 1
 
     def _remove(self, t: float, pool: PoolHoldings, rep: Replica) -> None:
@@ -289,7 +340,7 @@ class Fleet:
             if node is None:
                 break
             self._fill_seq += 1
-            job = FillJob(f"{c}-fill-{self._fill_seq:07d}", c, node)
+            job = FillJob(f"{c}-fill-{self._fill_seq:07d}", c, node, admitted=t)
             node.fill += 1
             cl.fill_jobs[job.id] = job
             cl.fill_starting += 1
@@ -314,16 +365,111 @@ class Fleet:
             if job.state == "running":
                 cl.fill_running -= 1
                 ran = t - job.run_start
-                # within the grace period the job commits what it finished and loses its current
-                # item; killed at the grace period it loses all since its last checkpoint
-                ckpt = self.scenario.fill_policy.checkpoint_interval_s
-                self.fill.abandoned_s += ran % fw.item_s if fw.stop_s <= grace else ran % ckpt
+                self.fill.abandoned_s += self._abandoned(ran)
+                self.fill.first_checkpoints += self._first_checkpoint(ran)
             else:
                 cl.fill_starting -= 1
                 self.fill.evictions_starting += 1
             job.state = "stopping"
             cl.fill_stopping += 1
             self.push(t + min(fw.stop_s, grace) + self.scenario.release_s, self.on_fill_gone, job)
+
+    def _abandoned(self, ran: float) -> float:
+        """Work an evicted job loses after running ``ran`` s: within the grace period it commits
+        what it finished and loses its current item; killed at the grace period, all since its
+        last checkpoint."""
+        fw = self.scenario.fill
+        if fw.stop_s <= self.scenario.fill_policy.grace_period_s:
+            return ran % fw.item_s
+        return self.scenario.since_checkpoint(ran)
+
+    def _first_checkpoint(self, ran: float) -> int:
+        first = self.scenario.fill.first_checkpoint_s
+        return int(first is not None and ran >= first)
+
+    def end_of_run(self, t: float) -> None:
+        """Count the early first checkpoints of the jobs still running when the trace ends (a
+        co-tenant's is counted when it gets its GPU back, or not at all: a rounding)."""
+        for cl in self.classes.values():
+            for job in cl.fill_jobs.values():
+                if job.state == "running":
+                    self.fill.first_checkpoints += self._first_checkpoint(t - job.run_start)
+
+    # -- co-location: inference beside fill on one GPU ---------------------------------------
+    def share_fill(self, t: float, c: str, ids: Sequence[str]) -> int:
+        """Bind pending inference pods of class ``c`` beside these fill jobs, one each, instead of
+        evicting them (the policy's :attr:`FillPlan.share`): the job keeps working as the new
+        replica's co-tenant, with no restart. Returns how many were bound."""
+        self.account(t)
+        cl = self.classes[c]
+        bound = 0
+        for jid in ids:
+            pool = next((h for h in cl.pools if h.pending > 0), None)
+            job = cl.fill_jobs.get(jid)
+            if pool is None or job is None or job.state == "stopping":
+                continue
+            del cl.fill_jobs[jid]
+            node = job.node
+            node.fill -= 1
+            node.inference += 1
+            cl.node_epoch += 1
+            cl.inference_gpus += 1
+            if job.state == "running":
+                cl.fill_running -= 1
+            else:
+                cl.fill_starting -= 1
+                self.push(job.admitted + self.scenario.fill.start_s, self.on_cotenant_running, None)
+            co = CoTenant(job.admitted, job.state, job.run_start)
+            job.state = "shared"  # its pending start event is the co-tenant's now
+            cl.co[co.state] += 1
+            rep = Replica(node, cotenant=co)
+            pool.pending -= 1
+            pool.starting.append(rep)
+            self.fill.shared += 1
+            self.push(t + pool.load_s, self.on_ready, (pool, rep))
+            bound += 1
+        return bound
+
+    def _unshare(self, t: float, pool: PoolHoldings, rep: Replica) -> None:
+        """A replica leaving a GPU it shares hands the GPU to its co-tenant: the co-tenant goes on
+        as an exclusive fill job (no restart, no release delay: the GPU stays in use)."""
+        co, cl = rep.cotenant, self.classes[pool.traffic.gpu_class]
+        rep.cotenant = None
+        rep.node.inference -= 1
+        cl.node_epoch += 1
+        rep.node.fill += 1
+        cl.inference_gpus -= 1
+        cl.co[co.state] -= 1
+        self._fill_seq += 1
+        job = FillJob(f"{cl.name}-fill-{self._fill_seq:07d}", cl.name, rep.node, co.state,
+                      co.run_start, co.admitted)
+        cl.fill_jobs[job.id] = job
+        if co.state == "running":
+            cl.fill_running += 1
+        else:
+            cl.fill_starting += 1
+            self.push(max(t, co.admitted + self.scenario.fill.start_s), self.on_fill_running, job)
+        self.fill.unshared += 1
+
+    def on_cotenant_running(self, _: object, t: float) -> None:
+        """A shared job that was still starting when it was shared has started."""
+        for cl in self.classes.values():
+            for pool in cl.pools:
+                for rep in (*pool.starting, *pool.ready):
+                    co = rep.cotenant
+                    started = co is not None and co.admitted + self.scenario.fill.start_s <= t
+                    if started and co.state == "starting":
+                        self.account(t)
+                        cl.co["starting"] -= 1
+                        cl.co["running"] += 1
+                        co.state, co.run_start = "running", t
+                self._sync_colocated(pool)
+
+    @staticmethod
+    def _sync_colocated(pool: PoolHoldings) -> None:
+        """Tell the traffic fluid how many serving replicas decode beside a running co-tenant."""
+        pool.traffic.colocated = sum(1 for r in pool.ready
+                                     if r.cotenant is not None and r.cotenant.state == "running")
 
     # -- the scheduler ------------------------------------------------------------------------
     def schedule(self, t: float) -> None:
@@ -340,6 +486,7 @@ class Fleet:
                         waiting = True
                         break
                     node.inference += 1
+                    cl.node_epoch += 1
                     node.nominated = False  # inference outranks the training job that waited
                     cl.inference_gpus += 1
                     pool.pending -= 1
@@ -360,6 +507,7 @@ class Fleet:
                 nodes = empty[:job.nodes]
                 for n in nodes:
                     n.training, n.nominated = n.size, False
+                    cl.node_epoch += 1
                     cl.train_gpus += n.size
                 cl.train_pending.pop(0)
                 self.train_wait.append(t - submit)

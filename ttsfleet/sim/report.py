@@ -20,6 +20,7 @@ TARGET_LABELS = {
     "p99_ttfa_within_slo": "target: p99 TTFA within SLO",
     "lost_fill_le_1pct": "target: fill lost ≤ 1%",
     "p99_ttfa_within_5pct_of_inference_only": "target: p99 TTFA ≤ inference-only +5%",
+    "p99_ttfa_no_worse_than_inference_only": "target: p99 TTFA no worse than inference-only",
     "inference_only_busy_near_50pct": "target: inference-only ≈ 50% busy",
 }
 
@@ -61,6 +62,15 @@ def summary_table(runs: list[tuple[str, dict]], targets: dict[str, bool] | None 
         lambda s: " / ".join(f"{v:.2f}" for v in s["fill"]["lost_by_h"].values()))
     row("fill evictions (policy / scheduler)",
         lambda s: f"{s['fill']['evictions']} / {s['fill']['preemptions_by_scheduler']}")
+    row("fill admissions / evictions per hour",
+        lambda s: f"{s['fill']['admissions_per_h']:.1f} / {s['fill']['evictions_per_h']:.1f}")
+    if any(s["fill"]["colocated"]["process_hours_held"] for _, s in runs):
+        row("  co-located fill: running / yielded h, work GPU-h",
+            lambda s: f"{s['fill']['colocated']['process_hours_held']:.1f} / "
+                      f"{s['fill']['colocated']['yielded_h']:.1f}, "
+                      f"{s['fill']['colocated']['work_gpu_hours']:.1f}")
+        row("  shared instead of evicted / GPU handed back",
+            lambda s: f"{s['fill']['colocated']['shared']} / {s['fill']['colocated']['unshared']}")
     row("training GPU-h (jobs, mean wait s)",
         lambda s: f"{s['training']['gpu_hours']:.1f} ({s['training']['jobs_started']}, "
                   f"{s['training']['mean_wait_s']:.0f})")

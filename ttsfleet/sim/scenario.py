@@ -13,7 +13,7 @@ import math
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ttsfleet.catalog import GpuCatalog
-from ttsfleet.config import AutoscaleConfig, FillPolicyConfig, PoolSpec
+from ttsfleet.config import AutoscaleConfig, ColocationConfig, FillPolicyConfig, PoolSpec
 from ttsfleet.errors import UserError
 
 #: The embedded default fleet of `ttsfleet simulate`.
@@ -55,6 +55,13 @@ class FillWorkload(BaseModel):
     # 7.6 s (200 items at 26.4 items/s) over 2 commits = 0.045 s per checkpoint.
     checkpoint_cost_s: float = Field(default=0.045, ge=0,
                                      description="GPU-idle seconds per checkpoint written")
+    # A choice, not a measurement: one early checkpoint 10 s into a job's work (the cadence
+    # `ttsfleet fill run --checkpoint-every-seconds 10` was benchmarked at, benchmarks/fill_jobs),
+    # so a job evicted young has made its start-up durable. Costs one checkpoint write per job.
+    first_checkpoint_s: float | None = Field(
+        default=10.0, gt=0,
+        description="a job's first checkpoint this long after it starts working, then every "
+                    "checkpoint interval; null: the first at one interval")
     busy_fraction: dict[str, float] = Field(
         default_factory=dict,
         description="per GPU class: share of the GPU a running fill job keeps busy (NVML); "
@@ -90,8 +97,17 @@ class Scenario(BaseModel):
     autoscale: AutoscaleConfig = AutoscaleConfig(burst_headroom=0.2, target_in_flight_per_replica=16)
     # The simulated kube-scheduler preempts fill for pending training by itself (the chart's
     # PriorityClasses: training above fill), so the policy evicts only for inference and headroom.
-    fill_policy: FillPolicyConfig = FillPolicyConfig(scheduler_preempts_training=True)
+    # Admission expects to stay: no fill on a GPU inference (or the eviction forecast) wanted in
+    # the last 300 s, one scale-down window (benchmarks/simulate/README.md, admission ablation,
+    # 2026-12-01: fill lost on the bursty trace 1.51% -> 0.97%, flat 1.23% -> 0.49%, default
+    # 0.88% -> 0.36%, for 2.5-6 points of GPU-busy). FillPolicyConfig's own default (0, off)
+    # keeps a FillJob's behaviour.
+    fill_policy: FillPolicyConfig = FillPolicyConfig(scheduler_preempts_training=True,
+                                                     admission_lookback_s=300.0)
     fill: FillWorkload = FillWorkload()
+    # Fill beside serving replicas on their GPUs: an option, off by default (the operator cannot
+    # place it yet); the interference cost is the one measurement (ColocationConfig's defaults).
+    colocation: ColocationConfig = ColocationConfig()
     training: list[TrainingJob] = Field(default_factory=list)
     gpus_per_node: int = Field(default=8, ge=1,
                                description="GPUs per node (a class's last node may be smaller)")
@@ -146,6 +162,33 @@ class Scenario(BaseModel):
     def fill_busy(self, gpu_class: str) -> float:
         """GPU busy fraction of one running fill job of a class, checkpoint writes taken out."""
         return self.fill.busy_for(gpu_class) * (1 - self.checkpoint_overhead)
+
+    def since_checkpoint(self, ran: float) -> float:
+        """Seconds since the last checkpoint of a job that has worked ``ran`` seconds."""
+        interval, first = self.fill_policy.checkpoint_interval_s, self.fill.first_checkpoint_s
+        if first is None or first >= interval:
+            return ran % interval
+        if ran < first:
+            return ran
+        return (ran - first) % interval
+
+    def at_risk(self, state: str, admitted: float, run_start: float, t: float) -> float:
+        """Work at risk of a fill process (what the policy ranks victims by), through the one
+        definition every adapter uses (:func:`ttsfleet.contracts.fill.work_at_risk`): seconds since
+        its last checkpoint on the simulated schedule, or since it was admitted (start-up
+        included) while it has none."""
+        from ttsfleet.contracts.fill import work_at_risk
+
+        if state != "running":
+            return work_at_risk(t, None, admitted_at=admitted)
+        ran = t - run_start
+        first = self.fill.first_checkpoint_s
+        if ran < (first if first is not None else self.fill_policy.checkpoint_interval_s):
+            return work_at_risk(t, run_start, admitted_at=admitted)
+        return work_at_risk(t, run_start, t - self.since_checkpoint(ran), admitted_at=admitted)
+
+    def cotenant_at_risk(self, co, t: float) -> float:  # noqa: ANN001 - fleet.CoTenant
+        return self.at_risk(co.state, co.admitted, co.run_start, t)
 
     def node_sizes(self, gpu_class: str) -> list[int]:
         """GPUs of each node of a class: full nodes, then the remainder."""

@@ -45,10 +45,15 @@ class Trace:
     rate: np.ndarray  # float64 [seconds]
     mean_frames: np.ndarray  # float64 [seconds]
     name: str = "trace"
+    #: Requests per second to replay exactly (a request-level trace, :mod:`ttsfleet.sim.tracefiles`);
+    #: None: arrivals are drawn as Poisson counts of ``rate``.
+    counts: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.rate.shape != self.mean_frames.shape or self.rate.ndim != 1:
             raise ValueError("rate and mean_frames must be 1-D arrays of equal length")
+        if self.counts is not None and self.counts.shape != self.rate.shape:
+            raise ValueError("counts must have the shape of rate")
         if len(self.rate) == 0:
             raise UserError(f"{self.name}: trace is empty")
         if np.any(self.rate < 0) or np.any(~np.isfinite(self.rate)):
@@ -61,9 +66,60 @@ class Trace:
         return int(len(self.rate))
 
     def arrivals(self, seed: int) -> np.ndarray:
-        """Poisson arrival counts per second (deterministic for the seed)."""
+        """Arrivals per second: the replayed counts, else Poisson counts (deterministic for the seed)."""
+        if self.counts is not None:
+            return self.counts.astype(np.float64)
         rng = np.random.default_rng(seed)
         return rng.poisson(self.rate).astype(np.float64)
+
+    def scaled(self, factor: float) -> Trace:
+        """The same trace at ``factor`` times the request rate (``--trace-scale``)."""
+        if not (math.isfinite(factor) and factor > 0):
+            raise UserError(f"trace scale must be > 0, got {factor}")
+        if factor == 1.0:
+            return self
+        counts = None if self.counts is None else self.counts * factor
+        return Trace(self.rate * factor, self.mean_frames, self.name, counts)
+
+    def window(self, start_s: float = 0.0, duration_s: float | None = None) -> Trace:
+        """The part of the trace from ``start_s`` lasting ``duration_s`` (to the end if None)."""
+        if start_s < 0 or (duration_s is not None and duration_s <= 0):
+            raise UserError("the trace window needs start >= 0 and duration > 0")
+        lo = int(start_s)
+        hi = self.seconds if duration_s is None else min(self.seconds, lo + int(math.ceil(duration_s)))
+        if lo >= hi:
+            raise UserError(f"{self.name}: the window starting at {start_s:g} s is past its end "
+                            f"({self.seconds} s)")
+        if lo == 0 and hi == self.seconds:
+            return self
+        counts = None if self.counts is None else self.counts[lo:hi]
+        return Trace(self.rate[lo:hi], self.mean_frames[lo:hi], self.name, counts)
+
+    def concat(self, other: Trace) -> Trace:
+        """This trace followed by ``other``."""
+        counts = (None if self.counts is None or other.counts is None
+                  else np.concatenate([self.counts, other.counts]))
+        return Trace(np.concatenate([self.rate, other.rate]),
+                     np.concatenate([self.mean_frames, other.mean_frames]), self.name, counts)
+
+    def peak_frames_per_s(self, window_s: int = 60) -> float:
+        """The highest mean demand over ``window_s`` windows, in decoded frames per second."""
+        demand = self.rate * self.mean_frames
+        n = self.seconds // window_s * window_s
+        if n == 0:
+            return float(demand.mean())
+        return float(demand[:n].reshape(-1, window_s).mean(axis=1).max())
+
+    def with_peak_load(self, share: float, catalog: GpuCatalog, fleet: Mapping[str, int]) -> Trace:
+        """Scaled so its peak minute loads ``fleet`` to ``share`` of its peak decode capacity, the
+        way the embedded trace is sized (:func:`peak_rps_for`)."""
+        if share <= 0:
+            raise UserError(f"peak load must be > 0, got {share}")
+        capacity = sum(n * catalog.get(c).capacity.peak_frames_per_s for c, n in fleet.items())
+        peak = self.peak_frames_per_s()
+        if peak <= 0:
+            raise UserError(f"{self.name}: the trace has no requests to scale")
+        return self.scaled(share * capacity / peak)
 
 
 def peak_rps_for(load_share: float, catalog: GpuCatalog, fleet: Mapping[str, int],

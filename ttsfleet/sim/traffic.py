@@ -10,6 +10,15 @@ so percentiles include the queueing spread within a second.
 GPU busy (what NVML reports) of a replica is the curve's measured busy fraction at its
 concurrency, averaged over the Poisson spread of requests in flight around the fluid's mean: a
 replica that averages one request in flight is empty ~37% of the time.
+
+Co-location: ``colocated`` serving replicas share their GPU with a running fill co-tenant. In a
+second whose per-replica concurrency is at most the policy's limit (``co_max_k``, in lookup
+steps) the co-tenant runs: those replicas keep ``co_throughput`` of their frames/s, take that
+share of the arrivals, and their requests see the curve's time to first audio times
+``co_latency`` (plus the pool's queueing), kept apart (:attr:`PoolTraffic.co_last`); the
+co-tenant fills the GPU time the replica leaves idle (``co_idle_s`` adds ``1 - busy`` per
+co-tenant). Above the limit the co-tenants yield — in the same second, or after ``co_yield_s``
+seconds above it — and neither slow the replica nor work (``co_paused_s``).
 """
 
 from __future__ import annotations
@@ -76,6 +85,18 @@ class PoolTraffic:
     frames: float = 0.0
     busy_s: float = 0.0  # GPU-busy replica-seconds
     rejected: float = 0.0
+    # co-location (set by the fleet; the interference cost by the scenario)
+    colocated: int = 0  # serving replicas with a running fill co-tenant on their GPU
+    co_max_k: int = -1  # the co-tenants run while in flight per replica <= this / LUT_STEPS
+    co_yield_s: int = 0  # seconds above the limit before they yield
+    co_throughput: float = 1.0
+    co_latency: float = 1.0
+    co_idle_s: float = 0.0  # GPU time the replicas left idle beside active co-tenants
+    co_active_s: float = 0.0  # co-tenant-seconds running beside a serving replica
+    co_paused_s: float = 0.0  # co-tenant-seconds yielded to a busy replica
+    co_over: int = 0  # consecutive seconds above the limit
+    #: The co-located replicas' share of the last second: (TTFA first, last, arrivals) or None.
+    co_last: tuple[float, float, float] | None = None
 
     @classmethod
     def build(cls, key: str, gpu_class: str, curve: CapacityCurve, target: float,
@@ -106,6 +127,10 @@ class PoolTraffic:
             self.in_flight += admitted
         self.in_flight_obs = self.in_flight
         if self.ready == 0 or self.in_flight <= 0:
+            if self.colocated:  # an empty replica leaves its GPU to the co-tenant
+                self.co_idle_s += self.colocated
+                self.co_active_s += self.colocated
+                self.co_over = 0
             base = self.ttfa_lut[LUT_STEPS]
             lo = base + (NO_REPLICA_TTFA_S if q0 > 0 else 0.0)
             hi = base + (NO_REPLICA_TTFA_S if self.queue > 0 else 0.0)
@@ -115,7 +140,17 @@ class PoolTraffic:
         k = int(self.in_flight / self.ready * LUT_STEPS)
         if k >= len(self.fps_lut):
             k = len(self.fps_lut) - 1
-        produced = self.fps_lut[k] * self.ready
+        co = self.colocated
+        if co:
+            if k <= self.co_max_k:
+                self.co_over = 0
+            else:
+                self.co_over += 1
+                if self.co_over > self.co_yield_s:  # yielded: no interference, no fill work
+                    self.co_paused_s += co
+                    co = 0
+        serving = self.ready - co * (1.0 - self.co_throughput) if co else self.ready
+        produced = self.fps_lut[k] * serving
         done = produced / mean_frames
         if done > self.in_flight:
             done = self.in_flight
@@ -124,10 +159,28 @@ class PoolTraffic:
         self.frames += produced
         self.busy_s += self.busy_lut[k] * self.ready
         base = self.ttfa_lut[k]
-        lo = base + q0 / done if q0 > 0 else base
-        hi = base + self.queue / done if self.queue > 0 else base
+        wait_lo = q0 / done if q0 > 0 else 0.0
+        wait_hi = self.queue / done if self.queue > 0 else 0.0
+        lo, hi = base + wait_lo, base + wait_hi
+        if co:
+            return self._colocated_second(arrivals, k, co, serving, lo, hi, wait_lo, wait_hi)
         if arrivals > 0:
             self.window.append((lo, hi, arrivals))
+        return lo, hi
+
+    def _colocated_second(self, arrivals: float, k: int, co: int, serving: float, lo: float,
+                          hi: float, wait_lo: float, wait_hi: float) -> tuple[float, float]:
+        """The second's TTFA split between the plain and the co-located replicas (by the share
+        of the arrivals each takes: their decode capacity); returns the plain part's range."""
+        self.co_idle_s += (1.0 - self.busy_lut[k]) * co
+        self.co_active_s += co
+        share = co * self.co_throughput / serving
+        slow = self.ttfa_lut[k] * self.co_latency
+        co_w = arrivals * share
+        self.co_last = (slow + wait_lo, slow + wait_hi, co_w)
+        if arrivals > 0:
+            self.window.append((lo, hi, arrivals - co_w))
+            self.window.append((slow + wait_lo, slow + wait_hi, co_w))
         return lo, hi
 
     def take_window_p99(self) -> float | None:
