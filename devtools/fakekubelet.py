@@ -34,7 +34,7 @@ from typing import Any
 
 import httpx
 
-from ttsfleet.exitcodes import PREEMPTED_REQUEUE
+from ttsfleet.contracts.exits import PREEMPTED_REQUEUE
 
 log = logging.getLogger("fake-kubelet")
 A = "fake-kubelet.ttsfleet.io/"

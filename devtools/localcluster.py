@@ -54,7 +54,7 @@ class LocalClusterSpec:
     mem_mb_per_node: int = 16000
     gpus_per_node: int = 4
     gpu_class: str = field(default_factory=lambda: _first_catalog_class())
-    grace_time_s: int = 5
+    grace_period_s: int = 5
     kill_wait_s: int = 2
     cred_expire_s: int = 5
     restd: bool = False
@@ -243,7 +243,7 @@ JobCompLoc={self.jobcomp_path}
             f"NodeName={n} NodeHostname=localhost NodeAddr=127.0.0.1 Port={port} "
             f"CPUs={s.cpus_per_node} RealMemory={s.mem_mb_per_node}{gres} State=UNKNOWN\n"
             for n, port in zip(self.node_names, slurmd_ports, strict=True))
-        fill = render_fill_conf(nodes=self.nodelist, grace_time_s=s.grace_time_s,
+        fill = render_fill_conf(nodes=self.nodelist, grace_period_s=s.grace_period_s,
                                 cred_expire_s=s.cred_expire_s, munge_socket=str(self.munge_socket))
         self.conf_path.write_text(base + nodes + fill)
         gres_lines = ["AutoDetect=off"]

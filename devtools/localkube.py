@@ -36,6 +36,8 @@ from typing import Any
 
 from ttsfleet.devtools.ports import free_port
 
+from ttsfleet.catalog import NODE_LABEL_KEY
+
 #: The pinned release (scripts/kube-local/go.mod requires the same; a test checks they agree).
 K8S_VERSION = "v1.34.4"
 BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd")
@@ -333,7 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     fake nodes until Ctrl-C (``scripts/kube-local.sh up`` calls this)."""
     args = list(sys.argv[1:] if argv is None else argv)
     root = Path(args[0] if args else "kube-local").resolve()
-    nodes = [FakeNode(f"{cls}-{i}", {"ttsfleet.io/gpu-class": cls}, gpus=8) for cls in ("h200", "rtx5090")
+    nodes = [FakeNode(f"{cls}-{i}", {NODE_LABEL_KEY: cls}, gpus=8) for cls in ("h200", "rtx5090")
              for i in range(2)]
     kube = LocalKube(root, nodes)
     try:

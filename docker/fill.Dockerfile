@@ -20,6 +20,7 @@ COPY inference/ inference/
 COPY kernels/ kernels/
 COPY fill_jobs/ fill_jobs/
 COPY slurm/ slurm/
+COPY devtools/ devtools/
 RUN pip install --no-cache-dir "./[fill]" \
     && python -c "import torch; assert torch.__version__ == '2.11.0+cpu', torch.__version__" \
     && ttsfleet fill --help > /dev/null

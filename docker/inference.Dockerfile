@@ -26,6 +26,7 @@ COPY inference/ inference/
 COPY kernels/ kernels/
 COPY fill_jobs/ fill_jobs/
 COPY slurm/ slurm/
+COPY devtools/ devtools/
 # Fail the build unless torch is the pinned CUDA build with FP8 dtypes and both GPU archs.
 RUN uv pip install --python /opt/venv/bin/python "torch==2.11.0" ".[inference]" \
     && /opt/venv/bin/python -c "import torch; \

@@ -17,6 +17,7 @@ COPY inference/ inference/
 COPY kernels/ kernels/
 COPY fill_jobs/ fill_jobs/
 COPY slurm/ slurm/
+COPY devtools/ devtools/
 RUN pip install --no-cache-dir "./[operator]" \
     && ttsfleet operator --help > /dev/null
 

@@ -1,15 +1,17 @@
 """The per-shard checkpoint: the single record of what is committed.
 
-``CKPT/shard-IIII-of-NNNN.json`` says how many of the shard's items (in shard order) and how many
-output part files are committed, plus counters for ``ttsfleet fill status``. It is replaced
-atomically (:mod:`ttsfleet.fill_jobs.atomic`) after the part file it names is durable, so after a
-kill at any instant the checkpoint and the output agree; anything newer than the checkpoint is an
-orphan that the restart removes. Each shard has its own file and lock, so shards of one job can
-share the directory.
+``CKPT/shard-IIII-of-NNNN.json`` (the layout of :func:`ttsfleet.contracts.fill.checkpoint_file`;
+schedulers read it with :func:`ttsfleet.contracts.fill.shard_state`) says how many of the
+shard's items (in shard order) and how many output part files are committed, plus counters for
+``ttsfleet fill status``. It is replaced atomically (:mod:`ttsfleet.fill_jobs.atomic`) after the
+part file it names is durable, so after a kill at any instant the checkpoint and the output
+agree; anything newer than the checkpoint is an orphan that the restart removes. Each shard has
+its own file and lock, so shards of one job share the directory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -20,7 +22,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ttsfleet.fill_jobs.atomic import remove_stale_temps, write_json_atomic
 
-from ttsfleet.errors import UserError
+from ttsfleet.contracts.fill import state_of
+from ttsfleet.errors import UserError, validation_text
 
 State = Literal["running", "stopped", "complete"]
 
@@ -72,19 +75,13 @@ class ShardCheckpoint(BaseModel):
         return (self.items_total - self.items_done) / rate if rate else None
 
 
-def checkpoint_path(directory: Path, shard_name: str) -> Path:
-    return directory / f"{shard_name}.json"
-
-
 def load_checkpoint(path: Path) -> ShardCheckpoint | None:
     if not path.exists():
         return None
     try:
         return ShardCheckpoint.model_validate(json.loads(path.read_text(encoding="utf-8")))
     except ValidationError as exc:
-        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": str(exc)}
-        where = ".".join(str(x) for x in first["loc"]) or "document"
-        raise UserError(f"checkpoint {path} is not a ttsfleet checkpoint ({where}: {first['msg']}); "
+        raise UserError(f"checkpoint {path} is not a ttsfleet checkpoint ({validation_text(exc, 1)}); "
                         "remove it to start the shard over") from None
     except (OSError, ValueError) as exc:  # ValueError: not JSON, not UTF-8 (a torn or foreign file)
         raise UserError(f"checkpoint {path} is unreadable ({type(exc).__name__}: "
@@ -92,20 +89,32 @@ def load_checkpoint(path: Path) -> ShardCheckpoint | None:
                         "the shard over") from None
 
 
-def save_checkpoint(path: Path, ckpt: ShardCheckpoint) -> None:
+def save_checkpoint(path: Path, ckpt: ShardCheckpoint, state_file: Path | None = None) -> None:
+    """Write the checkpoint atomically; then, with ``state_file``, its shard state there too."""
     ckpt.last_checkpoint_at = time.time()
     ckpt.checkpoints_written += 1
-    write_json_atomic(path, ckpt.model_dump(mode="json"))
+    doc = ckpt.model_dump(mode="json")
+    write_json_atomic(path, doc)
+    if state_file is not None:
+        publish_state(state_file, doc)
+
+
+def publish_state(state_file: Path, doc: dict) -> None:
+    """Rewrite ``state_file`` in place with the compact shard state (on Kubernetes the container's
+    termination message file: a bind mount, so it cannot be replaced by a rename). Best effort: the
+    checkpoint on disk stays the record; a scheduler without the message estimates instead."""
+    state = state_of(doc)
+    if state is None:
+        return
+    with contextlib.suppress(OSError):
+        state_file.write_text(state.to_json(), encoding="utf-8")
 
 
 def load_all(directory: Path) -> list[ShardCheckpoint]:
-    """Every shard checkpoint in ``directory`` or below it, in shard order.
-
-    Below: the operator gives each shard pod its own folder (``<job>/shard-00003/``).
-    """
+    """Every shard checkpoint in ``directory`` (every shard of a job shares it), in shard order."""
     if not directory.is_dir():
         raise UserError(f"checkpoint directory {directory} does not exist")
-    found = [c for p in sorted(directory.rglob("shard-*-of-*.json")) if (c := load_checkpoint(p))]
+    found = [c for p in sorted(directory.glob("shard-*-of-*.json")) if (c := load_checkpoint(p))]
     return sorted(found, key=lambda c: (c.shard_count, c.shard_index))
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import typer
 
+from ttsfleet.contracts import fill as contract
 from ttsfleet.errors import UserError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
@@ -30,16 +31,21 @@ def run(
                                help="comma-separated stages (ttsfleet fill stages lists them); "
                                     "'default' = the starred ones; 'fast' = decode,hash"),
     shard: str | None = typer.Option(None, "--shard",
-                                     help="I/N: this job's shard. Without it: TTSFLEET_FILL_SHARD, or "
+                                     help=f"I/N: this job's shard. Without it: {contract.SHARD_ENV}, or "
                                           "SLURM_ARRAY_TASK_ID/COUNT, or JOB_COMPLETION_INDEX with "
-                                          "TTSFLEET_FILL_SHARDS, else 0/1"),
-    checkpoint_every_items: int = typer.Option(100, help="commit after this many items ..."),
-    checkpoint_every_seconds: float = typer.Option(30.0, help="... or this many seconds"),
-    metrics_port: int | None = typer.Option(None, envvar="TTSFLEET_FILL_METRICS_PORT",
+                                          f"{contract.SHARDS_ENV}, else 0/1"),
+    checkpoint_every_items: int = typer.Option(contract.CHECKPOINT_EVERY_ITEMS,
+                                               help="commit after this many items ..."),
+    checkpoint_every_seconds: float = typer.Option(contract.CHECKPOINT_INTERVAL_S,
+                                                   help="... or this many seconds"),
+    metrics_port: int | None = typer.Option(None, envvar=contract.METRICS_PORT_ENV,
                                             help="serve Prometheus metrics on this port"),
+    state_file: Path | None = typer.Option(None, envvar=contract.STATE_FILE_ENV,
+                                           help="rewrite this file with the shard state after every "
+                                                "checkpoint (a pod's termination message file)"),
     item_delay_seconds: float = typer.Option(0.0, help="sleep per item (tests and demos of preemption)"),
     config: Path | None = typer.Option(None, "--config", help="YAML/JSON cleaning thresholds"),
-    job_name: str | None = typer.Option(None, envvar="TTSFLEET_FILL_JOB",
+    job_name: str | None = typer.Option(None, envvar=contract.JOB_ENV,
                                         help="fill_job label of the metrics (default: output dir + shard)"),
 ) -> None:
     """Clean one shard of a manifest; resumable, exits 99 when preempted."""
@@ -54,6 +60,7 @@ def run(
     opts = RunOptions(input=input, output=output, checkpoint=checkpoint, stages=parse_stages(stages),
                       shard=spec, checkpoint_every_items=checkpoint_every_items,
                       checkpoint_every_seconds=checkpoint_every_seconds, metrics_port=metrics_port,
+                      state_file=state_file,
                       item_delay_seconds=item_delay_seconds, config=load_config(config),
                       job_name=job_name)
     try:
@@ -107,6 +114,14 @@ def corpus(
     else:
         path = make_corpus(directory, items, seed=seed)
     typer.echo(str(path))
+
+
+@app.command("render-example")
+def render_example(shards: int = typer.Option(8, "--shards", min=1, help="pods (one shard each)")) -> None:
+    """Print the hand-run Kubernetes Indexed Job (``fill_jobs/k8s-indexed-job.yaml``)."""
+    from ttsfleet.fill_jobs.examples import render_kubernetes_example
+
+    typer.echo(render_kubernetes_example(shards), nl=False)
 
 
 @app.command("stages")

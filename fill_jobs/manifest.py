@@ -21,6 +21,7 @@ from pathlib import Path
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ttsfleet.contracts.fill import SHARD_ENV, SHARDS_ENV, shard_name
 from ttsfleet.errors import UserError
 
 ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
@@ -120,7 +121,7 @@ class ShardSpec:
 
     @property
     def name(self) -> str:
-        return f"shard-{self.index:04d}-of-{self.count:04d}"
+        return shard_name(self.index, self.count)
 
     def __str__(self) -> str:
         return f"{self.index}/{self.count}"
@@ -150,14 +151,14 @@ def shard_from_environment(env: dict[str, str] | None = None) -> ShardSpec | Non
       not tell a pod the completion count, so the Job template sets it).
     """
     env = dict(os.environ) if env is None else env
-    if env.get("TTSFLEET_FILL_SHARD"):
-        return parse_shard(env["TTSFLEET_FILL_SHARD"])
+    if env.get(SHARD_ENV):
+        return parse_shard(env[SHARD_ENV])
     if env.get("SLURM_ARRAY_TASK_ID") and env.get("SLURM_ARRAY_TASK_COUNT"):
         base = int(env.get("SLURM_ARRAY_TASK_MIN", "0"))
         return parse_shard(f"{int(env['SLURM_ARRAY_TASK_ID']) - base}/{env['SLURM_ARRAY_TASK_COUNT']}")
     if env.get("JOB_COMPLETION_INDEX"):
-        if not env.get("TTSFLEET_FILL_SHARDS"):
-            raise UserError("JOB_COMPLETION_INDEX is set but TTSFLEET_FILL_SHARDS (the completion "
+        if not env.get(SHARDS_ENV):
+            raise UserError(f"JOB_COMPLETION_INDEX is set but {SHARDS_ENV} (the completion "
                             "count) is not; set it in the Job template or pass --shard I/N")
-        return parse_shard(f"{env['JOB_COMPLETION_INDEX']}/{env['TTSFLEET_FILL_SHARDS']}")
+        return parse_shard(f"{env['JOB_COMPLETION_INDEX']}/{env[SHARDS_ENV]}")
     return None

@@ -5,7 +5,7 @@ checkpoint (removing orphans of an uncommitted batch, rebuilding the duplicate i
 committed rows), and commits every ``checkpoint_every_items`` items or
 ``checkpoint_every_seconds`` seconds, whichever comes first. SIGTERM, SIGUSR1 and SIGINT set a
 flag: the item in flight is abandoned at the next stage boundary, the batch is committed, the
-checkpoint written, and the job returns :data:`~ttsfleet.exitcodes.PREEMPTED_REQUEUE` (99).
+checkpoint written, and the job returns :data:`~ttsfleet.contracts.exits.PREEMPTED_REQUEUE` (99).
 A finished shard returns 0, also when started again.
 """
 
@@ -20,7 +20,6 @@ from ttsfleet.fill_jobs.batching import GroupRunner
 from ttsfleet.fill_jobs.checkpoint import (
     ShardCheckpoint,
     ShardLock,
-    checkpoint_path,
     load_checkpoint,
     save_checkpoint,
 )
@@ -32,8 +31,9 @@ from ttsfleet.fill_jobs.prefetch import Prefetcher, worker_count
 from ttsfleet.fill_jobs.settings import DEFAULT_STAGES, CleaningConfig
 from ttsfleet.fill_jobs.stopping import StopFlag
 
+from ttsfleet.contracts import fill as contract
+from ttsfleet.contracts.exits import OK, PREEMPTED_REQUEUE
 from ttsfleet.errors import UserError
-from ttsfleet.exitcodes import OK, PREEMPTED_REQUEUE
 
 
 @dataclass
@@ -43,9 +43,11 @@ class RunOptions:
     checkpoint: Path
     stages: tuple[str, ...] = DEFAULT_STAGES
     shard: ShardSpec = field(default_factory=ShardSpec)
-    checkpoint_every_items: int = 100
-    checkpoint_every_seconds: float = 30.0
+    checkpoint_every_items: int = contract.CHECKPOINT_EVERY_ITEMS
+    checkpoint_every_seconds: float = contract.CHECKPOINT_INTERVAL_S
     metrics_port: int | None = None
+    #: Rewritten with the shard state after every checkpoint (the pod's termination message file).
+    state_file: Path | None = None
     item_delay_seconds: float = 0.0
     config: CleaningConfig = field(default_factory=CleaningConfig)
     job_name: str | None = None
@@ -77,8 +79,10 @@ class _Metrics:
         self.gpu_seconds = 0.0
         c["fill_last_checkpoint_timestamp_seconds"].labels(job).set(ckpt.last_checkpoint_at)
         self.last_checkpoint = ckpt.last_checkpoint_at
+        self.started = time.time()
+        # The contract's work at risk: since the later of this run's start and its last commit.
         c["fill_seconds_since_checkpoint"].labels(job).set_function(
-            lambda: time.time() - self.last_checkpoint)
+            lambda: contract.work_at_risk(time.time(), self.started, self.last_checkpoint))
         if port is not None:
             from prometheus_client import start_http_server
 
@@ -143,7 +147,7 @@ class _Job:
         self.manifest = load_manifest(opts.input)
         self.entries = opts.shard.select(self.manifest.entries)
         self.output = ShardOutput(opts.output, opts.shard.name)
-        self.ckpt_path = checkpoint_path(opts.checkpoint, opts.shard.name)
+        self.ckpt_path = contract.checkpoint_file(opts.checkpoint, opts.shard.index, opts.shard.count)
         self.pending: list[ItemResult] = []
         self.batch_stages: list[tuple[str, object]] = []
         self._save_seconds = 0.0
@@ -205,7 +209,7 @@ class _Job:
                                  if registry.get(n).kind == "batch"]
             ckpt.runs += 1
             ckpt.state = "running"
-            save_checkpoint(self.ckpt_path, ckpt)
+            save_checkpoint(self.ckpt_path, ckpt, self.opts.state_file)
             metrics = _Metrics(o.job, ckpt, o.metrics_port, self.log)
             if lost:
                 metrics.lost(lost)
@@ -268,7 +272,7 @@ class _Job:
             ckpt.state = "stopped"
             ckpt.orderly_stops += 1
             ckpt.last_stop_signal = self.stop.signal_name
-            save_checkpoint(self.ckpt_path, ckpt)
+            save_checkpoint(self.ckpt_path, ckpt, self.opts.state_file)
             metrics.checkpointed(ckpt.last_checkpoint_at)
             self.log.emit("preempted", signal=self.stop.signal_name, items_done=ckpt.items_done,
                           items_total=ckpt.items_total, exit_code=PREEMPTED_REQUEUE)
@@ -321,7 +325,7 @@ class _Job:
         # this one cannot record its own).
         ckpt.commit_seconds += time.monotonic() - t0 + self._save_seconds
         t1 = time.monotonic()
-        save_checkpoint(self.ckpt_path, ckpt)
+        save_checkpoint(self.ckpt_path, ckpt, self.opts.state_file)
         self._save_seconds = time.monotonic() - t1
         metrics.checkpointed(ckpt.last_checkpoint_at)
         self.pending.clear()
@@ -345,7 +349,7 @@ class _Job:
         self.output.write_summary(summary)
         faults.maybe_crash("after-manifest")
         ckpt.state = "complete"
-        save_checkpoint(self.ckpt_path, ckpt)
+        save_checkpoint(self.ckpt_path, ckpt, self.opts.state_file)
         self.output.remove_parts()
         self.log.emit("complete", items=ckpt.items_total, accepted=ckpt.accepted,
                       rejected=sum(ckpt.rejected.values()), preemptions_survived=ckpt.preemptions_survived,

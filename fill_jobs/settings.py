@@ -16,7 +16,7 @@ from pydantic import Field, ValidationError
 from ttsfleet.fill_jobs import registry
 
 from ttsfleet.config import WireModel
-from ttsfleet.errors import UserError
+from ttsfleet.errors import UserError, validation_text
 
 #: The stage vocabulary lives in :mod:`ttsfleet.fill_jobs.registry` (the one place a stage is
 #: registered); these are its built-in defaults, for callers that want a constant.
@@ -90,8 +90,7 @@ def load_config(path: Path | None) -> CleaningConfig:
     try:
         return CleaningConfig.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        raise UserError(f"config {path}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+        raise UserError(f"config {path}: {validation_text(exc, 1)}") from None
 
 
 def parse_stages(text: str | None) -> tuple[str, ...]:

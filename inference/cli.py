@@ -1,7 +1,7 @@
 """``ttsfleet serve`` and ``ttsfleet bench serve``.
 
 Flags override the ``TTSFLEET_*`` environment the operator sets (see
-:mod:`ttsfleet.serving_env`); heavy imports (torch, fastapi) stay inside the commands.
+:mod:`ttsfleet.contracts.serving`); heavy imports (torch, fastapi) stay inside the commands.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import Any
 
 import typer
 
+from ttsfleet.contracts import serving
 from ttsfleet.errors import UserError
 from ttsfleet.quantization import choices_text
 
@@ -27,7 +28,7 @@ bench_app = typer.Typer(help="Load generators and benchmarks against running ser
 def serve(
     host: str = typer.Option(None, help="Bind address (env TTSFLEET_HOST, default 127.0.0.1: loopback only; "
                              "0.0.0.0 to serve other machines, as a pod does)."),
-    port: int = typer.Option(None, help="Port (env TTSFLEET_PORT, default 8000)."),
+    port: int = typer.Option(None, help=f"Port (env {serving.PORT}, default {serving.INFERENCE_PORT})."),
     checkpoint: str = typer.Option(None, help="Checkpoint directory, or 'tiny' (deterministic random "
                                    "weights, noise-like audio, CPU) (env TTSFLEET_CHECKPOINT)."),
     model_name: str = typer.Option(None, help="Model label in metrics (env TTSFLEET_MODEL_NAME)."),
@@ -79,7 +80,8 @@ def serve(
 
 @bench_app.command("serve")
 def bench_serve(
-    url: str = typer.Option("http://127.0.0.1:8000", help="Base URL of a running server."),
+    url: str = typer.Option(f"http://127.0.0.1:{serving.INFERENCE_PORT}",
+                            help="Base URL of a running server."),
     concurrency: str = typer.Option("1,4,16,64", help="Comma-separated concurrency levels."),
     requests: int = typer.Option(0, help="Requests per level (0 = 2 x concurrency, at least 4)."),
     text: str = typer.Option("The quick brown fox jumps over the lazy dog.", help="Text of every request."),

@@ -17,6 +17,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ttsfleet.inference.api import MSGPACK_TYPES, ApiError, decode_body
 from ttsfleet.inference.server_state import ServerState
 
+from ttsfleet.errors import validation_text
+
 log = logging.getLogger("ttsfleet.inference.server")
 
 #: Routes whose outcomes are synthesis requests in ``inference_requests`` (by status).
@@ -141,7 +143,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError):
-        msg = "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors()[:5])
+        msg = validation_text(exc, 5)
         record(request, 400, "invalid_request")
         return JSONResponse({"status": 400, "message": msg, "reason": "invalid_request"}, status_code=400)
 

@@ -35,15 +35,14 @@ class CheckpointMismatch(UserError):
     """The checkpoint's tensors do not match the model its config.json describes."""
 
 
-def device_dispatch(capability: tuple[int, int] | None,
-                    catalog: GpuCatalog | None = None) -> DeviceDispatch:
+def device_dispatch(capability: tuple[int, int] | None, catalog: GpuCatalog) -> DeviceDispatch:
     """What a device of ``capability`` (``None``: CPU) runs, as the run's catalog says: the
     scheme ``auto`` means and the kernel backend. No table here: a GPU class is a catalog entry."""
-    return (catalog or GpuCatalog.default()).dispatch_for_device(capability)
+    return catalog.dispatch_for_device(capability)
 
 
 def quantization_for_capability(quantize: str, capability: tuple[int, int] | None,
-                                catalog: GpuCatalog | None = None) -> QuantScheme:
+                                catalog: GpuCatalog) -> QuantScheme:
     """The scheme to run: ``quantize`` itself, or for ``auto`` the device's (:func:`device_dispatch`)."""
     requested = parse_quantization(quantize, what="quantize")
     if requested != "auto":
@@ -51,8 +50,7 @@ def quantization_for_capability(quantize: str, capability: tuple[int, int] | Non
     return device_dispatch(capability, catalog).quantization
 
 
-def resolve_quantization(quantize: str, device: torch.device,
-                         catalog: GpuCatalog | None = None) -> QuantScheme:
+def resolve_quantization(quantize: str, device: torch.device, catalog: GpuCatalog) -> QuantScheme:
     """``quantize`` for ``device``: ``auto`` follows the catalog's class for the device's compute
     capability (bsgemm_fp8 on sm_90a, mxfp8 on sm_120a, ...), bf16 on CPU or unknown devices."""
     capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
@@ -246,10 +244,13 @@ def load_model(name_or_path: str | Path, device: str | torch.device = "cpu",
     without a tokenizer, whose config.json carries no token ids). ``quantize``: a scheme of
     :mod:`ttsfleet.quantization` or ``auto`` (resolved through ``catalog``, the run's GPU catalog).
     A ``catalog`` given here also becomes the kernel dispatch's (:func:`ttsfleet.kernels.dispatch.
-    use_catalog`), so the scheme and the backend come from the same file.
+    use_catalog`), so the scheme and the backend come from the same file. ``None``: the kernel
+    dispatch's run catalog (the built-in one unless the entry point set another).
     """
     device = torch.device(device)
-    if catalog is not None:
+    if catalog is None:
+        catalog = dispatch.run_catalog()
+    else:
         dispatch.use_catalog(catalog)
     scheme = resolve_quantization(quantize, device, catalog)
     name = str(name_or_path)

@@ -1,7 +1,7 @@
 """``ServeConfig``: what ``ttsfleet serve`` runs with — defaults < ``TTSFLEET_*`` environment < CLI flags.
 
 The operator configures replicas through the environment; the names are the serving env contract
-(:mod:`ttsfleet.serving_env`), imported by both sides, and the quantization names are
+(:mod:`ttsfleet.contracts.serving`), imported by both sides, and the quantization names are
 :mod:`ttsfleet.quantization`'s. Safe defaults: the server binds 127.0.0.1 unless
 told otherwise (``--host 0.0.0.0`` / ``TTSFLEET_HOST=0.0.0.0`` in a pod) and needs no key unless
 ``TTSFLEET_API_KEYS`` / ``--api-key`` sets some.
@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ttsfleet.contracts.serving import INFERENCE_PORT, SERVER_ENV, read_server_env
 from ttsfleet.errors import UserError
 from ttsfleet.quantization import AUTO, parse_quantization
-from ttsfleet.serving_env import SERVER_ENV, read_server_env
 
 if TYPE_CHECKING:
     from ttsfleet.catalog import GpuCatalog
@@ -30,7 +30,7 @@ class ServeConfig:
     """Serving configuration: defaults < environment (``TTSFLEET_*``) < CLI flags."""
 
     host: str = "127.0.0.1"  # loopback unless told: a pod passes TTSFLEET_HOST=0.0.0.0
-    port: int = 8000
+    port: int = INFERENCE_PORT
     checkpoint: str = "tiny"  # a directory, or a random-weight preset ("tiny": small, noise-like audio)
     model_name: str = ""
     gpu_class: str = ""

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from ttsfleet.errors import UserError
+from ttsfleet.errors import UserError, validation_text
 
 app = typer.Typer(no_args_is_help=True)
 CATALOG_OPTION = typer.Option(None, "--catalog", help="GPU catalog file merged over the built-in classes")
@@ -131,8 +131,7 @@ def render(
     try:
         spec = TTSDeploymentSpec.model_validate(doc.get("spec") or {}, context={"catalog": cat})
     except ValidationError as exc:
-        errs = "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors())
-        raise UserError(f"{manifest}: invalid spec: {errs}") from None
+        raise UserError(f"{manifest}: invalid spec: {validation_text(exc)}") from None
     if problems := name_problems(name, spec):
         raise UserError("; ".join(problems))
     ns = (doc.get("metadata") or {}).get("namespace")

@@ -193,9 +193,8 @@ def _col(name: str, path: str, type_: str = "string", priority: int = 0) -> dict
     return col
 
 
-def crd_documents(catalog: GpuCatalog | None = None) -> dict[str, dict[str, Any]]:
-    """File name → CRD document, for both custom resources (class enums from ``catalog``)."""
-    catalog = catalog or GpuCatalog.default()
+def crd_documents(catalog: GpuCatalog) -> dict[str, dict[str, Any]]:
+    """File name → CRD document, for both custom resources (class enums from the run's ``catalog``)."""
     ready = '.status.conditions[?(@.type=="Ready")].status'
     ttsd = _crd("TTSDeployment", "ttsdeployments", ["ttsd"], TTSDeploymentSpec, TTSDeploymentStatus, [
         _col("Ready", ready),
@@ -223,7 +222,7 @@ def render(doc: dict[str, Any]) -> str:
     return HEADER + yaml.safe_dump(doc, sort_keys=False, width=100)
 
 
-def write_crds(out: Path, catalog: GpuCatalog | None = None) -> list[Path]:
+def write_crds(out: Path, catalog: GpuCatalog) -> list[Path]:
     """Write every CRD into ``out``; returns the paths written."""
     out.mkdir(parents=True, exist_ok=True)
     written = []

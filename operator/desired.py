@@ -1,22 +1,26 @@
-"""Spec → desired objects for a TTSDeployment: per pool a Deployment, a Service and a PDB.
+"""Spec → desired objects for a TTSDeployment: the run's catalog as a ConfigMap, per pool a
+Deployment, a Service and a PDB.
 
 Pure functions, no I/O: the handlers adopt the returned dicts (owner references) and reconcile them
 by diff (:mod:`ttsfleet.operator.reconcile`). Serving settings per GPU class come from
-:mod:`ttsfleet.catalog`; nothing here decides replicas (the autoscaler owns ``spec.replicas``).
+:mod:`ttsfleet.catalog`; what a server pod is handed (its ``TTSFLEET_*`` variables and the run's
+catalog file) is the serving door, :mod:`ttsfleet.contracts.serving`. Nothing here decides
+replicas (the autoscaler owns ``spec.replicas``).
 """
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from ttsfleet.operator.models import GPU_CLASS_LABEL, TTSDeploymentSpec, TTSPool
 
-from ttsfleet import serving_env as contract
 from ttsfleet.catalog import GpuCatalog
+from ttsfleet.contracts import serving as contract
 from ttsfleet.policy import clamp_replicas
 from ttsfleet.quantization import AUTO, BF16, QuantScheme
 
-INFERENCE_PORT = 8000
+INFERENCE_PORT = contract.INFERENCE_PORT
 INFERENCE_PRIORITY_CLASS = "ttsfleet-inference"
 MODEL_MOUNT = "/models"
 
@@ -29,6 +33,9 @@ L_POOL = "ttsfleet.io/pool"
 L_WORKLOAD = "ttsfleet.io/workload"
 MANAGED_BY = "ttsfleet-operator"
 DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
+#: The catalog text's digest on the pod template: a new catalog rolls the pods that read it.
+A_CATALOG_DIGEST = "ttsfleet.io/catalog-sha256"
+CATALOG_VOLUME = "catalog"
 
 
 
@@ -61,6 +68,26 @@ def quantization(spec: TTSDeploymentSpec, pool: TTSPool, catalog: GpuCatalog) ->
     return catalog.get(pool.gpu_class).quantization
 
 
+def catalog_configmap_name(deployment: str) -> str:
+    return f"{deployment}-catalog"
+
+
+def catalog_configmap(name: str, catalog: GpuCatalog) -> dict[str, Any]:
+    """The run's catalog as a file for the server pods (the serving door's catalog hand-off)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": catalog_configmap_name(name),
+                     "labels": {L_INSTANCE: name, L_NAME: "ttsfleet-inference", L_COMPONENT: "catalog",
+                                L_MANAGED_BY: MANAGED_BY, L_DEPLOYMENT: name}},
+        "data": {contract.CATALOG_KEY: catalog.to_yaml()},
+    }
+
+
+def catalog_digest(catalog: GpuCatalog) -> str:
+    return hashlib.sha256(catalog.to_yaml().encode()).hexdigest()[:16]
+
+
 def serving_env(spec: TTSDeploymentSpec, pool: TTSPool, catalog: GpuCatalog,
                 model_name: str = "") -> list[dict[str, str]]:
     pvc = spec.model.pvc
@@ -78,6 +105,8 @@ def serving_env(spec: TTSDeploymentSpec, pool: TTSPool, catalog: GpuCatalog,
         {"name": contract.QUANTIZATION, "value": "none" if quant == BF16 else quant},
         {"name": contract.CHECKPOINT, "value": checkpoint},
         {"name": contract.MODEL_NAME, "value": model_name},
+        # The run's catalog, mounted from its ConfigMap: a class added by a catalog file is known.
+        {"name": contract.CATALOG, "value": contract.CATALOG_PATH},
         # Exit before the kubelet's SIGKILL even if a request is still streaming.
         {"name": contract.DRAIN_TIMEOUT_S,
          "value": str(max(spec.serving.termination_grace_seconds - 5, 1))},
@@ -110,8 +139,12 @@ def pod_template(name: str, spec: TTSDeploymentSpec, pool: TTSPool,
     res = spec.resources
     gpus = str(res.gpus)
     volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}},
-                                     dict(TMP_VOLUME)]
-    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}, dict(TMP_MOUNT)]
+                                     dict(TMP_VOLUME),
+                                     {"name": CATALOG_VOLUME,
+                                      "configMap": {"name": catalog_configmap_name(name)}}]
+    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}, dict(TMP_MOUNT),
+                                    {"name": CATALOG_VOLUME, "mountPath": contract.CATALOG_DIR,
+                                     "readOnly": True}]
     pvc = spec.model.pvc
     if pvc:
         volumes.append({"name": "model", "persistentVolumeClaim": {"claimName": pvc[0], "readOnly": True}})
@@ -141,7 +174,7 @@ def pod_template(name: str, spec: TTSDeploymentSpec, pool: TTSPool,
         "metadata": {
             "labels": pool_labels(name, pool),
             "annotations": {"prometheus.io/scrape": "true", "prometheus.io/port": str(INFERENCE_PORT),
-                            "prometheus.io/path": "/metrics"},
+                            "prometheus.io/path": "/metrics", A_CATALOG_DIGEST: catalog_digest(catalog)},
         },
         "spec": {
             "priorityClassName": INFERENCE_PRIORITY_CLASS,
@@ -211,8 +244,9 @@ def initial_replicas(pool: TTSPool) -> int:
 
 
 def desired_objects(name: str, spec: TTSDeploymentSpec, catalog: GpuCatalog) -> list[dict[str, Any]]:
-    """Every child object of a TTSDeployment, in creation order."""
-    objs: list[dict[str, Any]] = []
+    """Every child object of a TTSDeployment, in creation order (the catalog before the pods
+    that mount it)."""
+    objs: list[dict[str, Any]] = [catalog_configmap(name, catalog)]
     for pool in spec.pools:
         objs.append(deployment(name, spec, pool, catalog, initial_replicas(pool)))
         objs.append(service(name, pool))

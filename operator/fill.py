@@ -31,6 +31,7 @@ from ttsfleet.operator.runtime import Runtime
 from ttsfleet.operator.signals import pod_url, scrape_gauges
 
 from ttsfleet.catalog import GpuCatalog
+from ttsfleet.errors import validation_text
 from ttsfleet.metrics import spec as metric_spec
 from ttsfleet.policy import ClassObservation, FillPlan, plan_fill
 from ttsfleet.policy.demand import InferenceNeed, fill_forecasts
@@ -38,12 +39,11 @@ from ttsfleet.policy.demand import InferenceNeed, fill_forecasts
 log = logging.getLogger(__name__)
 
 
-def validate(spec_raw: Any, name: str = "",
-             catalog: GpuCatalog | None = None) -> tuple[FillJobSpec | None, str]:
+def validate(spec_raw: Any, name: str, catalog: GpuCatalog) -> tuple[FillJobSpec | None, str]:
     try:
         spec = FillJobSpec.model_validate(dict(spec_raw or {}), context={"catalog": catalog})
     except ValidationError as exc:
-        return None, "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors())
+        return None, validation_text(exc)
     if len(name) > 63:  # the CRD rejects these; one created before that rule is reported, not run
         return None, f"name {name!r} is longer than 63 characters (it is a label value on fill pods)"
     return spec, ""
@@ -82,12 +82,12 @@ async def observe(rt: Runtime, spec: FillJobSpec, namespace: str, job: str,
     for name in acc.to_delete:  # finished pods counted in an earlier pass
         await rt.kube.delete(path("v1", "pods", namespace, name))
     policy = spec.policy
-    base = fv.observe(nodes, pods, t, wall, policy.checkpoint_interval_s, catalog=rt.catalog)
+    base = fv.observe(nodes, pods, t, wall, policy.checkpoint_interval_s, rt.catalog)
     rt.demand = rt.demand.observe_classes(t, base, policy.forecast_window_s)
     need = InferenceNeed.total(rt.inference_need.values())
     forecasts = fill_forecasts(rt.demand, t, policy, need, classes=base)
-    observations = fv.observe(nodes, pods, t, wall, policy.checkpoint_interval_s, forecasts,
-                              await checkpoint_ages(rt, pods), catalog=rt.catalog)
+    observations = fv.observe(nodes, pods, t, wall, policy.checkpoint_interval_s, rt.catalog, forecasts,
+                              await checkpoint_ages(rt, pods))
     # Names taken in the namespace, finished pods of this job included (a new pod never reuses one).
     mine = {p["metadata"]["name"] for p in [*pods, *own] if p["metadata"].get("namespace") == namespace}
     return FillView(pods=pods, pods_by_id={fv.pod_id(p): p for p in pods}, acc=acc,
@@ -254,7 +254,8 @@ def past_grace(pod: dict[str, Any] | None, wall: float) -> bool:
 
 
 async def checkpoint_ages(rt: Runtime, pods: list[dict[str, Any]]) -> dict[str, float]:
-    """Un-checkpointed seconds as each running fill pod reports it on its metrics port."""
+    """Work at risk as each running fill pod reports it on its metrics port (the job computes it
+    with :func:`ttsfleet.contracts.fill.work_at_risk`, on its own clock)."""
     urls = {}
     for p in pods:
         if (p["metadata"].get("labels") or {}).get(fv.L_WORKLOAD) != "fill" or fv.finished(p):

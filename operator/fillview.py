@@ -26,19 +26,17 @@ from ttsfleet.operator.desired import (
 )
 from ttsfleet.operator.models import GPU_CLASS_LABEL, FillJobSpec
 
-from ttsfleet import serving_env
 from ttsfleet.catalog import GpuCatalog
-from ttsfleet.exitcodes import PREEMPTED_REQUEUE
+from ttsfleet.contracts import fill as contract
+from ttsfleet.contracts import serving
+from ttsfleet.contracts.exits import PREEMPTED_REQUEUE
 from ttsfleet.policy import ClassObservation, FillJobView
 
 FILL_PRIORITY_CLASS = "ttsfleet-fill"
 TRAINING_PRIORITY_CLASS = "ttsfleet-training"
 L_FILLJOB = "ttsfleet.io/filljob"
 L_SHARD = "ttsfleet.io/shard"
-A_LAST_CHECKPOINT = "ttsfleet.io/last-checkpoint"
-A_CHECKPOINT_INTERVAL = "ttsfleet.io/checkpoint-interval-s"
 GPU = "nvidia.com/gpu"
-FILL_METRICS_PORT = 9400
 
 
 def parse_time(ts: str | None) -> float | None:
@@ -102,10 +100,9 @@ def _class_name(node_label: str | None, catalog: GpuCatalog) -> str | None:
     return cls.name if cls is not None else None
 
 
-def wanted_class(pod: Mapping[str, Any], catalog: GpuCatalog | None = None) -> str | None:
+def wanted_class(pod: Mapping[str, Any], catalog: GpuCatalog) -> str | None:
     """The GPU class a pod is pinned to: the catalog's class for the node label value in its node
     selector or required node affinity, else the pod's own class label."""
-    catalog = catalog or GpuCatalog.default()
     spec = pod.get("spec") or {}
     if value := (spec.get("nodeSelector") or {}).get(GPU_CLASS_LABEL):
         return _class_name(value, catalog)
@@ -132,19 +129,30 @@ def finished(pod: Mapping[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
+def terminated(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The fill container's ``state.terminated`` (empty while it runs)."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        if term := (cs.get("state") or {}).get("terminated"):
+            return term
+    return {}
+
+
+def pod_shard_state(pod: Mapping[str, Any]) -> contract.ShardState | None:
+    """The shard state the fill job left in its termination message (its last checkpoint, handed
+    over by the kubelet however the container ended); None without one."""
+    return contract.parse_shard_state(terminated(pod).get("message"))
+
+
 def seconds_since_checkpoint(pod: Mapping[str, Any], now_wall: float, interval_s: float) -> float:
-    """Work at risk: from the pod's last-checkpoint annotation, else estimated from its start time."""
-    meta = pod.get("metadata") or {}
-    ann = meta.get("annotations") or {}
-    if A_LAST_CHECKPOINT in ann:
-        try:
-            return max(now_wall - float(ann[A_LAST_CHECKPOINT]), 0.0)
-        except ValueError:
-            pass
-    started = parse_time((pod.get("status") or {}).get("startTime"))
-    if started is None:
-        return 0.0  # not started: nothing to lose
-    return max(now_wall - started, 0.0) % interval_s
+    """Work at risk (:func:`ttsfleet.contracts.fill.work_at_risk`) of a fill pod: until it ended,
+    since the later of its start and the last checkpoint its termination message names; without
+    one, estimated from its start time."""
+    term = terminated(pod)
+    started = parse_time(term.get("startedAt") or (pod.get("status") or {}).get("startTime"))
+    end = parse_time(term.get("finishedAt")) if term else None
+    state = pod_shard_state(pod)
+    return contract.work_at_risk(end if end is not None else now_wall, started,
+                                 state.last_checkpoint_at if state else None, interval_s)
 
 
 @dataclass
@@ -156,9 +164,8 @@ class Inventory:
     node_class: dict[str, str] = field(default_factory=dict)
 
 
-def inventory(nodes: Iterable[Mapping[str, Any]], catalog: GpuCatalog | None = None) -> Inventory:
+def inventory(nodes: Iterable[Mapping[str, Any]], catalog: GpuCatalog) -> Inventory:
     """GPUs per class, a node's class being the catalog's class for its node label value."""
-    catalog = catalog or GpuCatalog.default()
     inv = Inventory()
     for node in nodes:
         meta = node.get("metadata") or {}
@@ -178,10 +185,9 @@ def inventory(nodes: Iterable[Mapping[str, Any]], catalog: GpuCatalog | None = N
 
 
 def observe(nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]], t: float,
-            now_wall: float, checkpoint_interval_s: float,
+            now_wall: float, checkpoint_interval_s: float, catalog: GpuCatalog,
             forecasts: Mapping[str, float | None] | None = None,
-            checkpoint_ages: Mapping[str, float] | None = None,
-            catalog: GpuCatalog | None = None) -> dict[str, ClassObservation]:
+            checkpoint_ages: Mapping[str, float] | None = None) -> dict[str, ClassObservation]:
     """One observation per GPU class that has nodes. ``checkpoint_ages`` (``ns/name`` → seconds, as
     the fill pods report it) wins over the annotation/start-time estimate."""
     inv = inventory(nodes, catalog)
@@ -236,11 +242,8 @@ def shard_of(pod: Mapping[str, Any]) -> int:
 
 
 def exit_code(pod: Mapping[str, Any]) -> int | None:
-    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-        term = (cs.get("state") or {}).get("terminated") or {}
-        if "exitCode" in term:
-            return int(term["exitCode"])
-    return None
+    code = terminated(pod).get("exitCode")
+    return int(code) if code is not None else None
 
 
 def format_ranges(items: Iterable[int]) -> str:
@@ -304,7 +307,8 @@ def account(status: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], spec: 
         accounted.append(name)
         code = exit_code(pod)
         phase = pod["status"]["phase"]
-        if phase == "Succeeded" or code == 0:
+        state = pod_shard_state(pod)
+        if phase == "Succeeded" or code == 0 or (state is not None and state.complete):
             done.add(shard)
         elif code == PREEMPTED_REQUEUE:
             preemptions += 1
@@ -334,17 +338,24 @@ def pod_name(job: str, shard: int, existing: set[str]) -> str:
     return f"{job}-{shard}-{n}"
 
 
+def checkpoint_dir(spec: FillJobSpec, job: str) -> str:
+    """The FillJob's ``--checkpoint`` directory on its volume; every shard keeps its file there
+    (:func:`ttsfleet.contracts.fill.checkpoint_file`)."""
+    return f"{spec.checkpoint_volume.mount_path.rstrip('/')}/{job}"
+
+
+def fill_args(job: str, spec: FillJobSpec, shard: int) -> list[str]:
+    """The shard's ``fill run`` arguments, from the contract's builder."""
+    return contract.fill_argv(manifest=spec.manifest, output=spec.output,
+                              checkpoint=checkpoint_dir(spec, job), shard=f"{shard}/{spec.shards}",
+                              stages=",".join(spec.stages) if spec.stages else None,
+                              checkpoint_every_s=spec.policy.checkpoint_interval_s)
+
+
 def fill_pod(job: str, namespace: str, spec: FillJobSpec, shard: int, gpu_class: str,
-             name: str, catalog: GpuCatalog | None = None) -> dict[str, Any]:
+             name: str, catalog: GpuCatalog) -> dict[str, Any]:
     """The pod for one shard on one GPU class: lowest priority, never preempts, checkpoints on
     SIGTERM; placed by the class's catalog node label, like the inference pods."""
-    catalog = catalog or GpuCatalog.default()
-    ckpt_dir = f"{spec.checkpoint_volume.mount_path.rstrip('/')}/{job}/shard-{shard:05d}"
-    args = ["--input", spec.manifest, "--output", spec.output, "--checkpoint", ckpt_dir,
-            "--shard", f"{shard}/{spec.shards}"]
-    if spec.stages:
-        args += ["--stages", ",".join(spec.stages)]
-    args += ["--checkpoint-every-seconds", f"{spec.policy.checkpoint_interval_s:g}"]
     volumes = [{"name": "checkpoint",
                 "persistentVolumeClaim": {"claimName": spec.checkpoint_volume.claim_name}}]
     mounts = [{"name": "checkpoint", "mountPath": spec.checkpoint_volume.mount_path}]
@@ -352,7 +363,6 @@ def fill_pod(job: str, namespace: str, spec: FillJobSpec, shard: int, gpu_class:
         volumes.append({"name": "data", "persistentVolumeClaim": {"claimName": spec.data_volume.claim_name}})
         mounts.append({"name": "data", "mountPath": spec.data_volume.mount_path})
     gpus = str(spec.gpus_per_pod)
-    interval = spec.policy.checkpoint_interval_s
     tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     tolerations += [t.model_dump(by_alias=True, exclude_defaults=True) for t in spec.tolerations]
     return {
@@ -362,7 +372,6 @@ def fill_pod(job: str, namespace: str, spec: FillJobSpec, shard: int, gpu_class:
             "name": name, "namespace": namespace,
             "labels": {L_WORKLOAD: "fill", L_FILLJOB: job, L_SHARD: str(shard), GPU_CLASS_LABEL: gpu_class,
                        L_MANAGED_BY: MANAGED_BY, "app.kubernetes.io/name": "ttsfleet-fill"},
-            "annotations": {A_CHECKPOINT_INTERVAL: f"{interval:g}"},
         },
         "spec": {
             "priorityClassName": FILL_PRIORITY_CLASS,
@@ -379,11 +388,15 @@ def fill_pod(job: str, namespace: str, spec: FillJobSpec, shard: int, gpu_class:
                 "name": "fill",
                 "image": spec.image,
                 "command": list(spec.command),
-                "args": args,
-                "ports": [{"name": "metrics", "containerPort": FILL_METRICS_PORT, "protocol": "TCP"}],
-                "env": [{"name": serving_env.GPU_CLASS, "value": gpu_class},
-                        {"name": "TTSFLEET_FILL_JOB", "value": f"{job}-{shard}"},
-                        {"name": "TTSFLEET_FILL_METRICS_PORT", "value": str(FILL_METRICS_PORT)}],
+                "args": fill_args(job, spec, shard),
+                "ports": [{"name": "metrics", "containerPort": contract.METRICS_PORT, "protocol": "TCP"}],
+                "env": [{"name": serving.GPU_CLASS, "value": gpu_class},
+                        {"name": contract.JOB_ENV, "value": f"{job}-{shard}"},
+                        {"name": contract.METRICS_PORT_ENV, "value": str(contract.METRICS_PORT)},
+                        # the last checkpoint reaches the operator in the pod status, however it ends
+                        {"name": contract.STATE_FILE_ENV, "value": contract.TERMINATION_LOG}],
+                "terminationMessagePath": contract.TERMINATION_LOG,
+                "terminationMessagePolicy": "File",
                 "resources": {"requests": {"cpu": spec.resources.cpu, "memory": spec.resources.memory,
                                            GPU: gpus},
                               "limits": {"memory": spec.resources.memory, GPU: gpus}},

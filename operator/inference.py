@@ -28,6 +28,7 @@ from ttsfleet.operator.runtime import Runtime
 from ttsfleet.operator.signals import PoolMeasure, PrometheusSource, ScrapeSource
 
 from ttsfleet.catalog import GpuCatalog
+from ttsfleet.errors import validation_text
 from ttsfleet.policy import (
     AutoscaleState,
     DeploymentSignals,
@@ -60,15 +61,13 @@ def forget(mem: Memory) -> None:
         setattr(mem, f.name, getattr(fresh, f.name))
 
 
-def validate(spec_raw: Any, name: str,
-             catalog: GpuCatalog | None = None) -> tuple[TTSDeploymentSpec | None, str]:
+def validate(spec_raw: Any, name: str, catalog: GpuCatalog) -> tuple[TTSDeploymentSpec | None, str]:
     """Validate with the CRD's own model and the run's catalog; an invalid spec is reported,
     never acted on."""
     try:
         spec = TTSDeploymentSpec.model_validate(dict(spec_raw or {}), context={"catalog": catalog})
     except ValidationError as exc:
-        errs = "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors())
-        return None, errs
+        return None, validation_text(exc)
     problems = d.name_problems(name, spec)
     return (None if problems else spec), "; ".join(problems)
 

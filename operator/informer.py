@@ -40,7 +40,9 @@ POD_SHAPE: dict[str, Any] = {
              "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": KEEP}},
              "containers": [{"name": KEEP, "resources": KEEP, "ports": KEEP}]},
     "status": {"phase": KEEP, "podIP": KEEP, "startTime": KEEP,
-               "containerStatuses": [{"state": {"terminated": {"exitCode": KEEP}}}]},
+               # how a fill pod ended: its exit code, and its last checkpoint (the termination message)
+               "containerStatuses": [{"state": {"terminated": {"exitCode": KEEP, "message": KEEP,
+                                                               "startedAt": KEEP, "finishedAt": KEEP}}}]},
 }
 #: What a node keeps: its class label, GPU capacity, and whether it can run pods.
 NODE_SHAPE: dict[str, Any] = {

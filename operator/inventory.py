@@ -16,6 +16,7 @@ from ttsfleet.operator import fillview as fv
 from ttsfleet.operator.runtime import Runtime
 
 from ttsfleet.catalog import GpuCatalog
+from ttsfleet.contracts.fill import CHECKPOINT_INTERVAL_S
 from ttsfleet.policy import ClassObservation
 
 log = logging.getLogger(__name__)
@@ -30,7 +31,7 @@ def allocation(obs: ClassObservation) -> dict[str, int]:
 
 
 def active(nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]],
-           busy: Mapping[str, bool], catalog: GpuCatalog | None = None) -> dict[str, dict[str, int]]:
+           busy: Mapping[str, bool], catalog: GpuCatalog) -> dict[str, dict[str, int]]:
     """GPUs doing work, by class and workload: running fill and training pods, busy inference pods."""
     node_class = fv.inventory(nodes, catalog).node_class
     out: dict[str, dict[str, int]] = {}
@@ -54,8 +55,7 @@ async def inventory_pass(rt: Runtime) -> dict[str, dict[str, int]]:
     live = {f"{p['metadata'].get('namespace', '')}/{p['metadata']['name']}" for p in pods}
     for key in [k for k in rt.inference_busy if k not in live]:
         del rt.inference_busy[key]
-    observations = fv.observe(nodes, pods, rt.now(), rt.wall(), checkpoint_interval_s=60.0,
-                              catalog=rt.catalog)
+    observations = fv.observe(nodes, pods, rt.now(), rt.wall(), CHECKPOINT_INTERVAL_S, rt.catalog)
     working = active(nodes, pods, rt.inference_busy, rt.catalog)
     result = {}
     for cls, obs in observations.items():

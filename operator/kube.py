@@ -48,6 +48,7 @@ def path(api_version: str, plural: str, namespace: str | None = None, name: str 
 KINDS = {
     "Deployment": ("apps/v1", "deployments"),
     "Service": ("v1", "services"),
+    "ConfigMap": ("v1", "configmaps"),
     "PodDisruptionBudget": ("policy/v1", "poddisruptionbudgets"),
     "Pod": ("v1", "pods"),
     "Node": ("v1", "nodes"),

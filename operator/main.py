@@ -50,13 +50,13 @@ async def standby_health(port: int) -> None:
 
 async def serve(*, metrics_port: int, health_port: int, namespaces: Sequence[str],
                 autoscale_interval_s: float, fill_interval_s: float,
-                catalog: GpuCatalog | None = None, lease: LeaseConfig | None = None) -> None:
+                catalog: GpuCatalog, lease: LeaseConfig | None = None) -> None:
     """Run the operator; with ``lease``, only while holding that Lease (leader election)."""
     from prometheus_client import start_http_server
 
     rt = Runtime.from_environment(autoscale_interval_s=autoscale_interval_s,
                                   fill_interval_s=fill_interval_s,
-                                  catalog=catalog or GpuCatalog.default())
+                                  catalog=catalog)
     server, thread = start_http_server(metrics_port, registry=rt.metrics.registry)
     liveness = f"http://0.0.0.0:{health_port}/healthz"
     try:

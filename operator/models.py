@@ -16,14 +16,15 @@ from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_v
 from ttsfleet.fill_jobs import registry
 from ttsfleet.operator import quantity
 
-from ttsfleet.catalog import GpuCatalog, cuda_graph_max_bs
+from ttsfleet.catalog import NODE_LABEL_KEY, GpuCatalog, cuda_graph_max_bs
 from ttsfleet.config import AutoscaleConfig, FillPolicyConfig, PoolSpec, WireModel
 from ttsfleet.quantization import QuantRequestField
 
 GROUP = "ttsfleet.io"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
-GPU_CLASS_LABEL = "ttsfleet.io/gpu-class"
+#: The pod and node label that names a GPU class (the catalog's, defined there once).
+GPU_CLASS_LABEL = NODE_LABEL_KEY
 
 #: A GPU class of the run's catalog: checked against ``context={"catalog": ...}`` when validating
 #: (the built-in catalog without one); the CRD schema's enum is generated from the same catalog
@@ -32,8 +33,13 @@ GpuClassName = str
 
 
 def catalog_of(info: ValidationInfo | None) -> GpuCatalog:
+    """The run's catalog from the validation context. Missing is a bug, not the built-in catalog:
+    validate with ``context={"catalog": catalog}``."""
     found = ((info.context if info is not None else None) or {}).get("catalog")
-    return found if isinstance(found, GpuCatalog) else GpuCatalog.default()
+    if not isinstance(found, GpuCatalog):
+        raise TypeError("validating a GPU class needs the run's catalog: "
+                        "model_validate(..., context={'catalog': catalog})")
+    return found
 
 
 def _known_classes(value: Any, info: ValidationInfo) -> Any:
@@ -194,12 +200,12 @@ class TTSDeploymentSpec(WireModel):
             raise ValueError(f"pool names must be unique (a pool's name defaults to its gpuClass): {keys}")
         return self
 
-    def max_running_requests(self, gpu_class: str, catalog: GpuCatalog | None = None) -> int:
+    def max_running_requests(self, gpu_class: str, catalog: GpuCatalog) -> int:
         if self.serving.max_running_requests is not None:
             return self.serving.max_running_requests
-        return (catalog or GpuCatalog.default()).get(gpu_class).serving.max_running_requests
+        return catalog.get(gpu_class).serving.max_running_requests
 
-    def cuda_graph_max_bs(self, gpu_class: str, catalog: GpuCatalog | None = None) -> int:
+    def cuda_graph_max_bs(self, gpu_class: str, catalog: GpuCatalog) -> int:
         if self.serving.cuda_graph_max_bs is not None:
             return self.serving.cuda_graph_max_bs
         return cuda_graph_max_bs(self.max_running_requests(gpu_class, catalog))
@@ -226,7 +232,8 @@ class FillJobSpec(WireModel):
         # created, not when a pod starts (regenerate the CRDs after registering a stage).
         json_schema_extra={"items": {"type": "string", "enum": list(registry.names())}})
     data_volume: VolumeRef | None = Field(default=None, description="PVC with manifest and output")
-    checkpoint_volume: VolumeRef = Field(description="PVC for checkpoints (one sub-dir per shard)")
+    checkpoint_volume: VolumeRef = Field(description="PVC for checkpoints (one sub-dir per FillJob, "
+                                                     "one file per shard)")
     shards: int = Field(default=1, ge=1, le=100000, description="the manifest is split in N shards")
     gpu_classes: list[GpuClassName] = Field(min_length=1)
 

@@ -27,7 +27,8 @@ ENV_PROMETHEUS_URL = "TTSFLEET_PROMETHEUS_URL"
 class Runtime:
     kube: Kube
     http: httpx.AsyncClient
-    catalog: GpuCatalog = field(default_factory=GpuCatalog.default)
+    #: The run's catalog (``--catalog`` or the built-in one, chosen at the entry point only).
+    catalog: GpuCatalog
     metrics: Collectors = field(default_factory=lambda: make_collectors(["operator", "core"]))
     prometheus_url: str | None = None
     autoscale_interval_s: float = 15.0

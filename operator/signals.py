@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from ttsfleet.contracts.serving import INFERENCE_PORT
 from ttsfleet.metrics import spec
 
 IN_FLIGHT = spec("inference_requests_in_flight").name
@@ -91,7 +92,8 @@ def bucket_delta(now: Sequence[tuple[float, float]],
     return delta
 
 
-def pod_url(pod: Mapping[str, Any], default_port: int | None = 8000, port_name: str = "http") -> str | None:
+def pod_url(pod: Mapping[str, Any], default_port: int | None = INFERENCE_PORT,
+            port_name: str = "http") -> str | None:
     """``http://IP:PORT/metrics`` from the pod's IP and its container port named ``port_name``."""
     ip = (pod.get("status") or {}).get("podIP")
     port = default_port

@@ -23,7 +23,6 @@ the new job resumes from the shard's checkpoint. Failed shards are exported as
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -36,6 +35,7 @@ from ttsfleet.slurm.observe import ClassState, observe_classes, take_snapshot
 from ttsfleet.slurm.sbatch import FillShardSpec, fill_submit_request, shard_of
 
 from ttsfleet.config import FillPolicyConfig
+from ttsfleet.contracts.fill import work_at_risk
 from ttsfleet.metrics import Collectors
 from ttsfleet.policy import FillPlan, plan_fill
 
@@ -74,28 +74,21 @@ class PassReport:
 
 
 def checkpoint_age(spec: FillShardSpec, now: float) -> Callable[[JobInfo], float]:
-    """Seconds since a running shard last wrote its checkpoint directory (or since it started)."""
+    """Work at risk of a running shard (:func:`ttsfleet.contracts.fill.work_at_risk`): since the
+    later of its start and the last checkpoint its file names."""
 
     def age(job: JobInfo) -> float:
         ref = shard_of(job)
-        newest = 0.0
-        if ref and ref.indices:
-            try:
-                newest = spec.checkpoint_file(ref.indices[0]).stat().st_mtime
-            except OSError:
-                newest = 0.0
-        since = newest or job.start_time
-        return max(now - since, 0.0) if since else 0.0
+        state = spec.shard_state(ref.indices[0]) if ref and ref.indices else None
+        return work_at_risk(now, job.start_time or None, state.last_checkpoint_at if state else None)
 
     return age
 
 
 def shard_complete(spec: FillShardSpec, index: int) -> bool:
     """Whether the shard's checkpoint says complete (a missing or unreadable one does not)."""
-    try:
-        return json.loads(spec.checkpoint_file(index).read_text()).get("state") == "complete"
-    except (OSError, ValueError, AttributeError):
-        return False
+    state = spec.shard_state(index)
+    return state is not None and state.complete
 
 
 class FillAgent:
@@ -114,7 +107,7 @@ class FillAgent:
         self.collectors = collectors
         self.retry = retry or RetryPolicy()
         # forget an eviction once the job had its grace time plus a margin to go
-        self.signal_forget_s = signal_forget_s or (spec.grace_time_s + 60.0)
+        self.signal_forget_s = signal_forget_s or (spec.grace_period_s + 60.0)
 
     def run_once(self) -> PassReport:
         report = PassReport()

@@ -129,7 +129,7 @@ class PartitionInfo:
     nodes: tuple[str, ...]
     priority_tier: int
     preempt_mode: str
-    grace_time_s: int
+    grace_period_s: int
     state: str
 
 

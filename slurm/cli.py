@@ -14,6 +14,7 @@ from pathlib import Path
 
 import typer
 
+from ttsfleet.contracts import fill as fill_contract
 from ttsfleet.errors import UserError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
@@ -44,13 +45,10 @@ def _backend(backend: str, slurm_conf: Path | None, rest_url: str | None, rest_u
 
 
 def _catalog(catalog_file: Path | None):
-    """The run's GPU catalog: ``--catalog FILE`` or the built-in one."""
+    """The run's GPU catalog: ``--catalog FILE`` or the built-in one (a bad file: one line, exit 2)."""
     from ttsfleet.catalog import GpuCatalog
 
-    try:
-        return GpuCatalog.from_file(catalog_file) if catalog_file else GpuCatalog.default()
-    except (OSError, ValueError) as exc:
-        raise UserError(f"catalog {catalog_file}: {exc}") from None
+    return GpuCatalog.load(catalog_file)
 
 
 def _gpu_class(name: str | None, catalog_file: Path | None) -> str:
@@ -81,11 +79,14 @@ def validate_conf(
     fill_partition: str = typer.Option("fill", help="name of the fill partition"),
     train_partition: str = typer.Option("train", help="name of the training partition"),
     strict: bool = typer.Option(False, help="treat warnings as errors"),
+    catalog: Path | None = typer.Option(None, "--catalog",
+                                        help="GPU catalog file: its classes are the valid GRES types"),
 ) -> None:
     """Check a slurm.conf for the settings fill work depends on (exit 2 on errors)."""
     from ttsfleet.slurm.validate import validate_file
 
-    findings = validate_file(str(path), fill_partition=fill_partition, train_partition=train_partition)
+    findings = validate_file(str(path), _catalog(catalog), fill_partition=fill_partition,
+                             train_partition=train_partition)
     for f in findings:
         typer.echo(f.format(str(path)), err=True)
     errors = [f for f in findings if f.severity == "error" or strict]
@@ -98,7 +99,8 @@ def validate_conf(
 @app.command("render-conf")
 def render_conf(
     nodes: str = typer.Option(..., help="hostlist of the GPU nodes, e.g. gpu-h200-[01-04]"),
-    grace_time_s: int = typer.Option(60, "--grace-time", min=1, help="fill GraceTime, seconds"),
+    grace_period_s: int = typer.Option(fill_contract.GRACE_PERIOD_S, "--grace-time", min=1,
+                                       help="fill GraceTime, seconds"),
     cred_expire_s: int = typer.Option(30, "--cred-expire", min=1,
                                       help="requeue delay (AuthInfo cred_expire), seconds"),
     fill_partition: str = typer.Option("fill"),
@@ -107,14 +109,15 @@ def render_conf(
     """Print the commented slurm.conf lines for the train and fill partitions."""
     from ttsfleet.slurm.conf import render_fill_conf
 
-    typer.echo(render_fill_conf(nodes=nodes, grace_time_s=grace_time_s, cred_expire_s=cred_expire_s,
+    typer.echo(render_fill_conf(nodes=nodes, grace_period_s=grace_period_s, cred_expire_s=cred_expire_s,
                                 fill_partition=fill_partition, train_partition=train_partition), nl=False)
 
 
 def _spec(manifest: Path, output: Path, checkpoint: Path, shards: int, gpu_class: str, log_dir: Path | None,
-          partition: str, grace_time_s: int, stages: str | None, item_delay_seconds: float | None,
+          partition: str, grace_period_s: int, stages: str | None, item_delay_seconds: float | None,
           checkpoint_every_items: int | None, fill_command: str | None, cpus: int,
-          dataset: str | None = None, mem_mb: int | None = None):
+          dataset: str | None = None, mem_mb: int | None = None,
+          checkpoint_every_s: float = fill_contract.CHECKPOINT_INTERVAL_S):
     from ttsfleet.slurm.sbatch import FillShardSpec
 
     if not manifest.is_file():
@@ -123,9 +126,9 @@ def _spec(manifest: Path, output: Path, checkpoint: Path, shards: int, gpu_class
         manifest=str(manifest.resolve()), output_root=str(output.resolve()),
         checkpoint_root=str(checkpoint.resolve()), shard_count=shards, gpu_class=gpu_class,
         log_dir=str((log_dir or output / "slurm-logs").resolve()), partition=partition,
-        grace_time_s=grace_time_s, stages=stages, item_delay_s=item_delay_seconds,
-        checkpoint_every_items=checkpoint_every_items, fill_command=fill_command, cpus=cpus,
-        dataset=dataset, mem_mb=mem_mb)
+        grace_period_s=grace_period_s, stages=stages, item_delay_s=item_delay_seconds,
+        checkpoint_every_items=checkpoint_every_items, checkpoint_every_s=checkpoint_every_s,
+        fill_command=fill_command, cpus=cpus, dataset=dataset, mem_mb=mem_mb)
 
 
 _MANIFEST = typer.Option(..., "--input", "--manifest", help="fill manifest (JSONL)")
@@ -134,10 +137,13 @@ _CKPT = typer.Option(..., "--checkpoint", help="checkpoint directory shared by a
 _SHARDS = typer.Option(..., "--shards", min=1, help="number of shards the dataset is cut into")
 _LOGS = typer.Option(None, "--log-dir", help="Slurm job logs (default OUTPUT/slurm-logs)")
 _PARTITION = typer.Option("fill", "--partition")
-_GRACE = typer.Option(60, "--grace-time", min=1, help="the fill partition's GraceTime, seconds")
+_GRACE = typer.Option(fill_contract.GRACE_PERIOD_S, "--grace-time", min=1,
+                      help="the fill partition's GraceTime, seconds")
 _STAGES = typer.Option(None, "--stages", help="fill stages, e.g. decode,hash")
 _DELAY = typer.Option(None, "--item-delay-seconds", help="fill job: sleep per item (demos/tests)")
 _EVERY = typer.Option(None, "--checkpoint-every-items", help="fill job: commit after N items")
+_EVERY_S = typer.Option(fill_contract.CHECKPOINT_INTERVAL_S, "--checkpoint-every-seconds",
+                        help="fill job: commit at least this often (the policy's checkpoint interval)")
 _FILL_CMD = typer.Option(None, "--fill-command",
                          help="how nodes run the fill CLI (default: this python -m ttsfleet.cli fill)")
 _CPUS = typer.Option(1, "--cpus", min=1, help="CPUs per fill shard")
@@ -150,17 +156,28 @@ def render_sbatch(
     shards: int = _SHARDS, gpu_class: str | None = _GPU_CLASS, catalog: Path | None = _CATALOG,
     shard: int | None = typer.Option(None, "--shard", help="one shard index (default: job array)"),
     array_limit: int | None = typer.Option(None, "--array-limit", help="at most N array tasks at once"),
-    log_dir: Path | None = _LOGS, partition: str = _PARTITION, grace_time_s: int = _GRACE,
+    log_dir: Path | None = _LOGS, partition: str = _PARTITION, grace_period_s: int = _GRACE,
     stages: str | None = _STAGES, item_delay_seconds: float | None = _DELAY,
     checkpoint_every_items: int | None = _EVERY, fill_command: str | None = _FILL_CMD, cpus: int = _CPUS,
+    checkpoint_every_s: float = _EVERY_S,
 ) -> None:
     """Print the sbatch script of one fill shard, or of a job array over all shards."""
     from ttsfleet.slurm.sbatch import render_fill_script
 
     spec = _spec(manifest, output, checkpoint, shards, _gpu_class(gpu_class, catalog), log_dir, partition,
-                 grace_time_s, stages, item_delay_seconds, checkpoint_every_items, fill_command, cpus)
+                 grace_period_s, stages, item_delay_seconds, checkpoint_every_items, fill_command, cpus,
+                 checkpoint_every_s=checkpoint_every_s)
     array = None if shard is not None else f"0-{shards - 1}" + (f"%{array_limit}" if array_limit else "")
     typer.echo(render_fill_script(spec, shard, array), nl=False)
+
+
+@app.command("render-example")
+def render_example(shards: int = typer.Option(8, "--shards", min=1,
+                                              help="array tasks (one shard each)")) -> None:
+    """Print the hand-run job array ``fill_jobs/slurm-fill.sh``, from the fill agent's template."""
+    from ttsfleet.slurm.sbatch import render_example_script
+
+    typer.echo(render_example_script(shards), nl=False)
 
 
 @app.command("submit-array")
@@ -168,19 +185,20 @@ def submit_array(
     manifest: Path = _MANIFEST, output: Path = _OUTPUT, checkpoint: Path = _CKPT,
     shards: int = _SHARDS, gpu_class: str | None = _GPU_CLASS, catalog: Path | None = _CATALOG,
     array_limit: int | None = typer.Option(None, "--array-limit", help="at most N array tasks at once"),
-    log_dir: Path | None = _LOGS, partition: str = _PARTITION, grace_time_s: int = _GRACE,
+    log_dir: Path | None = _LOGS, partition: str = _PARTITION, grace_period_s: int = _GRACE,
     stages: str | None = _STAGES, item_delay_seconds: float | None = _DELAY,
     checkpoint_every_items: int | None = _EVERY, fill_command: str | None = _FILL_CMD, cpus: int = _CPUS,
     mem_mb: int | None = _MEM, backend: str = _BACKEND, slurm_conf: Path | None = _CONF,
     rest_url: str | None = _REST_URL,
     rest_user: str | None = _REST_USER, rest_token: str | None = _REST_TOKEN,
+    checkpoint_every_s: float = _EVERY_S,
 ) -> None:
     """Submit all shards at once as one job array (no agent: Slurm fills idle GPUs by itself)."""
     from ttsfleet.slurm.sbatch import fill_submit_request
 
     spec = _spec(manifest, output, checkpoint, shards, _gpu_class(gpu_class, catalog), log_dir, partition,
-                 grace_time_s, stages, item_delay_seconds, checkpoint_every_items, fill_command, cpus,
-                 mem_mb=mem_mb)
+                 grace_period_s, stages, item_delay_seconds, checkpoint_every_items, fill_command, cpus,
+                 mem_mb=mem_mb, checkpoint_every_s=checkpoint_every_s)
     Path(spec.log_dir).mkdir(parents=True, exist_ok=True)
     array = f"0-{shards - 1}" + (f"%{array_limit}" if array_limit else "")
     job_id = _backend(backend, slurm_conf, rest_url, rest_user, rest_token).submit(
@@ -211,12 +229,13 @@ def fill_agent(
                               help="admit no fill while training waits"),
     metrics_port: int | None = typer.Option(None, "--metrics-port", help="serve agent metrics here"),
     as_json: bool = typer.Option(False, "--json", help="print each pass as JSON"),
-    log_dir: Path | None = _LOGS, partition: str = _PARTITION, grace_time_s: int = _GRACE,
+    log_dir: Path | None = _LOGS, partition: str = _PARTITION, grace_period_s: int = _GRACE,
     stages: str | None = _STAGES, item_delay_seconds: float | None = _DELAY,
     checkpoint_every_items: int | None = _EVERY, fill_command: str | None = _FILL_CMD, cpus: int = _CPUS,
     mem_mb: int | None = _MEM, backend: str = _BACKEND, slurm_conf: Path | None = _CONF,
     rest_url: str | None = _REST_URL,
     rest_user: str | None = _REST_USER, rest_token: str | None = _REST_TOKEN,
+    checkpoint_every_s: float = _EVERY_S,
 ) -> None:
     """Keep idle fill-partition GPUs busy with dataset shards, decided by ttsfleet.policy.plan_fill."""
     from dataclasses import asdict
@@ -231,14 +250,14 @@ def fill_agent(
     # the spec's class is a placeholder: each submission carries the class the policy admitted it on
     placeholder = classes[0] if classes else _catalog(catalog).names()[0]
     spec = _spec(manifest, output, checkpoint, shards, placeholder, log_dir,
-                 partition, grace_time_s, stages, item_delay_seconds, checkpoint_every_items,
-                 fill_command, cpus, dataset, mem_mb)
+                 partition, grace_period_s, stages, item_delay_seconds, checkpoint_every_items,
+                 fill_command, cpus, dataset, mem_mb, checkpoint_every_s)
     for d in (spec.log_dir, spec.output_root, spec.checkpoint_root):
         Path(d).mkdir(parents=True, exist_ok=True)
     # Slurm's partition_prio preempts fill for training itself: the policy evicts only for headroom.
     policy = FillPolicyConfig(min_free_gpus=min_free_gpus, max_fill_gpus=max_fill_gpus,
-                              hold_while_training_pending=hold, grace_period_s=float(grace_time_s),
-                              scheduler_preempts_training=True)
+                              hold_while_training_pending=hold, grace_period_s=float(grace_period_s),
+                              checkpoint_interval_s=checkpoint_every_s, scheduler_preempts_training=True)
     collectors = make_collectors("slurm")
     if metrics_port is not None:
         from prometheus_client import start_http_server
@@ -308,7 +327,7 @@ def local_cluster(
     gpus: int = typer.Option(4, "--gpus", min=0, help="fake GPUs per node"),
     gpu_class: str | None = _GPU_CLASS, catalog: Path | None = _CATALOG,
     nodes: int = typer.Option(1, "--nodes", min=1),
-    grace_time_s: int = typer.Option(5, "--grace-time", min=1),
+    grace_period_s: int = typer.Option(5, "--grace-time", min=1),
     cred_expire_s: int = typer.Option(5, "--cred-expire", min=1),
     restd: bool = typer.Option(False, "--restd", help="also run slurmrestd on a unix socket"),
 ) -> None:
@@ -319,7 +338,7 @@ def local_cluster(
     from ttsfleet.devtools.localcluster import LocalCluster, LocalClusterError, LocalClusterSpec
 
     cls = _gpu_class(gpu_class, catalog) if gpu_class else _catalog(catalog).names()[0]
-    spec = LocalClusterSpec(nodes=nodes, gpus_per_node=gpus, gpu_class=cls, grace_time_s=grace_time_s,
+    spec = LocalClusterSpec(nodes=nodes, gpus_per_node=gpus, gpu_class=cls, grace_period_s=grace_period_s,
                             cred_expire_s=cred_expire_s, restd=restd)
     cluster = LocalCluster(directory, spec)
     try:

@@ -191,7 +191,7 @@ def partition_from_scontrol(r: Mapping[str, str], expand) -> PartitionInfo:
     return PartitionInfo(name=r["PartitionName"], nodes=tuple(expand(r.get("Nodes", ""))),
                          priority_tier=int(r.get("PriorityTier", "1") or 1),
                          preempt_mode=r.get("PreemptMode", "").upper(),
-                         grace_time_s=int(grace) if grace.isdigit() else 0, state=r.get("State", ""))
+                         grace_period_s=int(grace) if grace.isdigit() else 0, state=r.get("State", ""))
 
 
 class CliBackend:

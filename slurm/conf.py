@@ -13,7 +13,8 @@ from importlib import resources
 from pathlib import Path
 from string import Template
 
-from ttsfleet.exitcodes import PREEMPTED_REQUEUE
+from ttsfleet.contracts.exits import PREEMPTED_REQUEUE
+from ttsfleet.contracts.fill import GRACE_PERIOD_S
 
 TEMPLATE_NAME = "fill-partitions.conf.tpl"
 DEFAULT_TRAIN_PARTITION = "train"
@@ -131,7 +132,7 @@ def comma_set(value: str | None) -> set[str]:
     return {v.strip().lower() for v in (value or "").split(",") if v.strip()}
 
 
-def render_fill_conf(*, nodes: str, grace_time_s: int = 60, cred_expire_s: int = 30,
+def render_fill_conf(*, nodes: str, grace_period_s: int = GRACE_PERIOD_S, cred_expire_s: int = 30,
                      munge_socket: str | None = None,
                      train_partition: str = DEFAULT_TRAIN_PARTITION,
                      fill_partition: str = DEFAULT_FILL_PARTITION,
@@ -140,9 +141,7 @@ def render_fill_conf(*, nodes: str, grace_time_s: int = 60, cred_expire_s: int =
     auth = ([f"socket={munge_socket}"] if munge_socket else []) + [f"cred_expire={cred_expire_s}"]
     params = ["preempt_send_user_signal", *slurmctld_parameters]
     tpl = Template(resources.files("ttsfleet.slurm").joinpath(TEMPLATE_NAME).read_text())
-    text = tpl.substitute(nodes=nodes, grace_time_s=int(grace_time_s), auth_info=",".join(auth),
+    text = tpl.substitute(nodes=nodes, grace_period_s=int(grace_period_s), auth_info=",".join(auth),
                           slurmctld_parameters=",".join(params), train_partition=train_partition,
-                          fill_partition=fill_partition)
-    if f"RequeueExit={PREEMPTED_REQUEUE}" not in text:  # pragma: no cover - template guard
-        raise RuntimeError("fill template and ttsfleet.exitcodes disagree on the requeue code")
+                          fill_partition=fill_partition, requeue_exit=PREEMPTED_REQUEUE)
     return text

@@ -12,9 +12,9 @@ PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE
 # Allow batch jobs to be requeued at all (fill jobs also pass --requeue explicitly).
 JobRequeue=1
-# A fill job that checkpointed after the warning signal exits 99. Exit 0 would make a preempted
+# A fill job that checkpointed after the warning signal exits ${requeue_exit}. Exit 0 would make a preempted
 # job COMPLETED and never requeued: the rest of its shard would be silently lost.
-RequeueExit=99
+RequeueExit=${requeue_exit}
 # Deliver the job's own --signal=B:USR1@<grace> at preemption time. Without this parameter the
 # signal only fires <grace> seconds before the time limit and a preempted batch script gets
 # nothing until GraceTime has run out.
@@ -27,6 +27,6 @@ AuthInfo=${auth_info}
 GresTypes=gpu
 # Training: highest tier, never preempted itself.
 PartitionName=${train_partition} Nodes=${nodes} PriorityTier=10 PreemptMode=OFF Default=NO MaxTime=INFINITE State=UP
-# Fill (data cleaning): lowest tier, requeued on preemption, ${grace_time_s} s between the warning
-# signal and SIGTERM/SIGKILL: the fill job checkpoints and exits 99 within it.
-PartitionName=${fill_partition} Nodes=${nodes} PriorityTier=1 PreemptMode=REQUEUE GraceTime=${grace_time_s} Default=NO MaxTime=INFINITE State=UP
+# Fill (data cleaning): lowest tier, requeued on preemption, ${grace_period_s} s between the warning
+# signal and SIGTERM/SIGKILL: the fill job checkpoints and exits ${requeue_exit} within it.
+PartitionName=${fill_partition} Nodes=${nodes} PriorityTier=1 PreemptMode=REQUEUE GraceTime=${grace_period_s} Default=NO MaxTime=INFINITE State=UP

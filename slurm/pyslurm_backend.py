@@ -169,7 +169,7 @@ def partition_from_pyslurm(p: Any) -> PartitionInfo:
     return PartitionInfo(name=p.name, nodes=tuple(expand_hostlist(p.nodes or "")),
                          priority_tier=int(p.priority_tier or 1),
                          preempt_mode="OFF" if mode in ("", "DISABLED") else mode,
-                         grace_time_s=int(p.preemption_grace_time or 0), state=str(p.state or "").upper())
+                         grace_period_s=int(p.preemption_grace_time or 0), state=str(p.state or "").upper())
 
 
 class PyslurmBackend:

@@ -153,7 +153,7 @@ def partition_from_json(p: dict[str, Any]) -> PartitionInfo:
     state = ",".join(state) if isinstance(state, list) else str(state or "")
     return PartitionInfo(name=p["name"], nodes=tuple(expand_hostlist(nodes)),
                          priority_tier=int(tier or 1), preempt_mode=mode.upper(),
-                         grace_time_s=int(grace or 0), state=state.upper())
+                         grace_period_s=int(grace or 0), state=state.upper())
 
 
 class RestBackend:

@@ -26,7 +26,7 @@ from ttsfleet.slurm.conf import (
 )
 
 from ttsfleet.catalog import GpuCatalog
-from ttsfleet.exitcodes import PREEMPTED_REQUEUE
+from ttsfleet.contracts.exits import PREEMPTED_REQUEUE
 
 Severity = Literal["error", "warning"]
 SLURM_DEFAULT_CRED_EXPIRE_S = 120
@@ -74,10 +74,10 @@ def _node_set(conf: SlurmConf, expr: str | None) -> set[str]:
     return set(expand_hostlist(expr))
 
 
-def check_conf(conf: SlurmConf, *, fill_partition: str = DEFAULT_FILL_PARTITION,
-               train_partition: str = DEFAULT_TRAIN_PARTITION,
-               catalog: GpuCatalog | None = None) -> list[Finding]:
-    """All findings for ``conf`` (empty when fill work is safe under it)."""
+def check_conf(conf: SlurmConf, catalog: GpuCatalog, *, fill_partition: str = DEFAULT_FILL_PARTITION,
+               train_partition: str = DEFAULT_TRAIN_PARTITION) -> list[Finding]:
+    """All findings for ``conf`` (empty when fill work is safe under it); GPU types must be
+    classes of the run's ``catalog``."""
     out: list[Finding] = []
 
     def err(line: int | None, msg: str) -> None:
@@ -131,7 +131,7 @@ def check_conf(conf: SlurmConf, *, fill_partition: str = DEFAULT_FILL_PARTITION,
     # --- GRES: the GPU class is the GRES type ----------------------------------------------------
     if "gpu" not in comma_set(conf.get("GresTypes")):
         err(_line(conf, "GresTypes"), "GresTypes must include gpu")
-    known = set((catalog or GpuCatalog.default()).names())
+    known = set(catalog.names())
 
     # --- partitions ------------------------------------------------------------------------------
     fill = conf.partition(fill_partition)
@@ -244,7 +244,7 @@ def repeated_settings(conf: SlurmConf) -> list[Finding]:
     return out
 
 
-def validate_file(path: str, **kw) -> list[Finding]:
+def validate_file(path: str, catalog: GpuCatalog, **kw: str) -> list[Finding]:
     """Findings for the slurm.conf at ``path``; an unreadable or malformed file is one error."""
     try:
         conf = read_conf(path)
@@ -254,4 +254,4 @@ def validate_file(path: str, **kw) -> list[Finding]:
         msg = str(exc)
         line = int(msg.split(":")[0].removeprefix("line ")) if msg.startswith("line ") else None
         return [Finding("error", line, msg.split(": ", 1)[-1])]
-    return check_conf(conf, **kw)
+    return check_conf(conf, catalog, **kw)

@@ -6,10 +6,10 @@ The core (this package's own modules) is shared by every component:
   dispatch, quantization, node label, serving defaults, capacity curves;
 * :mod:`ttsfleet.quantization` — the quantization vocabulary (``auto``/``bsgemm_fp8``/``mxfp8``/
   ``bf16``) every component parses with;
-* :mod:`ttsfleet.serving_env` — the ``TTSFLEET_*`` variables the server reads, the operator writes;
+* :mod:`ttsfleet.contracts.serving` — the ``TTSFLEET_*`` variables the server reads, the operator writes;
 * :mod:`ttsfleet.metrics` — the metric contract (every Prometheus name and label);
 * :mod:`ttsfleet.config` — pydantic config models used on the wire and in code;
-* :mod:`ttsfleet.errors` / :mod:`ttsfleet.exitcodes` — one-line user errors, shared exit codes;
+* :mod:`ttsfleet.errors` / :mod:`ttsfleet.contracts.exits` — one-line user errors, shared exit codes;
 * :mod:`ttsfleet.policy` — the pure decision functions (autoscaling, demand forecast, fill
   admission/eviction);
 * :mod:`ttsfleet.sim` — the fleet simulator, an adapter over the policy.

@@ -33,7 +33,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ttsfleet.errors import UserError, one_line
+from ttsfleet.errors import UserError, one_line, validation_text
 from ttsfleet.quantization import BF16, SCHEME_LAYOUTS, QuantScheme, QuantSchemeField
 
 __all__ = ["NAMED_CURVES", "NODE_LABEL_KEY", "CapacityCurve", "CapacityPoint", "DeviceDispatch", "GpuCatalog",
@@ -324,12 +324,6 @@ class UnknownGpuClass(ValueError):
 _LAYOUT_FIELDS = ("activation_block", "weight_block", "scale_format")
 
 
-def _errors_text(exc: ValidationError) -> str:
-    """A pydantic error as one line: ``field: message; field: message``."""
-    return "; ".join(f"{'.'.join(str(x) for x in e['loc']) or 'catalog'}: {e['msg']}"
-                     for e in exc.errors())
-
-
 class GpuCatalog(BaseModel):
     """The set of GPU classes a fleet may use, overridable by config."""
 
@@ -392,7 +386,7 @@ class GpuCatalog(BaseModel):
             try:
                 classes[key] = GpuClass.model_validate(value)
             except ValidationError as exc:
-                raise ValueError(f"class {key!r}: {_errors_text(exc)}") from None
+                raise ValueError(f"class {key!r}: {validation_text(exc, root='catalog')}") from None
         return cls(classes=classes)
 
     @classmethod
@@ -404,9 +398,15 @@ class GpuCatalog(BaseModel):
         try:
             return cls.from_file(path)
         except ValidationError as exc:
-            raise UserError(f"catalog {path}: {_errors_text(exc)}") from None
+            raise UserError(f"catalog {path}: {validation_text(exc, root='catalog')}") from None
         except (OSError, ValueError) as exc:
             raise UserError(f"catalog {path}: {one_line(exc)}") from None
+
+    def to_yaml(self) -> str:
+        """The whole catalog as a catalog file (every field of every class): what the operator
+        hands its server pods, read back by :meth:`load` into an equal catalog."""
+        doc = {"classes": {n: self.classes[n].model_dump(mode="json") for n in self.names()}}
+        return yaml.safe_dump(doc, sort_keys=False, width=100)
 
     def get(self, name: str) -> GpuClass:
         try:

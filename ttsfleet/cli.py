@@ -14,8 +14,8 @@ import sys
 
 import typer
 
-from ttsfleet.errors import UserError, one_line
-from ttsfleet.exitcodes import USAGE
+from ttsfleet.contracts.exits import USAGE
+from ttsfleet.errors import UserError, one_line, validation_text
 
 app = typer.Typer(
     name="ttsfleet",
@@ -97,9 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {one_line(exc)}", file=sys.stderr)
         return exc.exit_code
     except ValidationError as exc:
-        errs = "; ".join(
-            f"{'.'.join(str(x) for x in e['loc']) or 'input'}: {e['msg']}" for e in exc.errors())
-        print(f"error: invalid input: {one_line(Exception(errs))}", file=sys.stderr)
+        print(f"error: invalid input: {one_line(Exception(validation_text(exc)))}", file=sys.stderr)
         return USAGE
     except errors as exc:
         if type(exc).__name__ == "NoArgsIsHelpError":  # a bare group: its help is the answer

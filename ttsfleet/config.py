@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from ttsfleet.catalog import GpuCatalog
+from ttsfleet.contracts import fill as fill_contract
 
 
 class WireModel(BaseModel):
@@ -119,6 +120,7 @@ class FillPolicyConfig(WireModel):
         default=False,
         description="the scheduler preempts fill for pending training by itself (Slurm "
                     "partition_prio): evict only for inference and headroom")
-    grace_period_s: float = Field(default=30.0, gt=0,
+    grace_period_s: float = Field(default=float(fill_contract.GRACE_PERIOD_S), gt=0,
                                   description="SIGTERM to SIGKILL for fill pods and jobs")
-    checkpoint_interval_s: float = Field(default=60.0, gt=0)
+    checkpoint_interval_s: float = Field(default=fill_contract.CHECKPOINT_INTERVAL_S, gt=0,
+                                         description="seconds between a fill job's checkpoints")

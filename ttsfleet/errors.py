@@ -6,6 +6,8 @@ root CLI catches it. HTTP services map their own errors to 4xx JSON bodies inste
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class UserError(Exception):
     """Input the user can fix: a malformed file, an unknown name, a negative count."""
@@ -19,3 +21,12 @@ def one_line(exc: BaseException) -> str:
     lines = [line.strip() for line in (str(exc).strip() or type(exc).__name__).splitlines()]
     lines = [line for line in lines if line]
     return lines[0] if len(lines) == 1 else " ".join(lines)[:500]
+
+
+def validation_text(exc: Any, limit: int | None = None, root: str = "input") -> str:
+    """A pydantic ``ValidationError`` as one line: ``loc: msg; loc: msg`` (the first ``limit``
+    errors; ``root`` names an error about the whole document). The one copy every CLI, the
+    operator's status conditions and the server's 4xx bodies use."""
+    errors = exc.errors()[:limit] if limit else exc.errors()
+    text = "; ".join(f"{'.'.join(str(x) for x in e['loc']) or root}: {e['msg']}" for e in errors)
+    return text or one_line(exc)

@@ -74,7 +74,9 @@ def test_image_entry_points_exist(lib, name, capsys):
 def test_operator_port_matches_the_podmonitor_and_priority_classes_match_the_operator(render_docs, lib):
     from ttsfleet.operator import desired, fillview
 
-    assert desired.INFERENCE_PORT == 8000
+    from ttsfleet.contracts.serving import INFERENCE_PORT
+
+    assert desired.INFERENCE_PORT == INFERENCE_PORT
     docs = render_docs(lib.FULL_VALUES)
     pm = lib.one(docs, "PodMonitor")
     labels = desired.pool_labels("x", _pool())
@@ -87,7 +89,9 @@ def test_operator_port_matches_the_podmonitor_and_priority_classes_match_the_ope
 def _pool():
     from ttsfleet.operator.models import TTSPool
 
-    return TTSPool(gpu_class="h200")
+    from ttsfleet.catalog import GpuCatalog
+
+    return TTSPool.model_validate({"gpuClass": "h200"}, context={"catalog": GpuCatalog.default()})
 
 
 BLOCKER = """

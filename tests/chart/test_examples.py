@@ -12,6 +12,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from ttsfleet.catalog import GpuCatalog
+
+CAT = GpuCatalog.default()
+
 EXAMPLES = {
     "ttsdeployment-h200-rtx5090.yaml": "TTSDeployment",
     "filljob.yaml": "FillJob",
@@ -30,7 +34,7 @@ def crd_schemas_from_chart(lib) -> dict[str, dict]:
 def crd_schemas_from_models() -> dict[str, dict]:
     from ttsfleet.operator.crds import crd_documents
 
-    return {d["spec"]["names"]["kind"]: d for d in crd_documents().values()}
+    return {d["spec"]["names"]["kind"]: d for d in crd_documents(CAT).values()}
 
 
 def schema_of(crd: dict, version: str) -> dict:
@@ -110,7 +114,7 @@ def test_example_passes_the_operator_models(lib, name, kind):
     from ttsfleet.operator.models import FillJobSpec, TTSDeploymentSpec
 
     model = {"TTSDeployment": TTSDeploymentSpec, "FillJob": FillJobSpec}[kind]
-    model.model_validate(load(lib, name)["spec"])
+    model.model_validate(load(lib, name)["spec"], context={"catalog": CAT})
 
 
 def test_examples_describe_the_mixed_fleet_and_use_the_chart_images(lib):

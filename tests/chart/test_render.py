@@ -205,3 +205,31 @@ def test_leader_election_reaches_the_container(render_docs, render_raw, lib):
     assert {"POD_NAME", "POD_NAMESPACE"} <= {e["name"] for e in c["env"]}  # identity, Lease namespace
     with pytest.raises(Exception, match="renewDeadlineSeconds < leaseDurationSeconds"):
         render_raw({"operator": {"leaderElection": {"enabled": True, "leaseDurationSeconds": 10}}})
+
+
+def test_catalog_value_reaches_the_operator(render_docs, lib, tmp_path):
+    """`catalog` (a catalog file's content) becomes a ConfigMap the operator reads as `--catalog`,
+    at the path the serving door names; the file in it loads as the same catalog."""
+    import yaml
+
+    from tests.catalogs import B200_YAML
+    from ttsfleet.catalog import GpuCatalog
+    from ttsfleet.contracts.serving import CATALOG_DIR, CATALOG_KEY, CATALOG_PATH
+
+    def catalog_maps(docs):
+        return [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-catalog")]
+
+    assert not catalog_maps(render_docs(None))  # the built-in catalog: nothing to hand over
+    docs = render_docs({"catalog": yaml.safe_load(B200_YAML)})
+    (cm,) = catalog_maps(docs)
+    dep = lib.one(docs, "Deployment")
+    pod = dep["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    assert c["args"][c["args"].index("--catalog") + 1] == CATALOG_PATH
+    mount = next(m for m in c["volumeMounts"] if m["name"] == "catalog")
+    volume = next(v for v in pod["volumes"] if v["name"] == "catalog")
+    assert (mount["mountPath"], volume["configMap"]["name"]) == (CATALOG_DIR, cm["metadata"]["name"])
+    (tmp_path / CATALOG_KEY).write_text(cm["data"][CATALOG_KEY])
+    (tmp_path / "b200.yaml").write_text(B200_YAML)
+    assert GpuCatalog.load(tmp_path / CATALOG_KEY) == GpuCatalog.load(tmp_path / "b200.yaml")
+    assert "ttsfleet.io/catalog-sha256" in dep["spec"]["template"]["metadata"]["annotations"]

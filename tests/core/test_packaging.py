@@ -81,3 +81,25 @@ def test_cli_startup_imports_no_heavy_component_dependencies():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=ROOT).stdout.strip()
     assert out == "[]", f"imported at CLI startup: {out}"
+
+
+#: The dev entry points that run the local stand-ins (they import them inside the command).
+DEVTOOLS_USERS = {"slurm/cli.py", "ttsfleet/observability/render.py", "ttsfleet/cli.py"}
+
+
+def test_no_production_path_imports_the_devtools():
+    """The operator, the agent, the server, the fill jobs and the core never import the test
+    harness; only the commands that run it (local-cluster, dashboards render, demo) do."""
+    import re
+
+    users = set()
+    for folder in ("ttsfleet", *COMPONENTS):
+        for path in (ROOT / folder).rglob("*.py"):
+            if re.search(r"^\s*(from|import) ttsfleet\.devtools", path.read_text(), re.M):
+                users.add(str(path.relative_to(ROOT)))
+    assert users <= DEVTOOLS_USERS, sorted(users - DEVTOOLS_USERS)
+    devtools = {p.stem for p in (ROOT / "devtools").glob("*.py")}
+    assert {"localkube", "fakekubelet", "localcluster", "promserver", "ports", "wait"} <= devtools
+    for folder, old in (("operator", "localkube"), ("operator", "fakekubelet"), ("slurm", "localcluster"),
+                        ("ttsfleet/observability", "promserver")):
+        assert not (ROOT / folder / f"{old}.py").exists(), f"{folder}/{old}.py is harness: devtools/"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel
 
-from ttsfleet import serving_env
 from ttsfleet.catalog import NODE_LABEL_KEY, GpuCatalog, compute_capability
+from ttsfleet.contracts import serving as serving_env
 from ttsfleet.errors import UserError
 from ttsfleet.quantization import (
     CHOICES,

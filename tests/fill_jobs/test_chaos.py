@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from ttsfleet.fill_jobs.checkpoint import load_all
 
-from ttsfleet.exitcodes import PREEMPTED_REQUEUE
+from ttsfleet.contracts.exits import PREEMPTED_REQUEUE
 
 pytestmark = [pytest.mark.audio, pytest.mark.slow]
 

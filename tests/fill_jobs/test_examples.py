@@ -12,7 +12,19 @@ from importlib.resources import files
 import pytest
 import yaml
 
-from ttsfleet.exitcodes import PREEMPTED_REQUEUE
+from ttsfleet.contracts.exits import PREEMPTED_REQUEUE
+
+
+def test_shipped_examples_are_rendered_from_the_contract() -> None:
+    """Both hand-run examples come from the fill door (argv, env, port, grace, exit 99) and the
+    Slurm wrapper template: regenerate with `ttsfleet fill render-example > fill_jobs/k8s-indexed-job.yaml`
+    and `ttsfleet slurm render-example > fill_jobs/slurm-fill.sh`."""
+    from ttsfleet.fill_jobs.examples import render_kubernetes_example
+    from ttsfleet.slurm.sbatch import render_example_script
+
+    shipped = files("ttsfleet.fill_jobs")
+    assert shipped.joinpath("k8s-indexed-job.yaml").read_text() == render_kubernetes_example()
+    assert shipped.joinpath("slurm-fill.sh").read_text() == render_example_script()
 
 
 def test_kubernetes_example_is_a_valid_job_that_ignores_preemption() -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ttsfleet.exitcodes import PREEMPTED_REQUEUE
+from ttsfleet.contracts.exits import PREEMPTED_REQUEUE
 from ttsfleet.metrics import CONTRACT
 
 pytestmark = pytest.mark.audio

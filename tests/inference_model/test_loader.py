@@ -11,6 +11,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from ttsfleet.inference.loader import CheckpointMismatch, load_model, load_tokenizer, resolve_quantization
 
+from ttsfleet.catalog import GpuCatalog
 from ttsfleet.errors import UserError
 
 
@@ -87,9 +88,10 @@ def test_tiny_preset_is_deterministic_and_seeded() -> None:
 
 
 def test_auto_quantization_is_bf16_on_cpu() -> None:
-    assert resolve_quantization("auto", torch.device("cpu")) == "bf16"
-    assert resolve_quantization("none", torch.device("cpu")) == "bf16"  # alias, read only
-    assert resolve_quantization("mxfp8", torch.device("cpu")) == "mxfp8"
+    cat = GpuCatalog.default()
+    assert resolve_quantization("auto", torch.device("cpu"), cat) == "bf16"
+    assert resolve_quantization("none", torch.device("cpu"), cat) == "bf16"  # alias, read only
+    assert resolve_quantization("mxfp8", torch.device("cpu"), cat) == "mxfp8"
 
 
 def test_hf_tokenizer_json(tmp_path) -> None:

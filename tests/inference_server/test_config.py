@@ -63,7 +63,8 @@ def test_safe_defaults():
 
 
 def test_env_names_and_quantization_come_from_the_contracts():
-    from ttsfleet import quantization, serving_env
+    from ttsfleet import quantization
+    from ttsfleet.contracts import serving as serving_env
 
     assert ENV is serving_env.SERVER_ENV  # one place for the names: the operator imports the same
     assert ServeConfig.from_env({serving_env.QUANTIZATION: "none"}).quantization == quantization.BF16

@@ -21,6 +21,8 @@ from ttsfleet.observability import demo as dm
 from ttsfleet.observability import figures as fg
 from ttsfleet.observability.definitions import all_dashboards
 
+CAT = GpuCatalog.default()
+
 Vec = dict[frozenset[tuple[str, str]], float]
 RATE_INTERVAL, RANGE = 60, 3 * 3600
 LOOKBACK = 300
@@ -301,7 +303,7 @@ def expected(demo: dm.DemoData) -> dict[tuple[str, str, str], Vec]:
 
 
 def _targets() -> list[tuple[str, str, str, str]]:
-    return [(d.uid, p.title, t.legend, t.expr) for d in all_dashboards() for p in d.panels()
+    return [(d.uid, p.title, t.legend, t.expr) for d in all_dashboards(CAT) for p in d.panels()
             for t in p.targets]
 
 
@@ -334,7 +336,7 @@ def test_panel_returns_expected(prom, demo: dm.DemoData, uid: str, title: str, l
 @pytest.mark.prometheus
 def test_gpu_class_variable_filters(prom, demo: dm.DemoData) -> None:
     """Picking one GPU class changes the figures to that class's own."""
-    dash = next(d for d in all_dashboards() if d.uid == "ttsfleet-fleet")
+    dash = next(d for d in all_dashboards(CAT) if d.uid == "ttsfleet-fleet")
     expr = next(p for p in dash.panels() if p.title == "Allocated").targets[0].expr
     o = Oracle(demo, demo.end)
     for gc in dm.TOTALS:
@@ -347,7 +349,7 @@ def test_gpu_class_variable_filters(prom, demo: dm.DemoData) -> None:
 @pytest.mark.prometheus
 def test_variable_queries_list_values(prom, demo: dm.DemoData) -> None:
     """Each query variable's label_values() finds the values the demo exported."""
-    for d in all_dashboards():
+    for d in all_dashboards(CAT):
         for v in d.variables:
             if v.kind != "query":
                 continue

@@ -9,8 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ttsfleet.catalog import GpuCatalog
 from ttsfleet.observability import build
 from ttsfleet.observability.rules import render_yaml, rule_groups
+
+CAT = GpuCatalog.default()
 
 HERE = Path(__file__).parent
 UNIT_TESTS = HERE / "promtool" / "ttsfleet-rules.test.yaml"
@@ -24,7 +27,7 @@ def _promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProces
 
 
 def test_chart_rules_file_is_the_generated_one() -> None:
-    assert CHART_RULES.read_text() == render_yaml()
+    assert CHART_RULES.read_text() == render_yaml(CAT)
 
 
 def test_promtool_check_rules() -> None:
@@ -42,7 +45,7 @@ def test_every_rule_has_a_unit_test() -> None:
     exprs = " ".join(t["expr"] for g in tests for t in g.get("promql_expr_test", []))
     alerts = {t["alertname"] for g in tests for t in g.get("alert_rule_test", [])
               if t.get("exp_alerts")}  # a firing case, not only a silent one
-    for group in rule_groups()["groups"]:
+    for group in rule_groups(CAT)["groups"]:
         for rule in group["rules"]:
             if "record" in rule:
                 assert rule["record"] in exprs, f"recording rule {rule['record']} has no unit test"
@@ -52,7 +55,7 @@ def test_every_rule_has_a_unit_test() -> None:
 
 def test_unit_tests_fail_on_a_broken_rule(tmp_path: Path) -> None:
     """Mutate one threshold in a copy of the rules: promtool's unit tests must notice."""
-    rules = yaml.safe_load(render_yaml())
+    rules = yaml.safe_load(render_yaml(CAT))
     for g in rules["groups"]:
         for r in g["rules"]:
             if r.get("alert") == "TTSFleetFillNotCheckpointing":

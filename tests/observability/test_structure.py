@@ -11,10 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from ttsfleet.catalog import GpuCatalog
 from ttsfleet.metrics import EXTERNAL_LIST, LATENCY_BUCKETS, PREFIX, all_exposed_names, external_names
 from ttsfleet.observability import build, figures
 from ttsfleet.observability.definitions import all_dashboards
 from ttsfleet.observability.rules import rule_groups
+
+CAT = GpuCatalog.default()
 
 DASHBOARDS = sorted((build.REPO_ROOT / build.DASHBOARD_DIR).glob("*.json"))
 DS = "${datasource}"
@@ -48,7 +51,7 @@ def metric_names(expr: str) -> set[str]:
 
 
 def test_chart_holds_one_file_per_dashboard() -> None:
-    assert {p.stem for p in DASHBOARDS} == {d.uid for d in all_dashboards()}
+    assert {p.stem for p in DASHBOARDS} == {d.uid for d in all_dashboards(CAT)}
 
 
 @pytest.mark.parametrize("path", DASHBOARDS, ids=lambda p: p.stem)
@@ -96,7 +99,7 @@ def test_variables_defined_and_used(path: Path) -> None:
 
 
 def _allowed_names() -> set[str]:
-    recorded = {r["record"] for g in rule_groups()["groups"] for r in g["rules"] if "record" in r}
+    recorded = {r["record"] for g in rule_groups(CAT)["groups"] for r in g["rules"] if "record" in r}
     return all_exposed_names() | external_names() | recorded
 
 
@@ -111,7 +114,7 @@ def test_every_metric_in_the_contract(path: Path) -> None:
 
 def test_rules_use_only_contract_metrics() -> None:
     allowed = _allowed_names()
-    for g in rule_groups()["groups"]:
+    for g in rule_groups(CAT)["groups"]:
         for r in g["rules"]:
             assert metric_names(r["expr"]) <= allowed, r
 
@@ -145,6 +148,21 @@ def test_build_check_fails_on_drift(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert "ttsfleet-fleet.json" in proc.stderr and "old.json" in proc.stderr
     shutil.rmtree(tmp_path / "charts")
+
+
+def test_build_takes_the_runs_catalog(tmp_path: Path) -> None:
+    """A class added by a catalog file gets its capacity into the load rules (without it, the
+    class's load-weighted utilization reads 0); the built-in files stay as they are."""
+    from tests.catalogs import B200_YAML
+
+    (tmp_path / "b200.yaml").write_text(B200_YAML)
+    assert _cli("build", "--root", str(tmp_path), "--catalog", str(tmp_path / "b200.yaml")).returncode == 0
+    rules = (tmp_path / build.RULES_PATH).read_text()
+    shipped = (build.REPO_ROOT / build.RULES_PATH).read_text()
+    assert '"gpu_class", "b200"' in rules and '"gpu_class", "b200"' not in shipped
+    assert _cli("build", "--check", "--root", str(tmp_path)).returncode == 1  # built-in != b200 files
+    bad = _cli("build", "--root", str(tmp_path), "--catalog", str(tmp_path / "missing.yaml"))
+    assert bad.returncode == 2 and bad.stderr.startswith("error: catalog") and bad.stderr.count("\n") == 1
 
 
 def test_external_names_are_apart_from_ttsfleets_own() -> None:

@@ -26,6 +26,7 @@ from prometheus_client import generate_latest
 from ttsfleet.operator.main import operator_task
 from ttsfleet.operator.runtime import Runtime
 
+from ttsfleet.catalog import GpuCatalog
 from ttsfleet.metrics import make_collectors
 
 _counter = itertools.count(1000)
@@ -185,6 +186,7 @@ def make_runtime(cluster: Emulator) -> Callable[..., Runtime]:
     def make(**kw: Any) -> Runtime:
         kw.setdefault("autoscale_interval_s", 5.0)
         kw.setdefault("fill_interval_s", 5.0)
+        kw.setdefault("catalog", GpuCatalog.default())  # the tests' entry point: the built-in catalog
         return Runtime.from_environment(**kw)
     return make
 

@@ -24,6 +24,8 @@ from tests.operator.helpers import FILL_SPEC, TTSD_SPEC, node
 from tests.operator.test_crds import _draft4
 from ttsfleet.catalog import GpuCatalog
 
+CAT = GpuCatalog.default()
+
 B200 = textwrap.dedent("""\
     classes:
       b200:
@@ -52,7 +54,7 @@ def catalog(tmp_path: Path) -> GpuCatalog:
 
 def test_b200_deployment_is_placed_configured_and_valid(catalog: GpuCatalog) -> None:
     raw = {**TTSD_SPEC, "pools": [{"gpuClass": "b200", "minReplicas": 1, "maxReplicas": 4}]}
-    assert validate_ttsd(raw, "voice")[0] is None  # the built-in catalog knows no b200
+    assert validate_ttsd(raw, "voice", CAT)[0] is None  # the built-in catalog knows no b200
     spec, problem = validate_ttsd(raw, "voice", catalog)
     assert spec is not None, problem
     objs = desired_objects("voice", spec, catalog)
@@ -72,11 +74,11 @@ def test_b200_deployment_is_placed_configured_and_valid(catalog: GpuCatalog) -> 
 def test_b200_fill_pods_and_inventory_use_its_node_label(catalog: GpuCatalog) -> None:
     spec, problem = validate_fill({**FILL_SPEC, "gpuClasses": ["b200"]}, "clean", catalog)
     assert spec is not None, problem
-    pod = fv.fill_pod("clean", "ns1", spec, 0, "b200", "clean-0-0", catalog=catalog)
+    pod = fv.fill_pod("clean", "ns1", spec, 0, "b200", "clean-0-0", catalog)
     kubernetes_validate.validate(pod, "1.31", strict=True)
     assert pod["spec"]["nodeSelector"] == {"ttsfleet.io/gpu-class": "nvidia-b200-sxm"}
     nodes = [node("b-1", "nvidia-b200-sxm", gpus=8), node("h-1", "h200", gpus=4)]
-    obs = fv.observe(nodes, [pod], 0.0, 0.0, 60.0, catalog=catalog)
+    obs = fv.observe(nodes, [pod], 0.0, 0.0, 60.0, catalog)
     assert obs["b200"].total_gpus == 8 and obs["h200"].total_gpus == 4
     assert [j.id for j in obs["b200"].fill_jobs] == ["ns1/clean-0-0"]  # pending, counted by its label
 
@@ -89,6 +91,6 @@ def test_b200_crds_accept_the_class(catalog: GpuCatalog) -> None:
     obj = {"apiVersion": "ttsfleet.io/v1alpha1", "kind": "TTSDeployment", "metadata": {"name": "v"},
            "spec": {**TTSD_SPEC, "pools": [{"gpuClass": "b200"}]}}
     jsonschema.Draft4Validator(_draft4(ttsd)).validate(obj)
-    default = crd_documents()["ttsdeployments.ttsfleet.io.yaml"]["spec"]["versions"][0]["schema"]
+    default = crd_documents(CAT)["ttsdeployments.ttsfleet.io.yaml"]["spec"]["versions"][0]["schema"]
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.Draft4Validator(_draft4(default["openAPIV3Schema"])).validate(obj)

@@ -17,7 +17,10 @@ from ttsfleet.operator.crds import crd_documents
 from typer.testing import CliRunner
 
 from tests.operator.helpers import DEPLOY, live, ttsd
+from ttsfleet.catalog import GpuCatalog
 from ttsfleet.cli import main
+
+CAT = GpuCatalog.default()
 
 runner = CliRunner()
 
@@ -25,7 +28,7 @@ runner = CliRunner()
 def test_crds_write_then_check(tmp_path: Path) -> None:
     out = tmp_path / "crds"
     assert runner.invoke(app, ["crds", "--out", str(out)]).exit_code == 0
-    assert sorted(p.name for p in out.iterdir()) == sorted(crd_documents())
+    assert sorted(p.name for p in out.iterdir()) == sorted(crd_documents(CAT))
     assert runner.invoke(app, ["crds", "--out", str(out), "--check"]).exit_code == 0
     (out / "filljobs.ttsfleet.io.yaml").write_text("stale")
     result = runner.invoke(app, ["crds", "--out", str(out), "--check"])

@@ -15,11 +15,14 @@ from ttsfleet.operator.crds import crd_documents, render
 from ttsfleet.operator.models import FillJobSpec, TTSDeploymentSpec
 
 from tests.operator.helpers import filljob, ttsd
+from ttsfleet.catalog import GpuCatalog
+
+CAT = GpuCatalog.default()
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_DIR = ROOT / "charts" / "ttsfleet" / "crds"
 EXAMPLES = ROOT / "charts" / "ttsfleet" / "examples"
-DOCS = crd_documents()
+DOCS = crd_documents(CAT)
 
 
 def schema(kind: str) -> dict[str, Any]:
@@ -92,7 +95,7 @@ def test_chart_examples_validate(path: Path) -> None:
         if doc and doc.get("apiVersion") == "ttsfleet.io/v1alpha1":
             validate(doc, doc["kind"])
             model = TTSDeploymentSpec if doc["kind"] == "TTSDeployment" else FillJobSpec
-            model.model_validate(doc["spec"])
+            model.model_validate(doc["spec"], context={"catalog": CAT})
 
 
 def test_test_fixtures_validate() -> None:
@@ -126,7 +129,7 @@ def test_invalid_ttsdeployment_rejected_by_schema_and_model(path: str, value: An
     with pytest.raises(jsonschema.ValidationError):
         validate(bad, "TTSDeployment")
     with pytest.raises(ValidationError):
-        TTSDeploymentSpec.model_validate(bad["spec"])
+        TTSDeploymentSpec.model_validate(bad["spec"], context={"catalog": CAT})
 
 
 @pytest.mark.parametrize(("path", "value"), [
@@ -142,7 +145,7 @@ def test_invalid_filljob_rejected_by_schema_and_model(path: str, value: Any) -> 
     with pytest.raises(jsonschema.ValidationError):
         validate(bad, "FillJob")
     with pytest.raises(ValidationError):
-        FillJobSpec.model_validate(bad["spec"])
+        FillJobSpec.model_validate(bad["spec"], context={"catalog": CAT})
 
 
 def test_min_above_max_is_a_cel_rule_and_a_model_error() -> None:
@@ -153,7 +156,7 @@ def test_min_above_max_is_a_cel_rule_and_a_model_error() -> None:
     assert rules == ["self.minReplicas <= self.maxReplicas"]
     bad = _mutate(ttsd(), "spec.pools.0.minReplicas", 9)
     with pytest.raises(ValidationError, match="minReplicas"):
-        TTSDeploymentSpec.model_validate(bad["spec"])
+        TTSDeploymentSpec.model_validate(bad["spec"], context={"catalog": CAT})
 
 
 def test_printer_columns() -> None:
@@ -173,4 +176,5 @@ def test_readme_examples_validate() -> None:
     assert sorted(d["kind"] for d in docs) == ["FillJob", "TTSDeployment"]
     for doc in docs:
         validate(doc, doc["kind"])
-        (TTSDeploymentSpec if doc["kind"] == "TTSDeployment" else FillJobSpec).model_validate(doc["spec"])
+        model = TTSDeploymentSpec if doc["kind"] == "TTSDeployment" else FillJobSpec
+        model.model_validate(doc["spec"], context={"catalog": CAT})

@@ -18,7 +18,7 @@ CAT = GpuCatalog.default()
 
 
 def spec(**kw: Any) -> TTSDeploymentSpec:
-    return TTSDeploymentSpec.model_validate(ttsd(**kw)["spec"])
+    return TTSDeploymentSpec.model_validate(ttsd(**kw)["spec"], context={"catalog": CAT})
 
 
 def objs(s: TTSDeploymentSpec, name: str = "voice") -> list[dict[str, Any]]:
@@ -81,19 +81,7 @@ def test_cuda_graph_max_bs_follows_max_running_requests() -> None:
     env = {e["name"]: e.get("value", "") for e in serving_env(s, s.pools[0], CAT)}
     assert env["TTSFLEET_CUDA_GRAPH_MAX_BS"] == "64"
     s = spec(serving={"maxRunningRequests": 128, "cudaGraphMaxBs": 96})
-    assert s.cuda_graph_max_bs("h200") == 96
-
-
-def test_the_server_reads_the_pod_env_as_written() -> None:
-    """The inference server's own config reader takes the env the operator writes: it listens on
-    the pod IP (the server's default is loopback) at the port the Service targets."""
-    from ttsfleet.inference.serve_config import ServeConfig
-
-    s = spec()
-    env = {e["name"]: e.get("value", "") for e in serving_env(s, s.pools[0], CAT)}
-    cfg = ServeConfig.from_env({**env, "TTSFLEET_CHECKPOINT": "tiny"})  # the PVC exists in the pod only
-    assert (cfg.host, cfg.port) == ("0.0.0.0", int(env["TTSFLEET_PORT"]))
-    assert cfg.gpu_class == s.pools[0].gpu_class
+    assert s.cuda_graph_max_bs("h200", CAT) == 96
 
 
 def test_services_and_pdbs_select_their_pool() -> None:
@@ -127,14 +115,17 @@ def test_diff_ignores_server_defaults_and_replicas() -> None:
     assert not is_subset({"a": [{"b": 1}]}, {"a": [{"b": 1}, {"b": 2}]})
 
 
-def test_fill_pod_validates_and_checkpoints_per_shard() -> None:
+def test_fill_pod_validates_and_shares_the_jobs_checkpoint_directory() -> None:
     s = FillJobSpec.model_validate(filljob(stages=["vad", "loudness"],
-                                           dataVolume={"claimName": "data", "mountPath": "/data"})["spec"])
-    pod = fv.fill_pod("clean", "ns1", s, 3, "h200", "clean-3-0")
+                                           dataVolume={"claimName": "data", "mountPath": "/data"})["spec"],
+                                   context={"catalog": CAT})
+    pod = fv.fill_pod("clean", "ns1", s, 3, "h200", "clean-3-0", CAT)
     kubernetes_validate.validate(pod, "1.31", strict=True)
     args = pod["spec"]["containers"][0]["args"]
     assert args[args.index("--shard") + 1] == "3/6"
-    assert args[args.index("--checkpoint") + 1] == "/checkpoints/clean/shard-00003"
+    # one directory per FillJob, one file per shard in it (the fill door's layout)
+    assert args[args.index("--checkpoint") + 1] == "/checkpoints/clean"
+    assert args[args.index("--checkpoint-every-seconds") + 1] == "60"
     assert args[args.index("--stages") + 1] == "vad,loudness"
     assert pod["spec"]["containers"][0]["command"] == ["ttsfleet", "fill", "run"]
     assert pod["spec"]["preemptionPolicy"] == "Never" and pod["spec"]["restartPolicy"] == "Never"
@@ -144,8 +135,8 @@ def test_fill_pod_validates_and_checkpoints_per_shard() -> None:
 def test_pods_run_hardened_with_writable_tmp() -> None:
     """Inference and fill pods run like the chart's: non-root, read-only root, fsGroup for PVCs."""
     inf = by("Deployment", objs(spec()))["voice-h200"]["spec"]["template"]["spec"]
-    fill = fv.fill_pod("clean", "ns1", FillJobSpec.model_validate(filljob()["spec"]), 0, "h200",
-                       "clean-0-0")["spec"]
+    fill_spec = FillJobSpec.model_validate(filljob()["spec"], context={"catalog": CAT})
+    fill = fv.fill_pod("clean", "ns1", fill_spec, 0, "h200", "clean-0-0", CAT)["spec"]
     for pod in (inf, fill):
         sc = pod["securityContext"]
         assert sc["runAsNonRoot"] and sc["runAsUser"] != 0 and sc["fsGroup"] == sc["runAsGroup"]

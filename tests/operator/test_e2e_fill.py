@@ -24,13 +24,13 @@ def iso(t: float) -> str:
 
 
 async def run_pod(cluster: Any, name: str, checkpoint_age_s: float, metrics_port: int | None = None) -> None:
-    """The scheduler and kubelet: bind, start, and report the fill job's last checkpoint (an
-    annotation, or, with ``metrics_port``, the fill job's own metrics endpoint)."""
+    """The scheduler and kubelet: bind and start the pod ``checkpoint_age_s`` ago (under the
+    checkpoint interval, the operator's estimate of its work at risk), or, with ``metrics_port``,
+    let the fill job report its own on its metrics endpoint."""
     now = time.time()
     patch: dict[str, Any] = {
-        "metadata": {"annotations": {"ttsfleet.io/last-checkpoint": f"{now - checkpoint_age_s:.0f}"}},
         "spec": {"nodeName": "gpu-a"},
-        "status": {"phase": "Running", "startTime": iso(now - 600)}}
+        "status": {"phase": "Running", "startTime": iso(now - checkpoint_age_s)}}
     if metrics_port:
         pod = live(cluster, PODS, "ns1", name)
         container = dict(pod["spec"]["containers"][0], ports=[{"name": "metrics",
@@ -89,8 +89,8 @@ async def test_fill_admits_evicts_and_accounts(cluster, make_runtime, metrics_se
         assert gauge(rt, "ttsfleet_gpus", workload="fill") == 4
         assert gauge(rt, "ttsfleet_gpus", workload="idle") == 0
         assert gauge(rt, "ttsfleet_gpus_total") == 4
-        # clean-3-0 reports its own checkpoint age on its metrics port (what the fill job
-        # exports): 2 s, fresher than every annotation, so it is the cheapest to evict.
+        # clean-3-0 reports its own work at risk on its metrics port (what the fill job exports):
+        # 2 s, less than every start-time estimate, so it is the cheapest to evict.
         fill_metrics = await metrics_servers("fill")
         fill_metrics.collectors["fill_seconds_since_checkpoint"].labels(fill_job="clean-3").set(2)
         await run_pod(cluster, "clean-3-0", 30, metrics_port=fill_metrics.port)

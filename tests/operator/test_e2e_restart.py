@@ -29,6 +29,8 @@ from tests.operator.helpers import (
 )
 from ttsfleet.catalog import GpuCatalog
 
+CAT = GpuCatalog.default()
+
 pytestmark = pytest.mark.looptime
 MERGE = {"Content-Type": "application/merge-patch+json"}
 
@@ -46,7 +48,8 @@ async def test_restart_mid_reconcile_converges_without_duplicates(cluster, make_
     cr = await resp.json()
     owner = [{"apiVersion": "ttsfleet.io/v1alpha1", "kind": "TTSDeployment", "name": "voice",
               "uid": cr["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}]
-    objs = desired_objects("voice", TTSDeploymentSpec.model_validate(cr["spec"]), GpuCatalog.default())
+    spec = TTSDeploymentSpec.model_validate(cr["spec"], context={"catalog": CAT})
+    objs = desired_objects("voice", spec, CAT)
     dep = next(o for o in objs if o["metadata"]["name"] == "voice-h200" and o["kind"] == "Deployment")
     dep["metadata"].update(namespace="ns1", ownerReferences=owner)
     dep["spec"]["replicas"] = 3
@@ -81,7 +84,8 @@ async def test_fill_restart_adopts_existing_shard_pods(cluster, make_runtime):
     resp = await cluster.post("/apis/ttsfleet.io/v1alpha1/namespaces/ns1/filljobs", json=filljob())
     job = await resp.json()
     # The previous operator created shard 0's pod but died before writing status.
-    pod = fv.fill_pod("clean", "ns1", FillJobSpec.model_validate(job["spec"]), 0, "h200", "clean-0-0")
+    fill_spec = FillJobSpec.model_validate(job["spec"], context={"catalog": CAT})
+    pod = fv.fill_pod("clean", "ns1", fill_spec, 0, "h200", "clean-0-0", CAT)
     await cluster.post("/api/v1/namespaces/ns1/pods", json=pod)
     async with running_operator(make_runtime(fill_interval_s=5)):
         await wait_for(lambda: len(names(cluster, PODS)) == 2)

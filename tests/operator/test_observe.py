@@ -11,10 +11,14 @@ from ttsfleet.operator.models import FillJobSpec
 from ttsfleet.operator.signals import bucket_delta, histogram_quantile, parse_metrics, promql
 
 from tests.operator.helpers import filljob, node
+from ttsfleet.catalog import GpuCatalog
+from ttsfleet.contracts.fill import ShardState
 from ttsfleet.metrics import make_collectors
 from ttsfleet.policy import plan_fill
 
-SPEC = FillJobSpec.model_validate(filljob()["spec"])
+CAT = GpuCatalog.default()
+
+SPEC = FillJobSpec.model_validate(filljob()["spec"], context={"catalog": CAT})
 
 
 def exposition(in_flight: float, queue: float, ttfa: list[float]) -> str:
@@ -83,7 +87,7 @@ def test_observe_counts_gpus_by_workload() -> None:
         _pod("done", None, "inference", 1, node_name="a", phase="Succeeded"),
         _pod("cpu", None, "inference", 0, node_name="a"),
     ]
-    obs = fv.observe(nodes, pods, t=10.0, now_wall=time.time(), checkpoint_interval_s=60)
+    obs = fv.observe(nodes, pods, t=10.0, now_wall=time.time(), checkpoint_interval_s=60, catalog=CAT)
     h = obs["h200"]
     assert (h.total_gpus, h.unavailable_gpus) == (16, 8)
     assert (h.inference_gpus, h.pending_inference_gpus, h.training_gpus) == (2, 1, 4)
@@ -95,14 +99,26 @@ def test_observe_counts_gpus_by_workload() -> None:
     assert plan.evict == () and plan.admit == 0
 
 
-def test_checkpoint_age_from_annotation_or_start_time() -> None:
+def _iso(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def test_work_at_risk_from_the_termination_message_or_the_start_time() -> None:
+    """The operator counts un-checkpointed work with the contract's one function: a running pod
+    from its start time (every interval since assumed checkpointed), a finished one from the last
+    checkpoint its termination message names, up to when it ended."""
     now = 1_000_000.0
-    pod = {"metadata": {"annotations": {fv.A_LAST_CHECKPOINT: str(now - 12)}}, "status": {}}
-    assert fv.seconds_since_checkpoint(pod, now, 60) == 12
-    started = {"metadata": {}, "status": {"startTime": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                                     time.gmtime(now - 130))}}
+    started = {"metadata": {}, "status": {"startTime": _iso(now - 130)}}
     assert fv.seconds_since_checkpoint(started, now, 60) == 10
-    assert fv.seconds_since_checkpoint({"metadata": {}, "status": {}}, now, 60) == 0
+    assert fv.seconds_since_checkpoint({"metadata": {}, "status": {}}, now, 60) == 0  # not started
+    state = ShardState(3, 6, "running", 40, 100, now - 100)
+    crashed = {"metadata": {}, "status": {"startTime": _iso(now - 130), "containerStatuses": [{"state": {
+        "terminated": {"exitCode": 137, "startedAt": _iso(now - 130), "finishedAt": _iso(now - 30),
+                       "message": state.to_json()}}}]}}
+    assert fv.pod_shard_state(crashed) == state
+    assert fv.seconds_since_checkpoint(crashed, now, 60) == 70  # last checkpoint -> the kill
+    garbled = {"status": {"containerStatuses": [{"state": {"terminated": {"message": "Traceback ..."}}}]}}
+    assert fv.pod_shard_state(garbled) is None
 
 
 def _finished(name: str, shard: int, code: int) -> dict:
@@ -131,6 +147,15 @@ def test_account_exit_codes_and_vanished_pods() -> None:
     assert fv.next_shards(SPEC, again, 10) == [2, 4]
 
 
+def test_a_shard_whose_checkpoint_says_complete_is_done_whatever_the_exit() -> None:
+    """Killed after its last commit (exit 137, message: complete): the shard is done, not failed."""
+    pod = _finished("clean-2-0", 2, 137)
+    pod["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = \
+        ShardState(2, 6, "complete", 10, 10, time.time()).to_json()
+    acc = fv.account({}, [pod], SPEC, time.time())
+    assert acc.done == {2} and acc.failures == {}
+
+
 def test_ranges_and_names() -> None:
     assert fv.format_ranges([5, 0, 1, 2, 7, 8]) == "0-2,5,7-8"
     assert fv.parse_ranges("0-2,5,7-8") == {0, 1, 2, 5, 7, 8}
@@ -147,6 +172,6 @@ def test_gpu_activity_by_workload() -> None:
             _pod("fill-pending", "h200", "fill", 1, phase="Pending"),
             _pod("train", None, "training", 3, node_name="a")]
     busy = {"ns1/inf-busy": True, "ns1/inf-idle": False}
-    assert active(nodes, pods, busy) == {"h200": {"inference": 1, "fill": 2, "training": 3}}
-    obs = fv.observe(nodes, pods, t=0.0, now_wall=time.time(), checkpoint_interval_s=60)["h200"]
+    assert active(nodes, pods, busy, CAT) == {"h200": {"inference": 1, "fill": 2, "training": 3}}
+    obs = fv.observe(nodes, pods, t=0.0, now_wall=time.time(), checkpoint_interval_s=60, catalog=CAT)["h200"]
     assert allocation(obs) == {"inference": 2, "training": 3, "fill": 3, "idle": 0}

@@ -18,6 +18,9 @@ from ttsfleet.operator.models import TTSDeploymentSpec
 from ttsfleet.operator.signals import PrometheusSource
 
 from tests.operator.helpers import ttsd
+from ttsfleet.catalog import GpuCatalog
+
+CAT = GpuCatalog.default()
 
 pytestmark = [pytest.mark.prometheus,
               pytest.mark.skipif(shutil.which("prometheus") is None, reason="needs a prometheus binary")]
@@ -67,7 +70,7 @@ async def test_promql_measures_one_pool(tmp_path, metrics_servers) -> None:
         class Rt:
             prometheus_url = url
             http = client
-        spec = TTSDeploymentSpec.model_validate(ttsd()["spec"])
+        spec = TTSDeploymentSpec.model_validate(ttsd()["spec"], context={"catalog": CAT})
         by_pool = await measure(Rt(), Memory(), "ns1", "voice", spec, [])  # type: ignore[arg-type]
         assert by_pool["h200"].in_flight == 12  # voice2-h200-* belongs to another deployment
         assert by_pool["rtx5090"].in_flight == 0  # no rtx5090 pod is scraped

@@ -31,7 +31,7 @@ from ttsfleet.devtools.localcluster import (
 from ttsfleet.slurm.backend import JobInfo
 from ttsfleet.slurm.cli_backend import CliBackend
 
-GRACE_TIME_S = 5
+GRACE_PERIOD_S = 5
 CRED_EXPIRE_S = 5
 
 
@@ -52,7 +52,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     restd = not missing_binaries(restd=True) and restd_supported()
     dbd = not missing_binaries(dbd=True)  # accounting (sacct) where slurmdbd + MariaDB are installed
     spec = LocalClusterSpec(nodes=1, cpus_per_node=8, gpus_per_node=4, gpu_class="h200",
-                            grace_time_s=GRACE_TIME_S, kill_wait_s=2, cred_expire_s=CRED_EXPIRE_S,
+                            grace_period_s=GRACE_PERIOD_S, kill_wait_s=2, cred_expire_s=CRED_EXPIRE_S,
                             restd=restd, dbd=dbd)
     c = LocalCluster(tmp_path_factory.mktemp("slurm-cluster"), spec)
     with pytest.MonkeyPatch.context() as mp:

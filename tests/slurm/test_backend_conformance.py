@@ -29,7 +29,7 @@ from ttsfleet.slurm.backend import (
 from ttsfleet.slurm.cli_backend import CliBackend
 from ttsfleet.slurm.rest_backend import RestBackend
 
-from .conftest import GRACE_TIME_S, job_by_id, slurm_version, squeue_truth
+from .conftest import GRACE_PERIOD_S, job_by_id, slurm_version, squeue_truth
 
 pytestmark = pytest.mark.slurm
 
@@ -91,7 +91,7 @@ def test_partitions_and_nodes(backend: SlurmBackend, slurm: LocalCluster) -> Non
     parts = {p.name: p for p in backend.partitions()}
     assert set(parts) == {"train", "fill"}
     assert parts["train"].priority_tier > parts["fill"].priority_tier
-    assert parts["fill"].preempt_mode == "REQUEUE" and parts["fill"].grace_time_s == GRACE_TIME_S
+    assert parts["fill"].preempt_mode == "REQUEUE" and parts["fill"].grace_period_s == GRACE_PERIOD_S
     assert parts["train"].preempt_mode == "OFF"
     assert parts["fill"].nodes == tuple(slurm.node_names)
     (node,) = backend.nodes()
@@ -206,12 +206,12 @@ def test_fill_agent_over_backend(backend: SlurmBackend, request: pytest.FixtureR
 
     spec = FillShardSpec(manifest=str(corpus), output_root=str(tmp_path / "out"),
                          checkpoint_root=str(tmp_path / "ckpt"), shard_count=8, gpu_class="h200",
-                         log_dir=str(tmp_path / "logs"), grace_time_s=GRACE_TIME_S, stages="decode,hash",
+                         log_dir=str(tmp_path / "logs"), grace_period_s=GRACE_PERIOD_S, stages="decode,hash",
                          item_delay_s=5.0, checkpoint_every_items=1, dataset=f"agent-{tmp_path.name}")
     for d in (spec.log_dir, spec.output_root, spec.checkpoint_root):
         Path(d).mkdir(parents=True, exist_ok=True)
     state = tmp_path / "ledger.json"
-    agent = FillAgent(backend, spec, FillPolicyConfig(grace_period_s=GRACE_TIME_S), state)
+    agent = FillAgent(backend, spec, FillPolicyConfig(grace_period_s=GRACE_PERIOD_S), state)
 
     def shards() -> list[int]:
         return sorted(i for j in backend.jobs()
@@ -228,7 +228,7 @@ def test_fill_agent_over_backend(backend: SlurmBackend, request: pytest.FixtureR
     wait_for(lambda: not job_by_id(backend.jobs(), b).waiting, 30, "train-b to leave the queue")
     args = ["slurm", "fill-agent", "--dataset", spec.name, "--input", spec.manifest,
             "--output", spec.output_root, "--checkpoint", spec.checkpoint_root, "--shards", "8",
-            "--state", str(state), "--log-dir", spec.log_dir, "--grace-time", str(GRACE_TIME_S),
+            "--state", str(state), "--log-dir", spec.log_dir, "--grace-time", str(GRACE_PERIOD_S),
             "--stages", "decode,hash", "--checkpoint-every-items", "1", "--item-delay-seconds", "5",
             "--slurm-conf", str(slurm.conf_path), "--once",
             *cli_backend_args(request.node.callspec.params["backend"], slurm)]

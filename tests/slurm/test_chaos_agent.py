@@ -28,7 +28,7 @@ from ttsfleet.slurm.sbatch import FillShardSpec, shard_of
 
 from ttsfleet.config import FillPolicyConfig
 
-from .conftest import GRACE_TIME_S
+from .conftest import GRACE_PERIOD_S
 from .fillhelpers import audio_bytes, fill_pids, items_done, output_rows, uninterrupted_run
 
 pytestmark = [pytest.mark.slurm, pytest.mark.audio, pytest.mark.slow]
@@ -43,11 +43,12 @@ def test_kill_anywhere_through_the_agent_ends_complete_and_identical(slurm: Loca
     backend = CliBackend(str(slurm.conf_path))
     spec = FillShardSpec(manifest=str(corpus), output_root=str(tmp_path / "out"),
                          checkpoint_root=str(tmp_path / "ckpt"), shard_count=SHARDS, gpu_class="h200",
-                         log_dir=str(tmp_path / "logs"), grace_time_s=GRACE_TIME_S, stages="decode,hash",
+                         log_dir=str(tmp_path / "logs"), grace_period_s=GRACE_PERIOD_S, stages="decode,hash",
                          item_delay_s=0.5, checkpoint_every_items=1, dataset=tmp_path.name)
     for d in (spec.log_dir, spec.output_root, spec.checkpoint_root):
         Path(d).mkdir(parents=True)
-    agent = FillAgent(backend, spec, FillPolicyConfig(grace_period_s=GRACE_TIME_S), tmp_path / "ledger.json",
+    policy = FillPolicyConfig(grace_period_s=GRACE_PERIOD_S)
+    agent = FillAgent(backend, spec, policy, tmp_path / "ledger.json",
                       retry=RetryPolicy(max_retries=len(ACTIONS) + 2, backoff_s=0.5, max_backoff_s=2.0))
     rng = random.Random(1234)
     todo, done_actions = list(ACTIONS), []

@@ -11,7 +11,10 @@ import pytest
 from ttsfleet.slurm.conf import expand_hostlist, parse_conf, render_fill_conf
 from ttsfleet.slurm.validate import check_conf, validate_file
 
+from ttsfleet.catalog import GpuCatalog
 from ttsfleet.cli import main
+
+CAT = GpuCatalog.default()
 
 pytestmark = pytest.mark.slurm
 
@@ -21,7 +24,7 @@ NODES = "NodeName=gpu[01-02] CPUs=64 RealMemory=512000 Gres=gpu:h200:8\n"
 def site_conf(**replace: str) -> str:
     """A site's slurm.conf built from the shipped fragment, with lines replaced by key."""
     text = "ClusterName=site\nSlurmctldHost=head\n" + NODES + render_fill_conf(
-        nodes="gpu[01-02]", grace_time_s=60, cred_expire_s=30)
+        nodes="gpu[01-02]", grace_period_s=60, cred_expire_s=30)
     for key, line in replace.items():
         pattern = rf"^{key}=.*$" if not key.startswith("PartitionName") else rf"^{key} .*$"
         text, n = re.subn(pattern, line, text, flags=re.M)
@@ -30,12 +33,12 @@ def site_conf(**replace: str) -> str:
 
 
 def errors(text: str) -> list[str]:
-    return [f.message for f in check_conf(parse_conf(text)) if f.severity == "error"]
+    return [f.message for f in check_conf(parse_conf(text), CAT) if f.severity == "error"]
 
 
 def test_rendered_fragment_is_clean_and_documented() -> None:
     text = site_conf()
-    findings = check_conf(parse_conf(text))
+    findings = check_conf(parse_conf(text), CAT)
     assert findings == []
     # every setting line of the fragment has a comment right above it (documented line by line)
     lines = render_fill_conf(nodes="n1").splitlines()
@@ -67,7 +70,7 @@ def test_fill_partition_must_requeue() -> None:
 
 def test_default_cred_expire_is_a_warning_with_the_fix() -> None:
     text = site_conf(AuthInfo="AuthInfo=socket=/run/munge/munge.socket.2")
-    findings = check_conf(parse_conf(text))
+    findings = check_conf(parse_conf(text), CAT)
     assert [f.severity for f in findings] == ["warning"]
     assert "cred_expire=120 s" in findings[0].message and "cred_expire=30" in findings[0].message
 
@@ -83,7 +86,7 @@ def test_requeue_exit_hold_and_untyped_gpus() -> None:
 def test_malformed_file_names_the_line(tmp_path: Path) -> None:
     p = tmp_path / "slurm.conf"
     p.write_text("ClusterName=x\nPreemptType=preempt/partition_prio\nthis is not slurm\n")
-    (f,) = validate_file(str(p))
+    (f,) = validate_file(str(p), CAT)
     assert (f.severity, f.line) == ("error", 3)
     assert "Key=Value" in f.message
 
@@ -120,14 +123,14 @@ def test_appending_the_fragment_over_a_site_authinfo_is_flagged(slurm, tmp_path:
     site = text[:text.index("# ttsfleet: the slurm.conf settings")]  # the site's own part
     site += f"AuthInfo=socket={slurm.munge_socket}\n"
     appended = tmp_path / "appended.conf"
-    appended.write_text(site + render_fill_conf(nodes=slurm.nodelist, grace_time_s=5, cred_expire_s=30))
+    appended.write_text(site + render_fill_conf(nodes=slurm.nodelist, grace_period_s=5, cred_expire_s=30))
     (tmp_path / "gres.conf").write_text((slurm.etc / "gres.conf").read_text())
     (tmp_path / "cgroup.conf").write_text((slurm.etc / "cgroup.conf").read_text())
 
     broken = _sinfo(appended)
     if not Path("/run/munge/munge.socket.2").exists():  # no system munged to fall back on
         assert broken.returncode != 0 and "munge" in broken.stderr.lower(), broken.stderr
-    findings = validate_file(str(appended))
+    findings = validate_file(str(appended), CAT)
     auth = [f for f in findings if "AuthInfo is set on lines" in f.message]
     assert len(auth) == 1 and auth[0].severity == "error", findings
     assert f"socket={slurm.munge_socket} is lost" in auth[0].message
@@ -136,8 +139,8 @@ def test_appending_the_fragment_over_a_site_authinfo_is_flagged(slurm, tmp_path:
 
     merged = tmp_path / "merged.conf"
     merged.write_text(site.replace(f"AuthInfo=socket={slurm.munge_socket}\n", "") + render_fill_conf(
-        nodes=slurm.nodelist, grace_time_s=5, cred_expire_s=30, munge_socket=str(slurm.munge_socket)))
-    assert not [f for f in validate_file(str(merged)) if f.severity == "error"]
+        nodes=slurm.nodelist, grace_period_s=5, cred_expire_s=30, munge_socket=str(slurm.munge_socket)))
+    assert not [f for f in validate_file(str(merged), CAT) if f.severity == "error"]
     ok = _sinfo(merged)
     assert ok.returncode == 0 and "fill" in ok.stdout, ok.stderr
 
@@ -147,7 +150,7 @@ def test_repeated_keys_and_records_are_flagged() -> None:
                           "KillWait=30\nKillWait=30\n"
                           "PartitionName=fill Nodes=gpu[01-02] PriorityTier=1 PreemptMode=REQUEUE "
                           "GraceTime=5\n")
-    findings = check_conf(parse_conf(text))
+    findings = check_conf(parse_conf(text), CAT)
 
     def about(start: str):
         (hit,) = [f for f in findings if f.message.startswith(start)]

@@ -19,7 +19,7 @@ from ttsfleet.slurm.sbatch import FillShardSpec, shard_of
 from ttsfleet.cli import main
 from ttsfleet.config import FillPolicyConfig
 
-from .conftest import GRACE_TIME_S, job_by_id
+from .conftest import GRACE_PERIOD_S, job_by_id
 
 pytestmark = [pytest.mark.slurm, pytest.mark.audio]
 
@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.audio]
 def make_spec(corpus: Path, tmp_path: Path, shards: int, delay: float | None, **kw) -> FillShardSpec:
     spec = FillShardSpec(manifest=str(corpus), output_root=str(tmp_path / "out"),
                          checkpoint_root=str(tmp_path / "ckpt"), shard_count=shards, gpu_class="h200",
-                         log_dir=str(tmp_path / "logs"), grace_time_s=GRACE_TIME_S, stages="decode,hash",
+                         log_dir=str(tmp_path / "logs"), grace_period_s=GRACE_PERIOD_S, stages="decode,hash",
                          item_delay_s=delay, checkpoint_every_items=1,
                          dataset=tmp_path.name,  # jobs of earlier tests stay listed for MinJobAge
                          **kw)
@@ -40,7 +40,7 @@ def agent_args(spec: FillShardSpec, conf: Path, state: Path) -> list[str]:
     args = ["slurm", "fill-agent", "--dataset", spec.name, "--input", spec.manifest,
             "--output", spec.output_root, "--checkpoint", spec.checkpoint_root,
             "--shards", str(spec.shard_count), "--state", str(state),
-            "--log-dir", spec.log_dir, "--grace-time", str(spec.grace_time_s), "--stages", "decode,hash",
+            "--log-dir", spec.log_dir, "--grace-time", str(spec.grace_period_s), "--stages", "decode,hash",
             "--checkpoint-every-items", "1", "--slurm-conf", str(conf), "--once", "--json"]
     if spec.item_delay_s is not None:
         args += ["--item-delay-seconds", str(spec.item_delay_s)]
@@ -63,7 +63,7 @@ def test_agent_holds_back_for_training_and_refills(slurm: LocalCluster, corpus: 
     backend = CliBackend(str(slurm.conf_path))
     spec = make_spec(corpus, tmp_path, shards=8, delay=5.0)  # 4 items x 5 s: shards outlive the test
     state = tmp_path / "ledger.json"
-    agent = FillAgent(backend, spec, FillPolicyConfig(grace_period_s=GRACE_TIME_S), state)
+    agent = FillAgent(backend, spec, FillPolicyConfig(grace_period_s=GRACE_PERIOD_S), state)
 
     a = train(backend, tmp_path, "train-a", 3)
     wait_for(lambda: job_by_id(backend.jobs(), a).state == "RUNNING", 30, "train-a to run")
@@ -93,7 +93,7 @@ def test_agent_holds_back_for_training_and_refills(slurm: LocalCluster, corpus: 
     report = agent.run_once()
     assert [s[0] for s in report.submitted] == [1, 2, 3]
     assert fill_shards(backend) == [0, 1, 2, 3]
-    restarted = FillAgent(backend, spec, FillPolicyConfig(grace_period_s=GRACE_TIME_S), state)
+    restarted = FillAgent(backend, spec, FillPolicyConfig(grace_period_s=GRACE_PERIOD_S), state)
     assert restarted.run_once().submitted == []
     ledger = Ledger.load(state, spec.name, spec.shard_count)
     queued = {shard_of(j).indices[0]: j.job_id for j in backend.jobs() if shard_of(j)}

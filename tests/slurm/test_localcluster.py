@@ -11,13 +11,15 @@ from ttsfleet.devtools.localcluster import LocalCluster, LocalClusterSpec, _pid_
 from ttsfleet.devtools.wait import wait_for
 from ttsfleet.slurm.validate import validate_file
 
+from ttsfleet.catalog import GpuCatalog
+
 from .conftest import _skip_reason
 
 pytestmark = pytest.mark.slurm
 
 
 def test_session_cluster_config_passes_the_validator(slurm: LocalCluster) -> None:
-    assert validate_file(str(slurm.conf_path)) == []
+    assert validate_file(str(slurm.conf_path), GpuCatalog.default()) == []
 
 
 def test_jobs_see_their_fake_gpus(slurm: LocalCluster, tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from ttsfleet.devtools.wait import wait_for
 from ttsfleet.slurm.cli_backend import CliBackend
 from ttsfleet.slurm.sbatch import FillShardSpec, fill_submit_request
 
-from .conftest import GRACE_TIME_S, job_by_id
+from .conftest import GRACE_PERIOD_S, job_by_id
 from .fillhelpers import output_rows
 
 pytestmark = [pytest.mark.slurm, pytest.mark.audio]
@@ -27,7 +27,7 @@ def spec_for(corpus: Path, tmp_path: Path, name: str, shards: int, out: Path, de
     spec = FillShardSpec(manifest=str(corpus), output_root=str(out),
                          checkpoint_root=str(tmp_path / f"ckpt-{name}"),
                          shard_count=shards, gpu_class="h200", log_dir=str(tmp_path / f"logs-{name}"),
-                         grace_time_s=GRACE_TIME_S, stages="decode,hash", item_delay_s=delay,
+                         grace_period_s=GRACE_PERIOD_S, stages="decode,hash", item_delay_s=delay,
                          checkpoint_every_items=1, dataset=f"{tmp_path.name}-{name}")
     for d in (spec.log_dir, spec.checkpoint_root):
         Path(d).mkdir(parents=True, exist_ok=True)

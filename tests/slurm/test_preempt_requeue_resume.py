@@ -21,7 +21,7 @@ from ttsfleet.slurm.cli_backend import CliBackend
 from ttsfleet.slurm.exporter import SlurmExporter
 from ttsfleet.slurm.sbatch import FillShardSpec, fill_submit_request, shard_of
 
-from .conftest import GRACE_TIME_S, job_by_id
+from .conftest import GRACE_PERIOD_S, job_by_id
 from .fillhelpers import STAGES, items_done, output_rows, uninterrupted_run
 
 pytestmark = [pytest.mark.slurm, pytest.mark.audio]
@@ -38,7 +38,7 @@ def test_preempted_fill_shards_resume_and_lose_nothing(slurm: LocalCluster, corp
     exporter = SlurmExporter(backend)
     spec = FillShardSpec(manifest=str(corpus), output_root=str(tmp_path / "out"),
                          checkpoint_root=str(tmp_path / "ckpt"), shard_count=SHARDS, gpu_class="h200",
-                         log_dir=str(tmp_path / "logs"), grace_time_s=GRACE_TIME_S, stages=STAGES,
+                         log_dir=str(tmp_path / "logs"), grace_period_s=GRACE_PERIOD_S, stages=STAGES,
                          item_delay_s=0.4, checkpoint_every_items=1)
     for d in (spec.log_dir, spec.output_root, spec.checkpoint_root):
         Path(d).mkdir(parents=True)
@@ -71,10 +71,10 @@ def test_preempted_fill_shards_resume_and_lose_nothing(slurm: LocalCluster, corp
         j = job_by_id(backend.jobs(), train_id)
         return j is not None and j.state in ("RUNNING", "COMPLETING", "COMPLETED")
 
-    wait_for(train_started, GRACE_TIME_S + 20, "the train job to start")
+    wait_for(train_started, GRACE_PERIOD_S + 20, "the train job to start")
     train_wait = time.monotonic() - t_submit
     # at worst the grace time plus KillWait (2 s) plus scheduling: fill never holds training longer
-    assert train_wait < GRACE_TIME_S + 2 + 5, f"training waited {train_wait:.1f} s for fill"
+    assert train_wait < GRACE_PERIOD_S + 2 + 5, f"training waited {train_wait:.1f} s for fill"
 
     def all_done():
         exporter.poll()

@@ -22,7 +22,7 @@ from ttsfleet.slurm.cli_backend import CliBackend
 from ttsfleet.slurm.rest_backend import RestBackend, choose_version, job_description
 from ttsfleet.slurm.sbatch import FillShardSpec, fill_submit_request
 
-from .conftest import GRACE_TIME_S, job_by_id
+from .conftest import GRACE_PERIOD_S, job_by_id
 from .fillhelpers import items_done, output_rows, uninterrupted_run
 
 pytestmark = pytest.mark.slurm
@@ -66,7 +66,7 @@ def test_rest_submitted_shard_gets_usr1_at_preemption(slurm: LocalCluster, rest:
     baseline = uninterrupted_run(corpus, tmp_path / "base-out", tmp_path / "base-ckpt", shards=shards)
     spec = FillShardSpec(manifest=str(corpus), output_root=str(tmp_path / "out"),
                          checkpoint_root=str(tmp_path / "ckpt"), shard_count=shards, gpu_class="h200",
-                         log_dir=str(tmp_path / "logs"), grace_time_s=GRACE_TIME_S, stages="decode,hash",
+                         log_dir=str(tmp_path / "logs"), grace_period_s=GRACE_PERIOD_S, stages="decode,hash",
                          item_delay_s=0.4, checkpoint_every_items=1, dataset=tmp_path.name)
     for d in (spec.log_dir, spec.output_root, spec.checkpoint_root):
         Path(d).mkdir(parents=True)
@@ -80,7 +80,7 @@ def test_rest_submitted_shard_gets_usr1_at_preemption(slurm: LocalCluster, rest:
                                      gres="gpu:h200:2", output=str(tmp_path / "train.out"),
                                      workdir=str(tmp_path)))
     wait_for(lambda: job_by_id(cli.jobs(), train).state in ("RUNNING", "COMPLETING", "COMPLETED"),
-             GRACE_TIME_S + 20, "the train job to start")
+             GRACE_PERIOD_S + 20, "the train job to start")
     waited = time.monotonic() - t0
     jobs = wait_for(lambda: all(job_by_id(rest.jobs(), i).state == "COMPLETED" for i in ids)
                     and [job_by_id(rest.jobs(), i) for i in ids], 120, "every shard to complete")
@@ -91,5 +91,5 @@ def test_rest_submitted_shard_gets_usr1_at_preemption(slurm: LocalCluster, rest:
     # the warning signal, not the end-of-grace SIGTERM, stopped them; training did not wait for it
     assert {c["last_stop_signal"] for c in preempted} == {"SIGUSR1"}, preempted
     assert all(c["hard_restarts"] == 0 for c in stopped)
-    assert waited < GRACE_TIME_S, f"training waited {waited:.1f} s (grace {GRACE_TIME_S} s)"
+    assert waited < GRACE_PERIOD_S, f"training waited {waited:.1f} s (grace {GRACE_PERIOD_S} s)"
     assert sorted(output_rows(Path(spec.output_root))) == sorted(baseline)

@@ -12,7 +12,7 @@ import pytest
 from ttsfleet.slurm.backend import JobInfo
 from ttsfleet.slurm.sbatch import FillShardSpec, fill_submit_request, render_fill_script, shard_of
 
-from ttsfleet.exitcodes import PREEMPTED_REQUEUE
+from ttsfleet.contracts.exits import PREEMPTED_REQUEUE
 
 pytestmark = pytest.mark.slurm
 
@@ -21,7 +21,7 @@ def spec(tmp_path: Path, manifest: Path | None = None, **kw) -> FillShardSpec:
     return FillShardSpec(manifest=str(manifest or tmp_path / "en-v2.jsonl"),
                          output_root=str(tmp_path / "out"),
                          checkpoint_root=str(tmp_path / "ckpt"), shard_count=4, gpu_class="rtx5090",
-                         log_dir=str(tmp_path / "logs"), grace_time_s=45, **kw)
+                         log_dir=str(tmp_path / "logs"), grace_period_s=45, **kw)
 
 
 def sbatch_options(script: str) -> list[str]:

@@ -21,7 +21,7 @@ from ttsfleet.devtools.localcluster import LocalCluster
 from ttsfleet.devtools.wait import wait_for
 from ttsfleet.slurm.cli_backend import CliBackend
 
-from ttsfleet.exitcodes import PREEMPTED_REQUEUE
+from ttsfleet.contracts.exits import PREEMPTED_REQUEUE
 
 from .fillhelpers import output_rows, uninterrupted_run
 

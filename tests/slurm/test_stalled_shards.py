@@ -28,7 +28,7 @@ from ttsfleet.slurm.sbatch import FillShardSpec
 from ttsfleet.config import FillPolicyConfig
 from ttsfleet.metrics import make_collectors
 
-from .conftest import GRACE_TIME_S, job_by_id
+from .conftest import GRACE_PERIOD_S, job_by_id
 from .fillhelpers import audio_bytes, fill_pids, items_done, output_rows, uninterrupted_run
 
 pytestmark = [pytest.mark.slurm, pytest.mark.audio]
@@ -38,7 +38,7 @@ def make_spec(corpus: Path, tmp_path: Path, shards: int, delay: float | None, ou
               **kw) -> FillShardSpec:
     spec = FillShardSpec(manifest=str(corpus), output_root=str(out or tmp_path / "out"),
                          checkpoint_root=str(tmp_path / "ckpt"), shard_count=shards, gpu_class="h200",
-                         log_dir=str(tmp_path / "logs"), grace_time_s=GRACE_TIME_S, stages="decode,hash",
+                         log_dir=str(tmp_path / "logs"), grace_period_s=GRACE_PERIOD_S, stages="decode,hash",
                          item_delay_s=delay, checkpoint_every_items=1, dataset=tmp_path.name, **kw)
     for d in (spec.log_dir, spec.output_root, spec.checkpoint_root):
         Path(d).mkdir(parents=True, exist_ok=True)
@@ -47,7 +47,8 @@ def make_spec(corpus: Path, tmp_path: Path, shards: int, delay: float | None, ou
 
 def make_agent(backend, spec: FillShardSpec, tmp_path: Path, retries: int, backoff: float):
     collectors = make_collectors("slurm")
-    agent = FillAgent(backend, spec, FillPolicyConfig(grace_period_s=GRACE_TIME_S), tmp_path / "ledger.json",
+    policy = FillPolicyConfig(grace_period_s=GRACE_PERIOD_S)
+    agent = FillAgent(backend, spec, policy, tmp_path / "ledger.json",
                       collectors=collectors, retry=RetryPolicy(max_retries=retries, backoff_s=backoff))
     return agent, collectors
 

@@ -7,6 +7,10 @@ with freshly generated text so CI fails when code and chart drift apart.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ttsfleet.catalog import GpuCatalog
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART = Path("charts/ttsfleet")
@@ -14,20 +18,20 @@ RULES_PATH = CHART / "rules" / "ttsfleet-rules.yaml"
 DASHBOARD_DIR = CHART / "dashboards"
 
 
-def generated() -> dict[Path, str]:
-    """Relative path -> file text for every generated file."""
+def generated(catalog: GpuCatalog) -> dict[Path, str]:
+    """Relative path -> file text for every generated file, for the run's catalog."""
     from ttsfleet.observability.dashboards import render_json
     from ttsfleet.observability.definitions import all_dashboards
     from ttsfleet.observability.rules import render_yaml
 
-    out = {DASHBOARD_DIR / f"{d.uid}.json": render_json(d) for d in all_dashboards()}
-    out[RULES_PATH] = render_yaml()
+    out = {DASHBOARD_DIR / f"{d.uid}.json": render_json(d) for d in all_dashboards(catalog)}
+    out[RULES_PATH] = render_yaml(catalog)
     return out
 
 
-def write(root: Path = REPO_ROOT) -> list[Path]:
+def write(root: Path, catalog: GpuCatalog) -> list[Path]:
     written = []
-    for rel, text in generated().items():
+    for rel, text in generated(catalog).items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         if not path.exists() or path.read_text() != text:
@@ -36,9 +40,9 @@ def write(root: Path = REPO_ROOT) -> list[Path]:
     return written
 
 
-def check(root: Path = REPO_ROOT) -> list[str]:
+def check(root: Path, catalog: GpuCatalog) -> list[str]:
     """Problems found: missing, differing or stale generated files (empty when up to date)."""
-    gen = generated()
+    gen = generated(catalog)
     problems = []
     for rel, text in gen.items():
         path = root / rel

@@ -13,13 +13,18 @@ app = typer.Typer(no_args_is_help=True)
 def build(
     check: bool = typer.Option(False, "--check", help="exit 1 if the chart's files differ"),
     root: Path = typer.Option(None, help="repository root (default: this checkout)"),
+    catalog: Path | None = typer.Option(
+        None, "--catalog", help="GPU catalog file merged over the built-in classes (the run's, as "
+                                "given to the operator): its classes' capacities go into the rules"),
 ) -> None:
     """Generate Grafana dashboards and Prometheus rules into charts/ttsfleet/."""
+    from ttsfleet.catalog import GpuCatalog
     from ttsfleet.observability import build as b
 
     root = root or b.REPO_ROOT
+    cat = GpuCatalog.load(catalog)
     if check:
-        problems = b.check(root)
+        problems = b.check(root, cat)
         for p in problems:
             typer.echo(p, err=True)
         if problems:
@@ -29,7 +34,7 @@ def build(
             raise SystemExit(1)
         typer.echo("dashboards and rules are up to date")
         return
-    for path in b.write(root):
+    for path in b.write(root, cat):
         typer.echo(str(path))
 
 
@@ -38,9 +43,11 @@ def render(
     out: Path = typer.Option(None, help="folder for the PNG files (default: docs/dashboards/)"),
     workdir: Path = typer.Option(None, help="scratch folder (default: a temporary one)"),
 ) -> None:
-    """Render each dashboard to a PNG from its real queries on a backfilled Prometheus."""
+    """Render each dashboard to a PNG from its real queries on a backfilled Prometheus (the demo
+    fleet runs the built-in catalog's classes)."""
+    from ttsfleet.catalog import GpuCatalog
     from ttsfleet.observability.build import REPO_ROOT
     from ttsfleet.observability.render import render_all
 
-    for path in render_all(out or REPO_ROOT / "docs" / "dashboards", workdir):
+    for path in render_all(out or REPO_ROOT / "docs" / "dashboards", GpuCatalog.default(), workdir):
         typer.echo(str(path))

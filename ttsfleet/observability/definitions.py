@@ -11,6 +11,7 @@ also match series without the label (e.g. Slurm-run fill jobs).
 
 from __future__ import annotations
 
+from ttsfleet.catalog import GpuCatalog
 from ttsfleet.observability import figures as fg
 from ttsfleet.observability.model import Dashboard, Panel, Row, Target, Variable
 
@@ -38,11 +39,11 @@ def _q(name: str, metric: str) -> str:
     return f'histogram_quantile({name}, sum by (le) (rate({metric}_bucket{{{POD}}}[{RI}])))'
 
 
-def fleet() -> Dashboard:
+def fleet(catalog: GpuCatalog) -> Dashboard:
     t = fg.UTILIZATION_TARGET
     alloc = fg.ratio_fleet(fg.gpus_allocated(GC), GC)
     active = fg.ratio_fleet(fg.gpus_active(GC), GC)
-    load = fg.ratio_fleet(fg.gpus_load_weighted(RI, GC), GC)
+    load = fg.ratio_fleet(fg.gpus_load_weighted(RI, catalog, GC), GC)
     pct = {"unit": "percentunit", "thresholds": (t,)}
     return Dashboard(
         "ttsfleet-fleet", "ttsfleet / Fleet utilization",
@@ -78,7 +79,7 @@ def fleet() -> Dashboard:
                 _ts("Utilization per GPU class", "Allocated, active and load-weighted per class.",
                     Target(fg.ratio_by_class(fg.gpus_allocated(GC), GC), "{{gpu_class}} allocated"),
                     Target(fg.ratio_by_class(fg.gpus_active(GC), GC), "{{gpu_class}} active"),
-                    Target(fg.ratio_by_class(fg.gpus_load_weighted(RI, GC), GC),
+                    Target(fg.ratio_by_class(fg.gpus_load_weighted(RI, catalog, GC), GC),
                            "{{gpu_class}} load-weighted"), min=0, max=1, **pct),
             )),
             Row("Hardware utilization (where dcgm-exporter runs)", (
@@ -112,7 +113,7 @@ def fleet() -> Dashboard:
         ))
 
 
-def inference() -> Dashboard:
+def inference(catalog: GpuCatalog) -> Dashboard:
     ns = Variable("namespace", "Namespace", "query", "label_values(ttsfleet_inference_ready, namespace)")
     dep = Variable("deployment", "Deployment", "query",
                    f"label_values(ttsfleet_inference_ready{{{NS}}}, deployment)")
@@ -135,7 +136,7 @@ def inference() -> Dashboard:
                 _ts("Decode load (frames / replica capacity)",
                     "Load-weighted inference utilization: frames decoded over what the ready "
                     "replicas could decode at their class's peak.",
-                    Target(fg.inference_load(RI, POD, GC), "{{deployment}} {{gpu_class}}"),
+                    Target(fg.inference_load(RI, catalog, POD, GC), "{{deployment}} {{gpu_class}}"),
                     unit="percentunit", width=6, min=0),
             )),
             Row("Latency against the SLO", (
@@ -283,5 +284,6 @@ def slurm() -> Dashboard:
         ))
 
 
-def all_dashboards() -> list[Dashboard]:
-    return [fleet(), inference(), fill(), slurm()]
+def all_dashboards(catalog: GpuCatalog) -> list[Dashboard]:
+    """Every dashboard for the run's catalog (its classes' capacities are in the load panels)."""
+    return [fleet(catalog), inference(catalog), fill(), slurm()]

@@ -86,27 +86,27 @@ def inference_replicas_ready(m_pod: str = "", m_class: str = "") -> str:
             f"ttsfleet_inference_build_info{_sel(m_pod, m_class)})")
 
 
-def frame_capacity_per_gpu(catalog: GpuCatalog | None = None) -> str:
-    """Peak decode frames/s of one replica per GPU class, as a vector built from the catalog."""
-    catalog = catalog or GpuCatalog.default()
+def frame_capacity_per_gpu(catalog: GpuCatalog) -> str:
+    """Peak decode frames/s of one replica per GPU class, as a vector built from the run's catalog
+    (a class missing here reads 0 in every load figure)."""
     parts = [f'label_replace(vector({catalog.get(n).capacity.peak_frames_per_s:g}), '
              f'"gpu_class", "{n}", "", "")' for n in catalog.names()]
     return "(" + " or ".join(parts) + ")"
 
 
-def inference_load(window: str, m_pod: str = "", m_class: str = "") -> str:
+def inference_load(window: str, catalog: GpuCatalog, m_pod: str = "", m_class: str = "") -> str:
     """Load-weighted inference utilization: frames decoded over what the ready replicas could."""
     return (f"{inference_frames_rate(window, m_pod, m_class)}"
             " / on (namespace, deployment, gpu_class) ("
             f"{inference_replicas_ready(m_pod, m_class)}"
-            f" * on (gpu_class) group_left () {frame_capacity_per_gpu()})")
+            f" * on (gpu_class) group_left () {frame_capacity_per_gpu(catalog)})")
 
 
-def gpus_load_weighted(window: str, m: str = "") -> str:
+def gpus_load_weighted(window: str, catalog: GpuCatalog, m: str = "") -> str:
     """GPU-equivalents of work per GPU class (inference frames over capacity + fill + training)."""
     zero = f"0 * {gpus_total(m)}"
     inference = (f"sum by (gpu_class) ({inference_frames_rate(window, '', m)})"
-                 f" / on (gpu_class) {frame_capacity_per_gpu()}")
+                 f" / on (gpu_class) {frame_capacity_per_gpu(catalog)}")
     jobs = f'sum by (gpu_class) (ttsfleet_gpus_active{_sel(JOBS, m)})'
     return f"(({inference}) or {zero}) + on (gpu_class) (({jobs}) or {zero})"
 

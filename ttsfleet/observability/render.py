@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ttsfleet.catalog import GpuCatalog
 from ttsfleet.devtools.promserver import Prometheus, backfill
 from ttsfleet.observability.model import Dashboard, Panel, Placed, layout
 
@@ -143,7 +144,7 @@ def render_dashboard(dash: Dashboard, prom: Prometheus, start: float, end: float
     return path
 
 
-def render_all(out: Path, workdir: Path | None = None) -> list[Path]:
+def render_all(out: Path, catalog: GpuCatalog, workdir: Path | None = None) -> list[Path]:
     """Backfill the demo fleet, start Prometheus, draw every dashboard into ``out``."""
     from ttsfleet.observability.definitions import all_dashboards
     from ttsfleet.observability.demo import generate
@@ -154,4 +155,4 @@ def render_all(out: Path, workdir: Path | None = None) -> list[Path]:
         work = workdir or Path(tmp)
         with Prometheus(backfill(data.openmetrics, work)) as prom:
             return [render_dashboard(d, prom, data.start, data.end, out / f"{d.uid}.png")
-                    for d in all_dashboards()]
+                    for d in all_dashboards(catalog)]

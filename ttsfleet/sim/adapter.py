@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ttsfleet.contracts.fill import work_at_risk
 from ttsfleet.policy import (
     AutoscaleState,
     ClassObservation,
@@ -55,7 +56,7 @@ def to_class_observation(cl: ClassState, t: float, checkpoint_interval_s: float,
                          nodes: bool = False) -> ClassObservation:
     """One GPU class as the fill controller sees it: nodes' allocations, (``fill_jobs``) the
     fill pods with their seconds since the last checkpoint and (``nodes``) the node topology."""
-    views = tuple(FillJobView(j.id, 1, ((t - j.run_start) % checkpoint_interval_s)
+    views = tuple(FillJobView(j.id, 1, work_at_risk(t, j.run_start, None, checkpoint_interval_s)
                               if j.state == "running" else 0.0, j.state == "stopping",
                               j.node.name if nodes else "")
                   for j in cl.fill_jobs.values()) if fill_jobs else ()

@@ -15,7 +15,7 @@ import typer
 from pydantic import BaseModel
 
 from ttsfleet.config import AutoscaleConfig, FillPolicyConfig
-from ttsfleet.errors import UserError
+from ttsfleet.errors import UserError, validation_text
 from ttsfleet.sim.scenario import DEFAULT_FLEET, FILL_BUSY_FRACTION, FillWorkload, Scenario
 from ttsfleet.sim.trace import EMBEDDED_DAYS, EMBEDDED_PEAK_LOAD, EMBEDDED_SEED
 
@@ -182,8 +182,7 @@ def register(root: typer.Typer) -> None:
                                           gpus_per_node) if training else [],
                 policy_interval_s=policy_interval, seed=seed)
         except ValidationError as exc:
-            raise UserError("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
-                                      for e in exc.errors())) from None
+            raise UserError(validation_text(exc)) from None
         _run_and_report(scenario, tr, wanted, as_json=as_json, quiet=quiet,
                         plot_path=None if no_plot else plot_path)
 

@@ -53,6 +53,17 @@ app.kubernetes.io/component: operator
 {{- end }}
 
 {{/*
+Where the operator reads the run's catalog (the same path the operator mounts it at in the server
+pods: ttsfleet.contracts.serving.CATALOG_PATH; tests/chart checks they agree).
+*/}}
+{{- define "ttsfleet.catalogDir" -}}
+/etc/ttsfleet/catalog
+{{- end }}
+{{- define "ttsfleet.catalogPath" -}}
+{{ include "ttsfleet.catalogDir" . }}/catalog.yaml
+{{- end }}
+
+{{/*
 An image reference from {repository, tag, digest}: the digest wins when set.
 */}}
 {{- define "ttsfleet.image" -}}

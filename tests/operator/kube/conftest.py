@@ -4,7 +4,8 @@ with the real Helm SDK, and the operator run in-process with the chart's Service
 The control plane (:class:`ttsfleet.devtools.localkube.LocalKube`: etcd, kube-apiserver with RBAC
 and OwnerReferencesPermissionEnforcement, controller-manager, scheduler, a fake kubelet) lives under
 a pytest temp dir on free loopback ports and is stopped at session end. Nodes: two h200 nodes and
-one rtx5090 node (4, 4 and 2 GPUs, tainted ``nvidia.com/gpu``), one CPU node.
+one rtx5090 node (4, 4 and 2 GPUs, tainted ``nvidia.com/gpu``), one b200 node (2 GPUs, a class only
+a catalog file knows), one CPU node.
 
 Two chart releases: ``ttsfleet`` (cluster-wide, namespace ``ttsfleet``) and ``tts-ns`` (namespaced:
 ``operator.watchNamespaces: [tts-a]``, namespace ``tts-ops``). The chart's operator Deployment is
@@ -29,6 +30,7 @@ from ttsfleet.devtools.wait import wait_for_async as wait_for
 from ttsfleet.operator.runtime import Runtime
 
 import tests.operator.conftest as kmock_suite
+from ttsfleet.catalog import GpuCatalog
 
 REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "charts" / "ttsfleet"
@@ -37,6 +39,8 @@ NODES = [
     FakeNode("h200-a", {"ttsfleet.io/gpu-class": "h200"}, gpus=4, taints=(GPU_TAINT,)),
     FakeNode("h200-b", {"ttsfleet.io/gpu-class": "h200"}, gpus=4, taints=(GPU_TAINT,)),
     FakeNode("rtx5090-a", {"ttsfleet.io/gpu-class": "rtx5090"}, gpus=2, taints=(GPU_TAINT,)),
+    # a class only a catalog file knows (tests/catalogs.py: B200_YAML); the built-in one ignores it
+    FakeNode("b200-a", {"ttsfleet.io/gpu-class": "b200"}, gpus=2, taints=(GPU_TAINT,)),
     FakeNode("cpu-a", {}, gpus=0),
 ]
 RELEASES = {
@@ -131,6 +135,24 @@ async def empty(found: Awaitable[list[Any]]) -> bool:
     return not await found
 
 
+async def bound_claim(api: Api, ns: str, name: str = "ckpt") -> None:
+    """A bound ReadWriteMany claim (a hostPath PV pre-bound to it; the PV controller binds)."""
+    await api.create("/api/v1/persistentvolumes", {
+        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"{ns}-{name}"},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"],
+                 "hostPath": {"path": f"/tmp/{ns}-{name}"}, "storageClassName": "",
+                 "claimRef": {"namespace": ns, "name": name}}})
+    await api.create(f"/api/v1/namespaces/{ns}/persistentvolumeclaims", {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name},
+        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": f"{ns}-{name}",
+                 "resources": {"requests": {"storage": "1Gi"}}}})
+
+    async def bound() -> bool:
+        pvc = await api.get(f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{name}") or {}
+        return (pvc.get("status") or {}).get("phase") == "Bound"
+    await wait_for(bound, 60, f"PVC {ns}/{name} Bound")
+
+
 @pytest.fixture
 async def api(kube: LocalKube) -> AsyncIterator[Api]:
     a = Api(kube)
@@ -182,6 +204,7 @@ async def running_operator(kube: LocalKube, release: str, tmp_path: Path,
     rt_kw.setdefault("autoscale_interval_s", 2.0)
     rt_kw.setdefault("fill_interval_s", 2.0)
     rt_kw.setdefault("retry_delay_s", 2.0)
+    rt_kw.setdefault("catalog", GpuCatalog.default())  # the tests' entry point: the built-in catalog
     rt = Runtime.from_environment(**rt_kw)
     namespaces = tuple(RELEASES[release]["values"]["operator"].get("watchNamespaces", ()))
     try:

@@ -14,8 +14,11 @@ import pytest
 from ttsfleet.operator.models import FillJobSpec, TTSDeploymentSpec
 
 from tests.operator.helpers import FILL_SPEC, TTSD_SPEC
+from ttsfleet.catalog import GpuCatalog
 
 from .conftest import Api
+
+CAT = GpuCatalog.default()
 
 NS = "tts-install"
 TTSD_PATH = f"/apis/ttsfleet.io/v1alpha1/namespaces/{NS}/ttsdeployments"
@@ -48,12 +51,14 @@ async def test_server_side_defaults_equal_the_models(releases: Any, api: Api, ki
     created = await api.create(path, _obj(kind, name, copy.deepcopy(spec)))
     try:
         stored = created["spec"]
-        want = model.model_validate(spec).model_dump(mode="json", by_alias=True, exclude_none=True)
+        ctx = {"catalog": CAT}
+        want = model.model_validate(spec, context=ctx).model_dump(mode="json", by_alias=True,
+                                                                exclude_none=True)
         # Every default the server filled in is the model's; what it left out (empty lists and
         # maps, which the schema does not default) the model fills with the same empties.
         assert {k: v for k, v in want.items() if k in stored} == stored
         assert all(not want[k] for k in set(want) - set(stored)), set(want) - set(stored)
-        assert model.model_validate(stored) == model.model_validate(spec)
+        assert model.model_validate(stored, context=ctx) == model.model_validate(spec, context=ctx)
         if kind == "FillJob":
             assert stored["resources"] == {"cpu": "4", "memory": "16Gi", "gpus": 1}
     finally:

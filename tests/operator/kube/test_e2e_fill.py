@@ -21,30 +21,12 @@ from ttsfleet.devtools.localkube import LocalKube
 from tests.operator.conftest import MetricsServer
 
 from . import audit
-from .conftest import Api, empty, exactly, gone, running_operator, wait_for
+from .conftest import Api, bound_claim, empty, exactly, gone, running_operator, wait_for
 
 NS = "tts-fill"
 OPERATOR = audit.sa_user("ttsfleet", "ttsfleet")
 FJ = f"/apis/ttsfleet.io/v1alpha1/namespaces/{NS}/filljobs"
 TTSD = f"/apis/ttsfleet.io/v1alpha1/namespaces/{NS}/ttsdeployments"
-
-
-async def checkpoint_claim(api: Api, ns: str, name: str = "ckpt") -> None:
-    """A bound ReadWriteMany claim (a hostPath PV pre-bound to it; the PV controller binds)."""
-    await api.create("/api/v1/persistentvolumes", {
-        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"{ns}-{name}"},
-        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"],
-                 "hostPath": {"path": f"/tmp/{ns}-{name}"}, "storageClassName": "",
-                 "claimRef": {"namespace": ns, "name": name}}})
-    await api.create(f"/api/v1/namespaces/{ns}/persistentvolumeclaims", {
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name},
-        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": f"{ns}-{name}",
-                 "resources": {"requests": {"storage": "1Gi"}}}})
-
-    async def bound() -> bool:
-        pvc = await api.get(f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{name}") or {}
-        return (pvc.get("status") or {}).get("phase") == "Bound"
-    await wait_for(bound, 60, f"PVC {ns}/{name} Bound")
 
 
 def fill_job(name: str, classes: list[str], shards: int, parallelism: int) -> dict[str, Any]:
@@ -105,7 +87,7 @@ class PodMetrics:
 async def test_fill_yields_to_inference_by_preemption_and_ahead_of_need(
         releases: Any, api: Api, kube: LocalKube, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     await api.namespace(NS)
-    await checkpoint_claim(api, NS)
+    await bound_claim(api, NS)
     # Fill passes far more often than autoscaling steps: what the operator evicts between two
     # steps is evicted ahead of need, not raced against the scheduler's preemption.
     async with running_operator(kube, "ttsfleet", tmp_path, monkeypatch, autoscale_interval_s=5.0,
@@ -170,7 +152,7 @@ async def test_a_fill_pod_stuck_on_a_lost_node_is_released_and_its_shard_rerun(
         releases: Any, api: Api, kube: LocalKube, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     ns, node = "tts-lost", "/api/v1/nodes/h200-b"
     await api.namespace(ns)
-    await checkpoint_claim(api, ns)
+    await bound_claim(api, ns)
     job = fill_job("lost", ["h200"], shards=1, parallelism=1)
     job["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "h200-b"}
     path = f"/apis/ttsfleet.io/v1alpha1/namespaces/{ns}/filljobs"

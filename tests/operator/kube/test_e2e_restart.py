@@ -18,8 +18,8 @@ from ttsfleet.devtools.localkube import LocalKube
 from ttsfleet.operator.fillview import parse_time
 
 from . import audit
-from .conftest import Api, empty, exactly, gone, running_operator, wait_for
-from .test_e2e_fill import PodMetrics, checkpoint_claim, fill_job, pods
+from .conftest import Api, bound_claim, empty, exactly, gone, running_operator, wait_for
+from .test_e2e_fill import PodMetrics, fill_job, pods
 
 NS = "tts-restart"
 TTSD = f"/apis/ttsfleet.io/v1alpha1/namespaces/{NS}/ttsdeployments"
@@ -136,7 +136,7 @@ async def test_killed_mid_admission_converges_without_duplicates(
     finishes the admission: every shard once, no second pod for a shard."""
     ns = "tts-kill"
     await api.namespace(ns)
-    await checkpoint_claim(api, ns)
+    await bound_claim(api, ns)
     path = f"/apis/ttsfleet.io/v1alpha1/namespaces/{ns}/filljobs"
     since = audit.mark(kube)
     user = audit.sa_user("ttsfleet", "ttsfleet")

@@ -16,8 +16,8 @@ import pytest
 from ttsfleet.devtools.localkube import LocalKube
 
 from . import audit
-from .conftest import Api, empty, exactly, running_operator, wait_for
-from .test_e2e_fill import checkpoint_claim, fill_job, pods
+from .conftest import Api, bound_claim, empty, exactly, running_operator, wait_for
+from .test_e2e_fill import fill_job, pods
 
 NS = "tts-watch"
 OPERATOR = audit.sa_user("ttsfleet", "ttsfleet")
@@ -34,7 +34,7 @@ def pod_node_calls(events: list[dict[str, Any]], verb: str) -> list[str]:
 async def test_steady_state_sends_no_pod_or_node_list(
         releases: Any, api: Api, kube: LocalKube, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     await api.namespace(NS)
-    await checkpoint_claim(api, NS)
+    await bound_claim(api, NS)
     start = audit.mark(kube)
     async with running_operator(kube, "ttsfleet", tmp_path, monkeypatch, fill_interval_s=1.0) as rt:
         await api.create(FJ, fill_job("w", ["rtx5090"], shards=3, parallelism=2))

@@ -39,7 +39,7 @@ def pending_pod(name: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "labels": {"informer-test": "yes"},
                          "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "x" * 2000,
-                                         "ttsfleet.io/last-checkpoint": "1"}},
+                                         "ttsfleet.io/note": "1"}},
             "spec": {"nodeSelector": {"no-such-node": "x"},
                      "containers": [{"name": "c", "image": "busybox", "env": [{"name": "A", "value": "b"}],
                                      "resources": {"requests": {"cpu": "10m"}}}]}}
@@ -50,7 +50,7 @@ async def test_nodes_are_listed_in_pages_and_projected(admin: Kube, kube: LocalK
     assert len(pages) >= 3 and all(len(p["items"]) <= 1 for p in pages), "the server did not page"
     inf = Informer(admin, "/api/v1/nodes", labels=fv.NODE_SELECTOR, project=project_node, page_size=1)
     await inf.relist()
-    assert sorted(k.strip("/") for k in inf.items) == ["h200-a", "h200-b", "rtx5090-a"]
+    assert sorted(k.strip("/") for k in inf.items) == ["b200-a", "h200-a", "h200-b", "rtx5090-a"]
     node = inf.items["/h200-a"]
     assert node["status"]["allocatable"]["nvidia.com/gpu"] == "4"
     assert "managedFields" not in node["metadata"] and "nodeInfo" not in node["status"]
@@ -67,7 +67,7 @@ async def test_watch_follows_the_server(releases: Any, admin: Kube, api: Api) ->
         assert inf.items == {}
         await api.create(pods, pending_pod("w1"))
         got = await wait_for(lambda: inf.items.get(f"{NS}/w1"), 30, "the ADDED pod in the cache")
-        assert got["metadata"]["annotations"] == {"ttsfleet.io/last-checkpoint": "1"}  # projected
+        assert got["metadata"]["annotations"] == {"ttsfleet.io/note": "1"}  # projected
         assert "env" not in got["spec"]["containers"][0]
         await api.patch(f"{pods}/w1", {"metadata": {"labels": {"step": "2"}}})
         await wait_for(lambda: inf.items[f"{NS}/w1"]["metadata"]["labels"].get("step") == "2", 30,

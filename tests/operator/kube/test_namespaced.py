@@ -14,8 +14,8 @@ import pytest
 from ttsfleet.devtools.localkube import LocalKube
 
 from . import audit
-from .conftest import Api, empty, exactly, running_operator, wait_for
-from .test_e2e_fill import checkpoint_claim, fill_job, pods
+from .conftest import Api, bound_claim, empty, exactly, running_operator, wait_for
+from .test_e2e_fill import fill_job, pods
 
 NS = "tts-a"
 OPERATOR = audit.sa_user("tts-ops", "tts-ns-ttsfleet")
@@ -26,7 +26,7 @@ TTSD = f"/apis/ttsfleet.io/v1alpha1/namespaces/{NS}/ttsdeployments"
 async def test_namespaced_operator_fills_inventories_and_reconciles(
         releases: Any, api: Api, kube: LocalKube, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     await api.namespace(NS)
-    await checkpoint_claim(api, NS)
+    await bound_claim(api, NS)
     since = audit.mark(kube)
     async with running_operator(kube, "tts-ns", tmp_path, monkeypatch) as rt:
         await api.create(FJ, fill_job("clean-a", ["rtx5090"], shards=4, parallelism=4))

@@ -19,8 +19,8 @@ import pytest
 from ttsfleet.devtools.localkube import LocalKube
 
 from . import audit
-from .conftest import Api, empty, exactly, running_operator, wait_for
-from .test_e2e_fill import checkpoint_claim, fill_job, pods
+from .conftest import Api, bound_claim, empty, exactly, running_operator, wait_for
+from .test_e2e_fill import fill_job, pods
 
 NS = "tts-pdb"
 OPERATOR = audit.sa_user("ttsfleet", "ttsfleet")
@@ -88,7 +88,7 @@ async def test_the_pool_pdb_refuses_an_eviction_beyond_its_budget(
 async def test_operator_fill_evictions_are_deletes_that_a_fill_pdb_does_not_stall(
         releases: Any, api: Api, kube: LocalKube, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     await api.namespace(NS)
-    await checkpoint_claim(api, NS)
+    await bound_claim(api, NS)
     sel = "ttsfleet.io/filljob=clean-pdb"
     async with running_operator(kube, "ttsfleet", tmp_path, monkeypatch, fill_interval_s=1.0):
         await api.create(FJ, fill_job("clean-pdb", ["rtx5090"], shards=4, parallelism=2))

@@ -13,8 +13,19 @@ import pytest
 import yaml
 from ttsfleet.devtools.localkube import LocalKube
 
-from .conftest import CHART, RELEASES, Api, empty, exactly, gone, running_operator, uninstall, wait_for
-from .test_e2e_fill import checkpoint_claim, fill_job, pods
+from .conftest import (
+    CHART,
+    RELEASES,
+    Api,
+    bound_claim,
+    empty,
+    exactly,
+    gone,
+    running_operator,
+    uninstall,
+    wait_for,
+)
+from .test_e2e_fill import fill_job, pods
 
 NS = "tts-un"
 #: What ``kubectl delete -f charts/ttsfleet/crds/`` deletes: every CRD file the chart ships.
@@ -27,7 +38,7 @@ GROUP = "/apis/ttsfleet.io/v1alpha1"
 async def test_readme_uninstall_order_completes(releases: Any, api: Api, kube: LocalKube, tmp_path: Any,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     await api.namespace(NS)
-    await checkpoint_claim(api, NS)
+    await bound_claim(api, NS)
     async with running_operator(kube, "ttsfleet", tmp_path, monkeypatch):
         await api.create(f"/apis/ttsfleet.io/v1alpha1/namespaces/{NS}/filljobs",
                          fill_job("bye", ["rtx5090"], shards=2, parallelism=2))

@@ -1,12 +1,16 @@
-"""The serving env contract: the ``TTSFLEET_*`` variables the inference server reads.
+"""The serving door: what the operator hands an inference server pod, and how the server reads it.
 
-The server (``ttsfleet serve``: defaults < these variables < flags) reads them and the operator
-writes them into each pool's pod template, so both import the names from here instead of typing
-them twice. Light on purpose (no torch, no pydantic): the operator imports it without the
-inference stack.
+The server (``ttsfleet serve``: defaults < these variables < flags) reads the ``TTSFLEET_*``
+variables and the operator writes them into each pool's pod template, so both import the names
+from here instead of typing them twice. Light on purpose (no torch, no pydantic): the operator
+imports it without the inference stack.
 
 :data:`SERVER_ENV` maps each ``ServeConfig`` field to its variable; the constants name the ones
-the operator sets.
+the operator sets. The catalog hand-off: the operator renders its run's GPU catalog
+(:meth:`ttsfleet.catalog.GpuCatalog.to_yaml`) into a ConfigMap, mounts it at
+:data:`CATALOG_DIR` and sets :data:`CATALOG` to :data:`CATALOG_PATH`, so a server on a class added
+by a catalog file knows that class. ``tests/doors/test_serving_door.py`` crosses this door for
+every class of a run's catalog.
 """
 
 from __future__ import annotations
@@ -15,6 +19,13 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 PREFIX = "TTSFLEET_"
+
+#: The port an inference server listens on in a pod (and by default anywhere).
+INFERENCE_PORT = 8000
+#: Where the run's catalog is mounted in a server pod, the file's key, and the path ``CATALOG`` names.
+CATALOG_DIR = "/etc/ttsfleet/catalog"
+CATALOG_KEY = "catalog.yaml"
+CATALOG_PATH = f"{CATALOG_DIR}/{CATALOG_KEY}"
 
 HOST = "TTSFLEET_HOST"
 PORT = "TTSFLEET_PORT"
