@@ -123,8 +123,10 @@ def _die_with_parent() -> None:
 class Container:
     """One container of a pod: its resolved process, the record the status is built from, probes."""
 
-    def __init__(self, spec: Mapping[str, Any], target: Target, argv: list[str], log_path: Path) -> None:
+    def __init__(self, spec: Mapping[str, Any], target: Target, argv: list[str], log_path: Path,
+                 message_path: Path | None = None) -> None:
         self.spec, self.target, self.argv, self.log_path = spec, target, argv, log_path
+        self.message_path = message_path
         self.record = ContainerRecord(name=spec["name"], image=str(spec.get("image", "")))
         self.proc: asyncio.subprocess.Process | None = None
         self.probers: list[asyncio.Task[None]] = []
@@ -138,6 +140,8 @@ class Container:
 
     async def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        if self.message_path is not None:
+            self.message_path.write_text("")  # a new container starts with an empty message
         with open(self.log_path, "ab") as out:
             out.write(f"--- {now_iso()} start: {' '.join(self.argv)}\n".encode())
             out.flush()
@@ -167,7 +171,20 @@ class Container:
         r.exit_code = exit_code(self.proc.returncode)
         r.state, r.finished_at = "terminated", now_iso()
         r.reason = "Completed" if r.exit_code == 0 else "Error"
+        r.message = self.termination_message(r.exit_code)
         return True
+
+    def termination_message(self, code: int) -> str:
+        """The file at ``terminationMessagePath``, or the log's tail on failure when the policy
+        is ``FallbackToLogsOnError`` (at most 4096 bytes either way)."""
+        text = ""
+        with contextlib.suppress(OSError):
+            if self.message_path is not None:
+                text = self.message_path.read_bytes()[:podspec.MESSAGE_BYTES].decode(errors="replace")
+        if not text and code != 0 and self.spec.get("terminationMessagePolicy") == "FallbackToLogsOnError":
+            with contextlib.suppress(OSError):
+                text = self.log_path.read_bytes()[-podspec.MESSAGE_BYTES:].decode(errors="replace")
+        return text
 
     async def _probe(self, kind: str) -> None:
         probe = self.spec[kind]
@@ -281,7 +298,10 @@ class PodWorker:
         return False
 
     def _container(self, c: Mapping[str, Any], inputs: podspec.PodInputs) -> Container:
-        table = podspec.mounts(self.pod, c, inputs)
+        message = self.sandbox / f"{c['name']}.termination-log"
+        message.parent.mkdir(parents=True, exist_ok=True)
+        message.write_text("")
+        table = podspec.mounts(self.pod, c, inputs, str(message))
         pod_env = podspec.container_env(self.pod, c, self.ip, inputs)
         tmp = next((m.host for m in table if m.path == "/tmp"), str(self.sandbox / "tmp"))
         home = self.sandbox / "home"
@@ -292,7 +312,8 @@ class PodWorker:
         env = podspec.process_env(base, pod_env, table, inputs)
         cwd = podspec.working_dir(c, table, self.sandbox)
         argv = podspec.resolve_argv(c, env, table)
-        container = Container(c, Target(self.ip, c, env, cwd, table), argv, self.sandbox / f"{c['name']}.log")
+        container = Container(c, Target(self.ip, c, env, cwd, table), argv, self.sandbox / f"{c['name']}.log",
+                              message)
         grace = float((self.pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
         container.kill_grace_s = max(grace, MIN_GRACE_S)
         return container

@@ -15,6 +15,9 @@ without a cluster. The rules are Kubernetes' own where a process can follow them
   mount path (or a path under one) names the volume's host directory: ``--checkpoint
   /checkpoints/job/shard-00000`` runs as ``--checkpoint <pv host path>/job/shard-00000``.
   ``readOnly`` is not enforced. The longest mount path wins;
+* the termination message — ``terminationMessagePath`` (``/dev/termination-log``) is a file in
+  the pod's sandbox, named like a mount; its text (at most 4096 bytes) becomes the terminated
+  state's ``message``, or with ``FallbackToLogsOnError`` the log's tail after a failure;
 * the ServiceAccount token — the in-cluster loaders read fixed absolute paths no process can be
   given, so a pod with a token volume gets ``KUBECONFIG`` (server, CA, its own bound token) and
   no ``KUBERNETES_SERVICE_HOST``; the API server still authenticates and authorizes it as the
@@ -144,9 +147,20 @@ def container_env(pod: Mapping[str, Any], container: Mapping[str, Any], pod_ip: 
     return env
 
 
-def mounts(pod: Mapping[str, Any], container: Mapping[str, Any], inputs: PodInputs) -> list[Mount]:
-    """The container's mounts, longest path first (the one that wins for a nested path)."""
-    out = []
+TERMINATION_LOG = "/dev/termination-log"
+#: The kubelet keeps at most this much of a termination message (Kubernetes: 4096 bytes).
+MESSAGE_BYTES = 4096
+
+
+def termination_message_path(container: Mapping[str, Any]) -> str:
+    return str(container.get("terminationMessagePath") or TERMINATION_LOG)
+
+
+def mounts(pod: Mapping[str, Any], container: Mapping[str, Any], inputs: PodInputs,
+           message_file: str | None = None) -> list[Mount]:
+    """The container's mounts, longest path first (the one that wins for a nested path); with
+    ``message_file``, its ``terminationMessagePath`` is one too (the kubelet reads it at exit)."""
+    out = [Mount(termination_message_path(container), message_file)] if message_file else []
     for vm in container.get("volumeMounts") or []:
         host = inputs.volumes.get(vm["name"])
         if host is None:

@@ -39,9 +39,13 @@ signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
 srv.serve_forever()
 """
 CHECKPOINTER = r"""
-import pathlib, signal, sys, time
+import os, pathlib, signal, sys, time
 out = pathlib.Path(sys.argv[1])
-signal.signal(signal.SIGTERM, lambda *a: (out.write_text("checkpointed"), sys.exit(99)))
+def stop(*a):
+    out.write_text("checkpointed")
+    pathlib.Path(os.environ["STATE"]).write_text("items_done=3")
+    sys.exit(99)
+signal.signal(signal.SIGTERM, stop)
 while True:
     time.sleep(0.1)
 """
@@ -136,16 +140,18 @@ async def test_sigterm_exit_code_and_restarts(api: httpx.AsyncClient, kube: Loca
                                               tmp_path: Path) -> None:
     marker = tmp_path / "ckpt"
     body = python("ckpt", CHECKPOINTER, ["/work/ckpt"], restartPolicy="Never",
-                  container={"volumeMounts": [{"name": "work", "mountPath": "/work"}]},
+                  container={"volumeMounts": [{"name": "work", "mountPath": "/work"}],
+                             "env": [{"name": "STATE", "value": "/dev/termination-log"}],
+                             "terminationMessagePath": "/dev/termination-log"},
                   volumes=[{"name": "work", "hostPath": {"path": str(tmp_path)}}])
-    body["spec"]["containers"][0]["args"] = ["/work/ckpt"]
     assert (await api.post(f"/api/v1/namespaces/{NS}/pods", json=body)).status_code == 201
     crash = python("crash", "import sys; sys.exit(3)", [], restartPolicy="Always")
     assert (await api.post(f"/api/v1/namespaces/{NS}/pods", json=crash)).status_code == 201
     await wait_for_async(lambda: _ready(api, "ckpt"), 60, "ckpt Ready (no readinessProbe: when started)")
 
     # Evicted with a grace period (what the fill controller does): the process checkpoints and
-    # exits 99, and the pod's terminal status says so before the deletion completes.
+    # exits 99, and the pod's terminal status says so (with its termination message, which the
+    # process wrote to the path the pod names) before the deletion completes.
     watch = asyncio.create_task(exit_codes_until_deleted(api, "ckpt"))
     await asyncio.sleep(0.5)
     r = await api.request("DELETE", f"/api/v1/namespaces/{NS}/pods/ckpt",
@@ -153,7 +159,8 @@ async def test_sigterm_exit_code_and_restarts(api: httpx.AsyncClient, kube: Loca
     assert r.status_code == 200
     seen = await asyncio.wait_for(watch, 30)
     assert marker.read_text() == "checkpointed"
-    assert 99 in seen, f"exit codes seen in the status: {seen}"
+    assert (99, "items_done=3") in seen, f"exit codes and messages seen in the status: {seen}"
+    assert not Path("/dev/termination-log").exists(), "the message went to the host's /dev"
 
     async def restarted() -> bool:
         p = await pod(api, "crash") or {}
@@ -164,9 +171,9 @@ async def test_sigterm_exit_code_and_restarts(api: httpx.AsyncClient, kube: Loca
     await wait_for_async(lambda: _gone(api, "crash"), 30, "crash deleted")
 
 
-async def exit_codes_until_deleted(api: httpx.AsyncClient, name: str) -> list[int]:
-    """Every container exit code a watch on the pod shows, until the pod is deleted."""
-    seen: list[int] = []
+async def exit_codes_until_deleted(api: httpx.AsyncClient, name: str) -> list[tuple[int, str]]:
+    """Every (exit code, message) a watch on the pod shows, until the pod is deleted."""
+    seen: list[tuple[int, str]] = []
     params = {"watch": "1", "fieldSelector": f"metadata.name={name}"}
     async with api.stream("GET", f"/api/v1/namespaces/{NS}/pods", params=params, timeout=None) as resp:
         async for line in resp.aiter_lines():
@@ -175,7 +182,8 @@ async def exit_codes_until_deleted(api: httpx.AsyncClient, name: str) -> list[in
             event = json.loads(line)
             for c in (event["object"].get("status") or {}).get("containerStatuses") or []:
                 if "terminated" in (c.get("state") or {}):
-                    seen.append(c["state"]["terminated"]["exitCode"])
+                    term = c["state"]["terminated"]
+                    seen.append((term["exitCode"], term.get("message", "")))
             if event["type"] == "DELETED":
                 return seen
     return seen
