@@ -2,7 +2,7 @@
 ``ttsfleet fill run`` shards under the process kubelet, driven by open-loop traffic.
 
 One run of :func:`ttsfleet.devtools.loop.run_loop` (what ``ttsfleet demo`` runs) with the demo's
-TTSDeployment and FillJob and a shorter trace (``trace.csv``: 0.4 → 1 → 1.5 requests/s for 35 s, then
+TTSDeployment and FillJob and a shorter trace (``trace.csv``: 0.4 → 1 → 1.5 requests/s for 37 s, then
 nothing but the test's own stream for 35 s, then 0.3),
 then every claim of the loop checked on what the run recorded:
 
@@ -41,7 +41,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.audio, pytest.mark.timeout(600)]
 
 TRACE = Path(__file__).with_name("trace.csv")
 FALL_S = 40.0  # the trace's load falls here
-ITEM_DELAY_S = "2.5"  # a shard of 8 items lasts ~20 s: every eviction lands mid-shard
+ITEM_DELAY_S = "5.0"  # a shard of 8 items lasts ~40 s: the evictions (at 15-35 s) land mid-shard
+SHARDS, ITEMS = 2, 16  # one shard per class fits beside the floor's replicas and the idle GPU
 
 
 class Pinned:
@@ -94,7 +95,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     job = load_manifest(HERE / "demo-filljob.yaml")
     command = job["spec"]["command"]
     command[command.index("--item-delay-seconds") + 1] = ITEM_DELAY_S
-    cfg = LoopConfig(workdir=tmp_path_factory.mktemp("loop"), filljob=job, trace=TRACE, corpus_items=24,
+    job["spec"]["shards"] = job["spec"]["maxParallelism"] = SHARDS
+    cfg = LoopConfig(workdir=tmp_path_factory.mktemp("loop"), filljob=job, trace=TRACE, corpus_items=ITEMS,
                      settle_timeout_s=120, hooks={"pin": pin_one_h200_pod})
     record = asyncio.run(run_loop(cfg)).to_dict()
     keep = os.environ.get("TTSFLEET_LOOP_RECORD")  # a file to keep the record in, for a post-mortem
@@ -131,7 +133,7 @@ def test_fill_is_evicted_ahead_of_need_and_never_preempted(run: dict[str, Any]) 
 def test_evicted_shards_resume_with_output_identical_to_an_uninterrupted_run(
         run: dict[str, Any], tmp_path: Path) -> None:
     f = summarize(run)["fill"]
-    assert f["complete"] and f["items_done"] == f["items_total"] == 24, f
+    assert f["complete"] and f["items_done"] == f["items_total"] == ITEMS, f
     assert f["preemptions_survived"] >= 2 and f["items_lost"] == 0, f
     spec = run["config"]["filljob"]["spec"]
     manifest = Path(run["output_dir"]).parent / "corpus" / "manifest.jsonl"
