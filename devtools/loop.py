@@ -89,7 +89,7 @@ class LoopConfig:
     ttsdeployment: dict[str, Any] = field(default_factory=lambda: load_manifest(DEMO_TTSDEPLOYMENT))
     filljob: dict[str, Any] = field(default_factory=lambda: load_manifest(DEMO_FILLJOB))
     trace: Path = HERE / "demo-trace.csv"
-    corpus_items: int = 60
+    corpus_items: int = 40
     seed: int = 0
     nodes: list[FakeNode] = field(default_factory=default_nodes)
     operator_args: tuple[str, ...] = ("--autoscale-interval", "2", "--fill-interval", "1")

@@ -164,10 +164,11 @@ def plot(run: dict[str, Any], path: Path, title: str = "ttsfleet demo") -> Path:
 
     pools = sorted({k for s in samples for k in s["desired"]})
     colors = dict(zip(pools, ("tab:green", "tab:purple", "tab:orange", "tab:brown"), strict=False))
-    for pool in pools:
-        ax2.step(ts, [s["desired"].get(pool, 0) for s in samples], where="post", linestyle="--",
+    for i, pool in enumerate(pools):
+        lift = 0.04 * (i - (len(pools) - 1) / 2)  # pools at the same count stay apart
+        ax2.step(ts, [s["desired"].get(pool, 0) + lift for s in samples], where="post", linestyle="--",
                  color=colors[pool], alpha=0.8, label=f"{pool} desired")
-        ax2.step(ts, [s["ready"].get(pool, 0) for s in samples], where="post", color=colors[pool],
+        ax2.step(ts, [s["ready"].get(pool, 0) + lift for s in samples], where="post", color=colors[pool],
                  linewidth=2, label=f"{pool} ready")
     load = ax2.twinx()
     load.plot(ts, [sum(s.get("server_load", {}).values()) for s in samples], color="tab:gray", alpha=0.5,
