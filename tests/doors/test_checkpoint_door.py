@@ -73,8 +73,9 @@ class ShardPod:
         assert env[contract.STATE_FILE_ENV] == self.container["terminationMessagePath"]
         self.env = {**os.environ, **env, contract.STATE_FILE_ENV: str(self.state_file),
                     contract.METRICS_PORT_ENV: str(free_port())}
-        args = self.container["args"]
-        self.checkpoint_dir = Path(args[args.index("--checkpoint") + 1])
+        # The FillJob's checkpoint directory as any reader names it: one folder per FillJob on its
+        # volume, every shard's file in it (not where the argv says: that is the side under test).
+        self.checkpoint_dir = tmp / "ckpt" / "clean"
 
     def start(self, *extra: str) -> subprocess.Popen[str]:
         assert self.container["command"] == ["ttsfleet", "fill", "run"]

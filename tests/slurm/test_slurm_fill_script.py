@@ -28,7 +28,8 @@ from .fillhelpers import output_rows, uninterrupted_run
 pytestmark = [pytest.mark.slurm, pytest.mark.audio]
 
 SCRIPT = str(files("ttsfleet.fill_jobs").joinpath("slurm-fill.sh"))
-START_LINE = "ttsfleet-fill array="
+#: The wrapper's first line (on stdout), printed once its traps are installed.
+START_LINE = "ttsfleet-fill job="
 
 
 def script_env(corpus: Path, tmp_path: Path) -> dict[str, str]:
@@ -39,11 +40,12 @@ def script_env(corpus: Path, tmp_path: Path) -> dict[str, str]:
 
 def test_signal_in_the_first_instant_is_a_requeue_not_a_death(corpus: Path, tmp_path: Path) -> None:
     env = {**script_env(corpus, tmp_path), "SLURM_ARRAY_TASK_ID": "0", "SLURM_ARRAY_TASK_COUNT": "4"}
-    proc = subprocess.Popen(["bash", SCRIPT], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    proc = subprocess.Popen(["bash", SCRIPT], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
-    assert START_LINE in proc.stderr.readline()  # the traps are installed; Python is not up yet
+    assert START_LINE in proc.stdout.readline()  # the traps are installed; Python is not up yet
     proc.send_signal(signal.SIGUSR1)
     rest = proc.stderr.read()
+    proc.stdout.close()
     assert proc.wait(timeout=60) == PREEMPTED_REQUEUE, rest
     assert "Traceback" not in rest
 
