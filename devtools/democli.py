@@ -47,17 +47,23 @@ def demo(
     ttsdeployment: Path = typer.Option(None, "--ttsdeployment", help="the TTSDeployment manifest"),
     filljob: Path = typer.Option(None, "--filljob", help="the FillJob manifest"),
     seed: int = typer.Option(0, help="arrivals and corpus seed"),
+    chart: Path = typer.Option(None, "--chart", help="the Helm chart (default: the checkout's "
+                               "charts/ttsfleet, or ./charts/ttsfleet)"),
 ) -> None:
     """Run the loop on this machine: a real control plane, the chart's operator, real `ttsfleet serve`
     replicas and `ttsfleet fill run` shards as processes, an open-loop traffic trace against the
     Service; print and plot replicas, fill evictions, first audio and fill items. Cleans up."""
     preflight()
-    from ttsfleet.devtools.loop import HERE, LoopConfig, load_manifest, run_loop
+    from ttsfleet.devtools.loop import HERE, LoopConfig, find_chart, load_manifest, run_loop
     from ttsfleet.devtools.loopreport import plot, print_summary, summarize
 
     for p in (trace, ttsdeployment, filljob):
         if p is not None and not p.is_file():
             raise UserError(f"{p}: no such file")
+    try:
+        chart = find_chart(chart)
+    except FileNotFoundError as exc:
+        raise UserError(str(exc)) from None
     try:
         docs = {"ttsdeployment": load_manifest(ttsdeployment or HERE / "demo-ttsdeployment.yaml"),
                 "filljob": load_manifest(filljob or HERE / "demo-filljob.yaml")}
@@ -67,7 +73,7 @@ def demo(
     work = workdir or tmp
     assert work is not None
     started = time.monotonic()
-    cfg = LoopConfig(workdir=work, trace=trace or HERE / "demo-trace.csv", seed=seed,
+    cfg = LoopConfig(workdir=work, trace=trace or HERE / "demo-trace.csv", seed=seed, chart=chart,
                      log=lambda line: typer.echo(f"[{time.monotonic() - started:6.1f} s] {line}"), **docs)
     try:
         run = asyncio.run(run_loop(cfg))

@@ -44,6 +44,18 @@ from ttsfleet.devtools.wait import wait_for_async
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 CHART = REPO / "charts" / "ttsfleet"
+
+
+def find_chart(given: Path | None = None) -> Path:
+    """The Helm chart: ``given``, else the checkout's (an editable install), else
+    ``./charts/ttsfleet`` (``pip install .`` run from a clone; the wheel carries no chart)."""
+    for candidate in ([given] if given is not None else [CHART, Path.cwd() / "charts" / "ttsfleet"]):
+        if (candidate / "Chart.yaml").is_file():
+            return candidate
+    raise FileNotFoundError(f"no Helm chart at {given or CHART}: run from the repository's root or pass "
+                            "--chart")
+
+
 NS, RELEASE, RELEASE_NS = "tts", "ttsfleet", "ttsfleet"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 CLASS_LABEL = "ttsfleet.io/gpu-class"
@@ -89,6 +101,7 @@ class LoopConfig:
     ttsdeployment: dict[str, Any] = field(default_factory=lambda: load_manifest(DEMO_TTSDEPLOYMENT))
     filljob: dict[str, Any] = field(default_factory=lambda: load_manifest(DEMO_FILLJOB))
     trace: Path = HERE / "demo-trace.csv"
+    chart: Path | None = None  # default: find_chart()
     corpus_items: int = 40
     seed: int = 0
     nodes: list[FakeNode] = field(default_factory=default_nodes)
@@ -165,13 +178,13 @@ async def namespace(api: httpx.AsyncClient, name: str) -> None:
     await wait_for_async(has_sa, 60, f"the default ServiceAccount in {name}")
 
 
-def install_chart(kube: LocalKube, operator_args: tuple[str, ...]) -> None:
+def install_chart(kube: LocalKube, operator_args: tuple[str, ...], chart_dir: Path) -> None:
     """``helm install ttsfleet charts/ttsfleet -n ttsfleet`` with the operator running (1 replica)."""
     import helm_python as helm
 
     values = {"operator": {"replicas": 1, "extraArgs": list(operator_args)}}
     with helm.Config(kubeconfig_path=str(kube.admin_kubeconfig), namespace=RELEASE_NS) as cfg, \
-            helm.Chart.load(CHART) as chart:
+            helm.Chart.load(chart_dir) as chart:
         cfg.install(chart, RELEASE, values, namespace=RELEASE_NS, create_namespace=True, wait="watcher",
                     timeout=180)
 
@@ -260,7 +273,7 @@ async def run_loop(cfg: LoopConfig) -> LoopRun:
         phase("control_plane")
         async with admin_client(kube.url, str(kube.ca_file), kube.admin_token) as api:
             cfg.log("chart: helm install ttsfleet (the operator runs as its pod)")
-            await asyncio.to_thread(install_chart, kube, cfg.operator_args)
+            await asyncio.to_thread(install_chart, kube, cfg.operator_args, find_chart(cfg.chart))
             phase("chart")
             await namespace(api, NS)
             await host_volume(api, "demo-data", data)
