@@ -3,9 +3,10 @@
 For the real-control-plane tests and for trying the chart on a laptop, like
 :mod:`ttsfleet.devtools.localcluster` for Slurm. The binaries are built once from the pinned
 ``k8s.io/kubernetes`` release by ``scripts/kube-local.sh build`` and cached outside the repo
-(``$TTSFLEET_KUBE_CACHE``, default ``/var/cache/ttsfleet/kube``). There is no kubelet: GPU nodes
-are API objects and :mod:`ttsfleet.devtools.fakekubelet` plays kubelet for them (pod status,
-exit codes, graceful-deletion completion).
+(``$TTSFLEET_KUBE_CACHE``, default ``/var/cache/ttsfleet/kube``). There is no real kubelet: GPU
+nodes are API objects and :mod:`ttsfleet.devtools.fakekubelet` plays kubelet for them (pod status,
+exit codes, graceful-deletion completion), or for nodes with ``FakeNode(processes=True)``
+:mod:`ttsfleet.devtools.kubelet` runs their pods' containers as local processes.
 
 Everything lives under one directory (certs, etcd data, kubeconfigs, logs), every port is picked
 free on 127.0.0.1, and :meth:`LocalKube.stop` (also registered with :mod:`atexit`) stops the

@@ -3,7 +3,7 @@
 
 One run of :func:`ttsfleet.devtools.loop.run_loop` (what ``ttsfleet demo`` runs) with the demo's
 TTSDeployment and FillJob and a shorter trace (``trace.csv``: 0.4 → 1 → 1.5 requests/s for 37 s, then
-nothing but the test's own stream for 35 s, then 0.3),
+nothing but the test's own stream for 35 s, then 0.5),
 then every claim of the loop checked on what the run recorded:
 
 1. load rises → replicas rise, decided from the servers' own ``/metrics`` (no stand-in metrics:
