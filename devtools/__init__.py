@@ -16,6 +16,12 @@ the components (a stand-in plays the world the components act on); they never im
   process, and a pod's phase is not tied to a process exit. The demo and the end-to-end tests
   need exactly that (the fill job's exit 99 on SIGTERM, the server's readiness), so the
   kubelet stays ours: one small module we can make run real commands.
+* ``kubelet`` — the kubelet whose pods really run: each container's command as a local process
+  (``podspec``: argv, env, mounts as host paths; ``podvolumes``; ``probes``; ``podstatus``;
+  ``podnet``: the pod's own loopback address), for ``FakeNode(processes=True)`` nodes.
+* ``loop`` — the whole loop on one machine (``ttsfleet demo``, ``tests/loop``): ``traffic``
+  (open-loop replay against a Service), ``looprecord`` (what the cluster did), ``loopreport``
+  (figures and the picture), ``democli`` (the command).
 * ``localcluster`` — a real one-host Slurm (munged, slurmctld, slurmd, optional slurmrestd and
   slurmdbd) under one directory.
 * ``promserver`` — a real Prometheus on backfilled TSDB blocks (tests, dashboard pictures).

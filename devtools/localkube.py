@@ -3,9 +3,10 @@
 For the real-control-plane tests and for trying the chart on a laptop, like
 :mod:`ttsfleet.devtools.localcluster` for Slurm. The binaries are built once from the pinned
 ``k8s.io/kubernetes`` release by ``scripts/kube-local.sh build`` and cached outside the repo
-(``$TTSFLEET_KUBE_CACHE``, default ``/var/cache/ttsfleet/kube``). There is no kubelet: GPU nodes
-are API objects and :mod:`ttsfleet.devtools.fakekubelet` plays kubelet for them (pod status,
-exit codes, graceful-deletion completion).
+(``$TTSFLEET_KUBE_CACHE``, default ``/var/cache/ttsfleet/kube``). There is no real kubelet: GPU
+nodes are API objects and :mod:`ttsfleet.devtools.fakekubelet` plays kubelet for them (pod status,
+exit codes, graceful-deletion completion), or for nodes with ``FakeNode(processes=True)``
+:mod:`ttsfleet.devtools.kubelet` runs their pods' containers as local processes.
 
 Everything lives under one directory (certs, etcd data, kubeconfigs, logs), every port is picked
 free on 127.0.0.1, and :meth:`LocalKube.stop` (also registered with :mod:`atexit`) stops the
@@ -77,7 +78,8 @@ def missing_binaries() -> list[str]:
 
 @dataclass(frozen=True)
 class FakeNode:
-    """A GPU node that exists only as an API object (the fake kubelet runs its pods)."""
+    """A GPU node that exists only as an API object: the fake kubelet plays its pods, or with
+    ``processes=True`` :mod:`ttsfleet.devtools.kubelet` runs their containers as local processes."""
 
     name: str
     labels: dict[str, str] = field(default_factory=dict)
@@ -85,6 +87,7 @@ class FakeNode:
     cpu: str = "64"
     memory: str = "512Gi"
     taints: tuple[dict[str, str], ...] = ()
+    processes: bool = False
 
 
 def _die_with_parent() -> None:
@@ -285,12 +288,26 @@ class LocalKube:
         self._wait("kube-apiserver /readyz", "kube-apiserver",
                    lambda: self.request("GET", "/readyz")[0] == 200, timeout)
 
+    @property
+    def kubelet_root(self) -> Path:
+        """Where the process kubelet keeps pod sandboxes and container logs (``pods/NS/POD-UID/``)."""
+        return self.root / "kubelet"
+
     def _start_kubelet(self) -> None:
-        spec = self.root / "nodes.json"
-        spec.write_text(json.dumps([asdict(n) for n in self.nodes]))
-        self._spawn("fake-kubelet", [sys.executable, "-P", "-m", "ttsfleet.devtools.fakekubelet",
-                                     "--kubeconfig", str(self.admin_kubeconfig), "--nodes", str(spec),
-                                     "--pod-ip-prefix", self.pod_ip_prefix])
+        fake = [asdict(n) for n in self.nodes if not n.processes]
+        real = [asdict(n) for n in self.nodes if n.processes]
+        if fake or not real:
+            spec = self.root / "nodes.json"
+            spec.write_text(json.dumps(fake))
+            self._spawn("fake-kubelet", [sys.executable, "-P", "-m", "ttsfleet.devtools.fakekubelet",
+                                         "--kubeconfig", str(self.admin_kubeconfig), "--nodes", str(spec),
+                                         "--pod-ip-prefix", self.pod_ip_prefix])
+        if real:
+            spec = self.root / "process-nodes.json"
+            spec.write_text(json.dumps(real))
+            self._spawn("kubelet", [sys.executable, "-P", "-m", "ttsfleet.devtools.kubelet",
+                                    "--kubeconfig", str(self.admin_kubeconfig), "--nodes", str(spec),
+                                    "--root", str(self.kubelet_root), "--pod-ip-prefix", self.pod_ip_prefix])
         want = {n.name for n in self.nodes}
 
         def registered() -> bool:
@@ -299,7 +316,7 @@ class LocalKube:
                      if any(c["type"] == "Ready" and c["status"] == "True"
                             for c in (n.get("status") or {}).get("conditions") or [])}
             return code == 200 and want <= ready
-        self._wait("the fake nodes", "fake-kubelet", registered, 60)
+        self._wait("the nodes", "kubelet" if real else "fake-kubelet", registered, 60)
 
     def stop(self) -> None:
         """Stop what this object started, newest first, by pid (TERM, then KILL)."""

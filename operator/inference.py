@@ -49,7 +49,8 @@ class Memory:
     """Per-TTSDeployment memory (kopf memo): the autoscaler state and the scrape baselines."""
 
     state: AutoscaleState = field(default_factory=AutoscaleState)
-    scraper: ScrapeSource | None = None
+    #: One scraper per pool: each keeps its pool's pods' last TTFA histograms (the deltas' base).
+    scrapers: dict[str, ScrapeSource] = field(default_factory=dict)
     restored: bool = False  # the state was read back from status.autoscaler (or seeded)
     clock: WallClock = field(default_factory=WallClock)
 
@@ -263,10 +264,9 @@ async def measure(rt: Runtime, mem: Memory, namespace: str, name: str, spec: TTS
             log.warning("%s/%s: Prometheus unavailable (%s); scraping the pods directly",
                         namespace, name, exc)
             out = {}
-    if mem.scraper is None:
-        mem.scraper = ScrapeSource(rt.http)
     for pool in spec.pools:
-        out[pool.key] = await mem.scraper.measure(pool_pods(pods, name, pool.key))
+        scraper = mem.scrapers.setdefault(pool.key, ScrapeSource(rt.http))
+        out[pool.key] = await scraper.measure(pool_pods(pods, name, pool.key))
     return out
 
 

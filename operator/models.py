@@ -131,8 +131,9 @@ class ModelSource(WireModel):
     """Where the checkpoint lives: ``pvc://CLAIM/path`` (mounted read-only) or a URI/path."""
 
     checkpoint: str = Field(min_length=1, pattern=r"^(pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?(/.*)?|"
-                                                    r"[a-z][a-z0-9+.-]*://.+|/.+)$",
-                            description="pvc://CLAIM/sub/path, s3://..., hf://..., or an absolute path")
+                                                    r"[a-z][a-z0-9+.-]*://.+|/.+|tiny)$",
+                            description="pvc://CLAIM/sub/path, s3://..., hf://..., an absolute path, "
+                                        "or tiny (the server's random-weight CPU model: tests, demo)")
     family: str = Field(default="ttsfleet-ar", min_length=1, description="model family")
 
     @property

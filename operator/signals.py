@@ -129,7 +129,11 @@ async def scrape_gauges(client: httpx.AsyncClient, urls: Mapping[str, str], name
 
 
 class ScrapeSource:
-    """Scrapes every running pod of a pool; remembers the last histogram per pod for deltas."""
+    """Scrapes every running pod of one pool; remembers the last histogram per pod for deltas.
+
+    One per pool: :meth:`measure` forgets the pods it was not given, so a source shared by two
+    pools would drop the other pool's baselines on every call and report the p99 of each pod's
+    whole history (a burst's slow first audio for ever) instead of the last interval's."""
 
     def __init__(self, client: httpx.AsyncClient) -> None:
         self.client = client

@@ -44,6 +44,9 @@ def _register() -> None:
     app.add_typer(kernels_app, name="kernels", help="FP8 kernels: checks and benchmarks.")
     app.add_typer(dashboards_app, name="dashboards", help="Grafana dashboards and Prometheus rules.")
     register_inference(app)
+    from ttsfleet.devtools.democli import register as register_demo
+
+    register_demo(app)
 
 
 _register()

@@ -175,3 +175,38 @@ def test_gpu_activity_by_workload() -> None:
     assert active(nodes, pods, busy, CAT) == {"h200": {"inference": 1, "fill": 2, "training": 3}}
     obs = fv.observe(nodes, pods, t=0.0, now_wall=time.time(), checkpoint_interval_s=60, catalog=CAT)["h200"]
     assert allocation(obs) == {"inference": 2, "training": 3, "fill": 3, "idle": 0}
+
+
+async def test_two_pools_keep_their_own_ttfa_baselines() -> None:
+    """A pool's p99 is over the requests since its last scrape, whatever other pool is scraped in
+    between (the loop test found one source shared by both pools reporting each pod's whole
+    history, so a burst's slow first audio held the SLO pressure on for ever)."""
+    import httpx
+    from ttsfleet.operator.inference import Memory, measure
+    from ttsfleet.operator.models import TTSDeploymentSpec
+
+    from tests.operator.conftest import MetricsServer
+
+    pools = [{"gpuClass": "h200"}, {"gpuClass": "rtx5090"}]
+    spec = TTSDeploymentSpec.model_validate({"model": {"checkpoint": "tiny"}, "image": "i", "pools": pools},
+                                            context={"catalog": CAT})
+    servers = {pool: await MetricsServer().start() for pool in ("h200", "rtx5090")}
+    pods = [{"metadata": {"name": f"v-{pool}-1", "labels": {"app.kubernetes.io/instance": "v",
+                                                             "ttsfleet.io/pool": pool}},
+             "spec": {"containers": [{"ports": [{"name": "http", "containerPort": srv.port}]}]},
+             "status": {"phase": "Running", "podIP": "127.0.0.1"}} for pool, srv in servers.items()]
+    async with httpx.AsyncClient() as http:
+        rt, mem = type("Rt", (), {"prometheus_url": None, "http": http})(), Memory()
+        try:
+            for srv in servers.values():
+                srv.set(in_flight=0, ttfa=[5.0] * 20)  # a burst's slow first audio
+            first = await measure(rt, mem, "ns", "v", spec, pods)  # type: ignore[arg-type]
+            assert all(m.ttfa_p99_s is not None and m.ttfa_p99_s > 2 for m in first.values())
+            for srv in servers.values():
+                srv.set(in_flight=0, ttfa=[0.1])
+            later = await measure(rt, mem, "ns", "v", spec, pods)  # type: ignore[arg-type]
+            assert {k: m.ttfa_p99_s is not None and m.ttfa_p99_s <= 0.25 for k, m in later.items()} == {
+                "h200": True, "rtx5090": True}, {k: m.ttfa_p99_s for k, m in later.items()}
+        finally:
+            for srv in servers.values():
+                await srv.stop()
