@@ -67,8 +67,9 @@ cache position, layer and KV head, quantized where they are stored, from the val
 would hold (:func:`ttsfleet.kernels.reference.quantize_kv_ref`; why that granularity:
 :mod:`ttsfleet.kernels.decode`). Every attention reads the cache, dequantized (exactly): decode,
 and prefill too, also among a chunk's own positions (the fused path's kernels only write K/V into
-the cache), so a prompt fed in chunks attends exactly what a one-shot prefill does. The cache takes (D + 1) / (2 D) of the bf16 bytes (S2 Pro, D = 128: 50.4 %). The fast
-model's frame-local cache stays dense (10 positions).
+the cache), so a prompt fed in chunks attends exactly what a one-shot prefill does. The cache
+takes (D + 1) / (2 D) of the bf16 bytes (S2 Pro, D = 128: 50.4 %). The fast model's frame-local
+cache stays dense (10 positions).
 
 Also (used by tests and tools): :meth:`DualARModel.forward_slow` (no cache, full-vocab logits + hand-off
 hidden state) and :meth:`DualARModel.fast_logits` (teacher-forced fast transformer).

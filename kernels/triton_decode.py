@@ -177,11 +177,11 @@ def _qkv_rope_store_kernel(qkv_ptr, qn_ptr, kn_ptr, rope_ptr, pos_ptr, slot_ptr,
         vi = tl.arange(0, D)
         v = tl.load(qkv_ptr + row * s_qkv + (H + KV + kvh) * D + vi)
         if KV_FP8:  # what a dense cache would hold (q's dtype), then e4m3 codes + one exponent per head
-            y0, y1 = _rope_pair(x0, x1, cos, sin, out_ty)
-            y0, y1 = y0.to(tl.float32), y1.to(tl.float32)
-            ek, inv_k = _kv_exponent(tl.maximum(tl.max(tl.abs(y0), axis=0), tl.max(tl.abs(y1), axis=0)))
-            tl.store(k_ptr + dst + 2 * half, to_e4m3(y0 * inv_k, EXACT_CVT))
-            tl.store(k_ptr + dst + 2 * half + 1, to_e4m3(y1 * inv_k, EXACT_CVT))
+            r0, r1 = _rope_pair(x0, x1, cos, sin, out_ty)  # (names of their own: Triton types each
+            k0, k1 = r0.to(tl.float32), r1.to(tl.float32)  # name once across the if/else branches)
+            ek, inv_k = _kv_exponent(tl.maximum(tl.max(tl.abs(k0), axis=0), tl.max(tl.abs(k1), axis=0)))
+            tl.store(k_ptr + dst + 2 * half, to_e4m3(k0 * inv_k, EXACT_CVT))
+            tl.store(k_ptr + dst + 2 * half + 1, to_e4m3(k1 * inv_k, EXACT_CVT))
             vf = v.to(out_ty).to(tl.float32)
             ev, inv_v = _kv_exponent(tl.max(tl.abs(vf), axis=0))
             tl.store(v_ptr + dst + vi, to_e4m3(vf * inv_v, EXACT_CVT))
