@@ -207,6 +207,9 @@ class EngineConfig:
     codec_graphs: bool = False
     #: Share of the free GPU memory the KV cache may take; the context per slot shrinks to fit.
     kv_cache_memory_fraction: float = 0.5
+    #: The slow model's KV cache: ``auto`` (the model's dtype) or ``fp8`` (e4m3 + one exponent per
+    #: position and KV head: about half the bytes, so twice the context fits; see inference/model.py).
+    kv_dtype: str = "auto"
 
 
 def batch_buckets(max_bs: int) -> list[int]:
@@ -264,7 +267,8 @@ class Engine:
         self.max_seq_len = self._fit_seq_len(model, context)
         # One extra scratch slot receives the padded rows' writes when batches are padded.
         self.pad_slot = self.max_slots
-        self.cache = model.new_cache(self.max_slots + (1 if config.pad_to_buckets else 0), self.max_seq_len)
+        self.cache = model.new_cache(self.max_slots + (1 if config.pad_to_buckets else 0), self.max_seq_len,
+                                     kv_dtype=config.kv_dtype)
         self.free_slots: deque[int] = deque(range(self.max_slots))
         self.device = torch.device(config.device)
         # Static decode buffers (row i = running[i]); a graph for bs uses rows [:bs].
@@ -313,9 +317,8 @@ class Engine:
         dev = torch.device(self.cfg.device)
         if dev.type != "cuda":
             return want
-        mc = model.config
         slots = self.max_slots + 1
-        per_pos = 2 * mc.n_layer * mc.n_local_heads * mc.head_dim * model.dtype.itemsize * slots
+        per_pos = model.kv_bytes_per_position(self.cfg.kv_dtype) * slots
         free, _ = torch.cuda.mem_get_info(dev)
         fit = int(free * self.cfg.kv_cache_memory_fraction // per_pos)
         if fit >= want:

@@ -48,7 +48,8 @@ def _sample(logits: Tensor, batch: SamplingBatch, step: Tensor, draw: int, windo
 
 def sample_main_fused(logits: Tensor, batch: SamplingBatch, step: Tensor, window: Tensor | None,
                       end_index: int) -> Tensor:
-    """:func:`~ttsfleet.inference.sampling.sample_main` in two launches + one ``topk`` when fusable."""
+    """:func:`~ttsfleet.inference.sampling.sample_main` in two launches + one ``topk`` when fusable
+    (one launch with ``TTSFLEET_TOPK_SELECT=kernel``: :func:`ttsfleet.kernels.decode.topk_select`)."""
     if batch.fusable:
         return kd.sample_topk(logits, batch, step, 0, window, ras_end_index=end_index)
     return sample_main(logits, batch, step, window, end_index)
@@ -80,8 +81,9 @@ def _mlp(ffn: FeedForward, f: Act, out_dtype: torch.dtype) -> Tensor:
     return ffn(f)
 
 
-#: ``attend(q [rows, H, D], k_cache, v_cache) -> [rows, H, D]``: scores over one layer's cache.
-Attend = Callable[[Tensor, Tensor, Tensor], Tensor]
+#: ``attend(q [rows, H, D], k_cache, v_cache, k_scale, v_scale) -> [rows, H, D]``: scores over one
+#: layer's cache (the scales: an FP8 cache's exponents, else None).
+Attend = Callable[[Tensor, Tensor, Tensor, "Tensor | None", "Tensor | None"], Tensor]
 
 
 class DecodeAttend:
@@ -93,47 +95,55 @@ class DecodeAttend:
     def __init__(self, slots: Tensor | None, lengths: Tensor) -> None:
         self.slots, self.lengths = slots, lengths
 
-    def __call__(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        return kd.decode_attention(q, k, v, self.slots, self.lengths)
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor, ks: Tensor | None = None,
+                 vs: Tensor | None = None) -> Tensor:
+        return kd.decode_attention(q, k, v, self.slots, self.lengths, 0, ks, vs)
 
-    def quantized(self, q: Tensor, k: Tensor, v: Tensor, group: int) -> Act:
-        return kd.decode_attention(q, k, v, self.slots, self.lengths, group)
+    def quantized(self, q: Tensor, k: Tensor, v: Tensor, group: int, ks: Tensor | None = None,
+                  vs: Tensor | None = None) -> Act:
+        return kd.decode_attention(q, k, v, self.slots, self.lengths, group, ks, vs)
 
 
 def decode_attend(slots: Tensor | None, lengths: Tensor) -> DecodeAttend:
     return DecodeAttend(slots, lengths)
 
 
-def _attention_half(blk: Block, a: Act, rope: Tensor, pos: Tensor, k_cache: Tensor, v_cache: Tensor,
-                    slots: Tensor | None, attend: Attend, dtype: torch.dtype) -> Tensor:
-    """``a`` (normed) -> the attention branch output ``[rows, dim]`` (K/V of these positions stored)."""
+def _attention_half(blk: Block, a: Act, rope: Tensor, pos: Tensor, kv: tuple, slots: Tensor | None,
+                    attend: Attend, dtype: torch.dtype) -> Tensor:
+    """``a`` (normed) -> the attention branch output ``[rows, dim]`` (K/V of these positions stored).
+
+    ``kv``: the layer's ``(k_cache, v_cache, k_scale, v_scale)`` (scales None: a dense cache)."""
     att = blk.attention
     qkv = _linear(att.wqkv, a, dtype)
     norms = (att.q_norm.weight, att.k_norm.weight) if att.qk_norm else (None, None)
+    k_cache, v_cache, ks, vs = kv
     q = kd.qkv_rope_store(qkv, att.n_head, att.n_kv, att.head_dim, rope, pos, k_cache, v_cache, slots,
-                          *norms, eps=att.q_norm.eps if att.qk_norm else 1e-6)
+                          *norms, eps=att.q_norm.eps if att.qk_norm else 1e-6, k_scale=ks, v_scale=vs)
     group = _group(att.wo.qweight)
     if group and isinstance(attend, DecodeAttend) and not att.head_dim % group and dispatch.use_triton(q):
-        return _linear(att.wo, attend.quantized(q, k_cache, v_cache, group), dtype)
-    y = attend(q, k_cache, v_cache)  # bf16: the O GEMM quantizes it (or a head holds no whole group)
+        return _linear(att.wo, attend.quantized(q, *kv[:2], group, *kv[2:]), dtype)
+    y = attend(q, *kv)  # bf16: the O GEMM quantizes it (or a head holds no whole group)
     return _linear(att.wo, y.reshape(y.shape[0], -1), dtype)
 
 
 def run_blocks(blocks: list[Block], x: Tensor, rope: Tensor, pos: Tensor, k: Tensor, v: Tensor,
-               slots: Tensor | None, attend: Attend, final_norm: torch.nn.Module) -> tuple[Tensor, Tensor]:
+               slots: Tensor | None, attend: Attend, final_norm: torch.nn.Module,
+               k_scale: Tensor | None = None, v_scale: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """Rows ``x [rows, dim]`` through ``blocks`` -> (pre-norm hidden, ``final_norm`` of it).
 
     Row r sits at position ``pos[r]`` of cache slot ``slots[r]`` (``pos`` may be one shared value,
-    ``slots`` None = slot r). ``k``/``v``: ``[n_layer, slots, S, KV, D]`` caches. Each layer's residual
-    add is fused into the next RMSNorm, so the stream is read and written once per norm; with FP8
-    weights each norm emits the codes its GEMM reads.
+    ``slots`` None = slot r). ``k``/``v``: ``[n_layer, slots, S, KV, D]`` caches (FP8 codes with
+    ``k_scale``/``v_scale`` exponents, or dense). Each layer's residual add is fused into the next
+    RMSNorm, so the stream is read and written once per norm; with FP8 weights each norm emits the
+    codes its GEMM reads.
     """
     branch = None
     dtype = x.dtype
     for i, blk in enumerate(blocks):
         a, x = kd.rmsnorm(x, blk.attention_norm.weight, blk.attention_norm.eps, branch,
                           _group(blk.attention.wqkv.qweight))
-        o = _attention_half(blk, a, rope, pos, k[i], v[i], slots, attend, dtype)
+        kv = (k[i], v[i], None if k_scale is None else k_scale[i], None if v_scale is None else v_scale[i])
+        o = _attention_half(blk, a, rope, pos, kv, slots, attend, dtype)
         f, x = kd.rmsnorm(x, blk.ffn_norm.weight, blk.ffn_norm.eps, o, _group(blk.feed_forward.gate_up_q))
         branch = _mlp(blk.feed_forward, f, dtype)
     normed, x = kd.rmsnorm(x, final_norm.weight, final_norm.eps, branch)
@@ -145,7 +155,7 @@ def slow_step(model: DualARModel, cache: KVCache, slots: Tensor, frame: Tensor) 
     pos = cache.lengths[slots].clamp(max=cache.max_seq_len - 1)
     x = model.embed(frame[:, :, None])[:, 0]
     h, normed = run_blocks(list(model.layers), x, model.rope, pos, cache.k, cache.v, slots,
-                           decode_attend(slots, pos + 1), model.norm)
+                           decode_attend(slots, pos + 1), model.norm, cache.k_scale, cache.v_scale)
     cache.pending_logits[slots] = model.main_logits(normed)
     cache.pending_hidden[slots] = model.fast_input(h, normed)
     cache.lengths[slots] = pos + 1
@@ -159,6 +169,8 @@ def prefill(model: DualARModel, cache: KVCache, slot: int, tokens: Tensor,
     normed hidden). ~16 launches per layer instead of ~100: a prefill call was host-bound (~60 ms at
     S2 Pro size whatever its length up to 512 tokens), not GEMM-bound.
     """
+    from ttsfleet.kernels.reference import dequantize_kv
+
     from .model_layers import attend
 
     t = int(tokens.shape[-1])
@@ -170,13 +182,17 @@ def prefill(model: DualARModel, cache: KVCache, slot: int, tokens: Tensor,
     if start:  # query i (position start+i) sees keys 0 .. start+i
         mask = (torch.arange(end, device=dev)[None, :] <= pos[:, None])[None, None]
 
-    def causal(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        y = attend(q[None], k[slot, None, :end], v[slot, None, :end], mask, causal=mask is None)
+    def causal(q: Tensor, k: Tensor, v: Tensor, ks: Tensor | None = None, vs: Tensor | None = None) -> Tensor:
+        k, v = k[slot, None, :end], v[slot, None, :end]
+        if ks is not None and vs is not None:  # an FP8 cache, read dequantized
+            k = dequantize_kv(k, ks[slot, None, :end], q.dtype)
+            v = dequantize_kv(v, vs[slot, None, :end], q.dtype)
+        y = attend(q[None], k, v, mask, causal=mask is None)
         return y[0].view(t, *q.shape[1:])
 
     x = model.embed(tokens)[0]
     h, normed = run_blocks(list(model.layers), x, model.rope, pos, cache.k, cache.v, slots, causal,
-                           model.norm)
+                           model.norm, cache.k_scale, cache.v_scale)
     return h[-1:], normed[-1:]
 
 

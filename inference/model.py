@@ -16,7 +16,8 @@ API (the engine / server build on exactly this)::
                        dtype=torch.float32, quantize="bf16" | "bsgemm_fp8" | "mxfp8" | "auto", seed=0)
     model.config            # DualARConfig: num_codebooks, codebook_size, semantic_begin_id,
                             # semantic_end_id, im_end_id, vocab_size, max_seq_len, ...
-    cache = model.new_cache(max_slots: int, max_seq_len: int)      # static KV cache + per-slot state
+    cache = model.new_cache(max_slots: int, max_seq_len: int,      # static KV cache + per-slot state
+                            kv_dtype="auto" | "fp8")               # "fp8": e4m3 K/V, see "FP8 KV cache"
     model.prefill(cache, slot: int, prompt: LongTensor[1 + num_codebooks, T], start: int | None = None)
         # Chunked prefill: writes K/V at positions start .. start+T-1 (start defaults to
         # cache.length(slot), i.e. 0 for a fresh or released slot; start=0 restarts the slot) and
@@ -60,6 +61,16 @@ quantization, like the fast head (bf16/FP8 logits turn near-ties into rounding c
 logits, then the allowed columns: the same as masking the rest to -inf) for tests; it gives the same
 tokens.
 
+FP8 KV cache (``new_cache(..., kv_dtype="fp8")``, off by default: ``auto`` keeps the model's dtype):
+the slow model's K/V are stored as e4m3 codes with one power-of-two scale (a UE8M0 exponent byte) per
+cache position, layer and KV head, quantized where they are stored, from the value a dense cache
+would hold (:func:`ttsfleet.kernels.reference.quantize_kv_ref`; why that granularity:
+:mod:`ttsfleet.kernels.decode`). Every attention reads the cache, dequantized (exactly): decode,
+and prefill too, also among a chunk's own positions (the fused path's kernels only write K/V into
+the cache), so a prompt fed in chunks attends exactly what a one-shot prefill does. The cache
+takes (D + 1) / (2 D) of the bf16 bytes (S2 Pro, D = 128: 50.4 %). The fast model's frame-local
+cache stays dense (10 positions).
+
 Also (used by tests and tools): :meth:`DualARModel.forward_slow` (no cache, full-vocab logits + hand-off
 hidden state) and :meth:`DualARModel.fast_logits` (teacher-forced fast transformer).
 """
@@ -73,6 +84,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from ttsfleet.kernels.decode import decode_attention
+from ttsfleet.kernels.reference import dequantize_kv, quantize_kv_ref
 
 from ttsfleet.quantization import BF16, QuantScheme, is_fp8, parse_scheme
 
@@ -82,10 +94,16 @@ from .model_config import DualARConfig
 from .model_layers import Block, Linear, RMSNorm, attend, rope_table
 from .sampling import SamplingBatch, sample, sample_main
 
+#: ``kv_dtype`` of :meth:`DualARModel.new_cache`: ``auto`` (the model's dtype) or ``fp8`` (e4m3 codes
+#: + one UE8M0 exponent per position and KV head).
+KV_DTYPES = ("auto", "fp8")
+
 
 @dataclass
 class KVCache:
-    """Static per-slot state. ``k``/``v``: ``[n_layer, max_slots, max_seq_len, n_kv, head_dim]``."""
+    """Static per-slot state. ``k``/``v``: ``[n_layer, max_slots, max_seq_len, n_kv, head_dim]`` in the
+    model's dtype, or FP8 codes with ``k_scale``/``v_scale`` uint8 ``[n_layer, max_slots, max_seq_len,
+    n_kv]`` exponents beside them (``kv_dtype="fp8"``)."""
 
     k: Tensor
     v: Tensor
@@ -93,6 +111,43 @@ class KVCache:
     steps: Tensor  # int64 [max_slots]: frames decoded (sampling counter)
     pending_logits: Tensor  # float32 [max_slots, num_semantic + 1], columns = main-head rows
     pending_hidden: Tensor  # [max_slots, fast_dim]
+    k_scale: Tensor | None = None
+    v_scale: Tensor | None = None
+
+    @property
+    def fp8(self) -> bool:
+        return self.k_scale is not None
+
+    @property
+    def kv_nbytes(self) -> int:
+        """Bytes the K/V (and their exponents) take."""
+        return sum(t.numel() * t.element_size() for t in (self.k, self.v, self.k_scale, self.v_scale)
+                   if t is not None)
+
+    def layer(self, i: int) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+        """Layer ``i``'s ``(k, v, k_scale, v_scale)`` (scales None for a dense cache)."""
+        if self.k_scale is None or self.v_scale is None:
+            return self.k[i], self.v[i], None, None
+        return self.k[i], self.v[i], self.k_scale[i], self.v_scale[i]
+
+    def store(self, i: int, index: tuple, k: Tensor, v: Tensor) -> None:
+        """Write K/V ``[..., n_kv, head_dim]`` at ``cache[i][index]``, quantized for an FP8 cache."""
+        if self.k_scale is None or self.v_scale is None:
+            self.k[i][index] = k
+            self.v[i][index] = v
+            return
+        for codes, exps, x in ((self.k, self.k_scale, k), (self.v, self.v_scale, v)):
+            q, e = quantize_kv_ref(x)
+            codes[i][index] = q
+            exps[i][index] = e
+
+    def read(self, i: int, index: tuple, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """K/V at ``cache[i][index]`` as ``dtype`` values (an FP8 cache dequantized, exactly)."""
+        k, v = self.k[i][index], self.v[i][index]
+        if self.k_scale is None or self.v_scale is None:
+            return k, v
+        return (dequantize_kv(k, self.k_scale[i][index], dtype),
+                dequantize_kv(v, self.v_scale[i][index], dtype))
 
     @property
     def max_slots(self) -> int:
@@ -148,20 +203,30 @@ class _VarlenLayout:
         return cls(*dev, mask=mask[:, None].to(device, non_blocking=True), max_len=max_len, max_end=max_end,
                    fresh=all(s == 0 for s, _ in spans))
 
-    def attend(self, q: Tensor, k_cache: Tensor, v_cache: Tensor) -> Tensor:
+    def attend(self, q: Tensor, k_cache: Tensor, v_cache: Tensor, k_scale: Tensor | None = None,
+               v_scale: Tensor | None = None) -> Tensor:
         """Rows ``q [N, H, D]`` against their slots' caches ``[slots, S, KV, D]`` -> ``[N, H, D]``.
 
         When every piece starts its slot (``fresh``), the padded grid is plain causal attention over
         positions ``0 .. max_len`` (a padded tail sits after every real query): the flash kernel.
-        Otherwise a mask says which cached keys each query sees."""
+        Otherwise a mask says which cached keys each query sees. An FP8 cache (``k_scale`` /
+        ``v_scale``) is read dequantized."""
         b = self.slots.shape[0]
         grid_q = q.new_zeros(b * self.max_len, *q.shape[1:])
         grid_q[self.grid] = q
         k = k_cache[:, :self.max_end].index_select(0, self.slots)
         v = v_cache[:, :self.max_end].index_select(0, self.slots)
+        if k_scale is not None and v_scale is not None:
+            k = dequantize_kv(k, k_scale[:, :self.max_end].index_select(0, self.slots), q.dtype)
+            v = dequantize_kv(v, v_scale[:, :self.max_end].index_select(0, self.slots), q.dtype)
         grid_q = grid_q.view(b, self.max_len, *q.shape[1:])
         y = attend(grid_q, k, v, None if self.fresh else self.mask, causal=self.fresh)  # [B, max_len, H*D]
         return y.reshape(b * self.max_len, *q.shape[1:])[self.grid]
+
+
+def check_kv_dtype(kv_dtype: str) -> None:
+    if kv_dtype not in KV_DTYPES:
+        raise ValueError(f"kv_dtype {kv_dtype!r}: expected one of {', '.join(KV_DTYPES)}")
 
 
 class DualARModel(nn.Module):
@@ -235,19 +300,34 @@ class DualARModel(nn.Module):
     def dtype(self) -> torch.dtype:
         return self.embeddings.weight.dtype
 
-    def new_cache(self, max_slots: int, max_seq_len: int) -> KVCache:
+    def new_cache(self, max_slots: int, max_seq_len: int, kv_dtype: str = "auto") -> KVCache:
+        """A static cache of ``max_slots`` slots x ``max_seq_len`` positions; ``kv_dtype`` in
+        :data:`KV_DTYPES` (``fp8``: see "FP8 KV cache" in the module docstring)."""
         c = self.config
         if max_seq_len > c.max_seq_len:
             raise ValueError(f"max_seq_len {max_seq_len} exceeds the model's {c.max_seq_len}")
+        check_kv_dtype(kv_dtype)
         dev, dt = self.device, self.dtype
         shape = (c.n_layer, max_slots, max_seq_len, c.n_local_heads, c.head_dim)
+        fp8 = kv_dtype == "fp8"
+        kv_dt = torch.float8_e4m3fn if fp8 else dt
+        scales = {"k_scale": torch.full(shape[:-1], 127, device=dev, dtype=torch.uint8),
+                  "v_scale": torch.full(shape[:-1], 127, device=dev, dtype=torch.uint8)} if fp8 else {}
         return KVCache(
-            k=torch.zeros(shape, device=dev, dtype=dt), v=torch.zeros(shape, device=dev, dtype=dt),
+            k=torch.zeros(shape, device=dev, dtype=kv_dt), v=torch.zeros(shape, device=dev, dtype=kv_dt),
             lengths=torch.zeros(max_slots, device=dev, dtype=torch.int64),
             steps=torch.zeros(max_slots, device=dev, dtype=torch.int64),
             pending_logits=torch.zeros(max_slots, c.num_semantic + 1, device=dev, dtype=torch.float32),
             pending_hidden=torch.zeros(max_slots, c.fast_dim, device=dev, dtype=dt),
+            **scales,
         )
+
+    def kv_bytes_per_position(self, kv_dtype: str = "auto") -> int:
+        """K/V bytes one cache position of one slot takes (every layer; exponents included)."""
+        check_kv_dtype(kv_dtype)
+        c = self.config
+        per_head = c.head_dim + 1 if kv_dtype == "fp8" else c.head_dim * self.dtype.itemsize
+        return 2 * c.n_layer * c.n_local_heads * per_head
 
     def release(self, cache: KVCache, slot: int) -> None:
         cache.lengths[slot] = 0
@@ -355,10 +435,10 @@ class DualARModel(nn.Module):
             mask = (keys[None, :] <= torch.arange(start, end, device=self.device)[:, None])[None, None]
         for i, blk in enumerate(self.layers):
             q, k, v = blk.attention.qkv(blk.attention_norm(x), rope)
-            cache.k[i, slot, start:end] = k[0]
-            cache.v[i, slot, start:end] = v[0]
-            if start:
-                y = attend(q, cache.k[i, slot, None, :end], cache.v[i, slot, None, :end], mask)
+            cache.store(i, (slot, slice(start, end)), k[0], v[0])
+            if start or cache.fp8:  # an FP8 cache: attend what it holds, as decode and the fused path do
+                kc, vc = cache.read(i, (slot, slice(None, end)), q.dtype)
+                y = attend(q, kc[None], vc[None], mask if start else None, causal=not start)
             else:
                 y = attend(q, k, v, None, causal=True)
             x = x + blk.attention.wo(y)
@@ -390,7 +470,7 @@ class DualARModel(nn.Module):
         x = self.embed(tokens)[0]  # [N, dim]
         if fused_enabled(tokens):
             h, normed = fused.run_blocks(list(self.layers), x, self.rope, lay.pos, cache.k, cache.v,
-                                         lay.row_slots, lay.attend, self.norm)
+                                         lay.row_slots, lay.attend, self.norm, cache.k_scale, cache.v_scale)
             h, normed = h[lay.last], normed[lay.last]
             to_fast = self.fast_input(h, normed)
         else:
@@ -398,9 +478,8 @@ class DualARModel(nn.Module):
             rope = self.rope[lay.pos][None]
             for i, blk in enumerate(self.layers):
                 q, k, v = blk.attention.qkv(blk.attention_norm(x), rope)
-                cache.k[i].index_put_((lay.row_slots, lay.pos), k[0])
-                cache.v[i].index_put_((lay.row_slots, lay.pos), v[0])
-                y = lay.attend(q[0], cache.k[i], cache.v[i])
+                cache.store(i, (lay.row_slots, lay.pos), k[0], v[0])
+                y = lay.attend(q[0], *cache.layer(i))
                 x = x + blk.attention.wo(y.reshape(1, y.shape[0], -1))
                 x = self._ffn_block(blk, x)
             normed, to_fast = self._hand_off(x[0, lay.last])
@@ -430,9 +509,9 @@ class DualARModel(nn.Module):
         n_keys = pos + 1
         for i, blk in enumerate(self.layers):
             q, k, v = blk.attention.qkv(blk.attention_norm(x), rope)
-            cache.k[i].index_put_((slots, pos), k[:, 0])
-            cache.v[i].index_put_((slots, pos), v[:, 0])
-            y = decode_attention(q[:, 0], cache.k[i], cache.v[i], slots, n_keys)
+            cache.store(i, (slots, pos), k[:, 0], v[:, 0])
+            kc, vc, ks, vs = cache.layer(i)
+            y = decode_attention(q[:, 0], kc, vc, slots, n_keys, 0, ks, vs)
             x = x + blk.attention.wo(y.reshape(y.shape[0], 1, -1))
             x = self._ffn_block(blk, x)
         normed, to_fast = self._hand_off(x[:, 0])

@@ -7,7 +7,8 @@ is batched with, and the whole sampler is static-shape tensor math (no host sync
 
 Pipeline per row (the Fish reference order): repetition penalty over the window → top-p on the
 untempered logits → temperature → top-k → exponential-race draw (≡ multinomial). Rows with
-``temperature <= 0`` or ``top_k == 1`` are greedy (argmax after the penalty).
+``temperature <= 0`` or ``top_k == 1`` are greedy (argmax after the penalty). Exactly tied logits
+rank by vocab index, lower first (a stable sort), so top-k / top-p cut ties the same way everywhere.
 Repetition-aware sampling (RAS, S2): if the sampled main token occurred in the last ``ras_window``
 main tokens, a second draw at ``ras_temperature`` / ``ras_top_p`` is used instead.
 Window entries ``< 0`` are empty and ignored.
@@ -154,7 +155,8 @@ def _filtered_probs(logits: Tensor, temperature: Tensor, top_p: Tensor, top_k: T
     """Reference order: top-p (untempered) -> temperature -> top-k -> softmax. ``[bs, V]`` float32."""
     logits = logits.float()
     v = logits.shape[-1]
-    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+    # stable: exactly tied logits rank by vocab index (lower first), the fused sampler's tie rule
+    sorted_logits, order = torch.sort(logits, dim=-1, descending=True, stable=True)
     cum = torch.softmax(sorted_logits, dim=-1).cumsum(-1)
     rank = torch.arange(v, device=logits.device)[None, :]
     remove_sorted = (cum > top_p[:, None]) & (rank > 0)

@@ -1,27 +1,82 @@
-"""Compile every Triton kernel the decode step can launch for sm_90, without a GPU.
+"""Compile every Triton kernel the decode step can launch for sm_90 and sm_120, without a GPU.
 
 Why: Triton's interpreter runs a kernel as Python, so CPU tests accept code the compiler rejects (a
 helper with two differently shaped ``return`` statements passed on CPU and failed to compile on the
-H200, costing a device call). ``triton.compile`` for a ``cuda:90`` target needs no GPU. This compiles
-each FP8 GEMM config the tuner may pick (:func:`triton_gemm.config_space` at the S2 Pro shapes) and
-each decode kernel with its launch options, and checks the PTX holds what the config is for:
-``wgmma`` tensor-core MMAs, TMA bulk copies for ``tma`` configs, the programmatic-dependent-launch
-``griddepcontrol`` instructions. Must run in a process without ``TRITON_INTERPRET=1``:
-``python -m ttsfleet.kernels.compile_check`` (exit 1 on any failure; the tests run it so).
+H200, costing a device call). ``triton.compile`` for a ``cuda:90`` / ``cuda:120`` target needs no
+GPU: it runs Triton's passes, LLVM and ``ptxas`` for that arch. This compiles each FP8 GEMM config
+the tuner may pick (:func:`triton_gemm.config_space` at the S2 Pro shapes, and the tuned table's
+picks) and each decode kernel with its launch options (norms, RoPE + KV store and decode attention
+with a dense and an FP8 cache, the activation quantizer, both samplers, the window shift), and
+checks what the target is for:
+
+* **sm_90a** (H200): ``wgmma`` tensor-core MMAs in the GEMMs;
+* **sm_120a** (RTX 5090 / RTX PRO 6000): no ``wgmma`` (Hopper only: ptxas rejects it on sm_120) and
+  no ``tcgen05`` (sm_100 only); the GEMMs must use the warp-level FP8 ``mma.sync ... e4m3.e4m3``;
+* both: TMA bulk copies (``cp.async.bulk.tensor``) exactly in the ``tma`` configs (TMA exists from
+  sm_90 on, sm_120 included), the programmatic-dependent-launch ``griddepcontrol.wait`` (PTX: sm_90
+  and later) in every kernel launched with PDL, and the dynamic shared memory within the arch's
+  opt-in limit per block (sm_90: 227 KiB; sm_120: 99 KiB, 100 KiB per SM less the 1 KiB the driver
+  reserves; NVIDIA CCCL ``cuda/__device/arch_traits.h``). With ``-v`` each kernel's registers, spills
+  (its stack frame: where ptxas puts Triton's spilled registers) and shared memory are reported
+  (``cuobjdump --dump-resource-usage``); a spill is reported, not failed (a speed question).
+
+Which GEMM schemes: sm_90 compiles bsgemm (what the catalog runs there); sm_120 compiles mxfp8 (its
+catalog scheme) and bsgemm (selectable with ``--quantize bsgemm_fp8``). Must run in a process
+without ``TRITON_INTERPRET=1``: ``python -m ttsfleet.kernels.compile_check [--arch 90|120] [-v]``
+(exit 1 on any failure, 2 on bad usage; the tests run it so).
 """
 
 from __future__ import annotations
 
+import argparse
 import os
+import re
+import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 S2_SHAPES = [("swiglu", 19456, 2560), ("down", 2560, 9728), ("linear", 6144, 2560), ("linear", 2560, 4096),
              ("linear", 4096, 2560)]
+S2_VOCABS = (4097, 4096)  # the main-token head (semantic codes + end) and a codebook
 
 
-def _compile(fn: Any, types: dict[str, str], const: dict[str, Any], opts: dict[str, Any]) -> str:
+@dataclass(frozen=True)
+class Target:
+    """What one arch must show in its compiled kernels."""
+
+    cc: int
+    gemm_mma: str  # PTX the FP8 GEMM's tensor-core MMA must contain
+    forbidden: tuple[str, ...]  # PTX that must not appear (not this arch's)
+    max_shared: int  # dynamic shared memory one block may opt into, bytes
+    schemes: tuple[str, ...]  # GEMM schemes compiled for it
+
+    @property
+    def name(self) -> str:
+        return f"sm_{self.cc}a"
+
+
+TARGETS = {
+    90: Target(90, "wgmma.mma_async", (), 227 * 1024, ("bsgemm_fp8",)),
+    120: Target(120, "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32", ("wgmma", "tcgen05"), 99 * 1024,
+                ("mxfp8", "bsgemm_fp8")),
+}
+
+
+@dataclass
+class Compiled:
+    ptx: str
+    shared: int
+    cubin: bytes
+
+
+Case = Callable[[Target], list[str]]
+
+
+def _compile(fn: Any, types: dict[str, str], const: dict[str, Any], opts: dict[str, Any],
+             target: Target) -> Compiled:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -29,98 +84,234 @@ def _compile(fn: Any, types: dict[str, str], const: dict[str, Any], opts: dict[s
     sig = {n: "constexpr" if n in const else types.get(n, "i32") for n in fn.arg_names}
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if sig[n].startswith("*")}
     src = ASTSource(fn, sig, const, attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts).asm["ptx"]
+    k = triton.compile(src, target=GPUTarget("cuda", target.cc, 32), options=opts)
+    return Compiled(k.asm["ptx"], int(k.metadata.shared), k.asm["cubin"])
 
 
-def _gemm(kind: str, cfg: Any, m: int) -> Callable[[], list[str]]:
-    def run() -> list[str]:
+def _common(c: Compiled, target: Target, pdl: bool = True) -> list[str]:
+    """The checks every kernel gets: arch-foreign instructions, PDL, shared memory."""
+    bad = [f"has {op} (not on {target.name})" for op in target.forbidden if op in c.ptx]
+    if pdl and "griddepcontrol.wait" not in c.ptx:
+        bad.append("no griddepcontrol.wait")
+    if c.shared > target.max_shared:
+        bad.append(f"{c.shared} B shared memory > {target.max_shared} B per block on {target.name}")
+    return bad
+
+
+def resource_usage(cubin: bytes) -> dict[str, int]:
+    """REG / STACK / SHARED / LOCAL of a cubin, from the cuobjdump that ships with Triton ({} if absent)."""
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    tool = os.path.join(os.path.dirname(get_ptxas(90).path), "cuobjdump")
+    if not os.path.exists(tool):
+        return {}
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as fh:
+        fh.write(cubin)
+    try:
+        out = subprocess.run([tool, "--dump-resource-usage", fh.name], capture_output=True, text=True).stdout
+    finally:
+        os.unlink(fh.name)
+    return {k: int(v) for k, v in re.findall(r"(REG|STACK|SHARED|LOCAL):(\d+)", out)}
+
+
+_REPORT: list[str] = []
+_VERBOSE = False
+
+
+def _note(name: str, c: Compiled) -> None:
+    """With ``-v``: the kernel's registers / shared memory / spills (stack frame) into the report."""
+    if not _VERBOSE:
+        return
+    use = resource_usage(c.cubin)
+    if use:
+        spill = use.get("STACK", 0) + use.get("LOCAL", 0)  # Triton's spills land in the stack frame
+        _REPORT.append(f"{'SPILL ' if spill else ''}{name}: {use.get('REG', '?')} regs, {spill} B "
+                       f"stack/local per thread, {c.shared} B dynamic shared")
+
+
+def _gemm(kind: str, cfg: Any, m: int, k: int, scheme: str) -> Case:
+    def run(target: Target) -> list[str]:
         from . import triton_gemm as tg
 
         epi = int(kind == "swiglu")
-        ptrs = dict(a_ptr="*fp8e4nv", as_ptr="*fp32", w_ptr="*fp8e4nv", ws_ptr="*fp32",
+        mx = scheme == "mxfp8"
+        grp = tg.act_group(scheme)
+        scale = "*u8" if mx else "*fp32"
+        ptrs = dict(a_ptr="*fp8e4nv", as_ptr=scale, w_ptr="*fp8e4nv", ws_ptr=scale,
                     out_ptr="*fp8e4nv" if epi else "*bf16", bias_ptr="*bf16", part_ptr="*fp32",
-                    ticket_ptr="*i32", hs_ptr="*fp32")
+                    ticket_ptr="*i32", hs_ptr=scale)
         if cfg.tma:
-            ptrs["w_desc"] = f"tensordesc<fp8e4nv[{cfg.bn}, 128]>"
-        const = dict(BM=cfg.block_m(m), BN=cfg.bn, BK=128, SPLIT_K=cfg.split_k, PER=3, A_GROUP=128,
-                     W_ROW_GROUP=128, W_K_GROUP=128, MX=False, A_FP8=True, EPI=epi, HAS_BIAS=False,
-                     SWAP=cfg.swap, H_GROUP=128 if epi else 1, W_TMA=cfg.tma, EXACT_CVT=False, USE_PDL=True)
+            ptrs["w_desc"] = f"tensordesc<fp8e4nv[{cfg.bn}, {grp}]>"
+        per = tg.cdiv(tg.cdiv(k, grp), cfg.split_k)  # K blocks per program, as launch_gemm passes it
+        const = dict(BM=cfg.block_m(m), BN=cfg.bn, BK=grp, SPLIT_K=cfg.split_k, PER=per, A_GROUP=grp,
+                     W_ROW_GROUP=1 if mx else 128, W_K_GROUP=grp, MX=mx, A_FP8=True, EPI=epi, HAS_BIAS=False,
+                     SWAP=cfg.swap, H_GROUP=grp if epi else 1, W_TMA=cfg.tma, EXACT_CVT=False, USE_PDL=True)
         if not cfg.tma:
             const["w_desc"] = None
         opts = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages, "launch_pdl": True}
-        ptx = _compile(tg.fp8_gemm_kernel, ptrs, const, opts)
-        bad = [] if "wgmma" in ptx else ["no wgmma"]
-        if ("cp.async.bulk.tensor" in ptx) != cfg.tma:
+        c = _compile(tg.fp8_gemm_kernel, ptrs, const, opts, target)
+        _note(f"{target.name} {scheme} {kind} M={m} K={k} {cfg}", c)
+        bad = [] if target.gemm_mma in c.ptx else [f"no {target.gemm_mma}"]
+        if ("cp.async.bulk.tensor" in c.ptx) != cfg.tma:
             bad.append("TMA copies do not match the config")
-        return bad + ([] if "griddepcontrol.wait" in ptx else ["no griddepcontrol.wait"])
+        return bad + _common(c, target)
 
     return run
 
 
-def _decode(quant: bool) -> Callable[[], list[str]]:
-    def run() -> list[str]:
+def _decode_kernels(group: int) -> Case:
+    """Norm, attention (dense / FP8 cache; bf16 or FP8-code output), RoPE + KV store, quantizer."""
+
+    def run(target: Target) -> list[str]:
         import triton.language as tl
 
         from . import triton_attention as ta
         from . import triton_decode as td
+        from . import triton_quant as tq
 
         pdl = {"launch_pdl": True}
-        out = "*fp8e4nv" if quant else "*bf16"
-        common = dict(QUANT=quant, GROUP=128, MX=False, OUT_DTYPE=tl.bfloat16, EXACT_CVT=False, USE_PDL=True)
-        norm = dict(x_ptr="*bf16", r_ptr="*bf16", w_ptr="*bf16", y_ptr=out, h_ptr="*bf16", s_ptr="*fp32",
-                    eps="fp32")
-        attn = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", o_ptr=out, os_ptr="*fp32", slots_ptr="*i64",
-                    len_ptr="*i64", scale="fp32")
-        rope = dict(qkv_ptr="*bf16", qn_ptr="*bf16", kn_ptr="*bf16", rope_ptr="*bf16", pos_ptr="*i64",
-                    slot_ptr="*i64", k_ptr="*bf16", v_ptr="*bf16", q_ptr="*bf16", eps="fp32")
-        ptxs = [
-            _compile(td._rmsnorm_kernel, norm, dict(HAS_RES=True, BLOCK=4096, **common),
-                     {"num_warps": 8, **pdl}),
-            _compile(ta._decode_attention_kernel, attn,
-                     dict(G=4, BLOCK_G=16, D=128, BLOCK_N=64, SLOT_IS_ROW=False, KEYS_BOUND=0, **common),
-                     {"num_warps": 4, **pdl}),
-            _compile(td._qkv_rope_store_kernel, rope,
-                     dict(H=32, KV=8, D=128, QK_NORM=True, SLOT_IS_ROW=False, USE_PDL=True),
-                     {"num_warps": 1, **pdl}),
-        ]
-        return [f"kernel {i}: no griddepcontrol.wait" for i, p in enumerate(ptxs)
-                if "griddepcontrol.wait" not in p]
+        bad: list[str] = []
+        for quant in (False, True):
+            out = "*fp8e4nv" if quant else "*bf16"
+            common = dict(QUANT=quant, GROUP=group, MX=group == 32, OUT_DTYPE=tl.bfloat16, EXACT_CVT=False,
+                          USE_PDL=True)
+            norm = dict(x_ptr="*bf16", r_ptr="*bf16", w_ptr="*bf16", y_ptr=out, h_ptr="*bf16",
+                        s_ptr="*u8" if group == 32 else "*fp32", eps="fp32")
+            kernels = [("rmsnorm", td._rmsnorm_kernel, norm, dict(HAS_RES=True, BLOCK=4096, **common), 8)]
+            for fp8 in (False, True):
+                cache = "*fp8e4nv" if fp8 else "*bf16"
+                attn = dict(q_ptr="*bf16", k_ptr=cache, v_ptr=cache, o_ptr=out,
+                            os_ptr="*u8" if group == 32 else "*fp32", slots_ptr="*i64", len_ptr="*i64",
+                            ks_ptr="*u8", vs_ptr="*u8", scale="fp32")
+                kernels.append((f"attention kv_fp8={fp8}", ta._decode_attention_kernel, attn,
+                                dict(G=4, BLOCK_G=16, D=128, BLOCK_N=64, SLOT_IS_ROW=False, KEYS_BOUND=0,
+                                     KV_FP8=fp8, **common), 4))
+                if not quant:
+                    rope = dict(qkv_ptr="*bf16", qn_ptr="*bf16", kn_ptr="*bf16", rope_ptr="*bf16",
+                                pos_ptr="*i64", slot_ptr="*i64", k_ptr=cache, v_ptr=cache, q_ptr="*bf16",
+                                ks_ptr="*u8", vs_ptr="*u8", eps="fp32")
+                    kernels.append((f"qkv_rope_store kv_fp8={fp8}", td._qkv_rope_store_kernel, rope,
+                                    dict(H=32, KV=8, D=128, QK_NORM=True, SLOT_IS_ROW=False, KV_FP8=fp8,
+                                         EXACT_CVT=False, USE_PDL=True), 1))
+            for name, fn, types, const, warps in kernels:
+                c = _compile(fn, types, const, {"num_warps": warps, **pdl}, target)
+                _note(f"{target.name} {name} group={group} quant={quant}", c)
+                bad += [f"{name} quant={quant}: {b}" for b in _common(c, target)]
+        qtypes = dict(x_ptr="*bf16", q_ptr="*fp8e4nv", s_ptr="*u8" if group == 32 else "*fp32")
+        c = _compile(tq.act_quant_kernel, qtypes, dict(GROUP=group, G_PER_PROG=max(1, 1024 // group),
+                                                        MX=group == 32, EXACT_CVT=False, USE_PDL=True),
+                     {"num_warps": 4, **pdl}, target)
+        return bad + [f"act_quant: {b}" for b in _common(c, target)]
 
     return run
 
 
-def cases() -> Iterator[tuple[str, Callable[[], list[str]]]]:
-    """(name, compile-and-check) for every distinct GEMM config of the tuner and the decode kernels."""
+def _samplers(vocab: int) -> Case:
+    """Both fused samplers at an S2 Pro vocabulary, with a window and RAS, and the window shift."""
+
+    def run(target: Target) -> list[str]:
+        import triton
+
+        from . import triton_decode as td
+        from . import triton_window as tw
+        from .decode import TOPK_CAP
+
+        pdl = {"launch_pdl": True}
+        block_v, k = triton.next_power_of_2(vocab), min(TOPK_CAP, vocab)
+        warps = 4 if vocab <= 2048 else 8
+        rows = dict(step_ptr="*i64", temp_ptr="*fp32", top_p_ptr="*fp32", top_k_ptr="*i64", seed_ptr="*i64",
+                    ras_ptr="*i1", ras_win_ptr="*i64", ras_temp_ptr="*fp32", ras_top_p_ptr="*fp32")
+        bad: list[str] = []
+        pen = dict(l_ptr="*fp32", win_ptr="*i32", pen_ptr="*fp32", out_ptr="*fp32", greedy_ptr="*i64",
+                   stat_ptr="*fp32")
+        fin = dict(vals_ptr="*fp32", idx_ptr="*i64", stat_ptr="*fp32", greedy_ptr="*i64", out_ptr="*i64",
+                   win_ptr="*i32", **rows)
+        one = dict(l_ptr="*fp32", win_ptr="*i32", pen_ptr="*fp32", out_ptr="*i64", scratch_ptr="*i64", **rows)
+        for name, fn, types, const, w in (
+            ("sampler penalty (torch.topk path)", td._penalty_kernel, pen,
+             dict(W=16, HAS_WIN=True, BLOCK_V=block_v, USE_PDL=True), warps),
+            ("sampler finish (torch.topk path)", td._finish_kernel, fin,
+             dict(K=k, BLOCK_K=triton.next_power_of_2(k), RAS=True, USE_PDL=True), 1),
+            ("sampler, top-k in the kernel", td._sample_kernel, one,
+             dict(W=16, HAS_WIN=True, BLOCK_V=block_v, K=k, BLOCK_K=triton.next_power_of_2(k), RAS=True,
+                  USE_PDL=True), warps),
+        ):
+            c = _compile(fn, types, const, {"num_warps": w, **pdl}, target)
+            _note(f"{target.name} {name} V={vocab}", c)
+            bad += [f"{name}: {b}" for b in _common(c, target)]
+        c = _compile(tw.window_shift_kernel, dict(prev_ptr="*i32", next_ptr="*i32"), dict(BLOCK=256),
+                     {"num_warps": 4}, target)
+        return bad + [f"window shift: {b}" for b in _common(c, target, pdl=False)]
+
+    return run
+
+
+def _gemm_configs(scheme: str) -> Iterator[tuple[str, Any, int, int]]:
+    """(kind, config, M, K) for every distinct config the tuner may pick, plus the tuned table's picks."""
     from . import triton_gemm as tg
 
     seen = set()
     for kind, n, k in S2_SHAPES:
         for m in (1, 32, 64):
-            for cfg in tg.config_space(kind, m, n, k):
-                key = (kind == "swiglu", cfg, cfg.block_m(m))
+            cfgs = [*tg.config_space(kind, m, n, k, scheme), tg.get_config(kind, m, n, k)]
+            for cfg in cfgs:
+                key = (kind == "swiglu", cfg, cfg.block_m(m), k)
                 if key not in seen:
                     seen.add(key)
-                    yield f"{kind} M={m} {cfg}", _gemm(kind, cfg, m)
-    for quant in (False, True):
-        yield f"decode kernels quant={quant}", _decode(quant)
+                    yield kind, cfg, m, k
 
 
-def main() -> int:
+def cases(target: Target) -> Iterator[tuple[str, Case]]:
+    """(name, compile-and-check) for every GEMM config of the target's schemes and the decode kernels."""
+    for scheme in target.schemes:
+        for kind, cfg, m, k in _gemm_configs(scheme):
+            yield f"{scheme} {kind} M={m} K={k} {cfg}", _gemm(kind, cfg, m, k, scheme)
+    for group in sorted({32 if s == "mxfp8" else 128 for s in target.schemes}, reverse=True):
+        yield f"decode kernels group={group}", _decode_kernels(group)
+    for vocab in S2_VOCABS:
+        yield f"samplers V={vocab}", _samplers(vocab)
+
+
+def check(target: Target) -> tuple[int, list[str]]:
+    """Compile every case for ``target``; (cases, names of the failed ones), failures printed."""
+    failed, n = [], 0
+    for name, run in cases(target):
+        n += 1
+        try:
+            bad = run(target)
+        except Exception as exc:  # a compile error is the finding
+            lines = [ln for ln in str(exc).splitlines() if ln.strip()]  # Triton: "at L:C:", source, error
+            bad = [f"{type(exc).__name__}: {' | '.join(lines[:1] + lines[-1:])[:400]}"]
+        if bad:
+            failed.append(name)
+            print(f"FAIL {target.name} {name}: {'; '.join(bad)}", flush=True)
+    return n, failed
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m ttsfleet.kernels.compile_check",
+                                 description="Compile the decode kernels for sm_90 / sm_120 without a GPU.")
+    ap.add_argument("--arch", type=int, choices=sorted(TARGETS), action="append",
+                    help="compute capability x 10 (repeatable; default: all)")
+    ap.add_argument("-v", "--verbose", action="store_true",
+                    help="report registers / spills / shared memory per kernel (cuobjdump)")
+    args = ap.parse_args(argv)
+    global _VERBOSE
+    _VERBOSE = args.verbose
     if os.environ.get("TRITON_INTERPRET") == "1":
         print("compile_check: unset TRITON_INTERPRET (the interpreter does not compile)", file=sys.stderr)
         return 2
-    failed, n = [], 0
-    for name, run in cases():
-        n += 1
-        try:
-            bad = run()
-        except Exception as exc:  # a compile error is the finding
-            bad = [f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"]
-        if bad:
-            failed.append(name)
-            print(f"FAIL {name}: {'; '.join(bad)}", flush=True)
-    print(f"compile_check: {n - len(failed)} of {n} compiled for sm_90 as configured")
-    return 1 if failed else 0
+    status = 0
+    for cc in args.arch or sorted(TARGETS):
+        target = TARGETS[cc]
+        _REPORT.clear()
+        n, failed = check(target)
+        if args.verbose:
+            print("\n".join(_REPORT))
+        print(f"compile_check: {n - len(failed)} of {n} compiled for {target.name.removesuffix('a')} as "
+              "configured", flush=True)
+        status |= bool(failed)
+    return status
 
 
 if __name__ == "__main__":

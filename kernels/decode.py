@@ -11,10 +11,20 @@ Why decode attention reads the cache in place: gathering ``cache.k[layer][slots]
 2048 positions on S2 Pro that is ~40 GB of traffic per frame, ten times the FP8 weights. The kernel
 follows the slot index and stops at each slot's length. Static shapes, no host sync: capturable in
 a CUDA graph. May import torch, triton and the package's own modules only.
+
+FP8 KV cache: the caches may hold ``float8_e4m3fn`` codes with uint8 exponent tensors ``k_scale`` /
+``v_scale`` ``[slots, S, KV]`` beside them: one power-of-two scale per cache position and KV head
+(:func:`ttsfleet.kernels.reference.quantize_kv_ref`). Why that granularity: the store kernel holds
+the whole head vector of its position in registers, so the amax costs nothing; nothing is carried
+between calls (a slot's scales never need a prefill to fix them, a later token never saturates a
+scale fixed earlier, and a prompt fed in chunks stores exactly the codes of a one-shot prefill);
+power-of-two scales dequantize exactly, so kernel and reference differ only in summation order; and
+1 byte per 128-wide head costs 0.8 % beside the halved K/V bytes.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -45,19 +55,67 @@ def qkv_rope_store(*args: Any, **kwargs: Any) -> Tensor:
     return _triton_decode().qkv_rope_store(*args, **kwargs)
 
 
+#: How the fused sampler finds a row's best ``TOPK_CAP`` logits: ``torch`` (two launches with
+#: ``torch.topk`` between them: what the H200 runs and was measured with) or ``kernel`` (one launch
+#: that selects in the kernel: same ids, tested through the interpreter and compiled
+#: for sm_90 / sm_120, speed not measured yet). Process switch, read once.
+TOPK_SELECT_ENV = "TTSFLEET_TOPK_SELECT"
+TOPK_SELECTS = ("torch", "kernel")
+_topk_select: str | None = None
+
+
+def topk_select() -> str:
+    """The fused sampler's top-k selection (``TTSFLEET_TOPK_SELECT``, default ``torch``)."""
+    global _topk_select
+    if _topk_select is None:
+        set_topk_select(os.environ.get(TOPK_SELECT_ENV, "torch"))
+    return _topk_select  # type: ignore[return-value]
+
+
+def set_topk_select(value: str) -> None:
+    """Choose the selection for this process (tests and benchmarks A/B the two)."""
+    global _topk_select
+    value = value.strip().lower() or "torch"
+    if value not in TOPK_SELECTS:
+        raise ValueError(f"{TOPK_SELECT_ENV}={value!r}: expected one of {', '.join(TOPK_SELECTS)}")
+    _topk_select = value
+
+
 def sample_topk(*args: Any, **kwargs: Any) -> Tensor:
-    """The fused top-k sampler (Triton); see ``triton_decode.sample_topk``."""
+    """The fused top-k sampler (Triton); see ``triton_decode.sample_topk`` (``select`` defaults to
+    :func:`topk_select`)."""
+    kwargs.setdefault("select", topk_select())
     return _triton_decode().sample_topk(*args, **kwargs)
 
 
+def check_kv_cache(k_cache: Tensor, v_cache: Tensor, k_scale: Tensor | None, v_scale: Tensor | None) -> bool:
+    """True for an FP8 cache (codes + exponents), False for a dense one; ValueError for a mix."""
+    fp8 = k_cache.dtype == torch.float8_e4m3fn
+    if (v_cache.dtype == torch.float8_e4m3fn) != fp8 or (k_scale is None) != (v_scale is None):
+        raise ValueError("K and V caches must both be FP8 (with both scales) or both dense")
+    if fp8 != (k_scale is not None):
+        raise ValueError("an FP8 KV cache needs its k_scale / v_scale exponents, a dense one none")
+    if fp8 and (tuple(k_scale.shape) != tuple(k_cache.shape[:-1]) or k_scale.dtype != torch.uint8
+                or k_scale.stride() != v_scale.stride()):
+        raise ValueError(f"KV exponents must be uint8 {list(k_cache.shape[:-1])} with equal strides, got "
+                         f"{k_scale.dtype} {list(k_scale.shape)}")
+    return fp8
+
+
 def decode_attention_ref(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor,
-                         lengths: Tensor) -> Tensor:
+                         lengths: Tensor, k_scale: Tensor | None = None,
+                         v_scale: Tensor | None = None) -> Tensor:
     """q ``[bs, H, D]``; caches ``[max_slots, S, KV, D]``; attend keys ``< lengths[b]`` of ``slots[b]``.
 
-    Returns ``[bs, H, D]``. KV head j serves query heads ``j*g .. j*g+g-1``.
+    Returns ``[bs, H, D]``. KV head j serves query heads ``j*g .. j*g+g-1``. An FP8 cache is
+    dequantized (exactly) to q's dtype first.
     """
-    k = k_cache[slots].transpose(1, 2)  # [bs, KV, S, D]
-    v = v_cache[slots].transpose(1, 2)
+    k, v = k_cache[slots], v_cache[slots]
+    if check_kv_cache(k_cache, v_cache, k_scale, v_scale):
+        from .reference import dequantize_kv
+
+        k, v = dequantize_kv(k, k_scale[slots], q.dtype), dequantize_kv(v, v_scale[slots], q.dtype)
+    k, v = k.transpose(1, 2), v.transpose(1, 2)  # [bs, KV, S, D]
     g = q.shape[1] // k.shape[1]
     if g > 1:
         k = k.repeat_interleave(g, dim=1)
@@ -77,19 +135,22 @@ def attention_kernel_fits(q: Tensor, k_cache: Tensor, v_cache: Tensor) -> bool:
 
 
 def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor | None, lengths: Tensor,
-                     quant_group: int = 0) -> Any:
+                     quant_group: int = 0, k_scale: Tensor | None = None,
+                     v_scale: Tensor | None = None) -> Any:
     """Triton where the device's plan says so and the shape fits, else :func:`decode_attention_ref`.
 
     ``slots`` None: row b reads cache slot b (the fast model's frame-local cache). ``lengths`` may hold
     one value for every row (shape ``[1]``). ``quant_group`` > 0 (Triton only, ``D % group == 0``):
     returns ``(fp8 codes [bs, H * D], scales)`` of the output instead of the bf16 ``[bs, H, D]``.
+    ``k_scale`` / ``v_scale``: the exponents of an FP8 cache (see the module docstring).
     """
+    check_kv_cache(k_cache, v_cache, k_scale, v_scale)
     if dispatch.use_triton(q) and attention_kernel_fits(q, k_cache, v_cache):
         from .triton_attention import decode_attention_triton
 
-        return decode_attention_triton(q, k_cache, v_cache, slots, lengths, quant_group)
+        return decode_attention_triton(q, k_cache, v_cache, slots, lengths, quant_group, k_scale, v_scale)
     if quant_group:
         raise ValueError("a quantized attention output needs the Triton kernel")
     bs = q.shape[0]
     rows = torch.arange(bs, device=q.device) if slots is None else slots
-    return decode_attention_ref(q, k_cache, v_cache, rows, lengths.expand(bs))
+    return decode_attention_ref(q, k_cache, v_cache, rows, lengths.expand(bs), k_scale, v_scale)

@@ -75,6 +75,24 @@ def quantize_activation_ref(x: Tensor, block: int = BS_BLOCK) -> tuple[Tensor, T
     return q.view(*lead, k), scales.contiguous().view(*lead, cdiv(k, block))
 
 
+def quantize_kv_ref(x: Tensor) -> tuple[Tensor, Tensor]:
+    """K or V head vectors ``x [..., D]`` -> (e4m3 codes ``[..., D]``, uint8 UE8M0 exponents ``[...]``).
+
+    The FP8 KV cache's format: one power-of-two scale per head vector (one per cache position, layer
+    and KV head), by the mxfp8 rule over the whole head (the smallest ``2**(e-127) >= amax / 448``),
+    so ``|x / s| <= 448`` always and dequantization ``code * 2**(e-127)`` is exact in bf16 and float32.
+    """
+    xf = x.float()
+    e = ue8m0_from_amax(xf.abs().amax(dim=-1))
+    q = _to_fp8(xf * (1.0 / ue8m0_to_float(e))[..., None])
+    return q, e.to(torch.uint8)
+
+
+def dequantize_kv(codes: Tensor, exps: Tensor, dtype: torch.dtype) -> Tensor:
+    """The values an FP8 KV cache's ``codes [..., D]`` and exponents ``[...]`` stand for, in ``dtype``."""
+    return (codes.float() * ue8m0_to_float(exps)[..., None]).to(dtype)
+
+
 def quantize_weight_ref(w: Tensor, scheme: str) -> QuantizedWeight:
     """Offline quantizer: ``w [N, K]`` (any float dtype) -> :class:`QuantizedWeight`."""
     if w.dim() != 2:

@@ -5,6 +5,12 @@ One program per (row, KV head): it follows the row's slot index, walks only the 
 ``lengths[row]`` keys with an online softmax, and writes the G query heads it serves. Optionally
 (``quant_group``) the epilogue writes the FP8 codes + 1xgroup scales of the bf16 output that the
 output projection reads, instead of the bf16 output: a head of D >= group columns holds whole groups.
+
+FP8 cache (``KV_FP8``): K/V are e4m3 codes with one UE8M0 exponent per (slot, position, KV head)
+(:func:`ttsfleet.kernels.reference.quantize_kv_ref`). Codes convert exactly to q's dtype for the
+dots; the power-of-two key scales multiply the scores and the value scales the probabilities (both
+exact), so the kernel computes the reference's attention over the dequantized cache up to the
+order of its float32 sums, while reading half the bytes of a bf16 cache.
 """
 
 from __future__ import annotations
@@ -17,16 +23,17 @@ import triton.language as tl
 from torch import Tensor
 
 from .triton_decode import quantize_groups
-from .triton_gemm import INTERPRETING, PDL, launch_opts, pdl_entry
+from .triton_gemm import INTERPRETING, PDL, _ue8m0_to_f32, launch_opts, pdl_entry
 
 
 @triton.jit
-def _decode_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, os_ptr, slots_ptr, len_ptr, scale,
+def _decode_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, os_ptr, slots_ptr, len_ptr, ks_ptr, vs_ptr, scale,
                              sq_b, sq_h, sk_slot, sk_pos, sk_head, so_b, so_h, s_osb, s_len,
+                             ss_slot, ss_pos, ss_head,
                              G: tl.constexpr, BLOCK_G: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr,
                              SLOT_IS_ROW: tl.constexpr, KEYS_BOUND: tl.constexpr, QUANT: tl.constexpr,
                              GROUP: tl.constexpr, MX: tl.constexpr, OUT_DTYPE: tl.constexpr,
-                             EXACT_CVT: tl.constexpr, USE_PDL: tl.constexpr):
+                             EXACT_CVT: tl.constexpr, KV_FP8: tl.constexpr, USE_PDL: tl.constexpr):
     pdl_entry(USE_PDL)
     b = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -44,6 +51,7 @@ def _decode_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, os_ptr, slots_ptr, len_
     l_i = tl.zeros([BLOCK_G], tl.float32)
     acc = tl.zeros([BLOCK_G, D], tl.float32)
     base = slot * sk_slot + kvh * sk_head
+    sbase = slot * ss_slot + kvh * ss_head
     # KEYS_BOUND > 0 (Triton's interpreter, which cannot loop to a loaded bound): walk the whole
     # cache length; the masks make the extra blocks no-ops.
     for start in range(0, KEYS_BOUND if KEYS_BOUND > 0 else n_keys, BLOCK_N):
@@ -51,14 +59,24 @@ def _decode_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, os_ptr, slots_ptr, len_
         nmask = ni < n_keys
         offs = base + ni[:, None].to(tl.int64) * sk_pos + di[None, :]
         k = tl.load(k_ptr + offs, mask=nmask[:, None], other=0.0)
-        s = tl.dot(q, tl.trans(k)).to(tl.float32) * scale
+        if KV_FP8:  # exact e4m3 -> q dtype; the key's power-of-two scale multiplies its score
+            k = k.to(q.dtype)
+            ks = _ue8m0_to_f32(tl.load(ks_ptr + sbase + ni * ss_pos, mask=nmask, other=127))
+            s = tl.dot(q, tl.trans(k)).to(tl.float32) * (ks[None, :] * scale)
+        else:
+            s = tl.dot(q, tl.trans(k)).to(tl.float32) * scale
         s = tl.where(nmask[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         alpha = tl.exp(m_i - m_new)
         p = tl.exp(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
         v = tl.load(v_ptr + offs, mask=nmask[:, None], other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v).to(tl.float32)
+        if KV_FP8:  # the value's scale rides on its probability (l_i keeps the unscaled sum)
+            v = v.to(q.dtype)
+            vs = _ue8m0_to_f32(tl.load(vs_ptr + sbase + ni * ss_pos, mask=nmask, other=127))
+            acc = acc * alpha[:, None] + tl.dot((p * vs[None, :]).to(v.dtype), v).to(tl.float32)
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v).to(tl.float32)
         m_i = m_new
     out = (acc / l_i[:, None]).to(OUT_DTYPE)
     o_ptrs = o_ptr + b * so_b + heads[:, None] * so_h + di[None, :]
@@ -77,8 +95,10 @@ _TL = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl
 
 
 def decode_attention_triton(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor | None,
-                            lengths: Tensor, quant_group: int = 0) -> Tensor | tuple[Tensor, Tensor]:
-    """See :func:`ttsfleet.kernels.decode.decode_attention`; ``quant_group`` > 0 needs D % group == 0."""
+                            lengths: Tensor, quant_group: int = 0, k_scale: Tensor | None = None,
+                            v_scale: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
+    """See :func:`ttsfleet.kernels.decode.decode_attention`; ``quant_group`` > 0 needs D % group == 0;
+    ``k_scale`` / ``v_scale`` (uint8 ``[slots, S, KV]``, equally strided): the FP8 cache's exponents."""
     bs, h, d = q.shape
     kv = k_cache.shape[2]
     g = h // kv
@@ -91,13 +111,17 @@ def decode_attention_triton(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: 
     else:
         out = torch.empty_like(q)
         osc = out
+    fp8 = k_scale is not None
+    ks, vs = (k_scale, v_scale) if fp8 else (lengths, lengths)
+    s_st = (k_scale.stride(0), k_scale.stride(1), k_scale.stride(2)) if fp8 else (0, 0, 0)
     _decode_attention_kernel[(bs, kv)](
-        q, k_cache, v_cache, out, osc, lengths if slots is None else slots, lengths, 1.0 / math.sqrt(d),
+        q, k_cache, v_cache, out, osc, lengths if slots is None else slots, lengths, ks, vs,
+        1.0 / math.sqrt(d),
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        out.stride(0), out.stride(1), osc.stride(0), 0 if lengths.numel() == 1 else lengths.stride(0),
+        out.stride(0), out.stride(1), osc.stride(0), 0 if lengths.numel() == 1 else lengths.stride(0), *s_st,
         G=g, BLOCK_G=max(16, 1 << (g - 1).bit_length()), D=d, BLOCK_N=64 if k_cache.shape[1] > 16 else 16,
         SLOT_IS_ROW=slots is None, KEYS_BOUND=k_cache.shape[1] if INTERPRETING else 0,
         QUANT=quant, GROUP=max(quant_group, 1), MX=quant_group == 32, OUT_DTYPE=_TL[q.dtype],
-        EXACT_CVT=INTERPRETING, USE_PDL=PDL, **launch_opts(),
+        EXACT_CVT=INTERPRETING, KV_FP8=fp8, USE_PDL=PDL, **launch_opts(),
     )
     return (out.view(bs, h * d), osc) if quant else out

@@ -104,9 +104,11 @@ def _sampling_rows(n: int) -> list[SamplingParams]:
                            repetition_penalty=1.0 if i % 2 else 1.3) for i in range(n)]
 
 
+@pytest.mark.parametrize("select", ["torch", "kernel"])
 @pytest.mark.parametrize("vocab", [97, 4097])
-def test_fused_sampler_draws_the_reference_tokens(vocab: int) -> None:
-    """Same ids as the reference sampler on many rows, steps and draws (random logits have no ties)."""
+def test_fused_sampler_draws_the_reference_tokens(vocab: int, select: str) -> None:
+    """Same ids as the reference sampler on many rows, steps and draws (random logits have no ties),
+    with the best logits picked by ``torch.topk`` or inside the one-launch kernel."""
     g = torch.Generator().manual_seed(3)
     bs = 12
     batch = _batch(_sampling_rows(bs))
@@ -117,18 +119,48 @@ def test_fused_sampler_draws_the_reference_tokens(vocab: int) -> None:
         window = torch.randint(-1, vocab, (bs, 16), generator=g, dtype=torch.int32).to(DEV)
         step = torch.full((bs,), step_i, dtype=torch.int64, device=DEV)
         for draw in (1, 5):
-            got = _kernels().sample_topk(logits, batch, step, draw, window)
+            got = _kernels().sample_topk(logits, batch, step, draw, window, select=select)
             want = sample(logits, batch, step, draw, window)
             mismatches += int((got != want).sum())
             total += bs
-        got = _kernels().sample_topk(logits, batch, step, 0, window, ras_end_index=vocab - 1)
+        got = _kernels().sample_topk(logits, batch, step, 0, window, ras_end_index=vocab - 1, select=select)
         want = sample_main(logits, batch, step, window, end_index=vocab - 1)
         mismatches += int((got != want).sum())
         total += bs
     assert mismatches == 0, f"{mismatches}/{total} rows differ"
 
 
-def test_repetition_aware_resampling_takes_the_hot_draw() -> None:
+def test_in_kernel_top_k_cuts_exact_ties_as_the_reference() -> None:
+    """Exact ties: the one-launch sampler ranks tied logits lower vocab index first, as the
+    reference's stable sort does, so top-k and top-p cut the same tokens. Rows of a 0.5 grid (many
+    ties, -inf columns) and all-equal rows, where top-k (7) and top-p (0.1 of 64 kept) cut inside
+    one tie group: there the kept tokens, hence the draws, follow the tie order."""
+    g = torch.Generator().manual_seed(9)
+    bs, vocab = 16, 300
+    batch = _batch([SamplingParams(temperature=1.0, top_p=(1.0, 0.9, 0.1)[i % 3], top_k=(64, 7, 33, 2)[i % 4],
+                                   seed=i) for i in range(bs)])
+    for step_i in range(4):
+        logits = (torch.randn(bs, vocab, generator=g) * 2).round() / 2
+        logits[:, ::7] = float("-inf")
+        logits[::2] = 1.5  # all-equal rows
+        logits = logits.to(DEV)
+        step = torch.full((bs,), step_i, dtype=torch.int64, device=DEV)
+        got = _kernels().sample_topk(logits, batch, step, 3, None, select="kernel")
+        assert torch.equal(got, sample(logits, batch, step, 3, None)), f"step {step_i}"
+
+
+def test_the_top_k_switch_is_checked() -> None:
+    from ttsfleet.kernels import decode as kd
+
+    with pytest.raises(ValueError, match="TTSFLEET_TOPK_SELECT='heap'"):
+        kd.set_topk_select("heap")
+    with pytest.raises(ValueError, match="top-k selection"):
+        _kernels().sample_topk(torch.zeros(1, 8, device=DEV), _batch([SamplingParams()]),
+                               torch.zeros(1, dtype=torch.int64, device=DEV), 0, select="heap")
+
+
+@pytest.mark.parametrize("select", ["torch", "kernel"])
+def test_repetition_aware_resampling_takes_the_hot_draw(select: str) -> None:
     """A main token that repeats within the window is redrawn (RAS), exactly as the reference does."""
     g = torch.Generator().manual_seed(4)
     bs, vocab = 8, 65
@@ -137,7 +169,7 @@ def test_repetition_aware_resampling_takes_the_hot_draw() -> None:
     step = torch.zeros(bs, dtype=torch.int64, device=DEV)
     normal = sample(logits, batch, step, 0, None)
     window = normal[:, None].repeat(1, 16).to(torch.int32)  # every row's normal draw is a repeat
-    got = _kernels().sample_topk(logits, batch, step, 0, window, ras_end_index=vocab - 1)
+    got = _kernels().sample_topk(logits, batch, step, 0, window, ras_end_index=vocab - 1, select=select)
     want = sample_main(logits, batch, step, window, end_index=vocab - 1)
     assert torch.equal(got, want)
     assert (got != normal).any(), "no row was resampled: the test does not exercise RAS"
@@ -149,17 +181,26 @@ def test_unfusable_rows_keep_the_reference_sampler() -> None:
     assert _batch([SamplingParams(top_k=0, temperature=0.0)]).fusable  # greedy ignores top_k
 
 
-@pytest.mark.parametrize("fusable,quantize", [(True, "bf16"), (False, "bf16"), (True, "bsgemm_fp8")])
-def test_fused_decode_step_emits_the_reference_frames(fusable: bool, quantize: str) -> None:
+@pytest.mark.parametrize("fusable,quantize,select", [(True, "bf16", "torch"), (False, "bf16", "torch"),
+                                                     (True, "bsgemm_fp8", "torch"), (True, "mxfp8", "torch"),
+                                                     (True, "bf16", "kernel")])
+def test_fused_decode_step_emits_the_reference_frames(fusable: bool, quantize: str, select: str,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """Whole frames (main token + 10 codes) of the fused path equal the reference path's; with FP8
     weights the fused norms / attention hand the GEMMs FP8 codes the reference quantizes itself.
 
     FP8 runs in the interpreter only: there both paths make bit-identical codes. Compiled, the
     norm's reduction order differs from torch's in the last bit, which moves an FP8 code at a
     rounding boundary and flips near-tied tokens of this random tiny model; at S2 Pro shape with
-    trained-like margins ``test_gpu_s2pro_gate.py`` is the GPU's check of the same claim."""
+    trained-like margins ``test_gpu_s2pro_gate.py`` is the GPU's check of the same claim. ``mxfp8``
+    is the RTX 5090 / 6000 PRO scheme: its whole fused path (1x32 codes from the norms and attention,
+    the mxfp8 GEMM configs) runs here, the numerics half of the sm_120 path (``compile_check`` is the
+    other half). ``select="kernel"``: the sampler selects its top-k inside its one launch."""
     if quantize != "bf16" and DEV == "cuda":
         pytest.skip("FP8 frames are compared bit-exactly in the interpreter; the S2 Pro gate covers the GPU")
+    from ttsfleet.kernels import decode as kd
+
+    monkeypatch.setattr(kd, "_topk_select", select)
     model = load_model("tiny", device=DEV, dtype=torch.float32, quantize=quantize)
     g = torch.Generator().manual_seed(5)
     prompt = torch.randint(0, 500, (1 + model.config.num_codebooks, 9), generator=g)

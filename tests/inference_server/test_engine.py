@@ -159,3 +159,12 @@ def test_cuda_graph_replay_matches_eager_decoding():
         results[graphs] = out
     for (a, _, ra), (b, _, rb) in zip(results[False], results[True], strict=True):
         assert ra == rb and np.array_equal(a, b)
+
+
+def test_the_engine_serves_from_an_fp8_kv_cache_when_asked(parts):
+    """EngineConfig.kv_dtype="fp8" (off by default) gives the engine an FP8 cache; requests finish."""
+    cfg = EngineConfig(max_running_requests=2, max_queue=4, cuda_graph_max_bs=2, kv_dtype="fp8")
+    eng, out, _ = _run(parts, cfg, [21, 22], max_new=6)
+    assert eng.cache.fp8 and eng.cache.k.dtype == torch.float8_e4m3fn
+    assert all(reason in ("stop", "length") and codes.shape[1] >= 1 for codes, _, reason in out)
+    assert EngineConfig().kv_dtype == "auto"  # the default stays the model's dtype

@@ -41,6 +41,28 @@ def test_a_new_gpu_class_is_one_catalog_entry(tmp_path) -> None:  # noqa: ANN001
     assert dispatch.plan_for_capability((10, 0)).backend == "reference"  # the built-in catalog has none
 
 
+def test_sm120_runs_the_reference_built_in_and_triton_with_the_shipped_site_override(tmp_path) -> None:  # noqa: ANN001
+    """RTX 5090 / RTX PRO 6000: the built-in catalog keeps the torch reference (no sm_120 run has
+    measured the kernels); ``kernels/catalog_sm120_triton.yaml`` is the one-file switch to Triton."""
+    from pathlib import Path
+
+    import ttsfleet.kernels as kernels_pkg
+    import yaml
+
+    built_in = dispatch.plan_for_capability((12, 0))
+    assert built_in.backend == "reference" and built_in.scheme == "mxfp8"
+    assert built_in.gpu_classes == ("rtx5090", "rtx6000pro")
+    override = Path(kernels_pkg.__file__).with_name("catalog_sm120_triton.yaml")
+    p = dispatch.plan_for_capability((12, 0), GpuCatalog.from_file(override))
+    assert p.gpu_classes == ("rtx5090", "rtx6000pro") and p.scheme == "mxfp8"
+    assert p.fused == dispatch.triton_importable()
+    assert dispatch.plan_for_capability((9, 0), GpuCatalog.from_file(override)).gpu_classes == ("h200",)
+    half = tmp_path / "half.yaml"  # one class of the arch flipped alone: refused, not half-applied
+    half.write_text(yaml.safe_dump({"classes": {"rtx5090": {"kernel_backend": "triton"}}}))
+    with pytest.raises(ValueError, match="share arch sm_120a"):
+        GpuCatalog.from_file(half)
+
+
 def test_the_switch_is_read_once(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(dispatch.ENV, "reference")
     dispatch.configure()

@@ -1,0 +1,55 @@
+"""Every Triton kernel the decode step can launch compiles for sm_90 (H200) and sm_120 (RTX 5090 /
+RTX PRO 6000), here, without a GPU, and holds what that arch is for (``kernels/compile_check.py``).
+
+Runs the check in a fresh process per arch: the other kernel tests put Triton in interpreter mode
+for this process, and interpreted kernels cannot be compiled. (triton is not imported at module
+level: it reads ``TRITON_INTERPRET`` once, when first imported, which other modules set.) The
+checks themselves are unit-tested on hand-made PTX, so each rule is seen to fail once.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+
+if importlib.util.find_spec("triton") is None:
+    pytest.skip("triton is not installed", allow_module_level=True)
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    return subprocess.run([sys.executable, "-P", "-m", "ttsfleet.kernels.compile_check", *args], env=env,
+                          capture_output=True, text=True, timeout=1200)
+
+
+@pytest.mark.parametrize("arch", ["90", "120"])
+def test_every_tunable_gemm_config_and_decode_kernel_compiles(arch: str) -> None:
+    proc = _run("--arch", arch)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert f"compiled for sm_{arch} as configured" in proc.stdout
+
+
+def test_a_bad_arch_is_a_usage_error() -> None:
+    proc = _run("--arch", "80")
+    assert proc.returncode == 2 and "invalid choice" in proc.stderr
+
+
+def test_each_rule_fails_on_ptx_that_breaks_it() -> None:
+    from ttsfleet.kernels.compile_check import TARGETS, Compiled, _common
+
+    sm90, sm120 = TARGETS[90], TARGETS[120]
+    ok = "griddepcontrol.wait;\nmma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32"
+    assert _common(Compiled(ok, 1024, b""), sm120) == []
+    assert _common(Compiled(ok + "\nwgmma.mma_async.sync", 0, b""), sm120) == ["has wgmma (not on sm_120a)"]
+    assert _common(Compiled(ok + "\ntcgen05.mma", 0, b""), sm120) == ["has tcgen05 (not on sm_120a)"]
+    assert _common(Compiled("mma.sync", 0, b""), sm90) == ["no griddepcontrol.wait"]
+    assert _common(Compiled("mma.sync", 0, b""), sm90, pdl=False) == []
+    # 99 KiB per block on sm_120 (100 KiB per SM less 1 KiB reserved), 227 KiB on sm_90
+    assert _common(Compiled(ok, 99 * 1024 + 1, b""), sm120) == [
+        f"{99 * 1024 + 1} B shared memory > {99 * 1024} B per block on sm_120a"]
+    assert _common(Compiled(ok, 99 * 1024 + 1, b""), sm90) == []
+    assert sm90.gemm_mma == "wgmma.mma_async" and "mma.sync" in sm120.gemm_mma
