@@ -92,6 +92,19 @@ def test_scale_down_is_stabilized_then_halves_at_most():
     assert d.pools[0].reason == "stabilized"
 
 
+def test_a_pool_with_minimum_zero_scales_its_last_replica_away():
+    pools = [PoolSpec(gpu_class="h200", min_replicas=0, max_replicas=3)]
+    s, t = AutoscaleState(), 0.0
+    d, s = step(s, t, 30, 1, 1, pools=pools)  # busy: one replica wanted
+    t += 15
+    d, s = step(s, t, 0, 1, 1, pools=pools)
+    assert d.pools[0].desired == 1  # idle now, but the stabilization window holds it first
+    while t < 400:
+        t += 15
+        d, s = step(s, t, 0, 1, 1, pools=pools)
+    assert d.pools[0].desired == 0 and d.pools[0].reason != "stabilized"
+
+
 def test_slo_breach_adds_replicas_even_at_target_load():
     d, _ = step(AutoscaleState(), 0, in_flight=200, ready=5, current=5, ttfa=0.9)
     assert d.pools[0].desired == 6 and d.pools[0].reason == "slo"

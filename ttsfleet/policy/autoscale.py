@@ -372,7 +372,9 @@ def _decide_pool(step: _Step, p: PoolSpec, s: PoolSignals, want: int,
             want, reason, msg = current, "panic", "panic mode: no scale-down"
         else:
             stabilized = max(v for (_, v) in history)
-            floor = math.ceil(current / cfg.max_scale_down_rate)
+            # at most 1/rate of the replicas go per step; the last one of a pool whose minimum is
+            # 0 may go too (ceil(1/rate) = 1 would hold it for ever: found by the loop test)
+            floor = math.ceil(current / cfg.max_scale_down_rate) if current > 1 else 0
             target = max(stabilized, floor, want)
             if target > want:
                 reason = "stabilized"
