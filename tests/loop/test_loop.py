@@ -2,8 +2,9 @@
 ``ttsfleet fill run`` shards under the process kubelet, driven by open-loop traffic.
 
 One run of :func:`ttsfleet.devtools.loop.run_loop` (what ``ttsfleet demo`` runs) with the demo's
-TTSDeployment and FillJob and a shorter trace (``trace.csv``: 0.4 → 1 → 1.5 requests/s for 37 s, then
-nothing but the test's own stream for 35 s, then 0.5),
+TTSDeployment and FillJob and a shorter trace (``trace.csv``: 0.4 → 1 → 1.5 requests/s for 37 s of
+24-frame requests, then nothing but the test's own stream for 35 s, then 0.5; with 12-frame
+requests the rise sat so near the target load that a faster run never scaled up),
 then every claim of the loop checked on what the run recorded:
 
 1. load rises → replicas rise, decided from the servers' own ``/metrics`` (no stand-in metrics:
