@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import ssl
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -19,8 +18,10 @@ from typing import Any
 
 import httpx
 import pytest
-from ttsfleet.devtools.localkube import FakeNode, LocalKube, LocalKubeError, missing_binaries
+from ttsfleet.devtools.localkube import FakeNode, LocalKube
 from ttsfleet.devtools.wait import wait_for_async
+
+from tests.kube import started
 
 NS = "default"
 SERVER = r"""
@@ -53,21 +54,9 @@ while True:
 
 @pytest.fixture(scope="module")
 def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKube]:
-    missing = missing_binaries()
-    if missing:
-        msg = f"local control plane not built (missing {', '.join(missing)}): scripts/kube-local.sh build"
-        if os.environ.get("CI"):
-            pytest.fail(msg)
-        pytest.skip(msg)
-    k = LocalKube(tmp_path_factory.mktemp("kube"), [FakeNode("proc-a", {"role": "proc"}, gpus=2,
-                                                             processes=True)])
-    try:
-        k.start()
-    except LocalKubeError:
-        k.stop()
-        raise
-    yield k
-    k.stop()
+    with started(tmp_path_factory.mktemp("kube"), [FakeNode("proc-a", {"role": "proc"}, gpus=2,
+                                                            processes=True)]) as k:
+        yield k
 
 
 @pytest.fixture

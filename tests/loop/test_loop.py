@@ -31,11 +31,11 @@ from typing import Any
 
 import httpx
 import pytest
-from ttsfleet.devtools.localkube import missing_binaries
 from ttsfleet.devtools.loop import HERE, LoopConfig, LoopContext, load_manifest, run_loop
 from ttsfleet.devtools.loopreport import print_summary, summarize
 from ttsfleet.devtools.traffic import Endpoint, RequestRecord, one_request
 
+from tests.kube import require_control_plane
 from tests.slurm.fillhelpers import audio_bytes, output_rows
 
 pytestmark = [pytest.mark.slow, pytest.mark.audio, pytest.mark.timeout(600)]
@@ -87,12 +87,7 @@ def uninterrupted(manifest: Path, out: Path, ckpt: Path, shards: int, stages: st
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    missing = missing_binaries()
-    if missing:
-        msg = f"local control plane not built (missing {', '.join(missing)}): scripts/kube-local.sh build"
-        if os.environ.get("CI"):
-            pytest.fail(msg)
-        pytest.skip(msg)
+    require_control_plane()
     job = load_manifest(HERE / "demo-filljob.yaml")
     command = job["spec"]["command"]
     command[command.index("--item-delay-seconds") + 1] = ITEM_DELAY_S

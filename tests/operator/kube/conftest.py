@@ -16,7 +16,6 @@ as that release's ServiceAccount, so RBAC decides every call exactly as it would
 from __future__ import annotations
 
 import contextlib
-import os
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Iterator
 from pathlib import Path
@@ -25,11 +24,12 @@ from typing import Any
 import helm_python as helm
 import httpx
 import pytest
-from ttsfleet.devtools.localkube import FakeNode, LocalKube, LocalKubeError, missing_binaries
+from ttsfleet.devtools.localkube import FakeNode, LocalKube
 from ttsfleet.devtools.wait import wait_for_async as wait_for
 from ttsfleet.operator.runtime import Runtime
 
 import tests.operator.conftest as kmock_suite
+from tests.kube import started
 from ttsfleet.catalog import GpuCatalog
 
 REPO = Path(__file__).resolve().parents[3]
@@ -53,20 +53,8 @@ RELEASES = {
 
 @pytest.fixture(scope="session")
 def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKube]:
-    missing = missing_binaries()
-    if missing:
-        msg = f"local control plane not built (missing {', '.join(missing)}): scripts/kube-local.sh build"
-        if os.environ.get("CI"):
-            pytest.fail(msg)  # CI builds it (scripts/test.sh): a missing build there is a failure
-        pytest.skip(msg)
-    k = LocalKube(tmp_path_factory.mktemp("kube"), NODES)
-    try:
-        k.start()
-    except LocalKubeError:
-        k.stop()
-        raise
-    yield k
-    k.stop()
+    with started(tmp_path_factory.mktemp("kube"), NODES) as k:
+        yield k
 
 
 class Api:
