@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from ttsfleet.inference.graph_capture import CAPTURE_LOCK
 
 log = logging.getLogger("ttsfleet.inference.engine")
 
@@ -400,7 +401,8 @@ class Engine:
             torch.set_num_threads(self.cfg.cpu_threads)
         try:
             if self.cfg.cuda_graphs:
-                self.graphs = _DecodeGraphs.capture(self)
+                with CAPTURE_LOCK:
+                    self.graphs = _DecodeGraphs.capture(self)
             while not self._stop.is_set():
                 idle = not (self.running or self.waiting or self.prefilling or self._in_flight)
                 self._ingest(block=idle)
@@ -703,15 +705,8 @@ class Engine:
             torch.backends.cudnn.benchmark = True  # the fastest conv algorithm per shape, picked once
         decoder = None
         if self.codec is not None:
-            decoder = self.codec.slot_decoder(self.codec_slots, max_frames=self.max_seq_len,
-                                              graphs=self.device.type == "cuda" and self.cfg.codec_graphs,
-                                              graph_max_batch=self.max_slots)
-            t0 = time.perf_counter()
-            frames = tuple(1 << i for i in range(self.cfg.codec_max_frames.bit_length()))
-            n = decoder.capture(frames)
-            if n:
-                log.info("captured %d codec graphs (streams %s x frames %s) in %.1f s", n,
-                         decoder.buckets, frames, time.perf_counter() - t0)
+            with CAPTURE_LOCK:
+                decoder = self._codec_decoder()
         codec = _BatchedCodec(self, decoder)
         try:
             while self._codec_pass(codec):
@@ -721,6 +716,19 @@ class Engine:
             self._dead = f"codec failed: {type(exc).__name__}: {exc}"
             for job in codec.jobs.values():
                 job.handle.post(Event("error", reason=self._dead))
+
+    def _codec_decoder(self) -> Any:
+        """The batched slot decoder, its graphs captured for every stream bucket x frame count."""
+        decoder = self.codec.slot_decoder(self.codec_slots, max_frames=self.max_seq_len,
+                                          graphs=self.device.type == "cuda" and self.cfg.codec_graphs,
+                                          graph_max_batch=self.max_slots)
+        t0 = time.perf_counter()
+        frames = tuple(1 << i for i in range(self.cfg.codec_max_frames.bit_length()))
+        n = decoder.capture(frames)
+        if n:
+            log.info("captured %d codec graphs (streams %s x frames %s) in %.1f s", n,
+                     decoder.buckets, frames, time.perf_counter() - t0)
+        return decoder
 
     def _codec_pass(self, codec: _BatchedCodec) -> bool:
         """Take the queued messages, then one decode round; False once told to stop."""

@@ -168,3 +168,44 @@ def test_the_engine_serves_from_an_fp8_kv_cache_when_asked(parts):
     assert eng.cache.fp8 and eng.cache.k.dtype == torch.float8_e4m3fn
     assert all(reason in ("stop", "length") and codes.shape[1] >= 1 for codes, _, reason in out)
     assert EngineConfig().kv_dtype == "auto"  # the default stays the model's dtype
+
+
+def test_decode_and_codec_graph_captures_take_turns(parts, monkeypatch):
+    """The engine thread's decode capture and the codec thread's set-up + capture never overlap:
+    on the H200 (2026-12-02) overlapping captures invalidated the decode graphs and the server
+    decoded eagerly at a third of its speed. Each phase is timed inside the real methods."""
+    import threading
+    import time
+
+    from ttsfleet.inference import engine as engine_mod
+    from ttsfleet.inference.graph_capture import CAPTURE_LOCK
+
+    model, codec, _ = parts
+    spans: dict[str, tuple[float, float, bool]] = {}
+    both = threading.Event()
+
+    def timed(name, fn):
+        def run(*args, **kwargs):
+            t0, held = time.perf_counter(), CAPTURE_LOCK.locked()
+            time.sleep(0.2)  # long enough that unserialised phases would overlap
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spans[name] = (t0, time.perf_counter(), held)
+                if len(spans) == 2:
+                    both.set()
+        return run
+
+    decode_capture = engine_mod._DecodeGraphs.capture.__func__
+    monkeypatch.setattr(engine_mod._DecodeGraphs, "capture",
+                        classmethod(timed("decode", decode_capture)))
+    monkeypatch.setattr(Engine, "_codec_decoder", timed("codec", Engine._codec_decoder))
+    eng = Engine(model, codec, EngineConfig(max_running_requests=2, cuda_graphs=True))
+    eng.start()
+    try:
+        assert both.wait(30), f"only {sorted(spans)} ran"
+    finally:
+        eng.stop()
+    (a0, a1, a_held), (b0, b1, b_held) = spans["decode"], spans["codec"]
+    assert a_held and b_held, spans
+    assert a1 <= b0 or b1 <= a0, f"captures overlapped: {spans}"
