@@ -12,8 +12,9 @@ export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/triton_cache
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
   .whl/*.whl 2>&1 | tail -2
 export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
-for c in operator inference kernels fill_jobs slurm; do [ -e "ttsfleet/$c" ] || ln -s "../$c" "ttsfleet/$c"; done
+for c in operator inference kernels fill_jobs slurm devtools; do [ -e "ttsfleet/$c" ] || ln -s "../$c" "ttsfleet/$c"; done
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv | tee -a "$OUT/run.log"
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/run.log"
 PYTEST=(python3 -m pytest -q --tb=short -p no:cacheprovider -o addopts="" --import-mode=importlib)
 FRAMES=${FRAMES:-128}
 serve_level() {  # serve_level PORT C REQUESTS
