@@ -44,4 +44,4 @@ echo "== ruff"
 python3 -P -m ruff check .
 
 echo "== pytest"
-python3 -P -m pytest -q -p no:cacheprovider "$@"
+python3 -P -m pytest -q -p no:cacheprovider --durations=25 "$@"

@@ -1,6 +1,9 @@
 """Every Triton kernel the decode step can launch compiles for sm_90 (H200) and sm_120 (RTX 5090 /
 RTX PRO 6000), here, without a GPU, and holds what that arch is for (``kernels/compile_check.py``).
 
+CI compiles the representative set (the tuned picks and one config per kernel structure; the
+next test shows it covers every structure of the full space); the whole space is
+``python -m ttsfleet.kernels.compile_check`` (benchmarks/kernels/compile_report_2026-12-01.txt).
 Runs the check in a fresh process per arch: the other kernel tests put Triton in interpreter mode
 for this process, and interpreted kernels cannot be compiled. (triton is not imported at module
 level: it reads ``TRITON_INTERPRET`` once, when first imported, which other modules set.) The
@@ -28,9 +31,27 @@ def _run(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("arch", ["90", "120"])
 def test_every_tunable_gemm_config_and_decode_kernel_compiles(arch: str) -> None:
-    proc = _run("--arch", arch)
+    proc = _run("--arch", arch, "--representative")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert f"compiled for sm_{arch} as configured" in proc.stdout
+
+
+def test_the_representative_set_has_every_structure_and_every_tuned_pick() -> None:
+    from ttsfleet.kernels import triton_gemm as tg
+    from ttsfleet.kernels.compile_check import S2_SHAPES, TARGETS, _gemm_configs
+
+    def structures(cases):  # noqa: ANN001, ANN202
+        return {(kind == "swiglu", c.bn, c.swap, c.bm, c.num_warps, c.num_stages, c.tma, c.split_k > 1)
+                for kind, c, _, _ in cases}
+
+    for scheme in {s for t in TARGETS.values() for s in t.schemes}:
+        full, rep = list(_gemm_configs(scheme)), list(_gemm_configs(scheme, representative=True))
+        assert len(rep) < len(full) / 2 and structures(rep) == structures(full)
+        picked = {(kind, c, m, k) for kind, c, m, k in rep}
+        for kind, n, k in S2_SHAPES:
+            for m in (1, 32, 64):
+                assert any(p[0] == kind and p[1] == tg.get_config(kind, m, n, k) and p[3] == k
+                           for p in picked), (scheme, kind, m)
 
 
 def test_a_bad_arch_is_a_usage_error() -> None:
