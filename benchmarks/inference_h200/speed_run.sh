@@ -2,7 +2,8 @@
 # Device calls for issue #25 (2026-12-01, session 3): GPU tests of the new paths, the prefill GEMM
 # split, the bf16 + graphs codec, and the served path at c=1 / 64 / 128 with NVML busy sampled.
 # Usage (repo root on the device, carry .whl): benchmarks/inference_h200/speed_run.sh STAGES...
-# stages: quicktests, tests, prefill, codec, serve. Env: SERVE_ARGS (extra `ttsfleet serve` flags),
+# stages: quicktests, tests, prefill, codec, serve, ab. Env: SERVE_ARGS (extra `ttsfleet serve` flags;
+# ab: SERVE_ARGS_A / SERVE_ARGS_B alternated AB_ROUNDS times in one call),
 # LEVELS ("1:8 64:640 128:1280" = concurrency:requests), FRAMES (128).
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -17,18 +18,36 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --fo
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/run.log"
 PYTEST=(python3 -m pytest -q --tb=short -p no:cacheprovider -o addopts="" --import-mode=importlib)
 FRAMES=${FRAMES:-128}
-serve_level() {  # serve_level PORT C REQUESTS
-  local port=$1 c=$2 n=$3
-  nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 200 > "$OUT/nvml_c$c.txt" &
+serve_level() {  # serve_level PORT C REQUESTS DIR
+  local port=$1 c=$2 n=$3 dir=$4
+  nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 200 > "$dir/nvml_c$c.txt" &
   local npid=$!
   timeout 240 python3 -m ttsfleet.cli bench serve --url "http://127.0.0.1:$port" --concurrency "$c" \
-    --requests "$n" --max-new-tokens "$FRAMES" --frames-spread 0.5 --text "$TEXT" --out "$OUT/served_c$c" \
-    > "$OUT/served_c$c.txt" 2>&1
+    --requests "$n" --max-new-tokens "$FRAMES" --frames-spread 0.5 --text "$TEXT" --out "$dir/served_c$c" \
+    > "$dir/served_c$c.txt" 2>&1
   kill $npid
-  tail -6 "$OUT/served_c$c.txt"
+  tail -6 "$dir/served_c$c.txt"
   python3 -c "import sys,statistics as s; v=[float(x) for x in open(sys.argv[1]) if x.strip()]; \
-v=v[len(v)//10:len(v)-len(v)//10] or v; print(f'c=$c NVML busy (middle 80% of the run): mean {s.mean(v):.1f}% p10 {sorted(v)[len(v)//10]:.0f}% n={len(v)}')" \
-    "$OUT/nvml_c$c.txt" | tee -a "$OUT/run.log"
+v=v[len(v)//10:len(v)-len(v)//10] or v; print(f'$dir c=$c NVML busy (middle 80% of the run): mean {s.mean(v):.1f}% p10 {sorted(v)[len(v)//10]:.0f}% n={len(v)}')" \
+    "$dir/nvml_c$c.txt" | tee -a "$OUT/run.log"
+}
+serve_config() {  # serve_config DIR "SERVE FLAGS": start a server, run every level, stop it
+  local dir=$1 flags=$2 port=18123 t0; t0=$(date +%s)
+  mkdir -p "$dir"
+  # shellcheck disable=SC2086  # the flags are a word list
+  python3 -m ttsfleet.cli serve --host 127.0.0.1 --port $port --checkpoint s2-pro --device cuda \
+    --gpu-class h200 --max-queue 2048 --max-new-tokens "$FRAMES" --prefill-chunk-tokens 512 \
+    --log-level info $flags > "$dir/server.log" 2>&1 &
+  local pid=$! ready=0
+  for _ in $(seq 1 1500); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && { ready=1; break; }
+    kill -0 $pid 2>/dev/null || break; sleep 0.2; done
+  [ $ready = 1 ] || { echo "$dir: server not ready"; tail -30 "$dir/server.log"; kill -9 $pid; return 1; }
+  echo "$dir [$flags]: server ready after $(( $(date +%s) - t0 )) s" | tee -a "$OUT/run.log"
+  grep -E "captured|warm-up|graph capture failed" "$dir/server.log" | tee -a "$OUT/run.log"
+  TEXT=$(python3 -c 'print(("The quick brown fox jumps over the lazy dog, " * 7)[:290])')
+  for lv in ${LEVELS:-1:8 64:640 128:1280}; do serve_level $port "${lv%%:*}" "${lv##*:}" "$dir"; done
+  curl -s "http://127.0.0.1:$port/metrics" > "$dir/metrics.txt"
+  kill -TERM $pid; wait $pid; echo "server exit $?"
 }
 for stage in "$@"; do
   t0=$(date +%s)
@@ -42,23 +61,14 @@ for stage in "$@"; do
                | tee "$OUT/prefill_dispatch.txt" | tail -60 ;;
     codec) timeout 200 python3 -m benchmarks.inference_h200.codec_speed "$OUT/codec_speed.json" 2>&1 \
              | tee "$OUT/codec_speed.txt" | tail -30 ;;
-    serve)
-      port=18123
-      python3 -m ttsfleet.cli serve --host 127.0.0.1 --port $port --checkpoint s2-pro --device cuda \
-        --gpu-class h200 --max-queue 2048 --max-new-tokens "$FRAMES" --prefill-chunk-tokens 512 \
-        --log-level info ${SERVE_ARGS:-} > "$OUT/server.log" 2>&1 &
-      pid=$!
-      for _ in $(seq 1 1500); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break
-        kill -0 $pid 2>/dev/null || { tail -30 "$OUT/server.log"; break; }; sleep 0.2; done
-      echo "server ready after $(( $(date +%s) - t0 )) s" | tee -a "$OUT/run.log"
-      grep -E "captured|warm-up" "$OUT/server.log" | tee -a "$OUT/run.log"
-      TEXT=$(python3 -c 'print(("The quick brown fox jumps over the lazy dog, " * 7)[:290])')
-      for lv in ${LEVELS:-1:8 64:640 128:1280}; do serve_level $port "${lv%%:*}" "${lv##*:}"; done
-      curl -s "http://127.0.0.1:$port/metrics" > "$OUT/metrics.txt"
-      kill -TERM $pid; wait $pid; echo "server exit $?" ;;
+    serve) serve_config "$OUT/serve" "${SERVE_ARGS:-}" ;;
+    ab)  # side by side in one call: A, B, A, B ... (AB_ROUNDS rounds), same levels
+      for r in $(seq 1 "${AB_ROUNDS:-1}"); do
+        serve_config "$OUT/a$r" "${SERVE_ARGS_A:-}"; serve_config "$OUT/b$r" "${SERVE_ARGS_B:-}"; done ;;
   esac
   echo "== stage $stage took $(( $(date +%s) - t0 )) s" | tee -a "$OUT/run.log"
 done
-cd "$OUT" && dirs=$(ls -d */ 2>/dev/null) && [ -n "$dirs" ] && tar -czf served.tgz $dirs && rm -rf $dirs
-cd "$OUT" && ls nvml_*.txt >/dev/null 2>&1 && tar -czf nvml.tgz nvml_*.txt && rm -f nvml_*.txt
+# bench.json / .png / .csv and the NVML samples as one archive; the tables and logs stay readable
+cd "$OUT" && find . -mindepth 2 \( -path "*/served_c*/*" -o -name "nvml_*.txt" \) -print0 \
+  | tar -czf served.tgz --null -T - --remove-files 2>/dev/null
 ls -la "$OUT"
