@@ -85,3 +85,18 @@ def test_a_bad_switch_value_is_one_readable_error(monkeypatch: pytest.MonkeyPatc
 def test_cpu_runs_the_reference_unless_interpreting() -> None:
     dispatch.configure("auto")
     assert dispatch.backend_name(torch.zeros(1)) == "reference"
+
+
+def test_the_benchmarks_prefill_split_file_turns_it_on_for_the_h200_only() -> None:
+    """``benchmarks/inference_h200/catalog_h200_cublas_prefill.yaml`` (the #25 speed runs' site
+    file): prefill-sized GEMMs on the H200 go to cuBLAS, decode rows stay ours, sm_120 untouched."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks/inference_h200/catalog_h200_cublas_prefill.yaml"
+    cat = GpuCatalog.from_file(path)
+    built_in, split = dispatch.plan_for_capability((9, 0)), dispatch.plan_for_capability((9, 0), cat)
+    assert built_in.prefill_gemm == "triton" and not built_in.large_gemm(4096)
+    assert split.prefill_gemm == "cublas_blockwise" and split.prefill_min_rows == 256
+    if split.fused:  # the decision needs the Triton path (a CUDA device or the interpreter)
+        assert split.large_gemm(256) and not split.large_gemm(128)
+    assert dispatch.plan_for_capability((12, 0), cat).prefill_gemm == "triton"
