@@ -58,6 +58,16 @@ child=$$!
 if [[ -n $$stop_signal ]]; then kill -s "$$stop_signal" "$$child" 2>/dev/null || true; fi
 rc=0
 while :; do
+    # Once a stop is asked for, send it again until the job exits, 0.05 s later, then 0.1, 0.2 ...
+    # up to every 2 s: a signal that reaches the forked shell in the instant before it execs the
+    # job is taken by the trap it inherited and lost (seen in CI: the job then ran to the end and
+    # exited 0). The job's handler only sets a flag, so repeats are harmless.
+    pause=0.05
+    while [[ -n $$stop_signal ]] && kill -0 "$$child" 2>/dev/null; do
+        kill -s "$$stop_signal" "$$child" 2>/dev/null || true
+        sleep "$$pause" & wait $$! 2>/dev/null
+        case $$pause in 0.05) pause=0.1 ;; 0.1) pause=0.2 ;; 0.2) pause=0.5 ;; 0.5) pause=1 ;; *) pause=2 ;; esac
+    done
     wait "$$child"; rc=$$?
     (( rc > 128 )) || break
     # >128: a trapped signal interrupted `wait`; wait again while the child runs, else fetch its
