@@ -119,5 +119,14 @@ class Prefetcher:
         # Let the executor's manager thread see the dead workers and close its wakeup pipe now:
         # left running, it races the interpreter's exit hook, which then writes to the pipe as
         # it closes ("Bad file descriptor" traceback on an otherwise clean exit).
+        # A worker killed while it wrote a result leaves half a message in the result pipe, and
+        # the manager thread blocks reading the rest for ever (the interpreter's exit hook then
+        # joins it for ever: a chaos-test job hung after SIGTERM, CI 2026-12-02). This process
+        # holds the pipe's last write end once the workers are dead: closing it gives the reader
+        # end of file, which the manager treats as a broken pool and exits.
+        writer = getattr(getattr(pool, "_result_queue", None), "_writer", None)
+        if writer is not None:
+            with contextlib.suppress(OSError):
+                writer.close()
         if manager is not None:
             manager.join(timeout=10)

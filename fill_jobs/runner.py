@@ -241,7 +241,7 @@ class _Job:
                 for pos, prep in enumerate(prefetch.iterate(todo), start=ckpt.items_done):
                     if self.stop.is_set():
                         break
-                    if o.item_delay_seconds > 0 and self.stop.event.wait(o.item_delay_seconds):
+                    if o.item_delay_seconds > 0 and self.stop.wait(o.item_delay_seconds):
                         break
                     group.append(pipeline.admit(prep, pos))
                     if len(group) == group_size or pos == len(self.entries) - 1:

@@ -8,25 +8,44 @@ of the signal's default action.
 from __future__ import annotations
 
 import signal
-import threading
+import time
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 
 
 class StopFlag:
-    """Set by the stop signals; the loop polls it and waits on it instead of sleeping."""
+    """Set by the stop signals; the loop polls it, and waits on it instead of sleeping.
+
+    Lock-free on purpose: a Python signal handler runs in the main thread between two bytecodes,
+    possibly while that thread holds a lock. The flag used to be a ``threading.Event``, whose
+    ``set()`` takes the lock its ``wait()`` holds for a moment on entry and exit (the job's item
+    wait runs in the main thread): a stop signal in that moment would deadlock the job.
+    """
+
+    #: how often :meth:`wait` looks at the flag (a stop is seen within this)
+    POLL_S = 0.02
 
     def __init__(self) -> None:
-        self.event = threading.Event()
+        self._stopped = False
         self.signal_name: str | None = None
 
     def __call__(self, signum: int, _frame: object) -> None:
-        if not self.event.is_set():
+        if not self._stopped:
             self.signal_name = signal.Signals(signum).name
-        self.event.set()
+        self._stopped = True
 
     def is_set(self) -> bool:
-        return self.event.is_set()
+        return self._stopped
+
+    def wait(self, timeout: float) -> bool:
+        """Sleep up to ``timeout`` s, less once stopped; whether the stop came."""
+        end = time.monotonic() + timeout
+        while not self._stopped:
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(left, self.POLL_S))
+        return True
 
     def install(self) -> StopFlag:
         """Route the stop signals to this flag (main thread only)."""
