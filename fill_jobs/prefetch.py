@@ -116,9 +116,6 @@ class Prefetcher:
                 p.kill()
         for p in procs:
             p.join(timeout=10)
-        # Let the executor's manager thread see the dead workers and close its wakeup pipe now:
-        # left running, it races the interpreter's exit hook, which then writes to the pipe as
-        # it closes ("Bad file descriptor" traceback on an otherwise clean exit).
         # A worker killed while it wrote a result leaves half a message in the result pipe, and
         # the manager thread blocks reading the rest for ever (the interpreter's exit hook then
         # joins it for ever: a chaos-test job hung after SIGTERM, CI 2026-12-02). This process
@@ -128,5 +125,8 @@ class Prefetcher:
         if writer is not None:
             with contextlib.suppress(OSError):
                 writer.close()
+        # Let the executor's manager thread see the dead workers and close its wakeup pipe now:
+        # left running, it races the interpreter's exit hook, which then writes to the pipe as
+        # it closes ("Bad file descriptor" traceback on an otherwise clean exit).
         if manager is not None:
             manager.join(timeout=10)

@@ -67,7 +67,6 @@ ${launcher} ${TTSFLEET:-ttsfleet} fill run \
     --output "$OUT" \
     --checkpoint "$CKPT" ${FILL_ARGS:-} &
 child=$!
-if [[ -n $stop_signal ]]; then kill -s "$stop_signal" "$child" 2>/dev/null || true; fi
 rc=0
 while :; do
     # Once a stop is asked for, send it again until the job exits, 0.05 s later, then 0.1, 0.2 ...

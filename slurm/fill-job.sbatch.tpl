@@ -55,7 +55,6 @@ fi
 # The arguments are ttsfleet.contracts.fill.fill_argv's, the same builder the operator uses.
 $${launcher} ${fill_command} run ${fill_args} &
 child=$$!
-if [[ -n $$stop_signal ]]; then kill -s "$$stop_signal" "$$child" 2>/dev/null || true; fi
 rc=0
 while :; do
     # Once a stop is asked for, send it again until the job exits, 0.05 s later, then 0.1, 0.2 ...
