@@ -2,9 +2,10 @@
 # Device calls for issue #25 (2026-12-01, session 3): GPU tests of the new paths, the prefill GEMM
 # split, the bf16 + graphs codec, and the served path at c=1 / 64 / 128 with NVML busy sampled.
 # Usage (repo root on the device, carry .whl): benchmarks/inference_h200/speed_run.sh STAGES...
-# stages: quicktests, tests, prefill, codec, serve, ab. Env: SERVE_ARGS (extra `ttsfleet serve` flags;
+# stages: quicktests, tests, gate (GATE_K: pytest -k), prefill, codec, serve, ab. Env: SERVE_ARGS (extra `ttsfleet serve` flags;
 # ab: SERVE_ARGS_A / SERVE_ARGS_B alternated AB_ROUNDS times in one call),
-# LEVELS ("1:8 64:640 128:1280" = concurrency:requests), FRAMES (128).
+# LEVELS ("1:8 64:640 128:1280" = concurrency:requests), FRAMES (128), PYSPY_AT (a concurrency:
+# py-spy samples the server's threads during that level).
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/triton_cache
@@ -21,12 +22,18 @@ FRAMES=${FRAMES:-128}
 serve_level() {  # serve_level PORT C REQUESTS DIR
   local port=$1 c=$2 n=$3 dir=$4
   nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 200 > "$dir/nvml_c$c.txt" &
-  local npid=$!
+  local npid=$! spid=""
+  if [ "${PYSPY_AT:-}" = "$c" ]; then  # py-spy every thread of the server, 20 s from 15 s into the level
+    (sleep 15; timeout 40 py-spy record -p "$SERVER_PID" -d 20 -r 200 --threads --format raw \
+       -o "$dir/pyspy_c$c.txt" > /dev/null 2>&1; echo "py-spy rc $?" >> "$dir/pyspy_c$c.log") & spid=$!
+  fi
   timeout 240 python3 -m ttsfleet.cli bench serve --url "http://127.0.0.1:$port" --concurrency "$c" \
     --requests "$n" --max-new-tokens "$FRAMES" --frames-spread 0.5 --text "$TEXT" --out "$dir/served_c$c" \
     > "$dir/served_c$c.txt" 2>&1
-  kill $npid
-  tail -6 "$dir/served_c$c.txt"
+  kill $npid; [ -n "$spid" ] && wait "$spid"
+  tail -6 "$dir/served_c$c.txt" | grep -E "│|┃" | tee -a "$OUT/run.log"
+  [ -f "$dir/pyspy_c$c.txt" ] && python3 benchmarks/inference_h200/pyspy_summary.py "$dir/pyspy_c$c.txt" 0.05 \
+    > "$dir/pyspy_c$c.summary.txt" 2>&1
   python3 -c "import sys,statistics as s; v=[float(x) for x in open(sys.argv[1]) if x.strip()]; \
 v=v[len(v)//10:len(v)-len(v)//10] or v; print(f'$dir c=$c NVML busy (middle 80% of the run): mean {s.mean(v):.1f}% p10 {sorted(v)[len(v)//10]:.0f}% n={len(v)}')" \
     "$dir/nvml_c$c.txt" | tee -a "$OUT/run.log"
@@ -38,7 +45,7 @@ serve_config() {  # serve_config DIR "SERVE FLAGS": start a server, run every le
   python3 -m ttsfleet.cli serve --host 127.0.0.1 --port $port --checkpoint s2-pro --device cuda \
     --gpu-class h200 --max-queue 2048 --max-new-tokens "$FRAMES" --prefill-chunk-tokens 512 \
     --log-level info $flags > "$dir/server.log" 2>&1 &
-  local pid=$! ready=0
+  local pid=$! ready=0; SERVER_PID=$pid
   for _ in $(seq 1 1500); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && { ready=1; break; }
     kill -0 $pid 2>/dev/null || break; sleep 0.2; done
   [ $ready = 1 ] || { echo "$dir: server not ready"; tail -30 "$dir/server.log"; kill -9 $pid; return 1; }
@@ -57,6 +64,8 @@ for stage in "$@"; do
     tests) timeout 300 "${PYTEST[@]}" tests/inference_model/test_fused_decode.py tests/inference_model/test_gpu_s2pro_gate.py \
              tests/inference_model/test_chunked_prefill.py tests/inference_server/test_engine.py \
              tests/kernels/test_gpu.py -k "not sweep" 2>&1 | tee "$OUT/gpu_tests.txt" | tail -15 ;;
+    gate) timeout "${GATE_TIMEOUT:-300}" "${PYTEST[@]}" tests/inference_model/test_gpu_s2pro_gate.py -k "${GATE_K:-}" 2>&1 \
+            | tee "$OUT/gpu_gate.txt" | tail -15 ;;
     prefill) timeout 200 python3 -m benchmarks.inference_h200.prefill_dispatch "$OUT/prefill_dispatch.json" 2>&1 \
                | tee "$OUT/prefill_dispatch.txt" | tail -60 ;;
     codec) timeout 200 python3 -m benchmarks.inference_h200.codec_speed "$OUT/codec_speed.json" 2>&1 \
@@ -68,7 +77,7 @@ for stage in "$@"; do
   esac
   echo "== stage $stage took $(( $(date +%s) - t0 )) s" | tee -a "$OUT/run.log"
 done
-# bench.json / .png / .csv and the NVML samples as one archive; the tables and logs stay readable
-cd "$OUT" && find . -mindepth 2 \( -path "*/served_c*/*" -o -name "nvml_*.txt" \) -print0 \
-  | tar -czf served.tgz --null -T - --remove-files 2>/dev/null
+# everything in the per-config folders as one archive (the device returns at most 8 files); the
+# tables are in run.log
+cd "$OUT" && find . -mindepth 2 -type f -print0 | tar -czf served.tgz --null -T - --remove-files 2>/dev/null
 ls -la "$OUT"

@@ -17,21 +17,32 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUD
 FRAMES = 5
 
 
-def _greedy_frames(quantize: str, mode: str = "auto", kv_dtype: str = "auto") -> torch.Tensor:
+def _h200_prefill_through(gemm: str):  # noqa: ANN202
+    """The built-in catalog with the H200's prefill GEMMs sent to ``gemm``."""
+    from ttsfleet.catalog import GpuCatalog
+
+    cat = GpuCatalog.default()
+    h200 = cat.get("h200").model_copy(update={"prefill_gemm": gemm})
+    return cat.model_copy(update={"classes": {**cat.classes, "h200": h200}})
+
+
+def _greedy_frames(quantize: str, mode: str = "auto", kv_dtype: str = "auto", prompt_tokens: int = 40,
+                   prefill_gemm: str | None = None) -> torch.Tensor:
     from ttsfleet.inference.loader import load_model
     from ttsfleet.inference.sampling import SamplingBatch, SamplingParams
     from ttsfleet.kernels import dispatch
 
-    dispatch.configure(mode)
-    model = load_model("s2-pro-gate", device="cuda", dtype=torch.bfloat16, quantize=quantize, max_seq_len=256)
+    dispatch.configure(mode, _h200_prefill_through(prefill_gemm) if prefill_gemm else None)
+    seq = max(256, prompt_tokens + 64)
+    model = load_model("s2-pro-gate", device="cuda", dtype=torch.bfloat16, quantize=quantize, max_seq_len=seq)
     c = model.config
     g = torch.Generator().manual_seed(11)
     rows = []
     for i in range(2):  # two different prompts decoded as one batch
-        ids = torch.cat([torch.randint(0, c.semantic_begin_id - 1000, (40 + 7 * i,), generator=g),
+        ids = torch.cat([torch.randint(0, c.semantic_begin_id - 1000, (prompt_tokens + 7 * i,), generator=g),
                          torch.tensor([c.voice_id])])
         rows.append(torch.cat([ids[None], torch.zeros(c.num_codebooks, ids.numel(), dtype=torch.int64)]))
-    cache = model.new_cache(2, 256, kv_dtype=kv_dtype)
+    cache = model.new_cache(2, seq, kv_dtype=kv_dtype)
     for slot, prompt in enumerate(rows):
         model.prefill(cache, slot, prompt.cuda())
     batch = SamplingBatch.from_params([SamplingParams(temperature=0.0, seed=0)] * 2, "cuda")
@@ -41,6 +52,7 @@ def _greedy_frames(quantize: str, mode: str = "auto", kv_dtype: str = "auto") ->
     del model, cache
     torch.cuda.empty_cache()
     dispatch.configure()
+    dispatch.use_catalog(None)
     return torch.stack(frames).cpu()
 
 
@@ -63,3 +75,17 @@ def test_fp8_kv_cache_greedy_decode_equals_the_bf16_cache() -> None:
     bf16_kv = _greedy_frames("auto")
     fp8_kv = _greedy_frames("auto", kv_dtype="fp8")
     assert torch.equal(fp8_kv, bf16_kv), f"FP8-cache frames differ from bf16-cache:\n{fp8_kv}\nvs\n{bf16_kv}"
+
+
+def test_cublas_prefill_greedy_decode_equals_the_triton_prefill() -> None:
+    """Prompts of 300+ tokens, so every prefill GEMM is past ``prefill_gemm_min_rows`` (256): with
+    cuBLAS's block-scaled FP8 kernel (the same 1x128 / 128x128 scales) greedy frames must be the
+    ones the Triton bsgemm prefill gives, and the ones bf16 gives."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the cuBLAS block-scaled split is an H200 (sm_90) catalog choice")
+    triton_prefill = _greedy_frames("auto", prompt_tokens=300, prefill_gemm="triton")
+    cublas_prefill = _greedy_frames("auto", prompt_tokens=300, prefill_gemm="cublas_blockwise")
+    bf16 = _greedy_frames("bf16", prompt_tokens=300)
+    assert torch.equal(cublas_prefill, triton_prefill), \
+        f"cuBLAS:\n{cublas_prefill}\nTriton:\n{triton_prefill}"
+    assert torch.equal(cublas_prefill, bf16), f"cuBLAS prefill:\n{cublas_prefill}\nbf16:\n{bf16}"
