@@ -60,11 +60,14 @@ def serve(
     prefill_chunk_tokens: int = typer.Option(None, help="Longest prompt piece prefilled between two decode "
                                              "steps; longer prompts are prefilled in chunks, 0 = whole "
                                              "prompts (env TTSFLEET_PREFILL_CHUNK_TOKENS, default 256)."),
+    prefill_coalesce_ms: float = typer.Option(None, help="Longest wait of a new prompt, while a batch "
+                                              "decodes, for others to share its prefill call; 0 = off (env "
+                                              "TTSFLEET_PREFILL_COALESCE_MS, default 0)."),
     catalog: str = typer.Option(None, help="GPU catalog file merged over the built-in classes: a class "
                                 "it adds gets its scheme, limits and kernels (env TTSFLEET_CATALOG)."),
     codec_fast: bool = typer.Option(None, "--codec-fast/--no-codec-fast", help="CUDA: bf16 codec, fused "
-                                    "Snake kernel, graphs for every stream bucket; not yet measured "
-                                    "(env TTSFLEET_CODEC_FAST, default off)."),
+                                    "Snake kernel, graphs for every stream bucket; --no-codec-fast: "
+                                    "float32, eager (env TTSFLEET_CODEC_FAST, default on)."),
     log_level: str = typer.Option("info", help="debug | info | warning | error."),
 ) -> None:
     """Serve text-to-speech (Fish Audio /v1/tts and /v1/tts/live, OpenAI /v1/audio/speech, /metrics)."""
@@ -79,7 +82,8 @@ def serve(
         device=device, api_keys=tuple(api_key) if api_key else None, references_dir=references_dir,
         max_text_chars=max_text_chars, max_new_tokens=max_new_tokens, drain_grace_s=drain_grace_s,
         drain_timeout_s=drain_timeout_s, body_timeout_s=body_timeout_s, seed=seed,
-        prefill_chunk_tokens=prefill_chunk_tokens, catalog=catalog, codec_fast=codec_fast)
+        prefill_chunk_tokens=prefill_chunk_tokens, prefill_coalesce_ms=prefill_coalesce_ms, catalog=catalog,
+        codec_fast=codec_fast)
     code = run(cfg, log_level=log_level)
     if code:
         raise typer.Exit(code)

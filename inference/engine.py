@@ -50,6 +50,7 @@ from typing import Any
 
 import numpy as np
 from ttsfleet.inference.graph_capture import CAPTURE_LOCK
+from ttsfleet.inference.prefill_coalesce import Arrivals, CoalesceRule, hold_arrivals
 
 log = logging.getLogger("ttsfleet.inference.engine")
 
@@ -184,6 +185,12 @@ class EngineConfig:
     #: Largest piece of one prompt an iteration prefills; a longer prompt is prefilled over several
     #: loop iterations, one chunk per iteration, with decode steps in between. 0 = whole prompts.
     prefill_chunk_tokens: int = 256
+    #: Hold newly arrived prompts back up to this long while a batch decodes, so several share one
+    #: prefill call (a call costs the host about the same for one prompt or many; see
+    #: :mod:`ttsfleet.inference.prefill_coalesce`). 0 = prefill every arrival at the next iteration.
+    prefill_coalesce_s: float = 0.0
+    #: With this many prompts waiting (or a full token budget of them) the prefill runs at once.
+    prefill_coalesce_prompts: int = 4
     window: int = DEFAULT_WINDOW
     device: str = "cpu"
     #: Pad each decode batch up to the next captured size (CUDA graphs); padded rows use a scratch slot.
@@ -234,6 +241,7 @@ class _Stats:
         self.prefill_chunks = 0  # prompt pieces prefilled
         self.prefill_calls = 0  # batched model.prefill_batch calls
         self.prefill_tokens = 0
+        self.prefill_holds = 0  # iterations that held new prompts back for a fuller call (coalescing)
         self.spare_rows = 0  # rows decoded for requests that had already ended (pipeline lag)
         self.prefill_s = 0.0
         self.decode_s = 0.0
@@ -285,6 +293,8 @@ class Engine:
             raise ValueError("prefill_token_budget must be >= 1 and prefill_chunk_tokens >= 0")
         if config.pipeline_depth < 0 or config.codec_max_frames < 1:
             raise ValueError("pipeline_depth must be >= 0 and codec_max_frames >= 1")
+        self._coalesce = CoalesceRule(config.prefill_coalesce_s, config.prefill_coalesce_prompts,
+                                      config.prefill_token_budget)
         self.waiting: deque[_Running] = deque()
         self.prefilling: deque[_Running] = deque()  # hold a slot, prompt not fully prefilled yet
         self.running: list[_Running] = []
@@ -499,6 +509,9 @@ class Engine:
             n = min(chunk, budget, st.prompt_len - st.prefilled)
             plan.append((st, n))
             budget -= n
+        if not plan and self._hold_arrivals():
+            self.stats.prefill_holds += 1
+            return
         while (self.waiting and self.free_slots and budget > 0
                and len(self.running) + len(self.prefilling) + len(plan) < self.static_bs):
             plen = self.waiting[0].prompt_len
@@ -514,6 +527,19 @@ class Engine:
             budget -= n
         if plan:
             self._prefill(plan)
+
+    def _hold_arrivals(self) -> bool:
+        """Whether this iteration leaves the waiting prompts for a fuller prefill call (no prompt is
+        mid-prefill: the caller checked)."""
+        rule = self._coalesce
+        if rule.window_s <= 0 or not self.waiting or not self.running:
+            return False
+        room = self.static_bs - len(self.running) - len(self.prefilling)
+        head = list(itertools.islice(self.waiting, rule.enough_prompts))
+        seen = Arrivals(waiting_prompts=len(self.waiting), waiting_tokens=sum(st.prompt_len for st in head),
+                        oldest_wait_s=time.perf_counter() - head[0].handle.submitted_at,
+                        admissible=min(len(self.free_slots), room), decoding=True, continuing=False)
+        return hold_arrivals(rule, seen)
 
     def _prefill(self, plan: list[tuple[_Running, int]]) -> None:
         """One ``model.prefill_batch`` over every planned piece; on failure each of them ends in an error."""

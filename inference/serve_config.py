@@ -9,6 +9,7 @@ told otherwise (``--host 0.0.0.0`` / ``TTSFLEET_HOST=0.0.0.0`` in a pod) and nee
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,9 +54,13 @@ class ServeConfig:
     cuda_graph_max_bs: int = 0  # 0 = ttsfleet.catalog.cuda_graph_max_bs(max_running_requests)
     cuda_graphs: bool = True  # capture decode graphs when serving on CUDA
     prefill_chunk_tokens: int = 256  # prompt tokens per prefill chunk (0 = whole prompts, no chunking)
-    #: bf16 codec + fused Snake kernel + CUDA graphs for every stream-count bucket (CUDA only). Off:
-    #: built 2026-12-01, not yet run on an H200 (no device time was left; inference/README.md).
-    codec_fast: bool = False
+    #: Longest hold of a new prompt so later arrivals share its prefill call (0 = off).
+    prefill_coalesce_ms: float = 0.0
+    #: bf16 codec + fused Snake kernel + CUDA graphs for every stream-count bucket (CUDA only; CPU
+    #: serving keeps float32). On since the side-by-side H200 run of 2026-12-02
+    #: (benchmarks/inference_h200/2026-12-02-ab: 3.4x the frames/s at c=64, first audio p99 9.0 ->
+    #: 0.5 s); its cost, bf16 against float32: 19.7 dB SNR on random weights.
+    codec_fast: bool = True
     catalog: str = ""  # GPU catalog file merged over the built-in classes ("" = the built-in catalog)
     #: The run's catalog, loaded by :meth:`resolve` from ``catalog``: class defaults, ``auto``
     #: quantization and the kernel dispatch all come from it.
@@ -110,7 +115,7 @@ class ServeConfig:
         if not 1 <= self.port <= 65535:
             raise UserError(f"port {self.port} is out of range")
         _at_least(0, cpu_threads=self.cpu_threads, prefill_chunk_tokens=self.prefill_chunk_tokens,
-                  body_timeout_s=self.body_timeout_s)
+                  prefill_coalesce_ms=self.prefill_coalesce_ms, body_timeout_s=self.body_timeout_s)
         _at_least(1, max_text_chars=self.max_text_chars, max_new_tokens=self.max_new_tokens)
         from ttsfleet.inference.model_config import PRESETS  # random-weight presets (tiny, s2-pro, ...)
 
@@ -136,7 +141,8 @@ def _coerce(key: str, value: Any, default: Any) -> Any:
         raise UserError(f"{ENV.get(key, key)}: {value!r} is not a valid {type(default).__name__}") from None
 
 
-def _at_least(low: int, **values: int) -> None:
+def _at_least(low: int, **values: float) -> None:
     for name, value in values.items():
-        if value < low:
-            raise UserError(f"{name} must be >= {low}")
+        if not math.isfinite(value) or value < low:
+            raise UserError(f"{name} must be a finite number >= {low}" if not math.isfinite(value)
+                            else f"{name} must be >= {low}")

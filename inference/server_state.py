@@ -170,7 +170,8 @@ class ServerState:
                 cuda_graph_max_bs=cfg.cuda_graph_max_bs, device=device, pad_to_buckets=on_cuda,
                 cpu_threads=threads, cuda_graphs=on_cuda and cfg.cuda_graphs,
                 codec_graphs=fast_codec and cfg.cuda_graphs,
-                prefill_chunk_tokens=cfg.prefill_chunk_tokens))
+                prefill_chunk_tokens=cfg.prefill_chunk_tokens,
+                prefill_coalesce_s=cfg.prefill_coalesce_ms / 1000))
             self.engine.start()
             self._warm_up()  # first kernels, allocator and codec state: not on a user's request
             self.engine.attach_metrics(self.metrics, self.label)

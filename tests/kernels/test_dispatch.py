@@ -87,16 +87,17 @@ def test_cpu_runs_the_reference_unless_interpreting() -> None:
     assert dispatch.backend_name(torch.zeros(1)) == "reference"
 
 
-def test_the_benchmarks_prefill_split_file_turns_it_on_for_the_h200_only() -> None:
-    """``benchmarks/inference_h200/catalog_h200_cublas_prefill.yaml`` (the #25 speed runs' site
-    file): prefill-sized GEMMs on the H200 go to cuBLAS, decode rows stay ours, sm_120 untouched."""
+def test_the_built_in_h200_splits_and_the_benchmarks_file_turns_the_split_off() -> None:
+    """Built in since 2026-12-02: prefill-sized GEMMs on the H200 go to cuBLAS, decode rows stay
+    ours, sm_120 untouched; ``benchmarks/inference_h200/catalog_h200_triton_prefill.yaml`` (the
+    side-by-side runs' site file) sends the H200's prefill back to Triton."""
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[2] / "benchmarks/inference_h200/catalog_h200_cublas_prefill.yaml"
+    path = Path(__file__).resolve().parents[2] / "benchmarks/inference_h200/catalog_h200_triton_prefill.yaml"
     cat = GpuCatalog.from_file(path)
-    built_in, split = dispatch.plan_for_capability((9, 0)), dispatch.plan_for_capability((9, 0), cat)
-    assert built_in.prefill_gemm == "triton" and not built_in.large_gemm(4096)
+    split, triton_only = dispatch.plan_for_capability((9, 0)), dispatch.plan_for_capability((9, 0), cat)
+    assert triton_only.prefill_gemm == "triton" and not triton_only.large_gemm(4096)
     assert split.prefill_gemm == "cublas_blockwise" and split.prefill_min_rows == 256
     if split.fused:  # the decision needs the Triton path (a CUDA device or the interpreter)
         assert split.large_gemm(256) and not split.large_gemm(128)
-    assert dispatch.plan_for_capability((12, 0), cat).prefill_gemm == "triton"
+    assert dispatch.plan_for_capability((12, 0)).prefill_gemm == "triton"

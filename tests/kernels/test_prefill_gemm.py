@@ -32,10 +32,13 @@ def _split_catalog(tmp_path, extra: str = "") -> GpuCatalog:
     return GpuCatalog.from_file(f)
 
 
-def test_built_in_h200_keeps_every_gemm_on_our_kernels():
-    """The split is off by default until it is measured on an H200 (inference/README.md)."""
+def test_built_in_h200_sends_prefill_rows_to_cublas_and_the_rtx_classes_do_not():
+    """On since the H200 run of 2026-12-02 (benchmarks/inference_h200/2026-12-02-ab/); sm_120 has
+    no cuBLAS block-scaled path in the catalog."""
     plan = dispatch.plan_for_capability((9, 0), GpuCatalog.default())
-    assert plan.fused and plan.prefill_gemm == "triton" and not plan.large_gemm(8192)
+    assert plan.fused and plan.prefill_gemm == "cublas_blockwise" and plan.large_gemm(8192)
+    assert not plan.large_gemm(128)
+    assert dispatch.plan_for_capability((12, 0), GpuCatalog.default()).prefill_gemm == "triton"
 
 
 def test_catalog_file_sends_prefill_rows_to_cublas_and_keeps_decode_rows(tmp_path):

@@ -49,8 +49,11 @@ SEED = "TTSFLEET_SEED"
 CPU_THREADS = "TTSFLEET_CPU_THREADS"
 CUDA_GRAPHS = "TTSFLEET_CUDA_GRAPHS"
 PREFILL_CHUNK_TOKENS = "TTSFLEET_PREFILL_CHUNK_TOKENS"
-#: ``1``: the codec runs bf16 with the fused Snake kernel, replayed from CUDA graphs for every
-#: stream-count bucket (CUDA only; off until measured on the H200: inference/README.md).
+#: Milliseconds a newly arrived prompt may wait for others to share its prefill call while a batch
+#: decodes (``ttsfleet.inference.prefill_coalesce``); 0 = off.
+PREFILL_COALESCE_MS = "TTSFLEET_PREFILL_COALESCE_MS"
+#: ``1`` (the default): the codec runs bf16 with the fused Snake kernel, replayed from CUDA graphs
+#: for every stream-count bucket (CUDA only); ``0``: float32, eager.
 CODEC_FAST = "TTSFLEET_CODEC_FAST"
 #: Path of the run's GPU catalog file (``GpuCatalog.load``), so a server on a class added by a
 #: catalog file knows that class (its scheme, limits and kernel dispatch); empty = the built-in one.
@@ -79,6 +82,7 @@ SERVER_ENV: Mapping[str, str] = MappingProxyType({
     "cpu_threads": CPU_THREADS,
     "cuda_graphs": CUDA_GRAPHS,
     "prefill_chunk_tokens": PREFILL_CHUNK_TOKENS,
+    "prefill_coalesce_ms": PREFILL_COALESCE_MS,
     "codec_fast": CODEC_FAST,
     "catalog": CATALOG,
 })
