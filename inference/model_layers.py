@@ -12,6 +12,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+#: SDPA backends for prompt attention, cuDNN's left out: it cost the host 1.3 ms per call at S2 Pro's
+#: shape (prefill of 300-400 tokens on an H200, 2026-12-02: 58 % of the prefill call's CPU time, the
+#: GPU part 11 us; benchmarks/inference_h200/2026-12-02-ab/run3-prefill-host-coalesce/prefill_host.txt).
+#: Flash (no mask) and memory-efficient (mask) attention are cheap to launch; math is the fallback.
+PROMPT_ATTENTION = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 class RMSNorm(nn.Module):
@@ -135,7 +142,8 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool = 
     if g > 1:
         kh = kh.repeat_interleave(g, dim=1)
         vh = vh.repeat_interleave(g, dim=1)
-    y = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, is_causal=causal and mask is None)
+    with sdpa_kernel(PROMPT_ATTENTION):
+        y = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, is_causal=causal and mask is None)
     b, h, t, d = y.shape
     return y.transpose(1, 2).reshape(b, t, h * d)
 
