@@ -108,8 +108,10 @@ class Prefetcher:
         pool, self._pool = self._pool, None
         if pool is None:
             return
+        # shutdown() drops the pool's references to these: take them first
         procs = list(getattr(pool, "_processes", {}).values())
         manager = getattr(pool, "_executor_manager_thread", None)
+        results = getattr(pool, "_result_queue", None)
         pool.shutdown(wait=False, cancel_futures=True)
         for p in procs:
             if p.is_alive():
@@ -118,10 +120,11 @@ class Prefetcher:
             p.join(timeout=10)
         # A worker killed while it wrote a result leaves half a message in the result pipe, and
         # the manager thread blocks reading the rest for ever (the interpreter's exit hook then
-        # joins it for ever: a chaos-test job hung after SIGTERM, CI 2026-12-02). This process
+        # joins it for ever: a chaos-test job hung after SIGTERM, CI 2026-12-02, and again under
+        # load once this still read the queue after shutdown() had dropped it). This process
         # holds the pipe's last write end once the workers are dead: closing it gives the reader
         # end of file, which the manager treats as a broken pool and exits.
-        writer = getattr(getattr(pool, "_result_queue", None), "_writer", None)
+        writer = getattr(results, "_writer", None)
         if writer is not None:
             with contextlib.suppress(OSError):
                 writer.close()
