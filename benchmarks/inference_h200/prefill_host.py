@@ -18,11 +18,11 @@ import time
 
 import torch
 from torch.profiler import ProfilerActivity, profile
-
-from ttsfleet.catalog import GpuCatalog
 from ttsfleet.inference.loader import load_model
 from ttsfleet.inference.model import PrefillPiece
 from ttsfleet.kernels import dispatch
+
+from ttsfleet.catalog import GpuCatalog
 
 PROMPTS = (1, 2, 4, 8)
 CALLS = 12
