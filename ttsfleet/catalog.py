@@ -508,13 +508,16 @@ class GpuCatalog(BaseModel):
                         f"`{NODE_LABEL_KEY}={c.node_label}` |")
         return "\n".join(rows)
 
+    def with_class(self, name: str, **fields: Any) -> GpuCatalog:
+        """A copy whose ``name`` class has ``fields`` replaced (a side-by-side run's one change)."""
+        classes = dict(self.classes)
+        classes[name] = self.get(name).model_copy(update=fields)
+        return GpuCatalog(classes=classes)
+
     # ------------------------------------------------------------------ measured curves
     def with_measured(self, name: str, curve: CapacityCurve) -> GpuCatalog:
         """A copy whose ``name`` class carries a measured capacity curve (e.g. from a benchmark)."""
-        cls = self.get(name)
-        classes = dict(self.classes)
-        classes[name] = cls.model_copy(update={"capacity": curve})
-        return GpuCatalog(classes=classes)
+        return self.with_class(name, capacity=curve)
 
     def with_measured_file(self, name: str, path: str | Path) -> GpuCatalog:
         """Load a benchmark JSON (``{"points": [{concurrency, frames_per_s, ttfa_s[, gpu_busy]},

@@ -17,22 +17,16 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUD
 FRAMES = 5
 
 
-def _h200_prefill_through(gemm: str):  # noqa: ANN202
-    """The built-in catalog with the H200's prefill GEMMs sent to ``gemm``."""
-    from ttsfleet.catalog import GpuCatalog
-
-    cat = GpuCatalog.default()
-    h200 = cat.get("h200").model_copy(update={"prefill_gemm": gemm})
-    return cat.model_copy(update={"classes": {**cat.classes, "h200": h200}})
-
-
 def _greedy_frames(quantize: str, mode: str = "auto", kv_dtype: str = "auto", prompt_tokens: int = 40,
                    prefill_gemm: str | None = None) -> torch.Tensor:
     from ttsfleet.inference.loader import load_model
     from ttsfleet.inference.sampling import SamplingBatch, SamplingParams
     from ttsfleet.kernels import dispatch
 
-    dispatch.configure(mode, _h200_prefill_through(prefill_gemm) if prefill_gemm else None)
+    from ttsfleet.catalog import GpuCatalog
+
+    dispatch.configure(mode, GpuCatalog.default().with_class("h200", prefill_gemm=prefill_gemm)
+                       if prefill_gemm else None)
     seq = max(256, prompt_tokens + 64)
     model = load_model("s2-pro-gate", device="cuda", dtype=torch.bfloat16, quantize=quantize, max_seq_len=seq)
     c = model.config

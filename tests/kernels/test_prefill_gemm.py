@@ -141,3 +141,11 @@ def test_cublas_path_takes_only_shapes_it_can_read(gen):
     assert not supports(quantize_weight(randn(gen, 256, 384), "bsgemm_fp8")), "3 K-blocks: unaligned scales"
     assert not supports(quantize_weight(randn(gen, 200, 512), "bsgemm_fp8")), "partial N block"
     assert not supports(quantize_weight(randn(gen, 256, 512), "mxfp8"))
+
+
+def test_with_class_turns_the_split_off_for_one_run_and_leaves_the_built_in_alone():
+    """How the side-by-side runs and the GPU gate pick a side (``GpuCatalog.with_class``)."""
+    off = GpuCatalog.default().with_class("h200", prefill_gemm="triton")
+    assert dispatch.plan_for_capability((9, 0), off).prefill_gemm == "triton"
+    assert dispatch.plan_for_capability((9, 0), GpuCatalog.default()).prefill_gemm == "cublas_blockwise"
+    assert off.get("rtx5090") == GpuCatalog.default().get("rtx5090")
