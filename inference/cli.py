@@ -68,6 +68,9 @@ def serve(
     codec_fast: bool = typer.Option(None, "--codec-fast/--no-codec-fast", help="CUDA: bf16 codec, fused "
                                     "Snake kernel, graphs for every stream bucket; --no-codec-fast: "
                                     "float32, eager (env TTSFLEET_CODEC_FAST, default on)."),
+    prefill_graphs: bool = typer.Option(None, "--prefill-graphs/--no-prefill-graphs", help="CUDA: the "
+                                        "prefill's per-row work (all but attention) from CUDA graphs, one "
+                                        "set per row bucket (env TTSFLEET_PREFILL_GRAPHS, default on)."),
     log_level: str = typer.Option("info", help="debug | info | warning | error."),
 ) -> None:
     """Serve text-to-speech (Fish Audio /v1/tts and /v1/tts/live, OpenAI /v1/audio/speech, /metrics)."""
@@ -83,7 +86,7 @@ def serve(
         max_text_chars=max_text_chars, max_new_tokens=max_new_tokens, drain_grace_s=drain_grace_s,
         drain_timeout_s=drain_timeout_s, body_timeout_s=body_timeout_s, seed=seed,
         prefill_chunk_tokens=prefill_chunk_tokens, prefill_coalesce_ms=prefill_coalesce_ms, catalog=catalog,
-        codec_fast=codec_fast)
+        codec_fast=codec_fast, prefill_graphs=prefill_graphs)
     code = run(cfg, log_level=log_level)
     if code:
         raise typer.Exit(code)

@@ -213,6 +213,11 @@ class EngineConfig:
     #: benchmarks/inference_h200/2026-12-01-served/run3-codec-graphs). The server turns it on with
     #: ``cuda_graphs``; eager codec calls keep a Python thread launching ~250 kernels per call.
     codec_graphs: bool = False
+    #: Replay the fused prefill's per-row work (everything but attention) from CUDA graphs, one set
+    #: per row bucket up to ``prefill_token_budget`` (CUDA only; needs ``pad_to_buckets`` for the
+    #: scratch slot): a prefill call costs the host ~1/25 of the launches
+    #: (:mod:`ttsfleet.inference.prefill_graphs`). A capture failure logs and prefills eagerly.
+    prefill_graphs: bool = False
     #: Share of the free GPU memory the KV cache may take; the context per slot shrinks to fit.
     kv_cache_memory_fraction: float = 0.5
     #: The slow model's KV cache: ``auto`` (the model's dtype) or ``fp8`` (e4m3 + one exponent per
@@ -287,6 +292,7 @@ class Engine:
         self.slots_buf = torch.zeros(self.static_bs, dtype=torch.long, device=self.device)
         self.buckets = batch_buckets(config.cuda_graph_max_bs)
         self.graphs: _DecodeGraphs | None = None
+        self.prefill_graphs: Any = None  # PrefillGraphs, captured by the engine thread
         self._sampling_key: tuple[int, ...] = ()
         self._sampling: Any = None
         if config.prefill_token_budget < 1 or config.prefill_chunk_tokens < 0:
@@ -413,6 +419,9 @@ class Engine:
             if self.cfg.cuda_graphs:
                 with CAPTURE_LOCK:
                     self.graphs = _DecodeGraphs.capture(self)
+            if self.cfg.prefill_graphs:
+                with CAPTURE_LOCK:
+                    self.prefill_graphs = self._capture_prefill_graphs()
             while not self._stop.is_set():
                 idle = not (self.running or self.waiting or self.prefilling or self._in_flight)
                 self._ingest(block=idle)
@@ -432,6 +441,23 @@ class Engine:
                 st.handle.post(Event("error", reason=self._dead))
         finally:
             self._drain_inbox_on_exit()
+
+    def _capture_prefill_graphs(self) -> Any:
+        """The prefill's graphs for row buckets up to the token budget, or None (logged) where they
+        cannot be had: then every prefill runs eagerly, as without the option."""
+        from ttsfleet.inference.prefill_graphs import PrefillGraphs, row_buckets
+
+        if self.device.type != "cuda" or not self.cfg.pad_to_buckets:
+            log.warning("prefill_graphs needs a CUDA device and pad_to_buckets; prefilling eagerly")
+            return None
+        try:
+            graphs = PrefillGraphs(self.model, self.cache, self.pad_slot,
+                                   row_buckets(self.cfg.prefill_token_budget))
+            graphs.capture()
+        except Exception:
+            log.exception("prefill graph capture failed; prefilling eagerly")
+            return None
+        return graphs
 
     def _drain_inbox_on_exit(self) -> None:
         while True:
@@ -509,7 +535,7 @@ class Engine:
             n = min(chunk, budget, st.prompt_len - st.prefilled)
             plan.append((st, n))
             budget -= n
-        if not plan and self._hold_arrivals():
+        if self._hold_arrivals(continuing=bool(plan)):
             self.stats.prefill_holds += 1
             return
         while (self.waiting and self.free_slots and budget > 0
@@ -528,18 +554,18 @@ class Engine:
         if plan:
             self._prefill(plan)
 
-    def _hold_arrivals(self) -> bool:
-        """Whether this iteration leaves the waiting prompts for a fuller prefill call (no prompt is
-        mid-prefill: the caller checked)."""
-        rule = self._coalesce
-        if rule.window_s <= 0 or not self.waiting or not self.running:
+    def _hold_arrivals(self, continuing: bool) -> bool:
+        """Whether this iteration leaves the waiting prompts for a fuller prefill call: what the
+        engine sees, handed to the pure rule (``continuing``: a prompt mid-prefill is planned)."""
+        if not self.waiting:
             return False
         room = self.static_bs - len(self.running) - len(self.prefilling)
-        head = list(itertools.islice(self.waiting, rule.enough_prompts))
+        head = list(itertools.islice(self.waiting, self._coalesce.enough_prompts))
         seen = Arrivals(waiting_prompts=len(self.waiting), waiting_tokens=sum(st.prompt_len for st in head),
                         oldest_wait_s=time.perf_counter() - head[0].handle.submitted_at,
-                        admissible=min(len(self.free_slots), room), decoding=True, continuing=False)
-        return hold_arrivals(rule, seen)
+                        admissible=min(len(self.free_slots), room), decoding=bool(self.running),
+                        continuing=continuing)
+        return hold_arrivals(self._coalesce, seen)
 
     def _prefill(self, plan: list[tuple[_Running, int]]) -> None:
         """One ``model.prefill_batch`` over every planned piece; on failure each of them ends in an error."""
@@ -549,7 +575,7 @@ class Engine:
         try:
             pieces = [PrefillPiece(st.slot, st.req.prompt[:, st.prefilled:st.prefilled + n], st.prefilled)
                       for st, n in plan]
-            self.model.prefill_batch(self.cache, pieces)
+            self.model.prefill_batch(self.cache, pieces, graphs=self.prefill_graphs)
         except Exception as exc:
             log.exception("prefill failed")
             for st, _ in plan:

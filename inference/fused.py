@@ -108,22 +108,44 @@ def decode_attend(slots: Tensor | None, lengths: Tensor) -> DecodeAttend:
     return DecodeAttend(slots, lengths)
 
 
-def _attention_half(blk: Block, a: Act, rope: Tensor, pos: Tensor, kv: tuple, slots: Tensor | None,
-                    attend: Attend, dtype: torch.dtype) -> Tensor:
-    """``a`` (normed) -> the attention branch output ``[rows, dim]`` (K/V of these positions stored).
+def layer_kv(k: Tensor, v: Tensor, k_scale: Tensor | None, v_scale: Tensor | None, i: int) -> tuple:
+    """Layer ``i``'s ``(k_cache, v_cache, k_scale, v_scale)`` (scales None: a dense cache)."""
+    return k[i], v[i], None if k_scale is None else k_scale[i], None if v_scale is None else v_scale[i]
 
-    ``kv``: the layer's ``(k_cache, v_cache, k_scale, v_scale)`` (scales None: a dense cache)."""
+
+def enter_block(blk: Block, x: Tensor, branch: Tensor | None, rope: Tensor, pos: Tensor, kv: tuple,
+                slots: Tensor | None) -> tuple[Tensor, Tensor]:
+    """The block's first half up to attention: residual add (``branch``: the previous block's MLP
+    output, None for the first) + RMSNorm, QKV GEMM, q/k norm + RoPE + K/V store -> ``(q [rows, H,
+    D], the residual stream)``. Everything here is per row: a CUDA graph of it may run padded rows."""
     att = blk.attention
-    qkv = _linear(att.wqkv, a, dtype)
+    a, x = kd.rmsnorm(x, blk.attention_norm.weight, blk.attention_norm.eps, branch, _group(att.wqkv.qweight))
+    qkv = _linear(att.wqkv, a, x.dtype)
     norms = (att.q_norm.weight, att.k_norm.weight) if att.qk_norm else (None, None)
     k_cache, v_cache, ks, vs = kv
     q = kd.qkv_rope_store(qkv, att.n_head, att.n_kv, att.head_dim, rope, pos, k_cache, v_cache, slots,
                           *norms, eps=att.q_norm.eps if att.qk_norm else 1e-6, k_scale=ks, v_scale=vs)
+    return q, x
+
+
+def attend_block(blk: Block, q: Tensor, kv: tuple, attend: Attend) -> Act:
+    """Attention of ``q`` over the layer's cache, as the O GEMM reads it: FP8 codes where a decode
+    attend can emit them, else bf16 ``[rows, H * D]`` (the GEMM quantizes it). Rows meet here."""
+    att = blk.attention
     group = _group(att.wo.qweight)
     if group and isinstance(attend, DecodeAttend) and not att.head_dim % group and dispatch.use_triton(q):
-        return _linear(att.wo, attend.quantized(q, *kv[:2], group, *kv[2:]), dtype)
-    y = attend(q, *kv)  # bf16: the O GEMM quantizes it (or a head holds no whole group)
-    return _linear(att.wo, y.reshape(y.shape[0], -1), dtype)
+        return attend.quantized(q, *kv[:2], group, *kv[2:])
+    y = attend(q, *kv)
+    return y.reshape(y.shape[0], -1)
+
+
+def leave_block(blk: Block, y: Act, x: Tensor) -> tuple[Tensor, Tensor]:
+    """The block's second half after attention: O GEMM, residual add + RMSNorm, SwiGLU MLP ->
+    ``(the MLP output, which the next norm adds, the residual stream)``. Per row, like
+    :func:`enter_block`."""
+    o = _linear(blk.attention.wo, y, x.dtype)
+    f, x = kd.rmsnorm(x, blk.ffn_norm.weight, blk.ffn_norm.eps, o, _group(blk.feed_forward.gate_up_q))
+    return _mlp(blk.feed_forward, f, x.dtype), x
 
 
 def run_blocks(blocks: list[Block], x: Tensor, rope: Tensor, pos: Tensor, k: Tensor, v: Tensor,
@@ -138,14 +160,10 @@ def run_blocks(blocks: list[Block], x: Tensor, rope: Tensor, pos: Tensor, k: Ten
     codes its GEMM reads.
     """
     branch = None
-    dtype = x.dtype
     for i, blk in enumerate(blocks):
-        a, x = kd.rmsnorm(x, blk.attention_norm.weight, blk.attention_norm.eps, branch,
-                          _group(blk.attention.wqkv.qweight))
-        kv = (k[i], v[i], None if k_scale is None else k_scale[i], None if v_scale is None else v_scale[i])
-        o = _attention_half(blk, a, rope, pos, kv, slots, attend, dtype)
-        f, x = kd.rmsnorm(x, blk.ffn_norm.weight, blk.ffn_norm.eps, o, _group(blk.feed_forward.gate_up_q))
-        branch = _mlp(blk.feed_forward, f, dtype)
+        kv = layer_kv(k, v, k_scale, v_scale, i)
+        q, x = enter_block(blk, x, branch, rope, pos, kv, slots)
+        branch, x = leave_block(blk, attend_block(blk, q, kv, attend), x)
     normed, x = kd.rmsnorm(x, final_norm.weight, final_norm.eps, branch)
     return x, normed
 

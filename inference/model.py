@@ -79,6 +79,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -93,6 +94,9 @@ from .fused import fused_enabled
 from .model_config import DualARConfig
 from .model_layers import Block, Linear, RMSNorm, attend, rope_table
 from .sampling import SamplingBatch, sample, sample_main
+
+if TYPE_CHECKING:
+    from .prefill_graphs import PrefillGraphs
 
 #: ``kv_dtype`` of :meth:`DualARModel.new_cache`: ``auto`` (the model's dtype) or ``fp8`` (e4m3 codes
 #: + one UE8M0 exponent per position and KV head).
@@ -447,7 +451,8 @@ class DualARModel(nn.Module):
         self._finish_prefill(cache, slot, x[:, -1], normed, start, end, to_fast)
 
     @torch.inference_mode()
-    def prefill_batch(self, cache: KVCache, pieces: list[PrefillPiece]) -> None:
+    def prefill_batch(self, cache: KVCache, pieces: list[PrefillPiece],
+                      graphs: PrefillGraphs | None = None) -> None:
         """Prefill several slots in one variable-length call: each piece as :meth:`prefill` would.
 
         Why: a model call costs the same host time (and nearly the same weight reads) for one prompt
@@ -457,7 +462,8 @@ class DualARModel(nn.Module):
         slot (padded, masked SDPA over the slot's cache up to the row's position). Slots must be
         distinct. An explicit ``start`` is trusted (not checked against the slot's length, which would
         cost a device -> host sync per call: the engine keeps the lengths itself); ``start=None``
-        reads the slot's length as :meth:`prefill` does.
+        reads the slot's length as :meth:`prefill` does. ``graphs`` (captured for ``cache``): the fused
+        path's per-row work replays from them when the rows fit a bucket (:mod:`.prefill_graphs`).
         """
         if not pieces:
             return None
@@ -469,8 +475,12 @@ class DualARModel(nn.Module):
         tokens = tokens.to(self.device, non_blocking=True)[None]
         x = self.embed(tokens)[0]  # [N, dim]
         if fused_enabled(tokens):
-            h, normed = fused.run_blocks(list(self.layers), x, self.rope, lay.pos, cache.k, cache.v,
-                                         lay.row_slots, lay.attend, self.norm, cache.k_scale, cache.v_scale)
+            if graphs is not None and graphs.bucket(x.shape[0]) is not None:
+                h, normed = graphs.run(x, lay.pos, lay.row_slots, lay.attend)
+            else:
+                h, normed = fused.run_blocks(list(self.layers), x, self.rope, lay.pos, cache.k, cache.v,
+                                             lay.row_slots, lay.attend, self.norm, cache.k_scale,
+                                             cache.v_scale)
             h, normed = h[lay.last], normed[lay.last]
             to_fast = self.fast_input(h, normed)
         else:

@@ -2,7 +2,7 @@
 # Device calls for issue #25 (2026-12-01, session 3): GPU tests of the new paths, the prefill GEMM
 # split, the bf16 + graphs codec, and the served path at c=1 / 64 / 128 with NVML busy sampled.
 # Usage (repo root on the device, carry .whl): benchmarks/inference_h200/speed_run.sh STAGES...
-# stages: quicktests, tests, gate (GATE_K: pytest -k), prefill, prefillhost, codec, serve, ab. Env: SERVE_ARGS (extra `ttsfleet serve` flags;
+# stages: quicktests, tests, gate (GATE_K: pytest -k), prefill, prefillhost, prefillgraphs, codec, serve, ab. Env: SERVE_ARGS (extra `ttsfleet serve` flags;
 # ab: SERVE_ARGS_A / SERVE_ARGS_B alternated AB_ROUNDS times in one call),
 # LEVELS ("1:8 64:640 128:1280" = concurrency:requests), FRAMES (128), PYSPY_AT (a concurrency:
 # py-spy samples the server's threads during that level).
@@ -63,11 +63,13 @@ for stage in "$@"; do
                   tests/inference_model/test_codec.py -k "not golden" 2>&1 | tee "$OUT/gpu_quicktests.txt" | tail -15 ;;
     tests) timeout 300 "${PYTEST[@]}" tests/inference_model/test_fused_decode.py tests/inference_model/test_gpu_s2pro_gate.py \
              tests/inference_model/test_chunked_prefill.py tests/inference_server/test_engine.py \
-             tests/kernels/test_gpu.py -k "not sweep" 2>&1 | tee "$OUT/gpu_tests.txt" | tail -15 ;;
+             tests/inference_model/test_prefill_graphs.py tests/kernels/test_gpu.py -k "not sweep" 2>&1 | tee "$OUT/gpu_tests.txt" | tail -15 ;;
     gate) timeout "${GATE_TIMEOUT:-300}" "${PYTEST[@]}" tests/inference_model/test_gpu_s2pro_gate.py -k "${GATE_K:-}" 2>&1 \
             | tee "$OUT/gpu_gate.txt" | tail -15 ;;
     prefillhost) timeout 200 python3 -m benchmarks.inference_h200.prefill_host "$OUT/prefill_host.json" 2>&1 \
                    | tee "$OUT/prefill_host.txt" | tail -45 ;;
+    prefillgraphs) timeout 300 python3 -m benchmarks.inference_h200.prefill_graphs_bench "$OUT/prefill_graphs.json" 2>&1 \
+                     | tee "$OUT/prefill_graphs.txt" | tail -40 ;;
     prefill) timeout 200 python3 -m benchmarks.inference_h200.prefill_dispatch "$OUT/prefill_dispatch.json" 2>&1 \
                | tee "$OUT/prefill_dispatch.txt" | tail -60 ;;
     codec) timeout 200 python3 -m benchmarks.inference_h200.codec_speed "$OUT/codec_speed.json" 2>&1 \

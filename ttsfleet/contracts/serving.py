@@ -55,6 +55,9 @@ PREFILL_COALESCE_MS = "TTSFLEET_PREFILL_COALESCE_MS"
 #: ``1`` (the default): the codec runs bf16 with the fused Snake kernel, replayed from CUDA graphs
 #: for every stream-count bucket (CUDA only); ``0``: float32, eager.
 CODEC_FAST = "TTSFLEET_CODEC_FAST"
+#: ``1`` (the default): the fused prefill's per-row work replays from CUDA graphs, one set per row
+#: bucket (``ttsfleet.inference.prefill_graphs``; CUDA only, with ``CUDA_GRAPHS``); ``0``: eager.
+PREFILL_GRAPHS = "TTSFLEET_PREFILL_GRAPHS"
 #: Path of the run's GPU catalog file (``GpuCatalog.load``), so a server on a class added by a
 #: catalog file knows that class (its scheme, limits and kernel dispatch); empty = the built-in one.
 CATALOG = "TTSFLEET_CATALOG"
@@ -84,6 +87,7 @@ SERVER_ENV: Mapping[str, str] = MappingProxyType({
     "prefill_chunk_tokens": PREFILL_CHUNK_TOKENS,
     "prefill_coalesce_ms": PREFILL_COALESCE_MS,
     "codec_fast": CODEC_FAST,
+    "prefill_graphs": PREFILL_GRAPHS,
     "catalog": CATALOG,
 })
 
