@@ -57,6 +57,13 @@ class LocalClusterSpec:
     grace_period_s: int = 5
     kill_wait_s: int = 2
     cred_expire_s: int = 5
+    #: How often the main scheduler tests every pending job (Slurm's default is 60 s). A requeued
+    #: job becomes eligible at its BeginTime (requeue + cred_expire + 1 s), but nothing in Slurm
+    #: reacts to that moment: the backfill scheduler skips its cycles while no job, node,
+    #: partition or reservation changed (``_more_work``), and the main scheduler runs on events
+    #: or every ``sched_interval``. On a quiet cluster a requeued job so waits up to this long
+    #: after its BeginTime.
+    sched_interval_s: int = 5
     restd: bool = False
     dbd: bool = False  # MariaDB + slurmdbd: accounting, so sacct works
     cluster_name: str = "ttsfleet-local"
@@ -225,7 +232,9 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=1000
 SchedulerType=sched/backfill
-SchedulerParameters=bf_interval=2
+# the main scheduler's full pass is what starts a requeued job once its BeginTime has passed
+# (the backfill scheduler only runs after a change): every {s.sched_interval_s} s, not Slurm's 60
+SchedulerParameters=bf_interval=2,sched_interval={s.sched_interval_s}
 PriorityType=priority/basic
 # advertise CPUs, memory and GPUs beyond the real hardware
 SlurmdParameters=config_overrides
@@ -328,6 +337,25 @@ StorageLoc=slurm_acct_db
     def _tail(self, name: str, n: int = 15) -> str:
         p = self.log / name
         return "\n".join(p.read_text(errors="replace").splitlines()[-n:]) if p.exists() else ""
+
+    def diagnosis(self, log_lines: int = 40) -> str:
+        """What a failed wait on this cluster needs to be understood without rerunning it.
+
+        Every job with Slurm's pending reason and times, node states with their reasons (a drained
+        node starts nothing), and the controller's last log lines. Best effort: a command that
+        fails contributes its error, never an exception."""
+        parts = []
+        for title, args in (
+                ("squeue", ("squeue", "-h", "-a", "-t", "all", "-o", "%i|%P|%j|%T|%r|%S|%V|%b")),
+                ("sinfo -R", ("sinfo", "-h", "-R", "-o", "%N|%T|%E|%H")),
+                ("sinfo -N", ("sinfo", "-h", "-N", "-o", "%N|%T|%G|%C"))):
+            try:
+                r = self._run(*args, timeout=15)
+                parts.append(f"{title}:\n{r.stdout.strip() or r.stderr.strip()}")
+            except (OSError, subprocess.SubprocessError) as exc:
+                parts.append(f"{title}: {exc}")
+        parts.append(f"slurmctld.log (last {log_lines} lines):\n{self._tail('slurmctld.log', log_lines)}")
+        return "\n".join(parts)
 
     def _wait(self, what: str, cond, timeout: float = 30.0, log: str = "slurmctld.log") -> None:
         end = time.monotonic() + timeout

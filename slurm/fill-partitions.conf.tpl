@@ -20,7 +20,10 @@ RequeueExit=${requeue_exit}
 # nothing until GraceTime has run out.
 SlurmctldParameters=${slurmctld_parameters}
 # cred_expire is also how long a requeued job must wait before it may start again (Slurm's
-# default is 120 s). Shorter means a preempted fill job resumes sooner on freed GPUs.
+# default is 120 s). Shorter means a preempted fill job resumes sooner on freed GPUs. Once that
+# wait is over, what starts the job on an otherwise quiet cluster is the main scheduler's next
+# periodic pass (SchedulerParameters=sched_interval, default 60 s): the backfill scheduler only
+# runs after a job, node or partition change. Count up to cred_expire + 1 + sched_interval.
 AuthInfo=${auth_info}
 # GPUs are generic resources; the GPU class is the GRES type (h200, rtx5090, rtx6000pro), so a
 # fill job asks for --gres=gpu:<class>:1 and lands only on that class. See gres-example.conf.

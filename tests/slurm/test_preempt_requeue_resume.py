@@ -19,7 +19,7 @@ from ttsfleet.slurm.cli_backend import CliBackend
 from ttsfleet.slurm.exporter import SlurmExporter
 from ttsfleet.slurm.sbatch import FillShardSpec, fill_submit_request, shard_of
 
-from .conftest import BF_INTERVAL_S, GRACE_PERIOD_S, KILL_WAIT_S, job_by_id, wait_progressing
+from .conftest import BF_INTERVAL_S, GRACE_PERIOD_S, KILL_WAIT_S, job_by_id, slurm_promise, wait_progressing
 from .fillhelpers import STAGES, items_done, output_rows, uninterrupted_run
 
 pytestmark = [pytest.mark.slurm, pytest.mark.audio]
@@ -62,7 +62,8 @@ def test_preempted_fill_shards_resume_and_lose_nothing(slurm: LocalCluster, corp
         running = [j for j in fill_jobs() if j.state == "RUNNING"]
         return len(running) == SHARDS and all(items_done(spec, i) >= 1 for i in range(SHARDS))
 
-    wait_progressing(poll_all_running, progress, "4 fill shards running with a checkpoint each")
+    wait_progressing(poll_all_running, progress, "4 fill shards running with a checkpoint each",
+                     explain=slurm.diagnosis)
     assert exporter.registry.get_sample_value(
         "ttsfleet_slurm_gpus_allocated", {"partition": "fill", "gpu_class": "h200"}) == 4
     assert exporter.registry.get_sample_value("ttsfleet_slurm_gpus_idle", {"gpu_class": "h200"}) == 0
@@ -77,7 +78,7 @@ def test_preempted_fill_shards_resume_and_lose_nothing(slurm: LocalCluster, corp
         j = job_by_id(seen, train_id)
         return j is not None and j.state in ("RUNNING", "COMPLETING", "COMPLETED") and j
 
-    train = wait_progressing(train_started, progress, "the train job to start")
+    train = wait_progressing(train_started, progress, "the train job to start", explain=slurm.diagnosis)
     # Slurm's own submit and start times, not this test's polling (on a loaded machine each poll
     # runs several Slurm commands): the fill shards hold the GPUs at most their grace time plus
     # KillWait (then Slurm kills them), and the backfill scheduler, which preempts for the train
@@ -91,7 +92,10 @@ def test_preempted_fill_shards_resume_and_lose_nothing(slurm: LocalCluster, corp
         jobs = fill_jobs()
         return len(jobs) == SHARDS and all(j.state == "COMPLETED" for j in jobs) and jobs
 
-    jobs = wait_progressing(all_done, progress, "every fill shard to complete")
+    # the two preempted shards wait for their BeginTime and the scheduler pass after it: Slurm's own
+    # schedule, not a stall (their StartTime is the one the last poll saw)
+    jobs = wait_progressing(all_done, progress, "every fill shard to complete", explain=slurm.diagnosis,
+                            promised=lambda: slurm_promise(seen))
     exporter.poll()
 
     # two shards were preempted (train needed 2 of 4 GPUs), requeued and restarted
@@ -130,7 +134,7 @@ def test_preempted_fill_shards_resume_and_lose_nothing(slurm: LocalCluster, corp
         runs = wait_progressing(
             lambda: (r := sacct_runs(slurm, array_id)) and len(r) == SHARDS + requeues
             and all(state in ("COMPLETED", "REQUEUED", "PREEMPTED") for state, _ in r) and r,
-            lambda: sacct_runs(slurm, array_id), "sacct to record every run")
+            lambda: sacct_runs(slurm, array_id), "sacct to record every run", explain=slurm.diagnosis)
         accounted = sum(gpu_s for _, gpu_s in runs)
         counted = sample("ttsfleet_slurm_fill_gpu_seconds_total", {"partition": "fill", "gpu_class": "h200"})
         print(f"fill GPU-seconds: exporter {counted}, sacct {accounted}, runs {runs}")

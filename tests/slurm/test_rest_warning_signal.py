@@ -21,7 +21,15 @@ from ttsfleet.slurm.cli_backend import CliBackend
 from ttsfleet.slurm.rest_backend import RestBackend, choose_version, job_description
 from ttsfleet.slurm.sbatch import FillShardSpec, fill_submit_request
 
-from .conftest import BF_INTERVAL_S, GRACE_PERIOD_S, KILL_WAIT_S, STALL_S, job_by_id, wait_progressing
+from .conftest import (
+    BF_INTERVAL_S,
+    GRACE_PERIOD_S,
+    KILL_WAIT_S,
+    STALL_S,
+    job_by_id,
+    slurm_promise,
+    wait_progressing,
+)
 from .fillhelpers import items_done, output_rows, uninterrupted_run
 
 pytestmark = pytest.mark.slurm
@@ -72,7 +80,8 @@ def test_rest_submitted_shard_gets_usr1_at_preemption(slurm: LocalCluster, rest:
     ids = [rest.submit(fill_submit_request(spec, i)) for i in range(shards)]
     wait_progressing(lambda: all(job_by_id(rest.jobs(), i).state == "RUNNING" for i in ids)
                      and all(items_done(spec, i) >= 1 for i in range(shards)),
-                     lambda: sorted((j.job_id, j.state) for j in rest.jobs()), "4 shards checkpointing")
+                     lambda: sorted((j.job_id, j.state) for j in rest.jobs()), "4 shards checkpointing",
+                     explain=slurm.diagnosis)
 
     cli = CliBackend(str(slurm.conf_path))
     train = cli.submit(SubmitRequest(script="#!/bin/bash\nsleep 1\n", name="train", partition="train",
@@ -85,9 +94,19 @@ def test_rest_submitted_shard_gets_usr1_at_preemption(slurm: LocalCluster, rest:
     # machine is loaded): the backfill scheduler preempts for the train job and starts it, one
     # pass per bf_interval each
     waited = started.start_time - started.submit_time
-    jobs = wait_progressing(lambda: all(job_by_id(rest.jobs(), i).state == "COMPLETED" for i in ids)
-                            and [job_by_id(rest.jobs(), i) for i in ids],
-                            lambda: [items_done(spec, i) for i in range(shards)], "every shard to complete")
+    seen: list = []  # the shards as the last poll saw them (progress and promise read them)
+
+    def all_done():
+        seen[:] = [job_by_id(rest.jobs(), i) for i in ids]
+        return all(j is not None and j.state == "COMPLETED" for j in seen) and list(seen)
+
+    # the preempted shards wait for their BeginTime and the scheduler pass after it (Slurm's own
+    # schedule, which it reports as their StartTime), then run again
+    jobs = wait_progressing(all_done,
+                            lambda: ([items_done(spec, i) for i in range(shards)],
+                                     [(j.state, j.restart_count) for j in seen if j is not None]),
+                            "every shard to complete", explain=slurm.diagnosis,
+                            promised=lambda: slurm_promise(j for j in seen if j is not None))
 
     stopped = [json.loads(spec.checkpoint_file(i).read_text()) for i in range(shards)]
     preempted = [c for c in stopped if c["orderly_stops"]]

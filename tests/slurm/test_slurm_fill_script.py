@@ -9,6 +9,7 @@ job's exec is lost otherwise) and turns a child killed by it into exit 99 (reque
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -24,6 +25,7 @@ from ttsfleet.slurm.cli_backend import CliBackend
 
 from ttsfleet.contracts.exits import PREEMPTED_REQUEUE
 
+from .conftest import slurm_promise, wait_progressing
 from .fillhelpers import output_rows, uninterrupted_run
 
 pytestmark = [pytest.mark.slurm, pytest.mark.audio]
@@ -70,13 +72,32 @@ def test_sbatch_script_signalled_at_start_is_requeued_and_finishes(slurm: LocalC
     wait_for(lambda: first.exists() and START_LINE in first.read_text(), 60, "task 0 to start", 0.02)
     subprocess.run(["scancel", "--batch", "--signal=USR1", f"{array}_0"], env=slurm.env(), check=True)
 
-    def tasks():
-        return [j for j in backend.jobs() if j.array_job_id == array]
+    seen: list = []  # the tasks as the last poll saw them
 
-    jobs = wait_for(lambda: len(t := tasks()) == 2 and all(j.state == "COMPLETED" for j in t) and t,
-                    120, "both tasks to complete")
+    def tasks():
+        seen[:] = [j for j in backend.jobs() if j.array_job_id == array]
+        return seen
+
+    # task 0 is requeued: it waits for its BeginTime and the scheduler pass after it (Slurm's own
+    # schedule), then resumes; its log grows with every run and the checkpoints with every item
+    jobs = wait_progressing(
+        lambda: len(t := tasks()) == 2 and all(j.state == "COMPLETED" for j in t) and list(t),
+        lambda: (sorted((j.job_id, j.state, j.restart_count) for j in seen),
+                 file_sizes(logs, tmp_path / "ckpt")),
+        "both tasks to complete", explain=slurm.diagnosis, promised=lambda: slurm_promise(seen))
     log = first.read_text()
     assert "exit=99" in log and "restart=1" in log, log
     assert {j.array_task_id: j.restart_count for j in jobs}[0] == 1
     assert sorted(output_rows(tmp_path / "out")) == sorted(baseline)
     time.sleep(0)  # nothing left running: the fixture cancels whatever remains
+
+
+def file_sizes(*dirs: Path) -> list[tuple[str, int]]:
+    """(name, size) of the files in ``dirs``: grows as the jobs log and checkpoint (a file replaced
+    while it is listed is skipped)."""
+    out = []
+    for d in dirs:
+        for f in (d.iterdir() if d.is_dir() else ()):
+            with contextlib.suppress(OSError):
+                out.append((f.name, f.stat().st_size))
+    return sorted(out)
