@@ -71,6 +71,8 @@ def serve(
     prefill_graphs: bool = typer.Option(None, "--prefill-graphs/--no-prefill-graphs", help="CUDA: the "
                                         "prefill's per-row work (all but attention) from CUDA graphs, one "
                                         "set per row bucket (env TTSFLEET_PREFILL_GRAPHS, default on)."),
+    gil_switch_ms: float = typer.Option(None, help="The interpreter's thread switch interval in ms; 0 = "
+                                        "Python's own 5 ms (env TTSFLEET_GIL_SWITCH_MS)."),
     log_level: str = typer.Option("info", help="debug | info | warning | error."),
 ) -> None:
     """Serve text-to-speech (Fish Audio /v1/tts and /v1/tts/live, OpenAI /v1/audio/speech, /metrics)."""
@@ -86,7 +88,7 @@ def serve(
         max_text_chars=max_text_chars, max_new_tokens=max_new_tokens, drain_grace_s=drain_grace_s,
         drain_timeout_s=drain_timeout_s, body_timeout_s=body_timeout_s, seed=seed,
         prefill_chunk_tokens=prefill_chunk_tokens, prefill_coalesce_ms=prefill_coalesce_ms, catalog=catalog,
-        codec_fast=codec_fast, prefill_graphs=prefill_graphs)
+        codec_fast=codec_fast, prefill_graphs=prefill_graphs, gil_switch_ms=gil_switch_ms)
     code = run(cfg, log_level=log_level)
     if code:
         raise typer.Exit(code)

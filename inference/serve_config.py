@@ -65,6 +65,10 @@ class ServeConfig:
     #: On since the side-by-side H200 run of 2026-12-02 (benchmarks/inference_h200/2026-12-02-graphs:
     #: a prefill call's host time 40 -> 9 ms, logits bit-identical; served c=64 2,047 -> 2,626 frames/s).
     prefill_graphs: bool = True
+    #: The interpreter's thread switch interval (``sys.setswitchinterval``) in ms; 0 = Python's own
+    #: (5 ms). The engine, codec and event-loop threads share one GIL: a thread that gives it up
+    #: for a kernel launch may wait a whole interval to get it back.
+    gil_switch_ms: float = 0.0
     catalog: str = ""  # GPU catalog file merged over the built-in classes ("" = the built-in catalog)
     #: The run's catalog, loaded by :meth:`resolve` from ``catalog``: class defaults, ``auto``
     #: quantization and the kernel dispatch all come from it.
@@ -119,7 +123,8 @@ class ServeConfig:
         if not 1 <= self.port <= 65535:
             raise UserError(f"port {self.port} is out of range")
         _at_least(0, cpu_threads=self.cpu_threads, prefill_chunk_tokens=self.prefill_chunk_tokens,
-                  prefill_coalesce_ms=self.prefill_coalesce_ms, body_timeout_s=self.body_timeout_s)
+                  prefill_coalesce_ms=self.prefill_coalesce_ms, body_timeout_s=self.body_timeout_s,
+                  gil_switch_ms=self.gil_switch_ms)
         _at_least(1, max_text_chars=self.max_text_chars, max_new_tokens=self.max_new_tokens)
         from ttsfleet.inference.model_config import PRESETS  # random-weight presets (tiny, s2-pro, ...)
 

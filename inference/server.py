@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import sys
 import threading
 import time
 from contextlib import asynccontextmanager
@@ -110,5 +111,7 @@ def run(cfg: ServeConfig, log_level: str = "info") -> int:
         finally:
             watcher.cancel()
 
+    if cfg.gil_switch_ms > 0:
+        sys.setswitchinterval(cfg.gil_switch_ms / 1000)
     asyncio.run(main())
     return 0 if state.load_error is None else 1

@@ -58,6 +58,8 @@ CODEC_FAST = "TTSFLEET_CODEC_FAST"
 #: ``1`` (the default): the fused prefill's per-row work replays from CUDA graphs, one set per row
 #: bucket (``ttsfleet.inference.prefill_graphs``; CUDA only, with ``CUDA_GRAPHS``); ``0``: eager.
 PREFILL_GRAPHS = "TTSFLEET_PREFILL_GRAPHS"
+#: The interpreter's thread switch interval in ms (``sys.setswitchinterval``); 0 = Python's 5 ms.
+GIL_SWITCH_MS = "TTSFLEET_GIL_SWITCH_MS"
 #: Path of the run's GPU catalog file (``GpuCatalog.load``), so a server on a class added by a
 #: catalog file knows that class (its scheme, limits and kernel dispatch); empty = the built-in one.
 CATALOG = "TTSFLEET_CATALOG"
@@ -88,6 +90,7 @@ SERVER_ENV: Mapping[str, str] = MappingProxyType({
     "prefill_coalesce_ms": PREFILL_COALESCE_MS,
     "codec_fast": CODEC_FAST,
     "prefill_graphs": PREFILL_GRAPHS,
+    "gil_switch_ms": GIL_SWITCH_MS,
     "catalog": CATALOG,
 })
 
