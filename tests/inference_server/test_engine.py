@@ -142,6 +142,22 @@ def test_graphs_cover_every_batch_the_pool_admits(parts):
     assert all(eng.padded_size(b) in eng.buckets for b in range(1, 129))
 
 
+def test_the_pad_slot_is_emptied_every_few_padded_steps(parts):
+    """Padded rows add a position to the pad slot each step; it is emptied every PAD_RESET_STEPS
+    steps (not after each: three launches per step), and never lets it near the context's end."""
+    from ttsfleet.inference.engine import PAD_RESET_STEPS
+
+    model, codec, _ = parts
+    for seq_len, every in ((256, PAD_RESET_STEPS), (40, 20)):
+        cfg = EngineConfig(max_running_requests=4, cuda_graph_max_bs=4, pad_to_buckets=True,
+                           max_seq_len=seq_len)
+        eng = Engine(model, codec, cfg)
+        for step in range(1, 2 * every + 5):
+            eng.cache.lengths[eng.pad_slot] += 1  # what a padded decode step does to it
+            eng._reset_pad_slot()
+            assert eng.cache.length(eng.pad_slot) == step % every
+
+
 @pytest.mark.gpu
 def test_cuda_graph_replay_matches_eager_decoding():
     """On a GPU: captured decode graphs give the same frames as eager decoding, request by request."""
