@@ -190,6 +190,7 @@ class _VarlenLayout:
     max_len: int
     max_end: int
     fresh: bool = False  # every piece starts at position 0
+    lone_slot: int | None = None  # the slot of a one-piece batch: its rows are the grid as they are
 
     @classmethod
     def build(cls, slots: list[int], spans: list[tuple[int, int]], device: torch.device) -> _VarlenLayout:
@@ -205,7 +206,7 @@ class _VarlenLayout:
         host = (pos, row_slots, torch.tensor(slots), starts, torch.tensor([e for _, e in spans]), last, grid)
         dev = [t.to(device, torch.int64, non_blocking=True) for t in host]  # no host sync
         return cls(*dev, mask=mask[:, None].to(device, non_blocking=True), max_len=max_len, max_end=max_end,
-                   fresh=all(s == 0 for s, _ in spans))
+                   fresh=all(s == 0 for s, _ in spans), lone_slot=slots[0] if len(slots) == 1 else None)
 
     def attend(self, q: Tensor, k_cache: Tensor, v_cache: Tensor, k_scale: Tensor | None = None,
                v_scale: Tensor | None = None) -> Tensor:
@@ -214,18 +215,26 @@ class _VarlenLayout:
         When every piece starts its slot (``fresh``), the padded grid is plain causal attention over
         positions ``0 .. max_len`` (a padded tail sits after every real query): the flash kernel.
         Otherwise a mask says which cached keys each query sees. An FP8 cache (``k_scale`` /
-        ``v_scale``) is read dequantized."""
+        ``v_scale``) is read dequantized. One piece (the common call) needs no regrouping: its rows
+        are the grid, its slot's cache a view (no gather, ~5 fewer launches per layer)."""
         b = self.slots.shape[0]
-        grid_q = q.new_zeros(b * self.max_len, *q.shape[1:])
-        grid_q[self.grid] = q
-        k = k_cache[:, :self.max_end].index_select(0, self.slots)
-        v = v_cache[:, :self.max_end].index_select(0, self.slots)
+        if self.lone_slot is not None:
+            grid_q, pick = q[None], slice(self.lone_slot, self.lone_slot + 1)
+        else:
+            grid_q = q.new_zeros(b * self.max_len, *q.shape[1:])
+            grid_q[self.grid] = q
+            grid_q, pick = grid_q.view(b, self.max_len, *q.shape[1:]), self.slots
+
+        def gather(cache: Tensor) -> Tensor:
+            part = cache[:, :self.max_end]
+            return part[pick] if isinstance(pick, slice) else part.index_select(0, pick)
+
+        k, v = gather(k_cache), gather(v_cache)
         if k_scale is not None and v_scale is not None:
-            k = dequantize_kv(k, k_scale[:, :self.max_end].index_select(0, self.slots), q.dtype)
-            v = dequantize_kv(v, v_scale[:, :self.max_end].index_select(0, self.slots), q.dtype)
-        grid_q = grid_q.view(b, self.max_len, *q.shape[1:])
+            k, v = dequantize_kv(k, gather(k_scale), q.dtype), dequantize_kv(v, gather(v_scale), q.dtype)
         y = attend(grid_q, k, v, None if self.fresh else self.mask, causal=self.fresh)  # [B, max_len, H*D]
-        return y.reshape(b * self.max_len, *q.shape[1:])[self.grid]
+        y = y.reshape(b * self.max_len, *q.shape[1:])
+        return y if self.lone_slot is not None else y[self.grid]
 
 
 def check_kv_dtype(kv_dtype: str) -> None:

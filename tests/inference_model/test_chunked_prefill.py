@@ -186,6 +186,27 @@ def test_batched_prefill_equals_per_request_prefill(tiny_model, tiny_tok, split:
     _batched_vs_alone(tiny_model, _mixed_prompts(tiny_tok, tiny_model.config), split=split)
 
 
+@pytest.mark.parametrize("start", [0, 6])  # a fresh piece, and one continuing after cached positions
+def test_a_one_piece_batch_equals_the_plain_prefill(tiny_model, tiny_tok, start: int) -> None:
+    """A batch of one piece (most calls of a busy server) reads its slot's cache as a view instead of
+    regrouping rows: the slot ends as the plain prefill leaves it."""
+    from ttsfleet.inference.model import PrefillPiece
+
+    m = tiny_model
+    p = build_prompt(tiny_tok, m.config, "a longer prompt " * 3)
+    alone, batch = m.new_cache(3, 256), m.new_cache(3, 256)
+    m.prefill(alone, 2, p)
+    m.prefill(batch, 1, p.flip(1))  # another slot's content must not leak in
+    if start:
+        m.prefill(batch, 2, p[:, :start])
+    m.prefill_batch(batch, [PrefillPiece(2, p[:, start:], start)])
+    t = p.shape[1]
+    assert batch.length(2) == t
+    torch.testing.assert_close(batch.pending_logits[2], alone.pending_logits[2], atol=5e-5, rtol=1e-5)
+    torch.testing.assert_close(batch.pending_hidden[2], alone.pending_hidden[2], atol=5e-5, rtol=1e-5)
+    torch.testing.assert_close(batch.k[:, 2, :t], alone.k[:, 2, :t], atol=5e-5, rtol=1e-5)
+
+
 def test_batched_prefill_fused_path_equals_per_request(tiny_tok) -> None:
     """The fused kernels (Triton's interpreter on CPU, compiled on CUDA) through the batched layout."""
     import os
