@@ -1,4 +1,5 @@
-"""Slurm backend over Slurm's own commands: sbatch, scancel, squeue, sinfo, scontrol.
+"""Slurm backend over Slurm's own commands: sbatch, scancel, squeue, sinfo, scontrol (and sacct,
+where accounting is on, for the end of a requeued run: :meth:`CliBackend.run_end`).
 
 Uses ``squeue --json`` / ``sinfo --json`` where the installed Slurm has them (21.08+; on 22.05
 they ignore ``-t/-p/-j`` filters, so filtering happens here) and ``scontrol -o`` one-line text
@@ -194,6 +195,19 @@ def partition_from_scontrol(r: Mapping[str, str], expand) -> PartitionInfo:
                          grace_period_s=int(grace) if grace.isdigit() else 0, state=r.get("State", ""))
 
 
+def run_end_from_sacct(out: str, job_id: str, start_time: float) -> float | None:
+    """The End of ``job_id``'s run started at ``start_time`` in ``sacct -P -o JobIDRaw,Start,End``
+    output with ``SLURM_TIME_FORMAT=%s`` (``-j`` of an array's id lists its other tasks too)."""
+    for line in out.splitlines():
+        fields = line.strip().split("|")
+        if len(fields) != 3 or fields[0] != job_id:
+            continue
+        start, end = fields[1], fields[2]
+        if start.isdigit() and end.isdigit() and int(start) == int(start_time) and int(end) > 0:
+            return float(end)
+    return None
+
+
 class CliBackend:
     """Backend over Slurm's commands. ``conf`` sets ``SLURM_CONF``; ``json=None`` probes for JSON."""
 
@@ -213,11 +227,13 @@ class CliBackend:
             env["SLURM_CONF"] = str(self.conf)
         return env
 
-    def _run(self, args: list[str], stdin: str | None = None, check: bool = True) -> str:
+    def _run(self, args: list[str], stdin: str | None = None, check: bool = True,
+             extra_env: Mapping[str, str] | None = None) -> str:
         if shutil.which(args[0]) is None:
             raise SlurmUnavailable(f"{args[0]} not found: Slurm client commands are not installed")
+        env = self._env() | dict(extra_env or {})
         try:
-            proc = subprocess.run(args, input=stdin, capture_output=True, text=True, env=self._env(),
+            proc = subprocess.run(args, input=stdin, capture_output=True, text=True, env=env,
                                   timeout=self.timeout_s)
         except subprocess.TimeoutExpired:
             raise SlurmUnavailable(f"{args[0]} timed out after {self.timeout_s:.0f} s") from None
@@ -317,6 +333,16 @@ class CliBackend:
         out = self._run(["scontrol", "-o", "show", "partition"])
         return [partition_from_scontrol(r, self._expand) for r in parse_scontrol_records(out)
                 if "PartitionName" in r]
+
+    def run_end(self, job_id: str, start_time: float) -> float | None:
+        """End of the job's run that started at ``start_time``, from sacct's per-run rows (-D).
+
+        None while the accounting has no ended row for that run; SlurmError without accounting.
+        Used by the exporter for a requeued run, whose end the job record no longer holds.
+        """
+        out = self._run(["sacct", "-X", "-D", "-n", "-P", "-j", str(job_id), "-o", "JobIDRaw,Start,End"],
+                        extra_env={"SLURM_TIME_FORMAT": "%s"})  # epoch seconds, no time zone
+        return run_end_from_sacct(out, str(job_id), start_time)
 
     def _expand(self, hostlist: str) -> list[str]:
         if not hostlist or hostlist == "(null)":
