@@ -37,8 +37,8 @@ class Recorder:
     def __getattr__(self, name):
         return getattr(self._model, name)
 
-    def prefill_batch(self, cache, pieces):
-        self._model.prefill_batch(cache, pieces)
+    def prefill_batch(self, cache, pieces, graphs=None):
+        self._model.prefill_batch(cache, pieces, graphs=graphs)
         self.batches.append([p.slot for p in pieces])
         for p in pieces:
             self.log.append(("prefill", p.slot, p.start, int(p.tokens.shape[1])))
