@@ -24,23 +24,13 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 from ttsfleet.inference.loader import load_model
-from ttsfleet.inference.model import PrefillPiece
 from ttsfleet.inference.prefill_graphs import PrefillGraphs, row_buckets
+
+from benchmarks.inference_h200.prefill_host import random_pieces
 
 PROMPTS = (1, 2, 4, 8)
 CALLS = 10
 SLOTS = 16  # + 1 scratch
-
-
-def _pieces(model, n: int, g: torch.Generator) -> list[PrefillPiece]:  # noqa: ANN001
-    c = model.config
-    out = []
-    for slot in range(n):
-        t = int(torch.randint(300, 400, (1,), generator=g))
-        ids = torch.randint(0, c.semantic_begin_id - 1000, (t,), generator=g)
-        codes = torch.zeros(c.num_codebooks, t, dtype=torch.int64)
-        out.append(PrefillPiece(slot, torch.cat([ids[None], codes]), 0))
-    return out
 
 
 def _call(model, cache, pieces, graphs) -> tuple[float, float]:  # noqa: ANN001
@@ -61,7 +51,7 @@ def _side_by_side(model, cache, graphs, n: int, g: torch.Generator) -> dict:  # 
     runs: dict[str, dict[str, list[float]]] = {s: {"host": [], "done": []} for s in ("eager", "graphs")}
     errs, agree = [], 0
     for _ in range(CALLS):
-        pieces = _pieces(model, n, g)
+        pieces = random_pieces(model, n, g)
         slots = torch.tensor([p.slot for p in pieces], device="cuda")
         for side, gr in (("eager", None), ("graphs", graphs)):
             host, done = _call(model, cache, pieces, gr)
@@ -85,7 +75,7 @@ def _side_by_side(model, cache, graphs, n: int, g: torch.Generator) -> dict:  # 
 def _profile(model, cache, graphs, g: torch.Generator) -> list[dict]:  # noqa: ANN001
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(4):
-            model.prefill_batch(cache, _pieces(model, 1, g), graphs=graphs)
+            model.prefill_batch(cache, random_pieces(model, 1, g), graphs=graphs)
         torch.cuda.synchronize()
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=20), flush=True)
     return [{"op": e.key, "calls": e.count, "self_cpu_us": round(e.self_cpu_time_total, 1)}
@@ -97,7 +87,7 @@ def main() -> None:
     cache = model.new_cache(SLOTS + 1, 1024)
     g = torch.Generator().manual_seed(3)
     for n in PROMPTS:  # warm the eager path (Triton JIT, cuBLAS heuristics) before timing
-        model.prefill_batch(cache, _pieces(model, n, g))
+        model.prefill_batch(cache, random_pieces(model, n, g))
     torch.cuda.synchronize()
     mem0 = torch.cuda.memory_reserved()
     t0 = time.perf_counter()

@@ -28,7 +28,9 @@ PROMPTS = (1, 2, 4, 8)
 CALLS = 12
 
 
-def _pieces(model, n: int, g: torch.Generator) -> list[PrefillPiece]:  # noqa: ANN001
+def random_pieces(model, n: int, g: torch.Generator) -> list[PrefillPiece]:  # noqa: ANN001
+    """``n`` fresh prompts of 300-400 random tokens (a new length every call, as in the server),
+    into slots ``0 .. n-1``."""
     c = model.config
     out = []
     for slot in range(n):
@@ -42,7 +44,7 @@ def _pieces(model, n: int, g: torch.Generator) -> list[PrefillPiece]:  # noqa: A
 def _timed_calls(model, cache, n: int, g: torch.Generator) -> dict:  # noqa: ANN001
     host, total = [], []
     for _ in range(CALLS):
-        pieces = _pieces(model, n, g)
+        pieces = random_pieces(model, n, g)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         model.prefill_batch(cache, pieces)
@@ -60,7 +62,7 @@ def _timed_calls(model, cache, n: int, g: torch.Generator) -> dict:  # noqa: ANN
 def _profile_one_prompt(model, cache, g: torch.Generator) -> list[dict]:  # noqa: ANN001
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(4):
-            model.prefill_batch(cache, _pieces(model, 1, g))
+            model.prefill_batch(cache, random_pieces(model, 1, g))
         torch.cuda.synchronize()
     table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30)
     print(table, flush=True)
@@ -75,7 +77,7 @@ def main() -> None:
     cache = model.new_cache(16, 1024)
     g = torch.Generator().manual_seed(3)
     for n in PROMPTS:  # warm every path (Triton JIT, cuBLAS heuristics) before timing
-        model.prefill_batch(cache, _pieces(model, n, g))
+        model.prefill_batch(cache, random_pieces(model, n, g))
     torch.cuda.synchronize()
     report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
               "catalog": sys.argv[2] if len(sys.argv) > 2 else "built-in",
