@@ -1,6 +1,6 @@
-"""Open-loop traffic against a Service of the local control plane, measured at the client.
+"""Traffic against a Service of the local control plane, measured at the client.
 
-Two parts, both small:
+Three parts, all small:
 
 * :class:`ServiceEndpoints` — the client-side half of kube-proxy: the Service's ready endpoints
   (its selector's pods that are Ready and not terminating, from a watch), handed out
@@ -11,7 +11,11 @@ Two parts, both small:
   time whether or not earlier ones finished, so a slow fleet sees the queue grow instead of
   the load shrinking. Each request is a streaming ``POST /v1/tts``; the record keeps the pod it
   went to, the HTTP status, the time to the first audio bytes and whether the stream ended
-  cleanly (a reset or a cut stream is a dropped request).
+  cleanly (a reset or a cut stream is a dropped request);
+* :func:`closed_loop` — a fixed number of clients, each sending its next request as soon as the
+  last one ends, so exactly that many requests are in flight however fast the servers are. An
+  open-loop rate gives a load (rate x request time) that shrinks on a faster machine; a test
+  that needs "load above the autoscaler's target" on any machine holds it with this.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import json
 import random
 import ssl
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -218,6 +222,27 @@ async def replay(endpoints: ServiceEndpoints, schedule: Sequence[tuple[float, in
             rec.sent_s = time.monotonic() - t0
             tasks.append(asyncio.create_task(one_request(client, endpoints, rec, seed)))
         await asyncio.gather(*tasks)
+    return records
+
+
+async def closed_loop(endpoints: ServiceEndpoints, clients: int, keep_going: Callable[[], bool], frames: int,
+                      clock: Callable[[], float], seed: int = 0, first_index: int = 0,
+                      timeout_s: float = 120.0) -> list[RequestRecord]:
+    """``clients`` streams of back-to-back requests of ``frames`` frames while ``keep_going()``; every
+    request's record (``sent_s`` on ``clock``, indices from ``first_index``) once all have ended."""
+    records: list[RequestRecord] = []
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=0)
+
+    async def client_loop(client: httpx.AsyncClient) -> None:
+        while keep_going():
+            rec = RequestRecord(first_index + len(records), clock(), frames_asked=frames)
+            records.append(rec)
+            await one_request(client, endpoints, rec, seed)
+            if rec.error == "no ready endpoint":
+                await asyncio.sleep(0.2)  # not a busy loop while the Service has no endpoint
+
+    async with httpx.AsyncClient(timeout=timeout_s, limits=limits) as client:
+        await asyncio.gather(*(client_loop(client) for _ in range(clients)))
     return records
 
 
