@@ -2,7 +2,7 @@
 # Device calls for issue #25 (2026-12-01, session 3): GPU tests of the new paths, the prefill GEMM
 # split, the bf16 + graphs codec, and the served path at c=1 / 64 / 128 with NVML busy sampled.
 # Usage (repo root on the device, carry .whl): benchmarks/inference_h200/speed_run.sh STAGES...
-# stages: quicktests, tests, gate (GATE_K: pytest -k), prefill, prefillhost, prefillgraphs, codec, serve, ab. Env: SERVE_ARGS (extra `ttsfleet serve` flags;
+# stages: quicktests, tests, gate (GATE_K: pytest -k), prefill, prefillhost, prefillgraphs, codec, codeccompile (CC_ARGS), serve, ab. Env: SERVE_ARGS (extra `ttsfleet serve` flags;
 # ab: SERVE_ARGS_A / SERVE_ARGS_B alternated AB_ROUNDS times in one call),
 # LEVELS ("1:8 64:640 128:1280" = concurrency:requests), FRAMES (128), PYSPY_AT (a concurrency:
 # py-spy samples the server's threads during that level).
@@ -72,6 +72,8 @@ for stage in "$@"; do
                      | tee "$OUT/prefill_graphs.txt" | tail -40 ;;
     prefill) timeout 200 python3 -m benchmarks.inference_h200.prefill_dispatch "$OUT/prefill_dispatch.json" 2>&1 \
                | tee "$OUT/prefill_dispatch.txt" | tail -60 ;;
+    codeccompile) timeout "${CC_TIMEOUT:-480}" python3 -m benchmarks.inference_h200.codec_compile "$OUT/codec_compile.json" \
+                    --profile ${CC_ARGS:-} 2>&1 | tee "$OUT/codec_compile.txt" | tail -30 ;;
     codec) timeout 200 python3 -m benchmarks.inference_h200.codec_speed "$OUT/codec_speed.json" 2>&1 \
              | tee "$OUT/codec_speed.txt" | tail -30 ;;
     serve) serve_config "$OUT/serve" "${SERVE_ARGS:-}" ;;

@@ -1,0 +1,198 @@
+"""Where a batched streaming codec push spends its GPU time, and what torch.compile buys (issue #25).
+
+The serving codec (bf16, fused Snake, every (streams, frames) shape replayed from a CUDA graph)
+costs 27.0 ms per 64 streams x 4 frames push on the H200 (2026-12-02); the issue's target is 8.5 ms.
+This script measures, in one process, side by side on the same random S2-size codec:
+
+- ``graphs``: the serving path as it is (the baseline);
+- ``compiled``: the same slot decoder with its ``_decode`` wrapped in ``torch.compile`` (Inductor
+  fuses the elementwise work around the convolutions: bias adds, residual adds, Snake, the causal
+  history concatenations), then captured in the same bucketed CUDA graphs;
+- ``compiled-dynamic``: the same with symbolic shapes (one compile for every streams x frames shape
+  instead of one per shape: what a server with ~40 captured shapes can afford at start-up);
+- ``compiled-autotune``: Inductor's ``max-autotune-no-cudagraphs`` (Triton conv and
+  GEMM templates raced against cuDNN / cuBLAS; long to compile).
+
+For each: compile + capture seconds per shape, ms per push (CUDA events, median of ``REPS``),
+frames/s, and the audio's SNR against the baseline and against a float32 eager decode of the same
+codes over 8 consecutive 4-frame pushes of 16 streams (the state carried between pushes is part of
+what is compared). With ``--profile`` the kernels of
+three 64 x 4 pushes are summed by category (torch.profiler).
+
+Usage on the device: ``python3 -m benchmarks.inference_h200.codec_compile OUT.json [--variants ...]
+[--profile]``; on a CPU ``--device cpu --codec tiny`` checks the script (timings meaningless).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections import defaultdict
+from typing import Any
+
+import torch
+from ttsfleet.inference.codec import load_codec
+
+SHAPES = ((1, 1), (16, 4), (64, 4), (128, 4))
+REPS = 20
+
+
+def timed(dev: torch.device, fn) -> float:  # noqa: ANN001
+    """Milliseconds of one call: CUDA events on a GPU, the wall clock (after a sync) elsewhere."""
+    if dev.type == "cuda":
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        return s.elapsed_time(e)
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1000
+
+
+def make_decoder(codec, variant: str, slots: int) -> Any:  # noqa: ANN001
+    dec = codec.slot_decoder(slots, max_frames=4096, graphs=True, graph_max_batch=slots)
+    if variant == "graphs":
+        return dec
+    rows = torch.arange(1, device=codec.device)
+    codes = torch.zeros(1, codec.num_codebooks, 1, dtype=torch.long, device=codec.device)
+    dec._decode(rows, codes)  # eager once: every state tensor exists before tracing
+    dec.reset(0)
+    mode = "max-autotune-no-cudagraphs" if variant == "compiled-autotune" else "default"
+    dec._decode = torch.compile(dec._decode, mode=mode, dynamic=variant == "compiled-dynamic")
+    return dec
+
+
+def push_ms(dec, b: int, t: int, codes: torch.Tensor) -> float:  # noqa: ANN001
+    slots = list(range(b))
+    dev = dec.codec.device
+    for _ in range(3):
+        dec.push(slots, codes[:b, :, :t])
+    return statistics.median(timed(dev, lambda: dec.push(slots, codes[:b, :, :t])) for _ in range(REPS))
+
+
+def stream_audio(dec, codes: torch.Tensor, pushes: int = 8, step: int = 4) -> torch.Tensor:  # noqa: ANN001
+    slots = list(range(codes.shape[0]))
+    for s in slots:
+        dec.reset(s)
+    parts = [dec.push(slots, codes[:, :, i * step:(i + 1) * step]).float().clone() for i in range(pushes)]
+    return torch.cat(parts, dim=1)
+
+
+def float32_audio(name: str, dev: torch.device, codes: torch.Tensor) -> torch.Tensor:
+    """The reference: float32 weights, eager, TF32 off, same pushes."""
+    tf32 = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        codec = load_codec(name, device=dev, dtype=torch.float32)
+        return stream_audio(codec.slot_decoder(codes.shape[0], max_frames=4096), codes)
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = tf32
+
+
+def snr_db(x: torch.Tensor, ref: torch.Tensor) -> float:
+    return float(10 * torch.log10(ref.pow(2).sum() / (x - ref).pow(2).sum().clamp_min(1e-30)))
+
+
+CATEGORIES = (("conv", ("conv", "cudnn", "implicit", "sm90_xmma", "fprop", "dgrad", "wgrad")),
+              ("gemm", ("gemm", "cutlass", "matmul", "nvjet", "splitk")),
+              ("triton", ("triton",)), ("copy/cat", ("copy", "cat", "index", "gather", "scatter")),
+              ("elementwise", ("elementwise", "vectorized", "unrolled", "reduce")))
+
+
+def categorize(name: str) -> str:
+    low = name.lower()
+    return next((c for c, keys in CATEGORIES if any(k in low for k in keys)), "other")
+
+
+def profile(dec, codes: torch.Tensor, b: int = 64, t: int = 4) -> dict[str, Any]:  # noqa: ANN001
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as prof
+
+    slots = list(range(b))
+    with prof(activities=[ProfilerActivity.CUDA]) as p:
+        for _ in range(3):
+            dec.push(slots, codes[:b, :, :t])
+        torch.cuda.synchronize()
+    by_cat: dict[str, float] = defaultdict(float)
+    top = []
+    for ev in p.key_averages():
+        us = ev.device_time_total if hasattr(ev, "device_time_total") else ev.cuda_time_total
+        if us <= 0:
+            continue
+        by_cat[categorize(ev.key)] += us / 3 / 1000
+        top.append((us / 3 / 1000, ev.count // 3, ev.key[:90]))
+    top.sort(reverse=True)
+    return {"ms_by_category": {k: round(v, 3) for k, v in sorted(by_cat.items(), key=lambda kv: -kv[1])},
+            "top": [{"ms": round(ms, 3), "calls": n, "kernel": k} for ms, n, k in top[:15]]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out", nargs="?")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--codec", default="s2-pro")
+    ap.add_argument("--variants", default="graphs,compiled,compiled-dynamic",
+                    help="comma list of graphs, compiled, compiled-dynamic, compiled-autotune")
+    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--shapes", default=",".join(f"{b}x{t}" for b, t in SHAPES))
+    args = ap.parse_args()
+    dev = torch.device(args.device)
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+    slots = max(b for b, _ in shapes)
+    if dev.type == "cuda":
+        torch.backends.cudnn.benchmark = True
+        torch.cuda.set_stream(torch.cuda.Stream(dev))  # as the engine's codec thread
+    codec = load_codec(args.codec, device=dev, fast=True)
+    gen = torch.Generator().manual_seed(0)
+    codes = torch.randint(0, 1000, (slots, codec.num_codebooks, 64), generator=gen)
+    variants = args.variants.split(",")
+    report: dict[str, Any] = {"device": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu",
+                              "torch": torch.__version__, "codec": args.codec, "variants": {}}
+    audio: dict[str, torch.Tensor] = {}
+    for v in variants:
+        dec = make_decoder(codec, v, slots)
+        row: dict[str, Any] = {"capture_s": {}, "push": []}
+        for b, t in shapes:
+            t0 = time.perf_counter()
+            if dec.use_graphs:
+                dec._graph(dec.bucket(b), t)
+            else:  # no graphs (CPU): the first calls compile
+                push_ms(dec, b, t, codes)
+            row["capture_s"][f"{b}x{t}"] = round(time.perf_counter() - t0, 2)
+        for b, t in shapes:
+            ms = push_ms(dec, b, t, codes)
+            row["push"].append({"streams": b, "frames": t, "ms": round(ms, 3),
+                                "frames_per_s": round(b * t / ms * 1000)})
+            print(v, row["push"][-1], "capture", row["capture_s"][f"{b}x{t}"], "s", flush=True)
+        n = min(16, slots)
+        audio[v] = stream_audio(dec, codes[:n])
+        if args.profile and dev.type == "cuda" and any(b == 64 for b, _ in shapes):
+            row["profile_64x4"] = profile(dec, codes)
+            print(v, json.dumps(row["profile_64x4"]["ms_by_category"]), flush=True)
+        report["variants"][v] = row
+        del dec
+    ref = float32_audio(args.codec, dev, codes[:min(16, slots)])
+    for v in variants:
+        row = report["variants"][v]
+        row["snr_db_vs_float32"] = round(snr_db(audio[v], ref), 2)
+        if v != variants[0]:
+            row[f"snr_db_vs_{variants[0]}"] = round(snr_db(audio[v], audio[variants[0]]), 2)
+    print("\n| variant | " + " | ".join(f"{b}x{t} ms" for b, t in shapes)
+          + f" | compile+capture s | SNR vs float32 dB | SNR vs {variants[0]} dB |")
+    print("|---|" + "---:|" * (len(shapes) + 3))
+    for v, row in report["variants"].items():
+        cells = " | ".join(f"{p['ms']:.2f}" for p in row["push"])
+        cap = sum(row["capture_s"].values())
+        vs_first = row.get(f"snr_db_vs_{variants[0]}", "-")
+        print(f"| {v} | {cells} | {cap:.0f} | {row['snr_db_vs_float32']} | {vs_first} |")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(report, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
