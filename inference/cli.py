@@ -73,6 +73,10 @@ def serve(
                                         "set per row bucket (env TTSFLEET_PREFILL_GRAPHS, default on)."),
     gil_switch_ms: float = typer.Option(None, help="The interpreter's thread switch interval in ms; 0 = "
                                         "Python's own 5 ms (env TTSFLEET_GIL_SWITCH_MS)."),
+    prefix_reuse: bool = typer.Option(None, "--prefix-reuse/--no-prefix-reuse", help="Prefill a cloned "
+                                      "voice's prompt head once and reuse it: at a live session's open "
+                                      "(real-time mode) and across a long text's segments (env "
+                                      "TTSFLEET_PREFIX_REUSE, default on)."),
     log_level: str = typer.Option("info", help="debug | info | warning | error."),
 ) -> None:
     """Serve text-to-speech (Fish Audio /v1/tts and /v1/tts/live, OpenAI /v1/audio/speech, /metrics)."""
@@ -88,7 +92,8 @@ def serve(
         max_text_chars=max_text_chars, max_new_tokens=max_new_tokens, drain_grace_s=drain_grace_s,
         drain_timeout_s=drain_timeout_s, body_timeout_s=body_timeout_s, seed=seed,
         prefill_chunk_tokens=prefill_chunk_tokens, prefill_coalesce_ms=prefill_coalesce_ms, catalog=catalog,
-        codec_fast=codec_fast, prefill_graphs=prefill_graphs, gil_switch_ms=gil_switch_ms)
+        codec_fast=codec_fast, prefill_graphs=prefill_graphs, gil_switch_ms=gil_switch_ms,
+        prefix_reuse=prefix_reuse)
     code = run(cfg, log_level=log_level)
     if code:
         raise typer.Exit(code)

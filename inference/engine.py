@@ -76,11 +76,14 @@ class PromptTooLong(ValueError):
 class Event:
     """What a request's handler receives: audio chunks, then one ``done`` or ``error``."""
 
-    kind: str  # "audio" | "done" | "error"
+    kind: str  # "audio" | "prefix" | "done" | "error"
     audio: np.ndarray | None = None
     codes: np.ndarray | None = None  # [num_codebooks, frames] behind this audio chunk
     frames: int = 0
     reason: str = ""
+    #: "prefix" (and the "done" of :meth:`Engine.prefill_prefix`): the prompt head's K/V
+    #: (:class:`~ttsfleet.inference.prefix.PrefixKV`), for later requests that start with it.
+    prefix: Any = None
 
 
 class RequestHandle:
@@ -114,6 +117,12 @@ class GenerationRequest:
     chunk_frames: int = 8
     #: Decode exactly ``max_new_tokens`` frames, through ``<|im_end|>`` (benchmarks with random weights).
     ignore_eos: bool = False
+    #: A prefilled head of ``prompt`` (:class:`~ttsfleet.inference.prefix.PrefixKV`): its K/V are copied
+    #: into the request's slot and only the rest of the prompt is prefilled (real-time mode).
+    prefix: Any = None
+    #: After the prompt's prefill, hand its first ``keep_prefix`` positions back as an Event("prefix")
+    #: (a request whose later segments start with the same head). 0 = none.
+    keep_prefix: int = 0
 
 
 @dataclass(eq=False)  # compared by identity: two requests are never "equal"
@@ -128,10 +137,16 @@ class _Running:
     pending: list[np.ndarray] = field(default_factory=list)  # codes not yet sent to the codec
     chunks_sent: int = 0
     retired: bool = False  # left the batch (a decode step in flight may still hold its row)
+    prefix_only: bool = False  # :meth:`Engine.prefill_prefix`: prefill, hand the K/V back, free the slot
 
     @property
     def prompt_len(self) -> int:
         return int(self.req.prompt.shape[-1])
+
+    @property
+    def restored(self) -> int:
+        """Prompt tokens that come from a prefilled head instead of a prefill."""
+        return 0 if self.req.prefix is None else int(self.req.prefix.length)
 
 
 # ----------------------------------------------------------------------------- typed messages
@@ -249,6 +264,8 @@ class _Stats:
         self.prefill_calls = 0  # batched model.prefill_batch calls
         self.prefill_tokens = 0
         self.prefill_holds = 0  # iterations that held new prompts back for a fuller call (coalescing)
+        self.prefix_tokens_reused = 0  # prompt tokens restored from a prefilled head, not prefilled
+        self.prefixes_kept = 0  # prompt heads handed back for reuse
         self.spare_rows = 0  # rows decoded for requests that had already ended (pipeline lag)
         self.prefill_s = 0.0
         self.decode_s = 0.0
@@ -392,14 +409,38 @@ class Engine:
         if not self.alive or self._stop.is_set():
             raise EngineStopped(self._dead or "engine is stopping")
         req.max_new_tokens = self.check_prompt(int(req.prompt.shape[-1]), req.max_new_tokens)
+        if req.prefix is not None and not req.prefix.starts(req.prompt):
+            log.warning("a prefix that does not start the prompt was ignored (the prompt is prefilled whole)")
+            req.prefix = None
+        if not 0 <= req.keep_prefix < int(req.prompt.shape[-1]):
+            raise ValueError(f"keep_prefix {req.keep_prefix} must be in [0, prompt length)")
+        return self._enqueue(_Running(req=req, handle=RequestHandle(next(self._ids), loop)), admitted)
+
+    def prefill_prefix(self, tokens: Any, loop: asyncio.AbstractEventLoop,
+                       admitted: bool = False) -> RequestHandle:
+        """Prefill a prompt head ``tokens [1 + ncb, P]`` now, for requests that will start with it.
+
+        Real-time mode: the live route calls this when a session opens, before any text exists, so
+        its first segment prefills only its own tokens. The handle gets one Event("done") carrying
+        the :class:`~ttsfleet.inference.prefix.PrefixKV` (or "error"); no decode slot stays taken.
+        Raises EngineOverloaded / EngineStopped / PromptTooLong like :meth:`submit`.
+        """
+        if not self.alive or self._stop.is_set():
+            raise EngineStopped(self._dead or "engine is stopping")
+        p = int(tokens.shape[-1])
+        self.check_prompt(p + 1, 1)  # room for at least one token after the head
+        req = GenerationRequest(prompt=tokens, sampling=None, max_new_tokens=0, keep_prefix=p)
+        st = _Running(req=req, handle=RequestHandle(next(self._ids), loop), prefix_only=True)
+        return self._enqueue(st, admitted)
+
+    def _enqueue(self, st: _Running, admitted: bool) -> RequestHandle:
         with self._admit_lock:
             free_now = self.max_slots - self.stats.running
             if not admitted and self._queued - free_now >= self.cfg.max_queue:
                 raise EngineOverloaded(f"queue full ({self.cfg.max_queue} waiting)")
             self._queued += 1
-        handle = RequestHandle(next(self._ids), loop)
-        self._inbox.put(Submit(_Running(req=req, handle=handle)))
-        return handle
+        self._inbox.put(Submit(st))
+        return st.handle
 
     def cancel(self, handle: RequestHandle) -> None:
         """The client went away: free its slot at the next step (idempotent)."""
@@ -544,19 +585,31 @@ class Engine:
             return
         while (self.waiting and self.free_slots and budget > 0
                and len(self.running) + len(self.prefilling) + len(plan) < self.static_bs):
-            plen = self.waiting[0].prompt_len
+            left = self.waiting[0].prompt_len - self.waiting[0].restored
             if chunk <= 0:
-                if plan and plen > budget:
+                if plan and left > budget:
                     break  # the rest waits for the next iteration; decode keeps going meanwhile
-                n = plen
+                n = left
             else:
-                n = min(chunk, budget, plen)
+                n = min(chunk, budget, left)
             st = self.waiting.popleft()
             st.slot = self.free_slots.popleft()
+            if st.restored:
+                self._restore_prefix(st)
             plan.append((st, n))
             budget -= n
         if plan:
             self._prefill(plan)
+
+    def _restore_prefix(self, st: _Running) -> None:
+        """Copy the request's prefilled head into its new slot; its prefill starts after the head."""
+        from ttsfleet.inference.prefix import restore_prefix
+
+        restore_prefix(self.cache, st.slot, st.req.prefix)
+        st.prefilled = st.restored
+        self.stats.prefix_tokens_reused += st.restored
+        if self.metrics is not None:
+            self.metrics["inference_prefill_tokens_reused"].labels(self.label).inc(st.restored)
 
     def _hold_arrivals(self, continuing: bool) -> bool:
         """Whether this iteration leaves the waiting prompts for a fuller prefill call: what the
@@ -594,10 +647,27 @@ class Engine:
             st.prefilled += n
             self.stats.prefill_chunks += 1
             self.stats.prefill_tokens += n
-            if st.prefilled >= st.prompt_len:
-                self._join(st)
-            else:
+            if st.prefilled < st.prompt_len:
                 self.prefilling.append(st)
+                continue
+            if st.req.keep_prefix:
+                self._keep_prefix(st)
+            if not st.prefix_only:
+                self._join(st)
+
+    def _keep_prefix(self, st: _Running) -> None:
+        """Hand the prompt's head back (Event "prefix"; for a prefix-only job its "done", and its slot
+        is freed: nothing of it decodes)."""
+        from ttsfleet.inference.prefix import snapshot_prefix
+
+        prefix = snapshot_prefix(self.cache, st.slot, st.req.prompt[:, :st.req.keep_prefix])
+        self.stats.prefixes_kept += 1
+        if not st.prefix_only:
+            st.handle.post(Event("prefix", prefix=prefix))
+            return
+        self._free_slot(st.slot)
+        self._dequeued()
+        st.handle.post(Event("done", reason="prefix", prefix=prefix))
 
     def _join(self, st: _Running) -> None:
         """A fully prefilled request takes the next decode batch row."""

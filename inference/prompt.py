@@ -45,18 +45,32 @@ def _codes(codes: Tensor, config: DualARConfig) -> Tensor:
     return grid
 
 
+def prompt_head(tok: Tokenizer, config: DualARConfig,
+                references: Sequence[tuple[Tensor, str]]) -> Tensor | None:
+    """The part of every prompt in these voices that comes before anything request-specific: the
+    system text and each reference's transcript and codes (None without references: the plain system
+    text is a few tokens, not worth keeping). :func:`build_prompt` starts with exactly these columns,
+    also when more references (a previous segment's codes) follow, so its K/V can be prefilled once
+    and reused (:mod:`ttsfleet.inference.prefix`). Each part is tokenized on its own, so cutting the
+    prompt at a part boundary changes no token."""
+    if not references:
+        return None
+    n = config.num_codebooks
+    parts = [_text(tok, f"<|im_start|>system\n{SYSTEM_WITH_REF}", n)]
+    for codes, ref_text in references:
+        parts.append(_text(tok, f"\n\nText:\n<|speaker:0|>{ref_text}\n\nSpeech:\n", n))
+        parts.append(_codes(codes, config))
+    return torch.cat(parts, dim=1)
+
+
 def build_prompt(tok: Tokenizer, config: DualARConfig, text: str,
                  references: Sequence[tuple[Tensor, str]] = ()) -> Tensor:
     """``LongTensor[1 + num_codebooks, T]`` for ``text`` in the voice of ``(codes, transcript)`` refs."""
     n = config.num_codebooks
-    parts: list[Tensor] = []
-    if references:
-        parts.append(_text(tok, f"<|im_start|>system\n{SYSTEM_WITH_REF}", n))
-        for codes, ref_text in references:
-            parts.append(_text(tok, f"\n\nText:\n<|speaker:0|>{ref_text}\n\nSpeech:\n", n))
-            parts.append(_codes(codes, config))
-        parts.append(_text(tok, "<|im_end|>\n", n))
+    head = prompt_head(tok, config, references)
+    if head is not None:
+        parts = [head, _text(tok, "<|im_end|>\n", n)]
     else:
-        parts.append(_text(tok, f"<|im_start|>system\n{SYSTEM_PLAIN}<|im_end|>\n", n))
+        parts = [_text(tok, f"<|im_start|>system\n{SYSTEM_PLAIN}<|im_end|>\n", n)]
     parts.append(_text(tok, f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n<|voice|>", n))
     return torch.cat(parts, dim=1)

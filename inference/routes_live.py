@@ -15,6 +15,11 @@ whatever is buffered). Each segment
 goes to the engine as soon as it is cut, conditioned on the previous one, and its audio is sent as
 it decodes through one encoder for the whole session (one continuous file). Time to first audio is
 measured from the first text to the first audio sent.
+
+Real-time mode, as the write-up describes it: when the session opens (a cloned voice: its
+references make a prompt head of hundreds of tokens) the voice head is prefilled at once, while the
+client is still getting its text ready (:meth:`Generation.open_prefix`); the first segment then
+prefills only its own tokens, so that prefill is off the first audio's path.
 """
 
 from __future__ import annotations
@@ -119,8 +124,10 @@ class LiveSession:
         self.buffer = TextBuffer(req.chunk_length, req.min_chunk_length)
         self.segments: asyncio.Queue[str | None] = asyncio.Queue(MAX_PENDING_SEGMENTS)
         self.first_text: float | None = None
+        self.prefix: asyncio.Future[None] | None = None  # the voice head's prefill (real-time mode)
 
     async def run(self) -> None:
+        self.prefix = asyncio.ensure_future(self.gen.open_prefix())  # real-time mode: before any text
         reader = asyncio.ensure_future(self._read())
         speaker = asyncio.ensure_future(self._speak())
         try:
@@ -140,9 +147,9 @@ class LiveSession:
             log.info("live session ended early: %r", exc)
             self.gen.finish(499, "client_disconnected")
         finally:
-            for task in (reader, speaker):
+            for task in (reader, speaker, self.prefix):
                 task.cancel()
-            await asyncio.gather(reader, speaker, return_exceptions=True)
+            await asyncio.gather(reader, speaker, self.prefix, return_exceptions=True)
             self.gen.cancel()
             self.enc.abort()
             if not self.gen.finished:
@@ -187,6 +194,8 @@ class LiveSession:
         """Segments → engine → audio messages, in order; then the tail and ``finish: stop``."""
         st = self.state
         while (text := await self.segments.get()) is not None:
+            if not self.prefix.done():  # the head's prefill began at open: its end is near
+                await asyncio.shield(self.prefix)
             self.gen.submit(text)  # the first may be a 429; later ones are never shed
             st.enter()
             try:

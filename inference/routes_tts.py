@@ -82,7 +82,7 @@ async def start(state: ServerState, req: TTSRequest) -> tuple[Job, Generation, A
     job = await validate(state, req)
     gen = Generation(state, req, job.references, job.arrived)
     enc = _encoder(job, gen)
-    gen.submit(job.segments[0])
+    gen.submit(job.segments[0], more_may_follow=len(job.segments) > 1)
     state.enter()
     return job, gen, enc
 

@@ -69,6 +69,9 @@ class ServeConfig:
     #: (5 ms). The engine, codec and event-loop threads share one GIL: a thread that gives it up
     #: for a kernel launch may wait a whole interval to get it back.
     gil_switch_ms: float = 0.0
+    #: Prefill a cloned voice's prompt head once and reuse its K/V: at a live session's open (the
+    #: write-up's real-time mode) and across the segments of a long text (inference/prefix.py).
+    prefix_reuse: bool = True
     catalog: str = ""  # GPU catalog file merged over the built-in classes ("" = the built-in catalog)
     #: The run's catalog, loaded by :meth:`resolve` from ``catalog``: class defaults, ``auto``
     #: quantization and the kernel dispatch all come from it.

@@ -6,6 +6,12 @@ segment up front, the live session submits segments as text arrives. Each segmen
 request whose prompt is conditioned on the previous segment's codes (Fish's
 ``condition_on_previous_chunks``); overload on the first segment is a 429 before any byte is sent,
 later segments of an accepted request are never shed.
+
+In a cloned voice every segment's prompt starts with the same head (system text + references,
+:func:`~ttsfleet.inference.prompt.prompt_head`). Its K/V are prefilled once and reused
+(:mod:`ttsfleet.inference.prefix`): the live route prefills the head when the session opens
+(:meth:`Generation.open_prefix`, the write-up's real-time mode: first audio then waits only for the
+text's own tokens), and a request of several segments keeps its first segment's head for the rest.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from ttsfleet.inference.server_state import ServerState
 
 #: (first chunk, later chunks) in frames per latency mode: smaller chunks = earlier first audio.
 _CHUNKING = {"low": (1, 4), "balanced": (2, 8), "normal": (4, 16)}
+#: Shortest prompt head worth keeping: below this a prefill costs about what the K/V copy does.
+MIN_PREFIX_TOKENS = 32
 
 
 class GenerationFailed(RuntimeError):
@@ -121,13 +129,42 @@ class Generation:
         self._text = ""
         self._previous: list[tuple[Any, str]] = []  # the last segment's codes, to condition the next
         self._active = False  # a segment is in the engine and not done
+        self.prefix: Any = None  # the voice head's K/V (PrefixKV), once prefilled
+        self.prefix_tokens_reused = 0
+
+    def _head(self) -> Any:
+        """The voice head's tokens when there is one worth keeping (and reuse is on), else None."""
+        from ttsfleet.inference.prompt import prompt_head
+
+        if not self.state.cfg.prefix_reuse:
+            return None
+        head = prompt_head(self.state.tokenizer, self.state.model.config, self.references)
+        return head if head is not None and head.shape[-1] >= MIN_PREFIX_TOKENS else None
+
+    async def open_prefix(self) -> None:
+        """Real-time mode: prefill the voice head now, before any text, so that the first segment
+        prefills only its own tokens. Best effort: an overloaded engine or a head too long for the
+        context leaves no prefix (the segments then prefill whole, as without it)."""
+        from ttsfleet.inference.engine import EngineOverloaded, EngineStopped, PromptTooLong
+
+        head = self._head()
+        if head is None or self.prefix is not None:
+            return
+        try:
+            handle = self.state.engine.prefill_prefix(head, asyncio.get_running_loop())
+        except (EngineOverloaded, EngineStopped, PromptTooLong):
+            return
+        ev = await handle.next()
+        if ev.kind == "done" and ev.prefix is not None:
+            self.prefix = ev.prefix
 
     @property
     def frames_per_second(self) -> float:
         return self.codec_rate / self.state.codec.frame_length
 
-    def submit(self, text: str) -> None:
-        """Hand the next segment to the engine; the first one may be refused (429), later ones never."""
+    def submit(self, text: str, more_may_follow: bool = True) -> None:
+        """Hand the next segment to the engine; the first one may be refused (429), later ones never.
+        ``more_may_follow``: keep the voice head's K/V from this segment's prefill for the next ones."""
         from ttsfleet.inference.engine import (
             EngineOverloaded,
             EngineStopped,
@@ -143,9 +180,12 @@ class Generation:
             prompt = build_prompt(st.tokenizer, st.model.config, text, references=self.references)
         first, chunk = _CHUNKING[self.req.latency]
         cap = st.cfg.max_new_tokens
+        prefix = self.prefix if self.prefix is not None and self.prefix.starts(prompt) else None
+        head = self._head() if prefix is None and more_may_follow else None
         gen = GenerationRequest(prompt=prompt, sampling=_sampling(self.req, self.index),
                                 max_new_tokens=min(self.req.max_new_tokens or cap, cap),
-                                first_chunk_frames=first, chunk_frames=chunk)
+                                first_chunk_frames=first, chunk_frames=chunk, prefix=prefix,
+                                keep_prefix=0 if head is None else int(head.shape[-1]))
         try:
             self.handle = st.engine.submit(gen, asyncio.get_running_loop(), admitted=self.index > 0)
         except PromptTooLong as exc:
@@ -156,6 +196,7 @@ class Generation:
             raise ApiError(503, f"engine unavailable: {exc}", "unavailable") from None
         self.index += 1
         self.prompt_tokens += int(prompt.shape[-1])
+        self.prefix_tokens_reused += 0 if prefix is None else prefix.length
         self._text = text
         self._active = True
 
@@ -166,7 +207,9 @@ class Generation:
         codes: list[np.ndarray] = []
         while True:
             ev = await self.handle.next()
-            if ev.kind == "audio":
+            if ev.kind == "prefix":
+                self.prefix = ev.prefix
+            elif ev.kind == "audio":
                 if ev.codes is not None and ev.codes.shape[1]:
                     codes.append(ev.codes)
                 if ev.audio is not None and ev.audio.size:
@@ -187,7 +230,7 @@ class Generation:
         try:
             for i, text in enumerate(segments):
                 if i > 0:
-                    self.submit(text)
+                    self.submit(text, more_may_follow=i + 1 < len(segments))
                 async for chunk in self.segment_audio():
                     yield chunk
         finally:

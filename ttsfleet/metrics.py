@@ -89,6 +89,9 @@ CONTRACT_LIST: tuple[MetricSpec, ...] = (
        "Decode batch size per decode step.", [L_MODEL], BATCH_BUCKETS),
     _m("inference", "inference_frames", "counter",
        "Audio frames decoded (one slow step plus its codebooks; 21.53 frames = 1 s).", [L_MODEL]),
+    _m("inference", "inference_prefill_tokens_reused", "counter",
+       "Prompt tokens restored from a head prefilled earlier (real-time mode's prefill at connection "
+       "open, later text segments) instead of prefilled again.", [L_MODEL]),
     _m("inference", "inference_requests", "counter",
        "Finished requests by HTTP status code.", [L_MODEL, L_STATUS]),
     _m("inference", "inference_errors", "counter",

@@ -60,6 +60,9 @@ CODEC_FAST = "TTSFLEET_CODEC_FAST"
 PREFILL_GRAPHS = "TTSFLEET_PREFILL_GRAPHS"
 #: The interpreter's thread switch interval in ms (``sys.setswitchinterval``); 0 = Python's 5 ms.
 GIL_SWITCH_MS = "TTSFLEET_GIL_SWITCH_MS"
+#: ``1`` (the default): a cloned voice's prompt head is prefilled once and reused, at a live
+#: session's open (real-time mode) and across a long text's segments; ``0``: every prompt whole.
+PREFIX_REUSE = "TTSFLEET_PREFIX_REUSE"
 #: Path of the run's GPU catalog file (``GpuCatalog.load``), so a server on a class added by a
 #: catalog file knows that class (its scheme, limits and kernel dispatch); empty = the built-in one.
 CATALOG = "TTSFLEET_CATALOG"
@@ -91,6 +94,7 @@ SERVER_ENV: Mapping[str, str] = MappingProxyType({
     "codec_fast": CODEC_FAST,
     "prefill_graphs": PREFILL_GRAPHS,
     "gil_switch_ms": GIL_SWITCH_MS,
+    "prefix_reuse": PREFIX_REUSE,
     "catalog": CATALOG,
 })
 
