@@ -55,6 +55,9 @@ PREFILL_COALESCE_MS = "TTSFLEET_PREFILL_COALESCE_MS"
 #: ``1`` (the default): the codec runs bf16 with the fused Snake kernel, replayed from CUDA graphs
 #: for every stream-count bucket (CUDA only); ``0``: float32, eager.
 CODEC_FAST = "TTSFLEET_CODEC_FAST"
+#: The ``torch.compile`` modes the codec accepts: those that leave CUDA graphs to the codec's own
+#: bucketed graphs (``reduce-overhead`` and ``max-autotune`` capture graphs of their own).
+CODEC_COMPILE_MODES: tuple[str, ...] = ("default", "max-autotune-no-cudagraphs")
 #: ``1`` (the default): the fused prefill's per-row work replays from CUDA graphs, one set per row
 #: bucket (``ttsfleet.inference.prefill_graphs``; CUDA only, with ``CUDA_GRAPHS``); ``0``: eager.
 PREFILL_GRAPHS = "TTSFLEET_PREFILL_GRAPHS"
