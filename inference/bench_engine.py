@@ -59,6 +59,8 @@ class EngineBenchConfig:
     gate: bool = False
     #: The codec in its fast mode (bf16, fused Snake, bucketed CUDA graphs): ``load_codec(fast=True)``.
     codec_fast: bool = False
+    #: ``torch.compile`` mode of the batched codec decode (None: eager): ``EngineConfig.codec_compile``.
+    codec_compile: str | None = None
 
     def requests_at(self, c: int) -> int:
         return self.requests or max(self.per_client * c, 4)
@@ -86,7 +88,7 @@ def build_engine(cfg: EngineBenchConfig) -> Any:
                         prefill_token_budget=cfg.prefill_token_budget,
                         prefill_chunk_tokens=cfg.prefill_chunk_tokens, pipeline_depth=cfg.pipeline_depth,
                         device=cfg.device, pad_to_buckets=cuda, cuda_graphs=cuda,
-                        codec_graphs=cuda and cfg.codec_fast)
+                        codec_graphs=cuda and cfg.codec_fast, codec_compile=cfg.codec_compile)
     engine = Engine(model, codec, ecfg, model_label=cfg.checkpoint)
     if cfg.plant_slowdown > 0:
         _plant_slowdown(engine, cfg.plant_slowdown)

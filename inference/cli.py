@@ -22,6 +22,8 @@ def print_table(report: dict) -> None:
     show(report)
 
 
+_CODEC_COMPILE_CHOICES = " | ".join(("off", *serving.CODEC_COMPILE_MODES))
+
 bench_app = typer.Typer(help="Load generators and benchmarks against running services.", no_args_is_help=True)
 
 
@@ -68,6 +70,11 @@ def serve(
     codec_fast: bool = typer.Option(None, "--codec-fast/--no-codec-fast", help="CUDA: bf16 codec, fused "
                                     "Snake kernel, graphs for every stream bucket; --no-codec-fast: "
                                     "float32, eager (env TTSFLEET_CODEC_FAST, default on)."),
+    codec_compile: str = typer.Option(None, metavar="MODE", help=f"{_CODEC_COMPILE_CHOICES}: the batched "
+                                      "codec decode through torch.compile (Inductor fuses its "
+                                      "elementwise passes), compiled at start before the codec graphs are "
+                                      "captured; a failed compile decodes eagerly. Off by default: not yet "
+                                      "measured on a GPU (env TTSFLEET_CODEC_COMPILE, default off)."),
     prefill_graphs: bool = typer.Option(None, "--prefill-graphs/--no-prefill-graphs", help="CUDA: the "
                                         "prefill's per-row work (all but attention) from CUDA graphs, one "
                                         "set per row bucket (env TTSFLEET_PREFILL_GRAPHS, default on)."),
@@ -92,8 +99,8 @@ def serve(
         max_text_chars=max_text_chars, max_new_tokens=max_new_tokens, drain_grace_s=drain_grace_s,
         drain_timeout_s=drain_timeout_s, body_timeout_s=body_timeout_s, seed=seed,
         prefill_chunk_tokens=prefill_chunk_tokens, prefill_coalesce_ms=prefill_coalesce_ms, catalog=catalog,
-        codec_fast=codec_fast, prefill_graphs=prefill_graphs, gil_switch_ms=gil_switch_ms,
-        prefix_reuse=prefix_reuse)
+        codec_fast=codec_fast, codec_compile=codec_compile, prefill_graphs=prefill_graphs,
+        gil_switch_ms=gil_switch_ms, prefix_reuse=prefix_reuse)
     code = run(cfg, log_level=log_level)
     if code:
         raise typer.Exit(code)
@@ -183,6 +190,8 @@ def bench_engine(
     frames_spread: float = typer.Option(0.0, help="Request lengths vary by +- this fraction of --frames."),
     gate: bool = typer.Option(False, help="Then a re-run and a planted 10% slowdown, gated on pass 1."),
     codec_fast: bool = typer.Option(False, help="The codec in its fast mode (bf16, fused Snake, graphs)."),
+    codec_compile: str = typer.Option("off", metavar="MODE", help=f"{_CODEC_COMPILE_CHOICES}: the batched "
+                                      "codec decode through torch.compile (as serve --codec-compile)."),
     out: Path = typer.Option(None, help="Directory for bench.json, bench.csv and bench.png."),
 ) -> None:
     """The decode engine in process under closed-loop load: frames/s, TTFA, step breakdown."""
@@ -201,6 +210,8 @@ def bench_engine(
                         "--requests, --prefill-chunk-tokens, --pipeline-depth >= 0")
     if not 0 <= plant_slowdown < 0.9 or not 0 <= frames_spread < 1:
         raise UserError("--plant-slowdown must be in [0, 0.9) and --frames-spread in [0, 1)")
+    if codec_compile not in ("off", *serving.CODEC_COMPILE_MODES):
+        raise UserError(f"--codec-compile {codec_compile!r} is not one of {_CODEC_COMPILE_CHOICES}")
     cfg = EngineBenchConfig(checkpoint=checkpoint, codec=codec, device=device, quantize=quantize,
                             levels=levels, prompt_tokens=prompt_tokens, frames=frames, requests=requests,
                             max_running_requests=max(64, levels[-1]), breakdown=breakdown,
@@ -208,6 +219,7 @@ def bench_engine(
                             prefill_token_budget=prefill_token_budget, repeats=repeats,
                             pipeline_depth=pipeline_depth, plant_slowdown=plant_slowdown,
                             frames_spread=frames_spread, gate=gate, codec_fast=codec_fast,
+                            codec_compile=None if codec_compile == "off" else codec_compile,
                             per_client=per_client)
 
     def progress(lv: Any) -> None:

@@ -74,6 +74,11 @@ class Snake(nn.Module):
     fused = False
 
     def forward(self, x: Tensor, st: State = None) -> Tensor:
+        if self.fused and torch.compiler.is_compiling():
+            # Traced by torch.compile: the expression in float32 (as the kernel computes it), which
+            # Inductor fuses with the ops around it; the hand-written kernel would be a fusion barrier.
+            a = self.alpha.float()
+            return (x.float() + (a + 1e-9).reciprocal() * torch.sin(a * x.float()).pow(2)).to(x.dtype)
         if self.fused:
             from ttsfleet.kernels.snake import snake
 

@@ -52,6 +52,8 @@ import numpy as np
 from ttsfleet.inference.graph_capture import CAPTURE_LOCK
 from ttsfleet.inference.prefill_coalesce import Arrivals, CoalesceRule, hold_arrivals
 
+from ttsfleet.contracts.serving import CODEC_COMPILE_MODES
+
 log = logging.getLogger("ttsfleet.inference.engine")
 
 #: Main-token history the sampler looks at (fish-speech: repetition-aware sampling window).
@@ -230,6 +232,12 @@ class EngineConfig:
     #: benchmarks/inference_h200/2026-12-01-served/run3-codec-graphs). The server turns it on with
     #: ``cuda_graphs``; eager codec calls keep a Python thread launching ~250 kernels per call.
     codec_graphs: bool = False
+    #: ``torch.compile`` mode of the batched codec decode (None: eager; else one of
+    #: :data:`ttsfleet.inference.codec.COMPILE_MODES`): compiled when the codec thread starts, before
+    #: its graphs are captured, so the graphs replay Inductor's fused kernels (issue #25). A compile
+    #: failure logs one warning and the codec decodes eagerly. Off until measured on a GPU
+    #: (benchmarks/inference_h200/codec_compile.py).
+    codec_compile: str | None = None
     #: Replay the fused prefill's per-row work (everything but attention) from CUDA graphs, one set
     #: per row bucket up to ``prefill_token_budget`` (CUDA only; needs ``pad_to_buckets`` for the
     #: scratch slot): a prefill call costs the host ~1/25 of the launches
@@ -318,6 +326,9 @@ class Engine:
             raise ValueError("prefill_token_budget must be >= 1 and prefill_chunk_tokens >= 0")
         if config.pipeline_depth < 0 or config.codec_max_frames < 1:
             raise ValueError("pipeline_depth must be >= 0 and codec_max_frames >= 1")
+        if config.codec_compile is not None and config.codec_compile not in CODEC_COMPILE_MODES:
+            raise ValueError(f"codec_compile {config.codec_compile!r} is not None or one of "
+                             f"{', '.join(CODEC_COMPILE_MODES)}")
         self._coalesce = CoalesceRule(config.prefill_coalesce_s, config.prefill_coalesce_prompts,
                                       config.prefill_token_budget)
         self.waiting: deque[_Running] = deque()
@@ -858,15 +869,19 @@ class Engine:
 
     def _codec_decoder(self) -> Any:
         """The batched slot decoder, its graphs captured for every stream bucket x frame count."""
+        t0 = time.perf_counter()
         decoder = self.codec.slot_decoder(self.codec_slots, max_frames=self.max_seq_len,
                                           graphs=self.device.type == "cuda" and self.cfg.codec_graphs,
-                                          graph_max_batch=self.max_slots)
-        t0 = time.perf_counter()
+                                          graph_max_batch=self.max_slots, compile_mode=self.cfg.codec_compile)
         frames = tuple(1 << i for i in range(self.cfg.codec_max_frames.bit_length()))
-        n = decoder.capture(frames)
+        n = decoder.capture(frames)  # compiled: the compiles happen here, before any capture
         if n:
             log.info("captured %d codec graphs (streams %s x frames %s) in %.1f s", n,
                      decoder.buckets, frames, time.perf_counter() - t0)
+        if self.cfg.codec_compile is not None:
+            log.info("codec decode compiled (%s): %s, %.1f s", self.cfg.codec_compile,
+                     "on" if decoder.compiled is not None else f"eager ({decoder.compile_error})",
+                     time.perf_counter() - t0)
         return decoder
 
     def _codec_pass(self, codec: _BatchedCodec) -> bool:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ttsfleet.contracts.serving import INFERENCE_PORT, SERVER_ENV, read_server_env
+from ttsfleet.contracts.serving import CODEC_COMPILE_MODES, INFERENCE_PORT, SERVER_ENV, read_server_env
 from ttsfleet.errors import UserError
 from ttsfleet.quantization import AUTO, parse_quantization
 
@@ -61,6 +61,10 @@ class ServeConfig:
     #: (benchmarks/inference_h200/2026-12-02-ab: 3.4x the frames/s at c=64, first audio p99 9.0 ->
     #: 0.5 s); its cost, bf16 against float32: 19.7 dB SNR on random weights.
     codec_fast: bool = True
+    #: ``off``, or the ``torch.compile`` mode of the batched codec decode (``default`` |
+    #: ``max-autotune-no-cudagraphs``), compiled at start before the codec graphs are captured (issue
+    #: #25). Off until measured on a GPU: benchmarks/inference_h200/codec_compile.py measures it.
+    codec_compile: str = "off"
     #: The fused prefill's per-row work from CUDA graphs, per row bucket (CUDA, with ``cuda_graphs``).
     #: On since the side-by-side H200 run of 2026-12-02 (benchmarks/inference_h200/2026-12-02-graphs:
     #: a prefill call's host time 40 -> 9 ms, logits bit-identical; served c=64 2,047 -> 2,626 frames/s).
@@ -121,6 +125,10 @@ class ServeConfig:
             Path(self.references_dir).mkdir(parents=True, exist_ok=True)
 
     def _check_ranges(self) -> None:
+        self.codec_compile = self.codec_compile.strip().lower() or "off"
+        if self.codec_compile not in ("off", *CODEC_COMPILE_MODES):
+            raise UserError(f"codec compile mode {self.codec_compile!r} (--codec-compile / "
+                            f"{ENV['codec_compile']}) is not off, {' or '.join(CODEC_COMPILE_MODES)}")
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise UserError(f"device {self.device!r} is not auto, cpu or cuda[:N]")
         if not 1 <= self.port <= 65535:

@@ -170,6 +170,7 @@ class ServerState:
                 cuda_graph_max_bs=cfg.cuda_graph_max_bs, device=device, pad_to_buckets=on_cuda,
                 cpu_threads=threads, cuda_graphs=on_cuda and cfg.cuda_graphs,
                 codec_graphs=fast_codec and cfg.cuda_graphs,
+                codec_compile=None if cfg.codec_compile == "off" else cfg.codec_compile,
                 prefill_graphs=on_cuda and cfg.cuda_graphs and cfg.prefill_graphs,
                 prefill_chunk_tokens=cfg.prefill_chunk_tokens,
                 prefill_coalesce_s=cfg.prefill_coalesce_ms / 1000))

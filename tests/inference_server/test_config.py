@@ -39,6 +39,19 @@ def test_prefill_chunk_tokens_from_env_and_flag():
     assert ServeConfig.from_env(env, prefill_chunk_tokens=0).prefill_chunk_tokens == 0  # 0 = no chunking
 
 
+def test_codec_compile_is_off_unless_asked():
+    """Off by default (not yet measured on a GPU); a torch.compile mode from the env or a flag."""
+    assert ENV["codec_compile"] == "TTSFLEET_CODEC_COMPILE"
+    assert ServeConfig.from_env({}).codec_compile == "off"
+    env = {ENV["codec_compile"]: " Default "}
+    assert ServeConfig.from_env(env).codec_compile == "default"
+    flag = ServeConfig.from_env(env, codec_compile="max-autotune-no-cudagraphs")
+    assert flag.codec_compile == "max-autotune-no-cudagraphs"
+    assert ServeConfig.from_env(env, codec_compile="off").codec_compile == "off"
+    with pytest.raises(UserError, match="TTSFLEET_CODEC_COMPILE"):
+        ServeConfig.from_env({}, codec_compile="max-autotune")  # captures CUDA graphs of its own
+
+
 @pytest.mark.parametrize("env", [
     {ENV["max_running_requests"]: "-3"},
     {ENV["max_running_requests"]: "4", ENV["cuda_graph_max_bs"]: "8"},
@@ -48,6 +61,7 @@ def test_prefill_chunk_tokens_from_env_and_flag():
     {ENV["device"]: "tpu"},
     {ENV["drain_grace_s"]: "soon"},
     {ENV["prefill_chunk_tokens"]: "-1"},
+    {ENV["codec_compile"]: "reduce-overhead"},
 ])
 def test_bad_configuration_is_a_user_error(env):
     with pytest.raises(UserError):

@@ -225,3 +225,37 @@ def test_decode_and_codec_graph_captures_take_turns(parts, monkeypatch):
     (a0, a1, a_held), (b0, b1, b_held) = spans["decode"], spans["codec"]
     assert a_held and b_held, spans
     assert a1 <= b0 or b1 <= a0, f"captures overlapped: {spans}"
+
+
+def test_the_engine_serves_audio_from_a_compiled_codec(parts, monkeypatch):
+    """``EngineConfig.codec_compile``: the codec thread compiles its batched decoder when it starts
+    (here with Dynamo's ``eager`` backend: tracing, not Inductor's minutes of CPU code generation),
+    before any request, and the requests' audio is their codes' one-shot decode. A mode that is not
+    one of the codec's is refused when the engine is built, not in its codec thread."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    model, codec, _ = parts
+    counter = CompileCounterWithBackend("eager")
+    made = []
+    slot_decoder = codec.slot_decoder
+
+    def with_test_backend(*args, **kwargs):
+        made.append(slot_decoder(*args, compile_backend=counter, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(codec, "slot_decoder", with_test_backend)
+    torch._dynamo.reset()
+    try:
+        cfg = EngineConfig(max_running_requests=2, max_queue=8, codec_max_frames=1, codec_compile="default")
+        eng, out, _ = _run(parts, cfg, [21, 22, 23], max_new=8)
+    finally:
+        torch._dynamo.reset()
+    (dec,) = made
+    assert dec.compile_mode == "default" and dec.compiled is not None, dec.compile_error
+    # one stream and several x one frame, compiled at start; the requests' pushes compiled nothing
+    assert counter.frame_count == 2 and eng.stats.codec_calls > 0
+    for codes, audio, reason in out:
+        assert reason in ("stop", "length") and audio.size == codes.shape[1] * codec.frame_length
+        np.testing.assert_allclose(audio, codec.decode(torch.from_numpy(codes)), atol=1e-4, rtol=0)
+    with pytest.raises(ValueError, match="codec_compile"):
+        Engine(model, codec, EngineConfig(max_running_requests=1, codec_compile="max-autotune"))

@@ -55,6 +55,13 @@ PREFILL_COALESCE_MS = "TTSFLEET_PREFILL_COALESCE_MS"
 #: ``1`` (the default): the codec runs bf16 with the fused Snake kernel, replayed from CUDA graphs
 #: for every stream-count bucket (CUDA only); ``0``: float32, eager.
 CODEC_FAST = "TTSFLEET_CODEC_FAST"
+#: ``off`` (the default) or a ``torch.compile`` mode of :data:`CODEC_COMPILE_MODES`: the batched codec
+#: decode compiled by Inductor before its CUDA graphs are captured (issue #25; not yet measured on a
+#: GPU, hence off).
+CODEC_COMPILE = "TTSFLEET_CODEC_COMPILE"
+#: The ``torch.compile`` modes the codec accepts: those that leave CUDA graphs to the codec's own
+#: bucketed graphs (``reduce-overhead`` and ``max-autotune`` capture graphs of their own).
+CODEC_COMPILE_MODES: tuple[str, ...] = ("default", "max-autotune-no-cudagraphs")
 #: ``1`` (the default): the fused prefill's per-row work replays from CUDA graphs, one set per row
 #: bucket (``ttsfleet.inference.prefill_graphs``; CUDA only, with ``CUDA_GRAPHS``); ``0``: eager.
 PREFILL_GRAPHS = "TTSFLEET_PREFILL_GRAPHS"
@@ -92,6 +99,7 @@ SERVER_ENV: Mapping[str, str] = MappingProxyType({
     "prefill_chunk_tokens": PREFILL_CHUNK_TOKENS,
     "prefill_coalesce_ms": PREFILL_COALESCE_MS,
     "codec_fast": CODEC_FAST,
+    "codec_compile": CODEC_COMPILE,
     "prefill_graphs": PREFILL_GRAPHS,
     "gil_switch_ms": GIL_SWITCH_MS,
     "prefix_reuse": PREFIX_REUSE,
