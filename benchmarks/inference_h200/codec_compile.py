@@ -5,11 +5,12 @@ costs 27.0 ms per 64 streams x 4 frames push on the H200 (2026-12-02); the issue
 This script measures, in one process, side by side on the same random S2-size codec:
 
 - ``graphs``: the serving path as it is (the baseline);
-- ``compiled``: the same slot decoder with its ``_decode`` wrapped in ``torch.compile`` (Inductor
-  fuses the elementwise work around the convolutions: bias adds, residual adds, Snake, the causal
-  history concatenations), then captured in the same bucketed CUDA graphs;
-- ``compiled-dynamic``: the same with symbolic shapes (one compile for every streams x frames shape
-  instead of one per shape: what a server with ~40 captured shapes can afford at start-up);
+- ``compiled``: the serving decoder with ``compile_mode="default"`` (``ttsfleet serve --codec-compile
+  default``): Inductor fuses the elementwise work around the convolutions (bias adds, residual adds,
+  Snake, the causal history concatenations), with symbolic shapes (four compiles serve every
+  streams x frames shape a server captures), then the same bucketed CUDA graphs record it;
+- ``compiled-static``: the eager decode wrapped with fixed shapes (one compile per shape: what the
+  symbolic compile gives up, if anything);
 - ``compiled-autotune``: Inductor's ``max-autotune-no-cudagraphs`` (Triton conv and
   GEMM templates raced against cuDNN / cuBLAS; long to compile).
 
@@ -54,16 +55,21 @@ def timed(dev: torch.device, fn) -> float:  # noqa: ANN001
 
 
 def make_decoder(codec, variant: str, slots: int) -> Any:  # noqa: ANN001
-    dec = codec.slot_decoder(slots, max_frames=4096, graphs=True, graph_max_batch=slots)
-    if variant == "graphs":
+    """The serving decoder of ``variant``: compiled ones through ``slot_decoder(compile_mode=...)``,
+    exactly as ``ttsfleet serve --codec-compile MODE`` builds it (symbolic shapes, state marked
+    static, Snake traced in float32); ``compiled-static`` wraps the eager decode with fixed shapes
+    (one compile per shape: the ceiling the symbolic one is compared with)."""
+    if variant in ("graphs", "compiled-static"):
+        dec = codec.slot_decoder(slots, max_frames=4096, graphs=True, graph_max_batch=slots)
+        if variant == "compiled-static":  # one eager call first: every state tensor exists
+            dev = codec.device
+            dec._decode_eager(torch.arange(slots, slots + 1, device=dev),
+                              torch.zeros(1, codec.num_codebooks, 1, dtype=torch.long, device=dev))
+            dec.state.reset(slots)
+            dec.compiled = torch.compile(dec._decode_eager, dynamic=False)
         return dec
-    rows = torch.arange(1, device=codec.device)
-    codes = torch.zeros(1, codec.num_codebooks, 1, dtype=torch.long, device=codec.device)
-    dec._decode(rows, codes)  # eager once: every state tensor exists before tracing
-    dec.reset(0)
     mode = "max-autotune-no-cudagraphs" if variant == "compiled-autotune" else "default"
-    dec._decode = torch.compile(dec._decode, mode=mode, dynamic=variant == "compiled-dynamic")
-    return dec
+    return codec.slot_decoder(slots, max_frames=4096, graphs=True, graph_max_batch=slots, compile_mode=mode)
 
 
 def push_ms(dec, b: int, t: int, codes: torch.Tensor) -> float:  # noqa: ANN001
@@ -135,8 +141,8 @@ def main() -> None:
     ap.add_argument("out", nargs="?")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--codec", default="s2-pro")
-    ap.add_argument("--variants", default="graphs,compiled,compiled-dynamic",
-                    help="comma list of graphs, compiled, compiled-dynamic, compiled-autotune")
+    ap.add_argument("--variants", default="graphs,compiled,compiled-static",
+                    help="comma list of graphs, compiled, compiled-static, compiled-autotune")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--shapes", default=",".join(f"{b}x{t}" for b, t in SHAPES))
     args = ap.parse_args()

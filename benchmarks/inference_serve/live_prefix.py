@@ -1,0 +1,162 @@
+"""Real-time mode measured: first audio of live sessions in a cloned voice, with the voice head
+prefilled at open (``--prefix-reuse``) and without (``--no-prefix-reuse``), side by side.
+
+Two ``ttsfleet serve`` processes, one per side, same checkpoint and flags otherwise. Each session is
+the official fish-audio-sdk's ``stream_websocket`` with an inline reference voice (espeak-ng speech
+of ``--ref-seconds``, its transcript); the text generator waits ``--pause-ms`` after the session
+opens (a voice agent's LLM producing its first sentence) and then yields two sentences. First audio
+is measured at the client, from the moment the generator hands over the first text to the first
+audio chunk received: what a listener waits. Sessions run ``--concurrency`` at a time; the sides
+alternate round by round (``--rounds``), so a noisy machine hits both alike. Prints a table of
+medians, p90 and the per-round ratio spread; writes every session to ``OUT/live_prefix.json``.
+
+    python -P benchmarks/inference_serve/live_prefix.py OUT [--checkpoint tiny --device cpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+TEXT = ("Thanks for calling, I can help you with your booking right away today. ",
+        "Let me pull up the reservation details for the name you gave me.")
+TRANSCRIPT = ("The quick brown fox jumps over the lazy dog while the river runs quietly past the old mill "
+              "and the forecast says rain later in the evening.")
+
+
+def reference_wav(seconds: float) -> bytes:
+    """Real speech from espeak-ng, repeated to about ``seconds`` (the reference voice)."""
+    if not shutil.which("espeak-ng"):
+        sys.exit("espeak-ng is needed for the reference voice")
+    import io
+
+    import soundfile as sf
+
+    one = subprocess.run(["espeak-ng", "--stdout", TRANSCRIPT], capture_output=True, check=True).stdout
+    wave, sr = sf.read(io.BytesIO(one), dtype="float32")
+    wave = np.tile(wave, max(1, round(seconds * sr / wave.size)))
+    buf = io.BytesIO()
+    sf.write(buf, wave, sr, format="WAV", subtype="PCM_16")
+    return buf.getvalue()
+
+
+def start_server(flags: list[str], log: Path) -> tuple[subprocess.Popen, str]:
+    from ttsfleet.devtools.ports import free_port
+
+    port = free_port()
+    cmd = [sys.executable, "-P", "-m", "ttsfleet.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
+           "--log-level", "warning", *flags]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TTSFLEET_")}
+    proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            sys.exit(f"server {flags} exited: {log.read_text()[-2000:]}")
+        try:
+            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    proc.kill()
+    sys.exit(f"server {flags} not ready")
+
+
+def one_session(url: str, voice: bytes, pause_s: float, seed: int) -> dict[str, Any]:
+    """One live session; first audio from the first text handed over to the first chunk received."""
+    import fishaudio
+
+    handed: list[float] = []
+
+    def text():
+        time.sleep(pause_s)
+        handed.append(time.perf_counter())
+        yield TEXT[0]
+        yield TEXT[1]
+
+    ref = fishaudio.ReferenceAudio(audio=voice, text=TRANSCRIPT)
+    first, size = None, 0
+    start = time.perf_counter()
+    with fishaudio.FishAudio(api_key="x", base_url=url) as fish:
+        for chunk in fish.tts.stream_websocket(text(), format="pcm", references=[ref],
+                                               config=fishaudio.TTSConfig(temperature=0.7, top_p=0.7)):
+            if first is None and chunk:
+                first = time.perf_counter()
+            size += len(chunk)
+    return {"ttfa_s": None if first is None else first - handed[0], "wall_s": time.perf_counter() - start,
+            "audio_bytes": size, "seed": seed}
+
+
+def run_round(url: str, voice: bytes, args: argparse.Namespace, seed: int) -> list[dict[str, Any]]:
+    with ThreadPoolExecutor(args.concurrency) as pool:
+        futures = [pool.submit(one_session, url, voice, args.pause_ms / 1000, seed + i)
+                   for i in range(args.sessions)]
+        return [f.result() for f in futures]
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, float]:
+    t = [r["ttfa_s"] * 1000 for r in rows if r["ttfa_s"] is not None]
+    return {"n": len(t), "ttfa_p50_ms": float(np.percentile(t, 50)),
+            "ttfa_p90_ms": float(np.percentile(t, 90)),
+            "failed": sum(r["ttfa_s"] is None or not r["audio_bytes"] for r in rows)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--checkpoint", default="tiny")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--serve-args", default="--max-new-tokens 48", help="more `ttsfleet serve` flags")
+    ap.add_argument("--ref-seconds", type=float, default=10.0)
+    ap.add_argument("--pause-ms", type=float, default=300.0)
+    ap.add_argument("--sessions", type=int, default=8, help="sessions per side per round")
+    ap.add_argument("--concurrency", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    voice = reference_wav(args.ref_seconds)
+    base = ["--checkpoint", args.checkpoint, "--device", args.device, *args.serve_args.split()]
+    sides = {"reuse": ["--prefix-reuse"], "whole": ["--no-prefix-reuse"]}
+    servers = {k: start_server(base + f, args.out / f"server-{k}.log") for k, f in sides.items()}
+    rows: dict[str, list[dict[str, Any]]] = {k: [] for k in sides}
+    ratios = []
+    try:
+        from tqdm import tqdm
+
+        for r in tqdm(range(args.rounds), desc="rounds (reuse, then whole)"):
+            got = {k: run_round(servers[k][1], voice, args, 1000 * r) for k in sides}
+            for k, v in got.items():
+                rows[k] += [{**x, "round": r} for x in v]
+            ratios.append(summarize(got["whole"])["ttfa_p50_ms"] / summarize(got["reuse"])["ttfa_p50_ms"])
+    finally:
+        for proc, _ in servers.values():
+            proc.send_signal(signal.SIGINT)
+            proc.wait(30)
+    report = {"date": time.strftime("%Y-%m-%d"), "host": os.uname().nodename, "cpus": os.cpu_count(),
+              "load_avg_1m": os.getloadavg()[0], "args": {k: str(v) for k, v in vars(args).items()},
+              "sides": {k: summarize(v) for k, v in rows.items()}, "p50_ratio_per_round": ratios,
+              "sessions": rows}
+    (args.out / "live_prefix.json").write_text(json.dumps(report, indent=2))
+    print("\n| side | sessions | first audio p50 ms | p90 ms | failed |\n|---|---:|---:|---:|---:|")
+    for k, s in report["sides"].items():
+        print(f"| {k} | {s['n']} | {s['ttfa_p50_ms']:.0f} | {s['ttfa_p90_ms']:.0f} | {s['failed']} |")
+    print(f"whole / reuse p50 per round: {', '.join(f'{x:.2f}' for x in ratios)} "
+          f"(median {statistics.median(ratios):.2f})")
+
+
+if __name__ == "__main__":
+    main()
