@@ -2,9 +2,11 @@
 prefilled at open (``--prefix-reuse``) and without (``--no-prefix-reuse``), side by side.
 
 Two ``ttsfleet serve`` processes, one per side, same checkpoint and flags otherwise. Each session is
-the official fish-audio-sdk's ``stream_websocket`` with an inline reference voice (espeak-ng speech
-of ``--ref-seconds``, its transcript); the text generator waits ``--pause-ms`` after the session
-opens (a voice agent's LLM producing its first sentence) and then yields two sentences. First audio
+the official fish-audio-sdk's ``stream_websocket`` in a stored voice (``reference_id``: espeak-ng
+speech of ``--ref-seconds`` and its transcript, added once per server through
+``/v1/references/add``, as a voice agent uses a voice it has set up); the text generator waits
+``--pause-ms`` after the session opens (a voice agent's LLM producing its first sentence) and then
+yields two sentences. First audio
 is measured at the client, from the moment the generator hands over the first text to the first
 audio chunk received: what a listener waits. Sessions run ``--concurrency`` at a time; the sides
 alternate round by round (``--rounds``), so a noisy machine hits both alike. Prints a table of
@@ -76,7 +78,28 @@ def start_server(flags: list[str], log: Path) -> tuple[subprocess.Popen, str]:
     sys.exit(f"server {flags} not ready")
 
 
-def one_session(url: str, voice: bytes, pause_s: float, seed: int) -> dict[str, Any]:
+VOICE_ID = "live-prefix-bench"
+
+
+def add_voice(url: str, voice: bytes) -> None:
+    with httpx.Client(base_url=url, timeout=300) as c:
+        r = c.post("/v1/references/add", files={"audio": ("voice.wav", voice, "audio/wav")},
+                   data={"id": VOICE_ID, "text": TRANSCRIPT})
+        r.raise_for_status()
+
+
+def reused_tokens(url: str) -> float:
+    """The server's ``inference_prefill_tokens_reused`` counter."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from ttsfleet.metrics import spec
+
+    name = spec("inference_prefill_tokens_reused").exposed_names[0]
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == name)
+
+
+def one_session(url: str, pause_s: float, seed: int) -> dict[str, Any]:
     """One live session; first audio from the first text handed over to the first chunk received."""
     import fishaudio
 
@@ -88,11 +111,10 @@ def one_session(url: str, voice: bytes, pause_s: float, seed: int) -> dict[str, 
         yield TEXT[0]
         yield TEXT[1]
 
-    ref = fishaudio.ReferenceAudio(audio=voice, text=TRANSCRIPT)
     first, size = None, 0
     start = time.perf_counter()
     with fishaudio.FishAudio(api_key="x", base_url=url) as fish:
-        for chunk in fish.tts.stream_websocket(text(), format="pcm", references=[ref],
+        for chunk in fish.tts.stream_websocket(text(), format="pcm", reference_id=VOICE_ID,
                                                config=fishaudio.TTSConfig(temperature=0.7, top_p=0.7)):
             if first is None and chunk:
                 first = time.perf_counter()
@@ -101,9 +123,9 @@ def one_session(url: str, voice: bytes, pause_s: float, seed: int) -> dict[str, 
             "audio_bytes": size, "seed": seed}
 
 
-def run_round(url: str, voice: bytes, args: argparse.Namespace, seed: int) -> list[dict[str, Any]]:
+def run_round(url: str, args: argparse.Namespace, seed: int) -> list[dict[str, Any]]:
     with ThreadPoolExecutor(args.concurrency) as pool:
-        futures = [pool.submit(one_session, url, voice, args.pause_ms / 1000, seed + i)
+        futures = [pool.submit(one_session, url, args.pause_ms / 1000, seed + i)
                    for i in range(args.sessions)]
         return [f.result() for f in futures]
 
@@ -131,17 +153,21 @@ def main() -> None:
     voice = reference_wav(args.ref_seconds)
     base = ["--checkpoint", args.checkpoint, "--device", args.device, *args.serve_args.split()]
     sides = {"reuse": ["--prefix-reuse"], "whole": ["--no-prefix-reuse"]}
-    servers = {k: start_server(base + f, args.out / f"server-{k}.log") for k, f in sides.items()}
+    servers = {k: start_server([*base, *f, "--references-dir", str(args.out / f"refs-{k}")],
+                               args.out / f"server-{k}.log") for k, f in sides.items()}
+    for _, url in servers.values():
+        add_voice(url, voice)
     rows: dict[str, list[dict[str, Any]]] = {k: [] for k in sides}
     ratios = []
     try:
         from tqdm import tqdm
 
         for r in tqdm(range(args.rounds), desc="rounds (reuse, then whole)"):
-            got = {k: run_round(servers[k][1], voice, args, 1000 * r) for k in sides}
+            got = {k: run_round(servers[k][1], args, 1000 * r) for k in sides}
             for k, v in got.items():
                 rows[k] += [{**x, "round": r} for x in v]
             ratios.append(summarize(got["whole"])["ttfa_p50_ms"] / summarize(got["reuse"])["ttfa_p50_ms"])
+        reused = {k: reused_tokens(url) for k, (_, url) in servers.items()}
     finally:
         for proc, _ in servers.values():
             proc.send_signal(signal.SIGINT)
@@ -149,11 +175,13 @@ def main() -> None:
     report = {"date": time.strftime("%Y-%m-%d"), "host": os.uname().nodename, "cpus": os.cpu_count(),
               "load_avg_1m": os.getloadavg()[0], "args": {k: str(v) for k, v in vars(args).items()},
               "sides": {k: summarize(v) for k, v in rows.items()}, "p50_ratio_per_round": ratios,
+              "prefill_tokens_reused": reused,
               "sessions": rows}
     (args.out / "live_prefix.json").write_text(json.dumps(report, indent=2))
     print("\n| side | sessions | first audio p50 ms | p90 ms | failed |\n|---|---:|---:|---:|---:|")
     for k, s in report["sides"].items():
         print(f"| {k} | {s['n']} | {s['ttfa_p50_ms']:.0f} | {s['ttfa_p90_ms']:.0f} | {s['failed']} |")
+    print(f"prompt tokens reused (server counter): {reused}")
     print(f"whole / reuse p50 per round: {', '.join(f'{x:.2f}' for x in ratios)} "
           f"(median {statistics.median(ratios):.2f})")
 
