@@ -13,6 +13,7 @@ alternate round by round (``--rounds``), so a noisy machine hits both alike. Pri
 medians, p90 and the per-round ratio spread; writes every session to ``OUT/live_prefix.json``.
 
     python -P benchmarks/inference_serve/live_prefix.py OUT [--checkpoint tiny --device cpu]
+    python3 -m benchmarks.inference_serve.live_prefix OUT --checkpoint s2-pro --device cuda  # device
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ def start_server(flags: list[str], log: Path) -> tuple[subprocess.Popen, str]:
     from ttsfleet.devtools.ports import free_port
 
     port = free_port()
-    cmd = [sys.executable, "-P", "-m", "ttsfleet.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
+    safe = ["-P"] if sys.flags.safe_path else []  # as this script runs: -P here, `python3 -m` on the device
+    cmd = [sys.executable, *safe, "-m", "ttsfleet.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
            "--log-level", "warning", *flags]
     env = {k: v for k, v in os.environ.items() if not k.startswith("TTSFLEET_")}
     proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env)
