@@ -125,6 +125,7 @@ class LiveSession:
         self.segments: asyncio.Queue[str | None] = asyncio.Queue(MAX_PENDING_SEGMENTS)
         self.first_text: float | None = None
         self.prefix: asyncio.Future[None] | None = None  # the voice head's prefill (real-time mode)
+        self._prefix_awaited = False
 
     async def run(self) -> None:
         self.prefix = asyncio.ensure_future(self.gen.open_prefix())  # real-time mode: before any text
@@ -194,8 +195,7 @@ class LiveSession:
         """Segments → engine → audio messages, in order; then the tail and ``finish: stop``."""
         st = self.state
         while (text := await self.segments.get()) is not None:
-            if not self.prefix.done():  # the head's prefill began at open: its end is near
-                await asyncio.shield(self.prefix)
+            await self._prefix_ready()
             self.gen.submit(text)  # the first may be a 429; later ones are never shed
             st.enter()
             try:
@@ -206,6 +206,17 @@ class LiveSession:
         await self._send_audio(await self.enc.finish_async())
         self.gen.finish(200, realtime=False)
         await self.ws.send_bytes(msgpack.packb({"event": "finish", "reason": "stop"}))
+
+    async def _prefix_ready(self) -> None:
+        """Wait for the voice head's prefill begun at open (its end is near by now); a failed one only
+        means the segments prefill whole."""
+        if self.prefix is None or self._prefix_awaited:
+            return
+        self._prefix_awaited = True  # once: the later segments find it settled
+        try:
+            await asyncio.shield(self.prefix)
+        except Exception:
+            log.exception("live: the voice head's prefill failed; prefilling the segments whole")
 
     async def _send_audio(self, data: bytes) -> None:
         for i in range(0, len(data), MAX_AUDIO_MESSAGE):
