@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, ValidationError
 from ttsfleet.fill_jobs import registry
@@ -58,6 +59,18 @@ class CleaningConfig(WireModel):
                               "(or its folder), or a random-weight preset (tiny, s2-pro) for tests")
     codec_batch_seconds: float = Field(default=240.0, gt=0, le=3600,
                                        description="padded audio per codec forward pass")
+    codec_precision: Literal["float32", "tf32", "bf16"] = Field(
+        default="float32",
+        description="arithmetic of the codec stage's encoder. float32 (TF32 off) is the default "
+                    "because every code is an argmin over distances to the codebook entries: "
+                    "lower precision moves the distances and flips the near-ties, so the codes "
+                    "differ from float32's (and a flip in one codebook changes the residual the "
+                    "next ones quantize). tf32: TF32 allowed in cuDNN convolutions and matmuls of "
+                    "the encoder (CUDA only; on the CPU it is float32). bf16: encoder weights and "
+                    "activations in bf16. In both, the resampler and the quantizer's residual "
+                    "codebooks (projections and the nearest-code search) stay float32. Measure "
+                    "the agreement with float32 before using them "
+                    "(benchmarks/fill_jobs/bench_codec_precision.py)")
     batch_items: int = Field(default=32, ge=1, le=4096,
                              description="items per group of the batch stages; with a batch stage "
                                          "commits fall on group boundaries, so a restart forms the "
@@ -70,8 +83,10 @@ class CleaningConfig(WireModel):
 
     def digest(self) -> str:
         """Stable hash of the settings that change outputs (device and parallelism do not)."""
-        data = self.model_dump(exclude={"feature_device", "feature_batch_size", "workers",
-                                        "prefetch_items"})
+        exclude = {"feature_device", "feature_batch_size", "workers", "prefetch_items"}
+        if self.codec_precision == "float32":  # added later: the default keeps older digests
+            exclude.add("codec_precision")
+        data = self.model_dump(exclude=exclude)
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -10,13 +10,23 @@ at most ``codecBatchSeconds`` of padded audio. The codec is causal end to end, s
 after a clip changes none of its frames: a clip's codes do not depend on its batch neighbours
 (tests/fill_jobs/test_tokenize.py checks it against ``Codec.encode`` clip by clip).
 
+Precision (``codecPrecision``): ``float32`` (TF32 off, the default) or, for speed, ``tf32`` / ``bf16``
+for the encoder's trunk (the encoder, the quantizer's downsampling and its window transformer);
+the resampler and the residual codebooks (projections and nearest-code search) stay float32
+(:func:`encode_split`). Codes are argmins over distances, so a lower precision flips near-ties:
+:func:`code_agreement` / :func:`precision_agreement` measure the share of codes that stay equal to
+float32's (``benchmarks/fill_jobs/bench_codec_precision.py``).
+
 Output per segment: ``codes/<2 hex>/<id>[.pNN].npy`` (int16, ``[num_codebooks, frames]``), named
 in the row's output entry as ``codes`` with ``code_frames``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from math import gcd
 from typing import TYPE_CHECKING
 
@@ -27,6 +37,10 @@ from ttsfleet.errors import UserError
 if TYPE_CHECKING:
     import torch
     from ttsfleet.fill_jobs.settings import CleaningConfig
+    from ttsfleet.inference.codec import Codec
+
+#: ``codecPrecision`` values (:class:`~ttsfleet.fill_jobs.settings.CleaningConfig`).
+PRECISIONS = ("float32", "tf32", "bf16")
 
 
 class PolyphaseResampler:
@@ -90,18 +104,72 @@ def pack(lengths: list[int], budget: int) -> list[list[int]]:
     return batches
 
 
-class BatchEncoder:
-    """A codec plus its resampler on one device: many clips at ``rate`` → codes per clip."""
+@contextlib.contextmanager
+def _tf32(device: torch.device, on: bool) -> Iterator[None]:
+    """TF32 in cuDNN and CUDA matmuls for the block (CUDA only), the previous flags after it."""
+    import torch
 
-    def __init__(self, codec_name: str, rate: int, device: str, batch_seconds: float) -> None:
+    if device.type != "cuda":
+        yield
+        return
+    cudnn, matmul = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = on
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = cudnn, matmul
+
+
+def encode_split(codec: Codec, x: torch.Tensor, dtype: torch.dtype, tf32: bool = False) -> torch.Tensor:
+    """``codec.quantizer.encode(codec.encoder(x))`` with its trunk (encoder, downsampling, window
+    transformer) in ``dtype`` (and TF32 where ``tf32``, on CUDA) and its residual codebooks in
+    float32 without TF32: the projections into each codebook and the distances of the
+    nearest-code search (``VQ.quantize`` computes in its input's dtype) are float32 whatever the
+    trunk ran in. The trunk's modules must hold ``dtype`` weights, the codebooks' float32. In
+    float32 without TF32 the codes equal the codec's own (tests/fill_jobs/test_tokenize.py);
+    the steps mirror ``Quantizer.encode``."""
+    import torch
+
+    q = codec.quantizer
+    with _tf32(x.device, tf32):
+        z = codec.encoder(x.to(dtype))
+        for conv, nx in q.downsample:
+            z = nx(conv(z))
+        z = q.pre_module(z)
+    with _tf32(x.device, False):
+        z = z.float()
+        sem_z, sem_codes = q.semantic_quantizer.quantize(z)
+        _, codes = q.quantizer.quantize(z - sem_z)
+    return torch.cat([sem_codes, codes], dim=1)
+
+
+class BatchEncoder:
+    """A codec plus its resampler on one device: many clips at ``rate`` → codes per clip.
+
+    ``precision`` (``codecPrecision``): ``float32`` runs the codec's own ``quantizer.encode(
+    encoder(x))`` with TF32 off, as before the setting existed; ``tf32`` and ``bf16`` go through
+    :func:`encode_split` (``tf32`` on the CPU is float32)."""
+
+    def __init__(self, codec_name: str, rate: int, device: str, batch_seconds: float,
+                 precision: str = "float32") -> None:
         import torch
         from ttsfleet.inference.codec import load_codec
 
+        if precision not in PRECISIONS:
+            raise UserError(f"codec precision {precision!r} is not one of {', '.join(PRECISIONS)}")
         self.device = torch.device(device)
         if self.device.type == "cuda":  # full fp32 (no TF32): codes are argmins over distances
             torch.backends.cudnn.allow_tf32 = False
             torch.backends.cuda.matmul.allow_tf32 = False
+        self.precision = precision
         self.codec = load_codec(codec_name, device=self.device)
+        self.trunk_dtype = torch.float32
+        if precision == "bf16":  # the trunk as load_codec(dtype=bf16) has it; the codebooks float32
+            self.trunk_dtype = torch.bfloat16
+            q = self.codec.quantizer
+            for m in (self.codec.encoder, q.downsample, q.pre_module):
+                m.to(torch.bfloat16)
+        self.split = precision == "bf16" or (precision == "tf32" and self.device.type == "cuda")
         self.rate = rate
         self.resampler = PolyphaseResampler(rate, self.codec.sample_rate, self.device)
         self.budget = int(batch_seconds * rate)
@@ -132,7 +200,11 @@ class BatchEncoder:
             x = self.resampler(host.to(self.device, non_blocking=True), lengths)
             frame = self.codec.frame_length
             x = F.pad(x, (0, -x.shape[-1] % frame))[:, None, :]
-            codes = self.codec.quantizer.encode(self.codec.encoder(x)).to(torch.int16)
+            if self.split:
+                codes = encode_split(self.codec, x, self.trunk_dtype, self.precision == "tf32")
+            else:
+                codes = self.codec.quantizer.encode(self.codec.encoder(x))
+            codes = codes.to(torch.int16)
         if timed:
             end.record()
         host_codes = codes.cpu().numpy()
@@ -140,6 +212,47 @@ class BatchEncoder:
             self.gpu_seconds += start.elapsed_time(end) / 1000
         frames = [-(-self.resampler.out_length(n) // frame) for n in lengths]
         return [np.ascontiguousarray(host_codes[j, :, :t]) for j, t in enumerate(frames)]
+
+
+@dataclass(frozen=True)
+class CodeAgreement:
+    """How many codes two encodings of the same clips share: ``per_codebook[k]`` is the share of
+    frames whose codebook-``k`` code is identical (``k`` = 0: the semantic codebook), ``overall``
+    the share of all codes, ``frames`` the share of frames identical in every codebook."""
+
+    per_codebook: tuple[float, ...]
+    overall: float
+    frames: float
+    codes: int  # code entries compared
+
+    def as_dict(self) -> dict:
+        return {"per_codebook": list(self.per_codebook), "overall": self.overall,
+                "frames": self.frames, "codes": self.codes}
+
+
+def code_agreement(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> CodeAgreement:
+    """Agreement of two lists of ``[num_codebooks, frames]`` codes of the same clips (same shapes)."""
+    if len(a) != len(b) or not a:
+        raise ValueError(f"need the same non-zero number of clips, got {len(a)} and {len(b)}")
+    for i, (x, y) in enumerate(zip(a, b, strict=True)):
+        if x.ndim != 2 or x.shape != y.shape:
+            raise ValueError(f"clip {i}: codes of shapes {x.shape} and {y.shape} cannot be compared")
+    same = np.concatenate([np.asarray(x) == np.asarray(y) for x, y in zip(a, b, strict=True)], axis=1)
+    if same.shape[1] == 0:
+        raise ValueError("no frames to compare")
+    return CodeAgreement(per_codebook=tuple(float(v) for v in same.mean(axis=1)),
+                         overall=float(same.mean()), frames=float(same.all(axis=0).mean()),
+                         codes=int(same.size))
+
+
+def precision_agreement(clips: list[np.ndarray], rate: int, codec: str = "tiny", device: str = "cpu",
+                        precision: str = "bf16", reference: str = "float32",
+                        batch_seconds: float = 240.0) -> CodeAgreement:
+    """Encode ``clips`` (mono float32 at ``rate``) at ``reference`` and at ``precision`` (the same
+    codec loaded twice) and compare the codes (:func:`code_agreement`)."""
+    ref = BatchEncoder(codec, rate, device, batch_seconds, reference).encode(clips)
+    got = BatchEncoder(codec, rate, device, batch_seconds, precision).encode(clips)
+    return code_agreement(ref, got)
 
 
 class CodecStage:
@@ -153,7 +266,7 @@ class CodecStage:
                             "--config (or a preset: tiny, s2-pro)")
         self.encoder = BatchEncoder(config.codec, config.target_rate,
                                     device or pick_device(config.feature_device),
-                                    config.codec_batch_seconds)
+                                    config.codec_batch_seconds, config.codec_precision)
 
     @property
     def gpu_seconds(self) -> float:
