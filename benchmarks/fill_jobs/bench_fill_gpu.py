@@ -40,6 +40,8 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "RESULTS.md"
+PRECISION_TEXT = {"float32": "fp32 (no TF32)", "tf32": "codecPrecision tf32 (TF32 in the encoder's trunk)",
+                  "bf16": "codecPrecision bf16 (the encoder's trunk in bf16)"}
 PHASES = {"default+codec": "decode,hash,vad,quality,dedup,loudness,codec",
           "light+codec": "decode,hash,codec"}
 
@@ -222,13 +224,13 @@ def summarize(ph: dict) -> dict:
     return out
 
 
-def codec_probe(codec: str, batch_seconds: float, seconds: float) -> dict:
+def codec_probe(codec: str, batch_seconds: float, seconds: float, precision: str = "float32") -> dict:
     """The codec stage alone on the GPU (no CPU side): synthetic 10 s clips, encoded for
     ``seconds``; says what the GPU could do if the CPU workers were infinitely fast."""
     from ttsfleet.fill_jobs.tokenize import BatchEncoder
 
     t_load = time.time()
-    enc = BatchEncoder(codec, 24000, "cuda", batch_seconds)
+    enc = BatchEncoder(codec, 24000, "cuda", batch_seconds, precision)
     rng = np.random.default_rng(0)
     clips = [(0.1 * rng.standard_normal(240000 + 997 * i)).astype(np.float32) for i in range(32)]
     enc.encode(clips[:4])  # warm-up
@@ -270,16 +272,17 @@ def cmd_run(a: argparse.Namespace) -> None:
           flush=True)
     config = work / "clean.yaml"
     config.write_text(f"codec: {a.codec}\nbatchItems: {a.batch_items}\ncodecBatchSeconds: "
-                      f"{a.batch_seconds}\n")
+                      f"{a.batch_seconds}\ncodecPrecision: {a.codec_precision}\n")
     result = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": machine(),
               "codec": a.codec, "batch_items": a.batch_items, "codec_batch_seconds": a.batch_seconds,
+              "codec_precision": a.codec_precision,
               "corpus_items": a.items, "corpus_hours": round(corpus_s / 3600, 3),
               "espeak_ng_on_machine": subprocess.run(["sh", "-c", "command -v espeak-ng"],
                                                      capture_output=True).returncode == 0,
               "phases": []}
     seconds = [float(x) for x in a.seconds.split(",")]
     if a.probe_seconds > 0:
-        result["codec_probe"] = codec_probe(a.codec, a.batch_seconds, a.probe_seconds)
+        result["codec_probe"] = codec_probe(a.codec, a.batch_seconds, a.probe_seconds, a.codec_precision)
         print("codec alone:", json.dumps(result["codec_probe"]), flush=True)
         import torch
 
@@ -350,7 +353,8 @@ def cmd_report(a: argparse.Namespace) -> None:
             f"{result['corpus_items']} items ({result['corpus_hours']} h) joined from espeak-ng "
             f"seed utterances; codec `{result['codec']}` (random weights, S2 sizes), groups of "
             f"{result['batch_items']} items, ≤ {result['codec_batch_seconds']} s padded audio per "
-            "forward, fp32 (no TF32). Steady window = first to last checkpoint before SIGTERM. NVML "
+            f"forward, {PRECISION_TEXT[result.get('codec_precision', 'float32')]}. Steady window = "
+            "first to last checkpoint before SIGTERM. NVML "
             "utilization = share of time a kernel ran (nvmlDeviceGetUtilizationRates, every 0.2 s); "
             "codec GPU time = CUDA-event time of the encode batches.\n\n" + table(result) + "\n")
     probe = result.get("codec_probe")
@@ -380,6 +384,8 @@ def main() -> None:
                    help="the codec stage alone on the GPU first (0: skip)")
     r.add_argument("--batch-items", type=int, default=32)
     r.add_argument("--batch-seconds", type=float, default=240.0)
+    r.add_argument("--codec-precision", default="float32", choices=("float32", "tf32", "bf16"),
+                   help="the config's codecPrecision (job and probe)")
     p = sub.add_parser("report")
     p.add_argument("json")
     p.add_argument("--no-record", action="store_true")

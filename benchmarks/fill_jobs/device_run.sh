@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One call on the lent H200 for issue #16: the fill GPU tests, then bench_fill_gpu.py run.
+# One call on the lent H200 for issue #16: the fill GPU tests, bench_codec_precision.py run (issue
+# #25), then bench_fill_gpu.py run (CODEC_PRECISION=float32|tf32|bf16 for the job's codecPrecision).
 # Run from a copy of the tree (cd .gpu/fill) with the carried wheels in ../../.whl and the seed
 # utterances in seeds/ (made here with `ttsfleet fill corpus seeds -n 40`).
 set -u
@@ -18,8 +19,14 @@ t0=$(date +%s)
 timeout 60 python3 -P -m pytest -q --tb=short -p no:cacheprovider -o addopts="" --import-mode=importlib \
   -s -m gpu tests/fill_jobs/test_tokenize.py tests/fill_jobs/test_features.py 2>&1 | tee "$OUT/gpu_tests.txt"
 echo "== gpu tests took $(( $(date +%s) - t0 )) s" | tee -a "$OUT/run.log"
+# codecPrecision: speed and agreement with float32 per precision (issue #25); CODEC=/models/codec.pth
+# for the real codec's agreement (random weights say nothing about it)
+timeout ${PRECISION_TIMEOUT:-150} python3 -P benchmarks/fill_jobs/bench_codec_precision.py run --device cuda \
+  --codec ${CODEC:-s2-pro} --corpus seeds --clips 16 --clip-seconds 10 --out "$OUT/codec_precision.json" \
+  2>&1 | tee "$OUT/codec_precision.txt"
 timeout ${BENCH_TIMEOUT:-215} python3 benchmarks/fill_jobs/bench_fill_gpu.py run --seeds seeds --out /tmp/fillbench \
-  --items ${ITEMS:-8000} --seconds ${SECONDS_PER_PHASE:-70,35} 2>&1 | tee "$OUT/bench.txt"
+  --items ${ITEMS:-8000} --seconds ${SECONDS_PER_PHASE:-70,35} --codec-precision ${CODEC_PRECISION:-float32} \
+  2>&1 | tee "$OUT/bench.txt"
 cp /tmp/fillbench/fill_gpu.json "$OUT/" 2>/dev/null
 echo "== all took $(( $(date +%s) - t0 )) s" | tee -a "$OUT/run.log"
 ls -la "$OUT"

@@ -242,18 +242,19 @@ def test_codec_precision_setting_reaches_the_encoder_and_bad_values_are_refused(
 
 
 @pytest.mark.gpu
-def test_gpu_lower_precisions_agreement_with_float32() -> None:
-    """No threshold: prints the agreement (random weights; the real codec's is owed) and checks
-    that TF32 stays scoped to the encoder's trunk."""
+def test_gpu_lower_precisions_run_and_leave_tf32_off() -> None:
+    """tiny only (the S2-size figures: bench_codec_precision.py). No agreement threshold: random
+    weights say nothing about the real codec's; printed for the record."""
     import torch
 
     xs = clips()
-    for preset in ("tiny", "s2-pro"):
-        ref = BatchEncoder(preset, 24000, "cuda", 30.0).encode(xs)
-        for precision in ("tf32", "bf16"):
-            got = BatchEncoder(preset, 24000, "cuda", 30.0, precision).encode(xs)
-            assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
-            a = code_agreement(ref, got)
-            print(f"codec {preset} {precision}: {a.overall:.4%} of codes equal to float32's "
-                  f"(semantic {a.per_codebook[0]:.4%})")
-            assert [g.shape for g in got] == [r.shape for r in ref]
+    ref = BatchEncoder("tiny", 24000, "cuda", 30.0).encode(xs)
+    for precision in ("tf32", "bf16"):
+        enc = BatchEncoder("tiny", 24000, "cuda", 30.0, precision)
+        assert enc.split
+        got = enc.encode(xs)
+        assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+        assert [g.shape for g in got] == [r.shape for r in ref]
+        a = code_agreement(ref, got)
+        print(f"codec tiny {precision}: {a.overall:.4%} of codes equal to float32's "
+              f"(semantic {a.per_codebook[0]:.4%})")
