@@ -9,6 +9,8 @@ Linear layers can be swapped for FP8 (``ttsfleet.kernels``) once, at load time.
 
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -19,6 +21,31 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 #: GPU part 11 us; benchmarks/inference_h200/2026-12-02-ab/run3-prefill-host-coalesce/prefill_host.txt).
 #: Flash (no mask) and memory-efficient (mask) attention are cheap to launch; math is the fallback.
 PROMPT_ATTENTION = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+#: How prompt attention serves grouped-query heads: ``expand`` copies each K/V head to its query
+#: group (``repeat_interleave``) before SDPA, which every backend accepts; ``native`` hands SDPA the
+#: grouped K/V with ``enable_gqa=True`` and skips the copies (10.8 ms of 48.9 ms of the prefill's CPU
+#: time on an H200, 2026-12-02 run6), but a backend without GQA support then falls back to another
+#: one. Same function either way (tests/inference_model/test_prompt_gqa.py); which is faster is a
+#: GPU measurement (benchmarks/inference_h200/prefill_host.py times both). Process switch, read once.
+PROMPT_GQA_ENV = "TTSFLEET_PROMPT_GQA"
+PROMPT_GQA_MODES = ("expand", "native")
+_prompt_gqa: str | None = None
+
+
+def prompt_gqa() -> str:
+    """Prompt attention's GQA mode (``TTSFLEET_PROMPT_GQA``, default ``expand``)."""
+    if _prompt_gqa is None:
+        set_prompt_gqa(os.environ.get(PROMPT_GQA_ENV, "expand"))
+    return _prompt_gqa  # type: ignore[return-value]
+
+
+def set_prompt_gqa(mode: str) -> None:
+    """Choose the GQA mode for this process; an unknown mode is a ``ValueError`` naming the choices."""
+    global _prompt_gqa
+    if mode not in PROMPT_GQA_MODES:
+        raise ValueError(f"{PROMPT_GQA_ENV}={mode!r}: expected one of {', '.join(PROMPT_GQA_MODES)}")
+    _prompt_gqa = mode
 
 
 class RMSNorm(nn.Module):
@@ -139,11 +166,13 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool = 
     """
     qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     g = qh.shape[1] // kh.shape[1]
-    if g > 1:
+    native = g > 1 and prompt_gqa() == "native"
+    if g > 1 and not native:
         kh = kh.repeat_interleave(g, dim=1)
         vh = vh.repeat_interleave(g, dim=1)
     with sdpa_kernel(PROMPT_ATTENTION):
-        y = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, is_causal=causal and mask is None)
+        y = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, is_causal=causal and mask is None,
+                                           enable_gqa=native)
     b, h, t, d = y.shape
     return y.transpose(1, 2).reshape(b, t, h * d)
 

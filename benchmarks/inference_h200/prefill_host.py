@@ -5,7 +5,9 @@ the engine thread inside ``prefill_batch`` in 82 % of its samples while NVML sai
 39 % of the time: the prefill's host side, not its GPU work, sets the pace. This times, for 1, 2, 4
 and 8 prompts of 300-400 tokens (a new length every call, as in the server), the host time until
 the call returns and the time until its GPU work is done; then torch.profiler's CPU self time per
-op for the 1-prompt call, so the next change aims at what is measured.
+op for the 1-prompt call, so the next change aims at what is measured. Both prompt-attention GQA
+modes (``TTSFLEET_PROMPT_GQA``: ``expand`` copies K/V heads, ``native`` uses SDPA's ``enable_gqa``)
+are timed in one process, alternately per prompt count, with the same prompts.
 Usage on the device: ``python3 -m benchmarks.inference_h200.prefill_host OUT.json [CATALOG.yaml]``.
 """
 
@@ -20,6 +22,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 from ttsfleet.inference.loader import load_model
 from ttsfleet.inference.model import PrefillPiece
+from ttsfleet.inference.model_layers import PROMPT_GQA_MODES, set_prompt_gqa
 from ttsfleet.kernels import dispatch
 
 from ttsfleet.catalog import GpuCatalog
@@ -41,7 +44,9 @@ def random_pieces(model, n: int, g: torch.Generator) -> list[PrefillPiece]:  # n
     return out
 
 
-def _timed_calls(model, cache, n: int, g: torch.Generator) -> dict:  # noqa: ANN001
+def _timed_calls(model, cache, n: int, seed: int, mode: str) -> dict:  # noqa: ANN001
+    set_prompt_gqa(mode)
+    g = torch.Generator().manual_seed(seed)  # the same prompts for every mode
     host, total = [], []
     for _ in range(CALLS):
         pieces = random_pieces(model, n, g)
@@ -52,14 +57,16 @@ def _timed_calls(model, cache, n: int, g: torch.Generator) -> dict:  # noqa: ANN
         torch.cuda.synchronize()
         host.append((t1 - t0) * 1e3)
         total.append((time.perf_counter() - t0) * 1e3)
-    row = {"prompts": n, "host_ms_median": round(statistics.median(host), 2),
+    row = {"gqa": mode, "prompts": n, "host_ms_median": round(statistics.median(host), 2),
            "host_ms_min": round(min(host), 2), "host_ms_max": round(max(host), 2),
            "done_ms_median": round(statistics.median(total), 2)}
     print(row, flush=True)
     return row
 
 
-def _profile_one_prompt(model, cache, g: torch.Generator) -> list[dict]:  # noqa: ANN001
+def _profile_one_prompt(model, cache, g: torch.Generator, mode: str) -> list[dict]:  # noqa: ANN001
+    set_prompt_gqa(mode)
+    print(f"profile, GQA {mode}", flush=True)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(4):
             model.prefill_batch(cache, random_pieces(model, 1, g))
@@ -76,13 +83,17 @@ def main() -> None:
     model = load_model("s2-pro", device="cuda", dtype=torch.bfloat16, quantize="bsgemm_fp8", max_seq_len=1024)
     cache = model.new_cache(16, 1024)
     g = torch.Generator().manual_seed(3)
-    for n in PROMPTS:  # warm every path (Triton JIT, cuBLAS heuristics) before timing
-        model.prefill_batch(cache, random_pieces(model, n, g))
+    for mode in PROMPT_GQA_MODES:  # warm every path (Triton JIT, cuBLAS heuristics) before timing
+        set_prompt_gqa(mode)
+        for n in PROMPTS:
+            model.prefill_batch(cache, random_pieces(model, n, g))
     torch.cuda.synchronize()
     report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
               "catalog": sys.argv[2] if len(sys.argv) > 2 else "built-in",
-              "calls": [_timed_calls(model, cache, n, g) for n in PROMPTS],
-              "profile_one_prompt_x4": _profile_one_prompt(model, cache, g)}
+              "calls": [_timed_calls(model, cache, n, 100 + n, mode)
+                        for n in PROMPTS for mode in PROMPT_GQA_MODES],
+              "profile_one_prompt_x4": {mode: _profile_one_prompt(model, cache, g, mode)
+                                        for mode in PROMPT_GQA_MODES}}
     if len(sys.argv) > 1:
         with open(sys.argv[1], "w") as f:
             json.dump(report, f, indent=2)
