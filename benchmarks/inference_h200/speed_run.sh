@@ -2,7 +2,7 @@
 # Device calls for issue #25 (2026-12-01, session 3): GPU tests of the new paths, the prefill GEMM
 # split, the bf16 + graphs codec, and the served path at c=1 / 64 / 128 with NVML busy sampled.
 # Usage (repo root on the device, carry .whl): benchmarks/inference_h200/speed_run.sh STAGES...
-# stages: quicktests, tests, gate (GATE_K: pytest -k), prefill, prefillhost, prefillgraphs, codec, codeccompile (CC_ARGS), live (real-time mode on/off side by side: LIVE_C, LIVE_SESSIONS, LIVE_ROUNDS; needs the fish-audio-sdk wheels), serve, ab. Env: SERVE_ARGS (extra `ttsfleet serve` flags;
+# stages: quicktests, tests, gate (GATE_K: pytest -k), prefill, prefillhost, prefillgraphs, codec, codeccompile (CC_ARGS), live (real-time mode on/off side by side: LIVE_C, LIVE_SESSIONS, LIVE_ROUNDS; needs the fish-audio-sdk wheels and the reference voice made here first, the device has no espeak-ng: `python3 -P benchmarks/inference_serve/live_prefix.py x --reference-wav benchmarks/inference_serve/live_ref.wav --write-reference`, untracked, travels with the tree), serve, ab. Env: SERVE_ARGS (extra `ttsfleet serve` flags;
 # ab: SERVE_ARGS_A / SERVE_ARGS_B alternated AB_ROUNDS times in one call),
 # LEVELS ("1:8 64:640 128:1280" = concurrency:requests), FRAMES (128), PYSPY_AT (a concurrency:
 # py-spy samples the server's threads during that level).
@@ -77,7 +77,7 @@ for stage in "$@"; do
     codec) timeout 200 python3 -m benchmarks.inference_h200.codec_speed "$OUT/codec_speed.json" 2>&1 \
              | tee "$OUT/codec_speed.txt" | tail -30 ;;
     live) timeout "${LIVE_TIMEOUT:-500}" python3 -m benchmarks.inference_serve.live_prefix "$OUT/live" \
-            --checkpoint s2-pro --device cuda --rounds "${LIVE_ROUNDS:-2}" --sessions "${LIVE_SESSIONS:-64}" \
+            --reference-wav "${LIVE_REF_WAV:-benchmarks/inference_serve/live_ref.wav}" --checkpoint s2-pro --device cuda --rounds "${LIVE_ROUNDS:-2}" --sessions "${LIVE_SESSIONS:-64}" \
             --concurrency "${LIVE_C:-64}" --serve-args "--gpu-class h200 --max-new-tokens $FRAMES ${SERVE_ARGS:-}" \
             2>&1 | tee "$OUT/live.txt" | tail -8 ;;
     serve) serve_config "$OUT/serve" "${SERVE_ARGS:-}" ;;

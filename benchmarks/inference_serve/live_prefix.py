@@ -150,9 +150,19 @@ def main() -> None:
     ap.add_argument("--sessions", type=int, default=8, help="sessions per side per round")
     ap.add_argument("--concurrency", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--reference-wav", type=Path,
+                    help="the reference voice from this WAV (made beforehand with --write-reference where "
+                         "espeak-ng exists: the GPU machine has none) instead of espeak-ng now")
+    ap.add_argument("--write-reference", action="store_true",
+                    help="write the espeak-ng reference voice to --reference-wav and exit")
     args = ap.parse_args()
+    if args.write_reference:
+        if args.reference_wav is None:
+            sys.exit("--write-reference needs --reference-wav PATH")
+        args.reference_wav.write_bytes(reference_wav(args.ref_seconds))
+        return
     args.out.mkdir(parents=True, exist_ok=True)
-    voice = reference_wav(args.ref_seconds)
+    voice = args.reference_wav.read_bytes() if args.reference_wav else reference_wav(args.ref_seconds)
     base = ["--checkpoint", args.checkpoint, "--device", args.device, *args.serve_args.split()]
     sides = {"reuse": ["--prefix-reuse"], "whole": ["--no-prefix-reuse"]}
     servers = {k: start_server([*base, *f, "--references-dir", str(args.out / f"refs-{k}")],
