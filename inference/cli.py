@@ -188,7 +188,9 @@ def bench_engine(
     pipeline_depth: int = typer.Option(1, help="Decode steps in flight before reading frames (0 = sync)."),
     plant_slowdown: float = typer.Option(0.0, help="Gate test hook: slow each decode step by this fraction."),
     frames_spread: float = typer.Option(0.0, help="Request lengths vary by +- this fraction of --frames."),
-    gate: bool = typer.Option(False, help="Then a re-run and a planted 10% slowdown, gated on pass 1."),
+    gate: bool = typer.Option(False, help="Then each level unchanged and with a planted 10% slowdown, "
+                              "run by run in turn: the re-run gated on pass 1, the planted runs on the "
+                              "unchanged ones beside them."),
     codec_fast: bool = typer.Option(False, help="The codec in its fast mode (bf16, fused Snake, graphs)."),
     codec_compile: str = typer.Option("off", metavar="MODE", help=f"{_CODEC_COMPILE_CHOICES}: the batched "
                                       "codec decode through torch.compile (as serve --codec-compile)."),
@@ -233,9 +235,10 @@ def bench_engine(
         typer.echo(f"prefill {row['prompts']} x {prompt_tokens} tokens: {row['ms']:.1f} ms "
                    f"({row['tokens_per_s']:.0f} tokens/s)")
     if result.get("gate"):
-        for name in ("rerun", "planted"):
+        for name, against in (("rerun", "pass 1"), ("planted", "the unchanged runs beside it"),
+                              ("planted_vs_first", "pass 1")):
             found = result["gate"][f"{name}_regressions"]
-            typer.echo(f"gate {name}: " + ("; ".join(found) if found else "pass"))
+            typer.echo(f"gate {name} (against {against}): " + ("; ".join(found) if found else "pass"))
     if out is not None:
         paths = [*write_outputs(result, out), write_csv(result, out)]
         typer.echo("wrote " + ", ".join(str(p) for p in paths))

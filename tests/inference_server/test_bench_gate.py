@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from ttsfleet.inference.bench_engine import noisy_levels, regressions
+from ttsfleet.inference.bench import Level
+from ttsfleet.inference.bench_engine import noisy_levels, paired_gate, regressions
 
 RECORDED = Path(__file__).resolve().parents[2] / "benchmarks" / "inference_h200" / "2026-12-01-served"
 
@@ -82,6 +83,51 @@ def test_gate_on_the_recorded_h200_runs() -> None:
     assert regressions(base, rerun) == []
     assert [f.split(":")[0] for f in regressions(base, planted)] == ["c=1", "c=8", "c=64"]
     assert noisy_levels(base) == ["c=64: baseline runs spread 10.6% (> 8%)"]
+
+
+def _levels(runs: dict[int, list[float]]) -> list[Level]:
+    """Levels of three steady runs each, as the engine bench summarizes them."""
+    import statistics
+
+    out = []
+    for c, fps in runs.items():
+        med = statistics.median(fps)
+        out.append(Level(concurrency=c, requests=10 * c, errors=0, wall_s=10.0, frames_per_s=med,
+                         per_request_frames_per_s=med / c, ttfa_p50_s=0.1, ttfa_p99_s=0.2,
+                         duration_p50_s=1.0, repeats=len(fps), runs_frames_per_s=fps,
+                         frames_per_s_spread=(max(fps) - min(fps)) / med, method="steady"))
+    return out
+
+
+def test_paired_gate_catches_the_planted_slowdown_a_cold_first_pass_hid() -> None:
+    """The H200 case of issue 25 (levels 1 and 64, 3 runs each): the first pass at c=64 ran cold
+    (2,070 frames/s, 12.5 % spread), the unchanged re-run at 2,754, the planted slowdown at 2,452.
+    Gated on the first pass the planted runs passed at c=64; gated on the unchanged runs made beside
+    them they fail at every level, and the re-run still passes against the first pass."""
+    first = _levels({1: [190.0, 188.0, 191.0], 64: [2070.0, 1950.0, 2210.0]})
+    unchanged = _levels({1: [189.0, 190.0, 188.0], 64: [2754.0, 2700.0, 2790.0]})
+    planted = _levels({1: [170.0, 169.0, 171.0], 64: [2452.0, 2430.0, 2470.0]})
+    gate = paired_gate(first, unchanged, planted)
+    assert gate["rerun_regressions"] == []
+    assert [f.split(":")[0] for f in gate["planted_vs_first_regressions"]] == ["c=1"]  # the old verdict
+    assert [f.split(":")[0] for f in gate["planted_regressions"]] == ["c=1", "c=64"]
+    assert gate["planted"]["points"][1]["frames_per_s"] == 2452.0
+
+
+def test_engine_bench_gate_runs_unchanged_and_planted_in_turn(tmp_path: Path) -> None:
+    """``bench engine --gate`` on the tiny model: every level once more unchanged and once planted,
+    with as many runs each as pass 1, and all three verdicts in the report and on stdout."""
+    r = _cli("engine", "--checkpoint", "tiny", "--codec", "none", "--device", "cpu", "--concurrency", "1,2",
+             "--prompt-tokens", "8", "--frames", "4", "--repeats", "3", "--per-client", "2", "--gate",
+             "--no-breakdown", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr[-2000:]
+    gate = json.loads((tmp_path / "bench.json").read_text())["gate"]
+    for side in ("rerun", "planted"):
+        assert [(lv["concurrency"], lv["repeats"], lv["errors"]) for lv in gate[side]["levels"]] == [
+            (1, 3, 0), (2, 3, 0)]
+    for name in ("rerun", "planted", "planted_vs_first"):
+        assert isinstance(gate[f"{name}_regressions"], list)
+        assert f"gate {name} (against" in r.stdout
 
 
 def test_recorded_served_curve_loads_into_the_catalog() -> None:
