@@ -357,12 +357,13 @@ def _gate_passes(engine: Any, cfg: EngineBenchConfig, first: list[Level]) -> dic
 def paired_gate(first: list[Level], unchanged: list[Level], planted: list[Level]) -> dict[str, Any]:
     """The gate's two verdicts: ``rerun_regressions`` (the unchanged runs against the first pass) and
     ``planted_regressions`` (the planted runs against the unchanged runs interleaved with them: it
-    must name every level), plus ``planted_vs_first_regressions`` for the record."""
+    must name every level), plus ``planted_vs_first_regressions`` for the record, and ``noisy``: the
+    levels whose unchanged runs spread wider than the gate's cap (no verdict there is worth much)."""
     def report(levels: list[Level]) -> dict[str, Any]:
         return {"levels": [asdict(lv) for lv in levels], "points": points(levels)}
 
     base, rerun, slow = report(first), report(unchanged), report(planted)
-    out: dict[str, Any] = {"rerun": rerun, "planted": slow}
+    out: dict[str, Any] = {"rerun": rerun, "planted": slow, "noisy": noisy_levels(rerun)}
     for name, reference, result in (("rerun", base, rerun), ("planted", rerun, slow),
                                     ("planted_vs_first", base, slow)):
         try:

@@ -239,6 +239,8 @@ def bench_engine(
                               ("planted_vs_first", "pass 1")):
             found = result["gate"][f"{name}_regressions"]
             typer.echo(f"gate {name} (against {against}): " + ("; ".join(found) if found else "pass"))
+        for line in result["gate"].get("noisy", []):
+            typer.echo(f"gate NOISY {line.replace('baseline', 'unchanged')}: the verdicts there are noise")
     if out is not None:
         paths = [*write_outputs(result, out), write_csv(result, out)]
         typer.echo("wrote " + ", ".join(str(p) for p in paths))

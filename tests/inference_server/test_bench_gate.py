@@ -112,6 +112,10 @@ def test_paired_gate_catches_the_planted_slowdown_a_cold_first_pass_hid() -> Non
     assert [f.split(":")[0] for f in gate["planted_vs_first_regressions"]] == ["c=1"]  # the old verdict
     assert [f.split(":")[0] for f in gate["planted_regressions"]] == ["c=1", "c=64"]
     assert gate["planted"]["points"][1]["frames_per_s"] == 2452.0
+    assert gate["noisy"] == []
+    # unchanged runs that spread wider than the cap say so: the verdicts there are noise
+    loud = paired_gate(first, _levels({1: [189.0, 150.0, 188.0], 64: [2754.0, 2700.0, 2790.0]}), planted)
+    assert loud["noisy"] == ["c=1: baseline runs spread 20.7% (> 8%)"]
 
 
 def test_engine_bench_gate_runs_unchanged_and_planted_in_turn(tmp_path: Path) -> None:
