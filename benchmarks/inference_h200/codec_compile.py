@@ -179,7 +179,10 @@ def main() -> None:
         if args.profile and dev.type == "cuda" and any(b == 64 for b, _ in shapes):
             row["profile_64x4"] = profile(dec, codes)
             print(v, json.dumps(row["profile_64x4"]["ms_by_category"]), flush=True)
+            for k in row["profile_64x4"]["top"][:8]:  # which convolutions cost what (the next lever)
+                print(f"  {k['ms']:7.3f} ms  x{k['calls']:<4} {k['kernel']}", flush=True)
         report["variants"][v] = row
+        _write(args.out, report)  # after every variant: a stage cut by its time cap keeps what it has
         del dec
     ref = float32_audio(args.codec, dev, codes[:min(16, slots)])
     for v in variants:
@@ -195,8 +198,12 @@ def main() -> None:
         cap = sum(row["capture_s"].values())
         vs_first = row.get(f"snr_db_vs_{variants[0]}", "-")
         print(f"| {v} | {cells} | {cap:.0f} | {row['snr_db_vs_float32']} | {vs_first} |")
-    if args.out:
-        with open(args.out, "w") as f:
+    _write(args.out, report)
+
+
+def _write(path: str | None, report: dict[str, Any]) -> None:
+    if path:
+        with open(path, "w") as f:
             json.dump(report, f, indent=2)
 
 
