@@ -26,8 +26,9 @@ PROMPT_ATTENTION = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, 
 #: group (``repeat_interleave``) before SDPA, which every backend accepts; ``native`` hands SDPA the
 #: grouped K/V with ``enable_gqa=True`` and skips the copies (10.8 ms of 48.9 ms of the prefill's CPU
 #: time on an H200, 2026-12-02 run6), but a backend without GQA support then falls back to another
-#: one. Same function either way (tests/inference_model/test_prompt_gqa.py); which is faster is a
-#: GPU measurement (benchmarks/inference_h200/prefill_host.py times both). Process switch, read once.
+#: one. Same function either way (tests/inference_model/test_prompt_gqa.py); on an H200 (2026-12-03,
+#: benchmarks/inference_h200/prefill_host.py) native cut a prefill call's host time 3-7 %; expand stays
+#: the default until the FP8 gate has run with native on the GPU. Process switch, read once.
 PROMPT_GQA_ENV = "TTSFLEET_PROMPT_GQA"
 PROMPT_GQA_MODES = ("expand", "native")
 _prompt_gqa: str | None = None
@@ -40,12 +41,18 @@ def prompt_gqa() -> str:
     return _prompt_gqa  # type: ignore[return-value]
 
 
+def parse_prompt_gqa(mode: str) -> str:
+    """``mode`` if it is one of the GQA modes, else a ``ValueError`` naming the choices (the server
+    checks ``TTSFLEET_PROMPT_GQA`` with it at start, before any request can meet a bad value)."""
+    if mode not in PROMPT_GQA_MODES:
+        raise ValueError(f"{PROMPT_GQA_ENV}={mode!r}: expected one of {', '.join(PROMPT_GQA_MODES)}")
+    return mode
+
+
 def set_prompt_gqa(mode: str) -> None:
     """Choose the GQA mode for this process; an unknown mode is a ``ValueError`` naming the choices."""
     global _prompt_gqa
-    if mode not in PROMPT_GQA_MODES:
-        raise ValueError(f"{PROMPT_GQA_ENV}={mode!r}: expected one of {', '.join(PROMPT_GQA_MODES)}")
-    _prompt_gqa = mode
+    _prompt_gqa = parse_prompt_gqa(mode)
 
 
 class RMSNorm(nn.Module):

@@ -91,6 +91,7 @@ class ServeConfig:
         for key, value in raw.items():
             setattr(cfg, key, _coerce(key, value, getattr(cfg, key)))
         cfg.resolve()
+        _check_process_switches(env)
         return cfg
 
     def resolve(self) -> None:
@@ -142,6 +143,21 @@ class ServeConfig:
         if self.checkpoint not in PRESETS and not Path(self.checkpoint).is_dir():
             raise UserError(f"checkpoint {self.checkpoint!r} is not a directory or a preset "
                             f"({', '.join(PRESETS)})")
+
+
+def _check_process_switches(env: dict[str, str]) -> None:
+    """The model's process-wide switches, read from the environment at first use (deep inside a
+    prefill or a decode step), checked now: a bad value is a one-line error at start, not a
+    traceback in every request of a server that said it was ready."""
+    from ttsfleet.inference.model_layers import PROMPT_GQA_ENV, parse_prompt_gqa
+    from ttsfleet.kernels.decode import TOPK_SELECT_ENV, parse_topk_select
+
+    for name, parse in ((PROMPT_GQA_ENV, parse_prompt_gqa), (TOPK_SELECT_ENV, parse_topk_select)):
+        if name in env:
+            try:
+                parse(env[name])
+            except ValueError as exc:
+                raise UserError(str(exc)) from None
 
 
 def _coerce(key: str, value: Any, default: Any) -> Any:

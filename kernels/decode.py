@@ -72,13 +72,19 @@ def topk_select() -> str:
     return _topk_select  # type: ignore[return-value]
 
 
-def set_topk_select(value: str) -> None:
-    """Choose the selection for this process (tests and benchmarks A/B the two)."""
-    global _topk_select
+def parse_topk_select(value: str) -> str:
+    """The selection ``value`` names (blank: ``torch``), else a ``ValueError`` naming the choices
+    (the server checks ``TTSFLEET_TOPK_SELECT`` with it at start)."""
     value = value.strip().lower() or "torch"
     if value not in TOPK_SELECTS:
         raise ValueError(f"{TOPK_SELECT_ENV}={value!r}: expected one of {', '.join(TOPK_SELECTS)}")
-    _topk_select = value
+    return value
+
+
+def set_topk_select(value: str) -> None:
+    """Choose the selection for this process (tests and benchmarks A/B the two)."""
+    global _topk_select
+    _topk_select = parse_topk_select(value)
 
 
 def sample_topk(*args: Any, **kwargs: Any) -> Tensor:

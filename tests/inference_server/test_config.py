@@ -62,10 +62,17 @@ def test_codec_compile_is_off_unless_asked():
     {ENV["drain_grace_s"]: "soon"},
     {ENV["prefill_chunk_tokens"]: "-1"},
     {ENV["codec_compile"]: "reduce-overhead"},
+    {"TTSFLEET_PROMPT_GQA": "fast"},  # process switches read deep in the model: checked at start
+    {"TTSFLEET_TOPK_SELECT": "heap"},
 ])
 def test_bad_configuration_is_a_user_error(env):
     with pytest.raises(UserError):
         ServeConfig.from_env(env)
+
+
+def test_model_process_switches_accept_their_modes():
+    ServeConfig.from_env({"TTSFLEET_PROMPT_GQA": "native", "TTSFLEET_TOPK_SELECT": " Kernel "})
+    ServeConfig.from_env({"TTSFLEET_PROMPT_GQA": "expand", "TTSFLEET_TOPK_SELECT": ""})
 
 
 def test_safe_defaults():
