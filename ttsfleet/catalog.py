@@ -247,11 +247,22 @@ def _curve(c64_fps: float, c1_fps: float, ttfa1: float, ttfa64: float, source: s
 
 
 #: Our served H200 curve: ``ttsfleet bench serve`` against ``ttsfleet serve --checkpoint s2-pro``
-#: (FP8, codec in the loop, streaming audio over HTTP), one H200, 2026-12-01,
-#: benchmarks/inference_h200/2026-12-01-served/served_curve_h200.json (run2).
-_SERVED_H200 = ((1, 147.872, 0.08652), (8, 480.29, 0.34985), (64, 1631.249, 0.82905))
-_SERVED_SOURCE = ("measured: ttsfleet serve, S2 Pro shape FP8, audio over HTTP, one H200, 2026-12-01 "
-                  "(benchmarks/inference_h200/2026-12-01-served)")
+#: (FP8, codec in the loop, streaming audio over HTTP, 128 +- 50 % frames, steady window), one
+#: H200, one server, 2026-12-02: benchmarks/inference_h200/2026-12-02-graphs/
+#: run3-tests-served-default/served.tgz (serve/served_c1/bench.json, serve/served_c64/bench.json;
+#: frames/s and first audio p50). The newest run with c=1 (which the curve needs: below its first
+#: point throughput is linear in concurrency); 2026-12-03's served run has c=64 and c=128 only.
+#: Its server ran ``--max-running-requests 128 --prefill-coalesce-ms 40``: not the H200 defaults
+#: (64 slots, coalescing off). At c <= 64 the slot count changes nothing but the captured
+#: batches; coalescing measured +7.4 % frames/s and +15 ms first audio p50 at c=64 (run4, one
+#: round each), and 2026-12-03's c=64 without it (run3 side a) read 2,392.6 frames/s, 104 ms.
+#: Points only from this run: the 2026-12-01 curve's c=8 (a slower server) is not mixed in. Its
+#: c=128 level (2,707.5 frames/s, 178 ms) is left out: an H200 replica admits 64
+#: (``ServingDefaults.max_running_requests``), and the curve's peak is the class's capacity.
+_SERVED_H200 = ((1, 188.915, 0.02779), (64, 2462.543, 0.12205))
+_SERVED_SOURCE = ("measured: ttsfleet serve, S2 Pro shape FP8, audio over HTTP, one H200, 2026-12-02, "
+                  "server flags --max-running-requests 128 --prefill-coalesce-ms 40 "
+                  "(benchmarks/inference_h200/2026-12-02-graphs/run3-tests-served-default)")
 
 
 def _served(scale: float, source: str) -> CapacityCurve:

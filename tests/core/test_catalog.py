@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -32,15 +33,37 @@ def test_cuda_graph_max_bs(mrr, bs):
         cuda_graph_max_bs(0)
 
 
+#: The served run the built-in H200 curve comes from (ttsfleet/catalog.py, _SERVED_H200).
+SERVED_RUN = REPO / "benchmarks/inference_h200/2026-12-02-graphs/run3-tests-served-default"
+
+
+def _served_points() -> dict[int, dict]:
+    """The run's ``bench.json`` points by concurrency, read from its ``served.tgz``."""
+    out = {}
+    with tarfile.open(SERVED_RUN / "served.tgz") as tar:
+        for m in tar.getmembers():
+            if m.name.endswith("/bench.json"):
+                doc = json.load(tar.extractfile(m))
+                assert doc["server"]["build"]["gpu_class"] == "h200"
+                out.update({p["concurrency"]: p for p in doc["points"]})
+    return out
+
+
 def test_default_curves_are_the_served_measurement_and_the_writeup_stays_named():
-    served = json.loads((REPO / "benchmarks/inference_h200/2026-12-01-served/served_curve_h200.json")
-                        .read_text())["points"]
+    served = _served_points()
+    assert sorted(served) == [1, 64, 128]
     cat = GpuCatalog.default()
-    h = cat.get("h200").capacity
-    assert h.source.startswith("measured")
-    for p in served:  # the built-in H200 curve is the recorded served benchmark, point by point
-        assert h.frames_per_s(p["concurrency"]) == pytest.approx(p["frames_per_s"], abs=0.05)
-        assert h.ttfa_s(p["concurrency"]) == pytest.approx(p["ttfa_s"])
+    h200 = cat.get("h200")
+    h = h200.capacity
+    assert h.source.startswith("measured") and SERVED_RUN.name in h.source
+    # the built-in H200 curve is the recorded served run, point by point (frames/s, first audio
+    # p50), up to the concurrency an H200 replica admits: c=128 (measured with 128 slots) left out
+    assert [p.concurrency for p in h.points] == [1, 64] == [
+        c for c in sorted(served) if c <= h200.serving.max_running_requests]
+    for p in h.points:
+        assert p.frames_per_s == pytest.approx(served[p.concurrency]["frames_per_s"], abs=0.05)
+        assert p.ttfa_s == pytest.approx(served[p.concurrency]["ttfa_s"])
+    assert h.peak_frames_per_s == h.frames_per_s(h200.serving.max_running_requests)
     r = cat.get("rtx5090").capacity
     assert r.source.startswith("estimate")
     assert r.frames_per_s(64) == pytest.approx(h.frames_per_s(64) * 5869 / 8006, rel=1e-3)
@@ -64,7 +87,7 @@ def test_measured_curve_replaces_seed(tmp_path):
     cat = GpuCatalog.default().with_measured_file("h200", f)
     assert cat.get("h200").capacity.frames_per_s(64) == 12000
     assert cat.get("h200").capacity.source == "bench 2026-11-30"
-    assert GpuCatalog.default().get("h200").capacity.frames_per_s(64) == pytest.approx(1631.2, abs=0.1)
+    assert GpuCatalog.default().get("h200").capacity.frames_per_s(64) == pytest.approx(2462.5, abs=0.1)
 
 
 def test_unknown_class_and_bad_curves(tmp_path):

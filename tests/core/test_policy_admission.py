@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ttsfleet.catalog import GpuCatalog
-from ttsfleet.config import ColocationConfig, FillPolicyConfig
+from ttsfleet.config import AutoscaleConfig, ColocationConfig, FillPolicyConfig
 from ttsfleet.policy import (
     ClassObservation,
     DemandTracker,
@@ -99,21 +99,23 @@ def test_work_at_risk_counts_a_young_jobs_start_up():
 
 
 CURVES = GpuCatalog.default()
+#: The in-flight target the limit is judged at: the default sizing (AutoscaleConfig, the scenario's).
+TARGET = AutoscaleConfig().target_in_flight_per_replica
 
 
 def test_colocation_limit_from_the_measured_cost():
     served = CURVES.get("h200").capacity
     on = ColocationConfig(enabled=True)
-    limit = colocation_limit(on, served, 16)
-    assert 1 <= limit.concurrency < 16 and limit.allowed
+    limit = colocation_limit(on, served, TARGET)
+    assert 1 <= limit.concurrency < TARGET and limit.allowed
     assert "RTF" in limit.reason or "TTFA" in limit.reason
     # a looser RTF limit allows more; off never allows
     looser = on.model_copy(update={"max_rtf": 0.8})
-    assert colocation_limit(looser, served, 16).concurrency > limit.concurrency
-    assert not colocation_limit(ColocationConfig(), served, 16).allowed
+    assert colocation_limit(looser, served, TARGET).concurrency > limit.concurrency
+    assert not colocation_limit(ColocationConfig(), served, TARGET).allowed
     # the write-up's flat TTFA curve: 1.67x at one request is already slower than at the target
     flat = CURVES.with_named_curve("h200", "writeup").get("h200").capacity
-    never = colocation_limit(on, flat, 16)
+    never = colocation_limit(on, flat, TARGET)
     assert not never.allowed and never.reason.startswith("never pays")
     # a free interference cost makes co-location pay up to the curve's end
     free = on.model_copy(update={"inference_latency": 1.0, "max_rtf": 10.0})

@@ -5,14 +5,27 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ttsfleet.catalog import GpuCatalog
+from ttsfleet.catalog import CapacityCurve, CapacityPoint, GpuCatalog
 from ttsfleet.sim.engine import build_pools, simulate
 from ttsfleet.sim.scenario import Scenario
 from ttsfleet.sim.summary import summarize
 from ttsfleet.sim.trace import diurnal, peak_rps_for
 from ttsfleet.sim.traffic import LUT_STEPS
 
-CAT = GpuCatalog.default()  # our served curves: co-location pays at low concurrency on them
+
+def _fixed(scale: float) -> CapacityCurve:
+    pts = ((1, 147.872, 0.08652), (8, 480.29, 0.34985), (64, 1631.249, 0.82905))
+    return CapacityCurve(points=tuple(CapacityPoint(concurrency=c, frames_per_s=f * scale, ttfa_s=t)
+                                      for c, f, t in pts), source="test: fixed")
+
+
+#: A fixed setup on which co-location pays at low concurrency and replicas run there at times: the
+#: 2026-12-01 served H200 curve (and its RTX 5090 estimate) with replicas sized for 16 in flight, as
+#: the simulator ran then. Fixed, so these mechanics keep their meaning when the catalog's served
+#: measurement and the scenario's sizing move (on 2026-12-02's curve first audio is so low that
+#: the TTFA limit binds near 2.5 requests, below where replicas sized for 40 ever run).
+CAT = GpuCatalog.default().with_measured("h200", _fixed(1.0)).with_measured("rtx5090", _fixed(5869 / 8006))
+AUTOSCALE = Scenario.model_fields["autoscale"].default.model_copy(update={"target_in_flight_per_replica": 16})
 FLEET = {"h200": 16, "rtx5090": 16}
 
 
@@ -23,7 +36,7 @@ def bursty():
 
 
 def scenario(**fill) -> Scenario:
-    sc = Scenario(catalog=CAT, fleet=FLEET)
+    sc = Scenario(catalog=CAT, fleet=FLEET, autoscale=AUTOSCALE)
     return sc.model_copy(update={"fill_policy": sc.fill_policy.model_copy(update=fill)})
 
 
@@ -100,7 +113,7 @@ def test_the_fluid_slows_co_located_replicas_and_yields_above_the_limit():
 
 def test_colocation_that_never_pays_changes_nothing(bursty):
     wu = CAT.with_named_curve("h200", "writeup").with_named_curve("rtx5090", "writeup")
-    sc = Scenario(catalog=wu, fleet=FLEET)
+    sc = Scenario(catalog=wu, fleet=FLEET, autoscale=AUTOSCALE)
     tr = bursty.scaled(5.0)
     off, on = summarize(simulate(sc, tr)), summarize(simulate(colocated(sc), tr))
     assert off == on
