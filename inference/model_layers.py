@@ -27,17 +27,19 @@ PROMPT_ATTENTION = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, 
 #: grouped K/V with ``enable_gqa=True`` and skips the copies (10.8 ms of 48.9 ms of the prefill's CPU
 #: time on an H200, 2026-12-02 run6), but a backend without GQA support then falls back to another
 #: one. Same function either way (tests/inference_model/test_prompt_gqa.py); on an H200 (2026-12-03,
-#: benchmarks/inference_h200/prefill_host.py) native cut a prefill call's host time 3-7 %; expand stays
-#: the default until the FP8 gate has run with native on the GPU. Process switch, read once.
+#: benchmarks/inference_h200/prefill_host.py) native cut a prefill call's host time 3-7 % and served
+#: c=64 moved 2,393 -> 2,477 frames/s; the S2 Pro FP8 gate passed with it (4/4, 2026-12-03 second
+#: session), so native is the default; ``expand`` remains for a backend that lacks GQA. Process
+#: switch, read once.
 PROMPT_GQA_ENV = "TTSFLEET_PROMPT_GQA"
 PROMPT_GQA_MODES = ("expand", "native")
 _prompt_gqa: str | None = None
 
 
 def prompt_gqa() -> str:
-    """Prompt attention's GQA mode (``TTSFLEET_PROMPT_GQA``, default ``expand``)."""
+    """Prompt attention's GQA mode (``TTSFLEET_PROMPT_GQA``, default ``native``)."""
     if _prompt_gqa is None:
-        set_prompt_gqa(os.environ.get(PROMPT_GQA_ENV, "expand"))
+        set_prompt_gqa(os.environ.get(PROMPT_GQA_ENV, "native"))
     return _prompt_gqa  # type: ignore[return-value]
 
 
