@@ -191,7 +191,10 @@ def bench_engine(
     gate: bool = typer.Option(False, help="Then each level unchanged and with a planted 10% slowdown, "
                               "run by run in turn: the re-run gated on pass 1, the planted runs on the "
                               "unchanged ones beside them."),
-    codec_fast: bool = typer.Option(False, help="The codec in its fast mode (bf16, fused Snake, graphs)."),
+    codec_fast: bool = typer.Option(True, "--codec-fast/--no-codec-fast", help="CUDA: the codec in its "
+                                    "fast mode (bf16, fused Snake, graphs), as serve runs it."),
+    prefill_graphs: bool = typer.Option(True, "--prefill-graphs/--no-prefill-graphs", help="CUDA: the "
+                                        "prefill's per-row work from CUDA graphs, as serve runs it."),
     codec_compile: str = typer.Option("off", metavar="MODE", help=f"{_CODEC_COMPILE_CHOICES}: the batched "
                                       "codec decode through torch.compile (as serve --codec-compile)."),
     out: Path = typer.Option(None, help="Directory for bench.json, bench.csv and bench.png."),
@@ -221,6 +224,7 @@ def bench_engine(
                             prefill_token_budget=prefill_token_budget, repeats=repeats,
                             pipeline_depth=pipeline_depth, plant_slowdown=plant_slowdown,
                             frames_spread=frames_spread, gate=gate, codec_fast=codec_fast,
+                            prefill_graphs=prefill_graphs,
                             codec_compile=None if codec_compile == "off" else codec_compile,
                             per_client=per_client)
 

@@ -184,3 +184,34 @@ def test_engine_bench_on_cpu_reports_fixed_length_requests(tmp_path: Path) -> No
     assert [p["concurrency"] for p in report["points"]] == [1, 3]
     assert (tmp_path / "bench.csv").read_text().splitlines()[0].startswith("concurrency,frames_per_s")
     assert (tmp_path / "bench.png").stat().st_size > 1000
+
+
+def test_engine_bench_runs_the_engine_serve_runs() -> None:
+    """The engine bench defaults to the serving engine's CUDA paths (fast codec, prefill graphs):
+    on 2026-12-03 its eager prefill took 64 % of a c=64 run that the server would not spend."""
+    from ttsfleet.inference.bench_engine import EngineBenchConfig
+    from ttsfleet.inference.serve_config import ServeConfig
+
+    bench, serve = EngineBenchConfig(), ServeConfig()
+    assert (bench.codec_fast, bench.prefill_graphs) == (serve.codec_fast, serve.prefill_graphs)
+    assert bench.prefill_graphs and bench.codec_fast
+
+
+def test_engine_bench_cli_turns_the_serving_paths_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--no-prefill-graphs`` / ``--no-codec-fast`` reach the bench's config (A/B runs need them)."""
+    import ttsfleet.inference.bench_engine as be
+    from typer.testing import CliRunner
+
+    from ttsfleet.cli import app
+
+    seen = {}
+
+    def stop_before_loading(cfg, progress=None):  # noqa: ANN001, ANN202 - the config is the subject
+        seen["cfg"] = cfg
+        raise SystemExit(0)
+
+    monkeypatch.setattr(be, "run_engine_bench", stop_before_loading)
+    res = CliRunner().invoke(app, ["bench", "engine", "--device", "cpu", "--no-prefill-graphs",
+                                   "--no-codec-fast", "--concurrency", "1"])
+    assert res.exit_code == 0, res.output
+    assert (seen["cfg"].prefill_graphs, seen["cfg"].codec_fast) == (False, False)
