@@ -2,7 +2,9 @@
 # Device calls for issue #25 (2026-12-01, session 3): GPU tests of the new paths, the prefill GEMM
 # split, the bf16 + graphs codec, and the served path at c=1 / 64 / 128 with NVML busy sampled.
 # Usage (repo root on the device, carry .whl): benchmarks/inference_h200/speed_run.sh STAGES...
-# stages: quicktests, tests, gate (GATE_K: pytest -k), benchgate (bench engine --gate: GATE_LEVELS,
+# stages: quicktests, tests, gate (GATE_K: pytest -k), levers (decode_levers.py: cuBLAS decode rows,
+# top-k kernel, FP8 KV side by side), gemmproto (gemm_proto.py), engineab (bench engine c=64, eager
+# prefill vs graphs: ENGINE_LEVELS), benchgate (bench engine --gate: GATE_LEVELS,
 # GATE_PER_CLIENT, GATE_CODEC), prefill, prefillhost, prefillgraphs, codec, codeccompile (CC_ARGS), live (real-time mode on/off side by side: LIVE_C, LIVE_SESSIONS, LIVE_ROUNDS; needs the fish-audio-sdk wheels and the reference voice made here first, the device has no espeak-ng: `python3 -P benchmarks/inference_serve/live_prefix.py x --reference-wav benchmarks/inference_serve/live_ref.wav --write-reference`, untracked, travels with the tree), serve, ab. Env: SERVE_ARGS (extra `ttsfleet serve` flags;
 # ab: SERVE_ARGS_A / SERVE_ARGS_B alternated AB_ROUNDS times in one call),
 # LEVELS ("1:8 64:640 128:1280" = concurrency:requests), FRAMES (128), PYSPY_AT (a concurrency:
@@ -78,7 +80,7 @@ for stage in "$@"; do
     codec) timeout 200 python3 -m benchmarks.inference_h200.codec_speed "$OUT/codec_speed.json" 2>&1 \
              | tee "$OUT/codec_speed.txt" | tail -30 ;;
     live) timeout "${LIVE_TIMEOUT:-500}" python3 -m benchmarks.inference_serve.live_prefix "$OUT/live" \
-            --reference-wav "${LIVE_REF_WAV:-benchmarks/inference_serve/live_ref.wav}" --checkpoint s2-pro --device cuda --rounds "${LIVE_ROUNDS:-2}" --sessions "${LIVE_SESSIONS:-64}" \
+            --reference-wav "${LIVE_REF_WAV:-benchmarks/inference_serve/live_ref.wav}" --checkpoint s2-pro --device cuda --rounds "${LIVE_ROUNDS:-2}" --sessions "${LIVE_SESSIONS:-64}" --sides "${LIVE_SIDES:-reuse,whole}" \
             --concurrency "${LIVE_C:-64}" --serve-args "--gpu-class h200 --max-new-tokens $FRAMES ${SERVE_ARGS:-}" \
             2>&1 | tee "$OUT/live.txt" | tail -8 ;;
     benchgate)  # the engine bench's gate (issue #25: catch a planted 10 % slowdown at c=64 too)
@@ -86,6 +88,21 @@ for stage in "$@"; do
         --codec "${GATE_CODEC:-none}" --device cuda --concurrency "${GATE_LEVELS:-1,64}" --repeats 3 \
         --per-client "${GATE_PER_CLIENT:-10}" --frames "$FRAMES" --frames-spread 0.5 --prompt-tokens 512 \
         --gate --no-breakdown --out "$OUT/benchgate" 2>&1 | tee "$OUT/benchgate.txt" | tail -12 ;;
+    levers) timeout "${LEVERS_TIMEOUT:-240}" python3 -m benchmarks.inference_h200.decode_levers 2>&1 \
+              | tee "$OUT/decode_levers.txt" | tail -30 ;;
+    convs) timeout "${CONVS_TIMEOUT:-150}" python3 -m benchmarks.inference_h200.codec_convs 2>&1 \
+             | tee "$OUT/codec_convs.txt" | tail -8 ;;
+    gemmproto) timeout "${PROTO_TIMEOUT:-200}" python3 -m benchmarks.inference_h200.gemm_proto 2>&1 \
+                 | tee "$OUT/gemm_proto.txt" | tail -40 ;;
+    engineab)  # the engine bench with eager prefill (a) and with prefill graphs (b, serve's default)
+      for side in a:--no-prefill-graphs b:--prefill-graphs; do
+        timeout "${ENGINE_TIMEOUT:-200}" python3 -m ttsfleet.cli bench engine --checkpoint s2-pro --codec none \
+          --device cuda --concurrency "${ENGINE_LEVELS:-64}" --per-client 10 --frames "$FRAMES" --frames-spread 0.5 \
+          --prompt-tokens 512 --no-breakdown "${side#*:}" --out "$OUT/engine_${side%%:*}" 2>&1 \
+          | tee "$OUT/engine_${side%%:*}.txt" | grep -E "│|prefill" | tail -4
+        python3 -c "import json,sys; [print(sys.argv[2], p) for p in json.load(open(sys.argv[1]))['engine_phases']]" \
+          "$OUT/engine_${side%%:*}/bench.json" "${side%%:*}" | tee -a "$OUT/run.log"
+      done ;;
     serve) serve_config "$OUT/serve" "${SERVE_ARGS:-}" ;;
     ab)  # side by side in one call: A, B, A, B ... (AB_ROUNDS rounds), same levels
       for r in $(seq 1 "${AB_ROUNDS:-1}"); do

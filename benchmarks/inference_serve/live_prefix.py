@@ -126,17 +126,24 @@ def one_session(url: str, pause_s: float, seed: int) -> dict[str, Any]:
 
 
 def run_round(url: str, args: argparse.Namespace, seed: int) -> list[dict[str, Any]]:
+    """``args.sessions`` sessions, ``args.concurrency`` at a time; the first ``concurrency`` of them
+    open together (the first wave), each later one as an earlier one ends (steady state)."""
     with ThreadPoolExecutor(args.concurrency) as pool:
         futures = [pool.submit(one_session, url, args.pause_ms / 1000, seed + i)
                    for i in range(args.sessions)]
-        return [f.result() for f in futures]
+        return [{**f.result(), "first_wave": i < args.concurrency} for i, f in enumerate(futures)]
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, float]:
-    t = [r["ttfa_s"] * 1000 for r in rows if r["ttfa_s"] is not None]
-    return {"n": len(t), "ttfa_p50_ms": float(np.percentile(t, 50)),
-            "ttfa_p90_ms": float(np.percentile(t, 90)),
-            "failed": sum(r["ttfa_s"] is None or not r["audio_bytes"] for r in rows)}
+    """First audio over all sessions, and over the steady ones alone (after the first wave, which
+    opens ``concurrency`` sessions at one instant: a burst no steady load has)."""
+    out: dict[str, float] = {"failed": sum(r["ttfa_s"] is None or not r["audio_bytes"] for r in rows)}
+    for name, pick in (("", rows), ("steady_", [r for r in rows if not r.get("first_wave", True)])):
+        t = [r["ttfa_s"] * 1000 for r in pick if r["ttfa_s"] is not None]
+        out[f"{name}n"] = len(t)
+        for q in (50, 90, 99):
+            out[f"{name}ttfa_p{q}_ms"] = float(np.percentile(t, q)) if t else float("nan")
+    return out
 
 
 def main() -> None:
@@ -150,6 +157,8 @@ def main() -> None:
     ap.add_argument("--sessions", type=int, default=8, help="sessions per side per round")
     ap.add_argument("--concurrency", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--sides", default="reuse,whole",
+                    help="which servers: reuse (--prefix-reuse, the default), whole (--no-prefix-reuse)")
     ap.add_argument("--reference-wav", type=Path,
                     help="the reference voice from this WAV (made beforehand with --write-reference where "
                          "espeak-ng exists: the GPU machine has none) instead of espeak-ng now")
@@ -164,7 +173,10 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     voice = args.reference_wav.read_bytes() if args.reference_wav else reference_wav(args.ref_seconds)
     base = ["--checkpoint", args.checkpoint, "--device", args.device, *args.serve_args.split()]
-    sides = {"reuse": ["--prefix-reuse"], "whole": ["--no-prefix-reuse"]}
+    sides = {k: f for k, f in {"reuse": ["--prefix-reuse"], "whole": ["--no-prefix-reuse"]}.items()
+             if k in args.sides.split(",")}
+    if not sides:
+        sys.exit(f"--sides {args.sides!r}: expected reuse, whole or both")
     servers = {k: start_server([*base, *f, "--references-dir", str(args.out / f"refs-{k}")],
                                args.out / f"server-{k}.log") for k, f in sides.items()}
     for _, url in servers.values():
@@ -174,11 +186,12 @@ def main() -> None:
     try:
         from tqdm import tqdm
 
-        for r in tqdm(range(args.rounds), desc="rounds (reuse, then whole)"):
+        for r in tqdm(range(args.rounds), desc=f"rounds ({', then '.join(sides)})"):
             got = {k: run_round(servers[k][1], args, 1000 * r) for k in sides}
             for k, v in got.items():
                 rows[k] += [{**x, "round": r} for x in v]
-            ratios.append(summarize(got["whole"])["ttfa_p50_ms"] / summarize(got["reuse"])["ttfa_p50_ms"])
+            if len(got) == 2:
+                ratios.append(summarize(got["whole"])["ttfa_p50_ms"] / summarize(got["reuse"])["ttfa_p50_ms"])
         reused = {k: reused_tokens(url) for k, (_, url) in servers.items()}
     finally:
         for proc, _ in servers.values():
@@ -190,12 +203,16 @@ def main() -> None:
               "prefill_tokens_reused": reused,
               "sessions": rows}
     (args.out / "live_prefix.json").write_text(json.dumps(report, indent=2))
-    print("\n| side | sessions | first audio p50 ms | p90 ms | failed |\n|---|---:|---:|---:|---:|")
+    print("\n| side | sessions | first audio p50 / p90 / p99 ms | steady sessions "
+          "| steady p50 / p90 / p99 ms | failed |\n|---|---:|---:|---:|---:|---:|")
     for k, s in report["sides"].items():
-        print(f"| {k} | {s['n']} | {s['ttfa_p50_ms']:.0f} | {s['ttfa_p90_ms']:.0f} | {s['failed']} |")
+        print(f"| {k} | {s['n']} | {s['ttfa_p50_ms']:.0f} / {s['ttfa_p90_ms']:.0f} / {s['ttfa_p99_ms']:.0f} "
+              f"| {s['steady_n']} | {s['steady_ttfa_p50_ms']:.0f} / {s['steady_ttfa_p90_ms']:.0f} / "
+              f"{s['steady_ttfa_p99_ms']:.0f} | {s['failed']} |")
     print(f"prompt tokens reused (server counter): {reused}")
-    print(f"whole / reuse p50 per round: {', '.join(f'{x:.2f}' for x in ratios)} "
-          f"(median {statistics.median(ratios):.2f})")
+    if ratios:
+        print(f"whole / reuse p50 per round: {', '.join(f'{x:.2f}' for x in ratios)} "
+              f"(median {statistics.median(ratios):.2f})")
 
 
 if __name__ == "__main__":

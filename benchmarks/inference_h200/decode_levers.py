@@ -1,0 +1,152 @@
+"""The S2 Pro decode step with each built-but-unmeasured lever on and off, side by side (issue #26).
+
+Why one script for three levers: each is a switch that exists (CPU-tested) and waits for its first
+H200 figure, and the step is noisy across calls, so they are timed in one process on one model,
+alternately, against the default step beside them:
+
+* ``cublas@N``: the GPU catalog sends GEMMs of >= N rows to cuBLAS's block-scaled FP8 kernel
+  (``prefill_gemm_min_rows``; today 256, i.e. prefill only) — decode batches included, in graphs;
+* ``topk``: ``TTSFLEET_TOPK_SELECT=kernel`` (the sampler's top-k inside its own launch);
+* ``fp8kv``: the FP8 KV cache (e4m3 + one exponent per position and KV head).
+
+Each variant replays the whole decode step from a CUDA graph on a cache filled to 576 positions
+(as ``step_bench.py``); rounds alternate the variants so drift hits all alike. Prints a table of
+medians (ms per step) and the ratio to the default; JSON to ``$OUT/decode_levers.json``.
+
+    python3 -m benchmarks.inference_h200.decode_levers            # on the device, from the repo root
+    LEVER_BATCHES=1,8,32,64,128 LEVER_ROUNDS=3 (defaults)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from typing import Any
+
+import torch
+
+BATCHES = [int(v) for v in os.environ.get("LEVER_BATCHES", "1,8,32,64,128").split(",")]
+ROUNDS = int(os.environ.get("LEVER_ROUNDS", "3"))
+CUBLAS_ROWS = [int(v) for v in os.environ.get("LEVER_CUBLAS_ROWS", "16,64").split(",")]
+CONTEXT = 576
+
+
+def _fill(cache: Any) -> None:
+    """Random K/V (finite codes for an FP8 cache) and pending state, seeded."""
+    g = torch.Generator(device=cache.k.device).manual_seed(0)
+    for t in (cache.k, cache.v):
+        if t.dtype == torch.float8_e4m3fn:
+            t.view(torch.uint8).copy_(torch.randint(0, 0x7E, t.shape, device=t.device, generator=g,
+                                                    dtype=torch.uint8))
+        else:
+            t.normal_(generator=g)
+    cache.pending_logits.normal_(generator=g)
+    cache.pending_hidden.normal_(generator=g)
+
+
+def _step_graph(model: Any, cache: Any, bs: int) -> torch.cuda.CUDAGraph:
+    from ttsfleet.inference.bench_engine import capture_graph
+    from ttsfleet.inference.sampling import SamplingBatch, SamplingParams
+
+    c, dev = model.config, model.device
+    slots = torch.arange(bs, device=dev)
+    batch = SamplingBatch.from_params([SamplingParams(seed=i) for i in range(bs)], dev)
+    window = torch.randint(0, c.codebook_size, (bs, 16, c.num_codebooks), device=dev, dtype=torch.int32)
+
+    def whole() -> None:
+        cache.lengths.fill_(CONTEXT)
+        model.decode_step(cache, slots, batch, window)
+
+    return capture_graph(whole)
+
+
+def _replay_ms(graph: torch.cuda.CUDAGraph, n: int = 20) -> float:
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(n):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        graph.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def _variant(name: str) -> dict[str, Any]:
+    """Switch the process to variant ``name``; returns its cache kind."""
+    from ttsfleet.kernels import decode, dispatch
+
+    from ttsfleet.catalog import GpuCatalog
+
+    decode.set_topk_select("kernel" if name == "topk" else "torch")
+    if name.startswith("cublas@"):
+        rows = int(name.split("@")[1])
+        base = GpuCatalog.default()
+        h200 = base.classes["h200"].model_copy(update={"prefill_gemm_min_rows": rows})
+        dispatch.use_catalog(base.model_copy(update={"classes": {**base.classes, "h200": h200}}))
+    else:
+        dispatch.use_catalog(None)
+    return {"kv": "fp8" if name == "fp8kv" else "auto"}
+
+
+def main() -> None:
+    from ttsfleet.inference.loader import load_model
+    from ttsfleet.kernels import dispatch
+
+    t0 = time.time()
+    model = load_model("s2-pro", device="cuda", dtype=torch.bfloat16, quantize="auto", max_seq_len=1024)
+    variants = ["default", "topk", "fp8kv", *[f"cublas@{r}" for r in CUBLAS_ROWS]]
+    caches = {kv: model.new_cache(max(BATCHES), CONTEXT + 4, kv_dtype=kv) for kv in ("auto", "fp8")}
+    for cache in caches.values():
+        _fill(cache)
+    print(f"{torch.cuda.get_device_name(0)}; loaded in {time.time() - t0:.0f} s; plan "
+          f"{dispatch.plan('cuda').reason}", flush=True)
+    times: dict[str, dict[int, list[float]]] = {v: {b: [] for b in BATCHES} for v in variants}
+    errors: dict[str, str] = {}
+    for rnd in range(ROUNDS):
+        order = variants if rnd % 2 == 0 else variants[::-1]
+        for name in order:
+            if name in errors:
+                continue
+            kv = _variant(name)["kv"]
+            try:
+                for bs in BATCHES:
+                    graph = _step_graph(model, caches[kv], bs)
+                    times[name][bs].append(_replay_ms(graph))
+                    del graph
+            except Exception as exc:  # noqa: BLE001 - one lever failing must not lose the others
+                errors[name] = f"{type(exc).__name__}: {exc}"[:300]
+                print(f"{name}: {errors[name]}", flush=True)
+        print(f"round {rnd + 1}/{ROUNDS} done at {time.time() - t0:.0f} s", flush=True)
+    _variant("default")
+    rows = []
+    for name in variants:
+        for bs in BATCHES:
+            v = times[name][bs]
+            if not v:
+                continue
+            med = statistics.median(v)
+            base = statistics.median(times["default"][bs]) if times["default"][bs] else float("nan")
+            rows.append({"variant": name, "batch": bs, "step_ms": round(med, 4),
+                         "min_ms": round(min(v), 4), "max_ms": round(max(v), 4),
+                         "vs_default": round(med / base, 3), "frames_per_s": round(bs / med * 1e3, 1)})
+    res = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           "device": torch.cuda.get_device_name(0),
+           "torch": torch.__version__, "context": CONTEXT, "rounds": ROUNDS, "rows": rows, "errors": errors,
+           "timing": "CUDA-graph replay of decode_step, median of 20 replays per round; per variant the "
+                     "median over rounds (variants alternate, order reversed every other round)"}
+    with open(os.path.join(os.environ.get("OUT", "/tmp"), "decode_levers.json"), "w") as fh:
+        json.dump(res, fh, indent=1)
+    print(f"{'variant':<12} {'bs':>4} {'step ms':>8} {'min-max':>15} {'x default':>9} {'frames/s':>9}")
+    for r in rows:
+        spread = f"{r['min_ms']:7.3f}-{r['max_ms']:<7.3f}"
+        print(f"{r['variant']:<12} {r['batch']:>4} {r['step_ms']:8.3f} {spread} {r['vs_default']:9.3f} "
+              f"{r['frames_per_s']:9.1f}")
+
+
+if __name__ == "__main__":
+    main()
