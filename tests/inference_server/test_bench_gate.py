@@ -215,3 +215,29 @@ def test_engine_bench_cli_turns_the_serving_paths_off(monkeypatch: pytest.Monkey
                                    "--no-codec-fast", "--concurrency", "1"])
     assert res.exit_code == 0, res.output
     assert (seen["cfg"].prefill_graphs, seen["cfg"].codec_fast) == (False, False)
+
+
+def test_planted_slowdown_settles_at_the_fraction_fewer_iterations(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a simulated clock (each iteration's own work 10 ms) the plant's delay settles where the
+    iteration takes 1 / (1 - 0.1) as long: 10 % fewer frames/s, not 11 % (the delay is measured
+    inside the interval it lengthens)."""
+    import types
+
+    import ttsfleet.inference.bench_engine as be
+
+    clock = {"t": 0.0}
+    monkeypatch.setattr(be.time, "perf_counter", lambda: clock["t"])
+    monkeypatch.setattr(be.time, "sleep", lambda s: clock.__setitem__("t", clock["t"] + s))
+
+    def work() -> None:
+        clock["t"] += 0.010
+
+    engine = types.SimpleNamespace(_launch_step=work, device=types.SimpleNamespace(type="cpu"))
+    be._plant_slowdown(engine, 0.1)
+    for _ in range(400):
+        engine._launch_step()
+    start = clock["t"]
+    for _ in range(100):
+        engine._launch_step()
+    per_iteration = (clock["t"] - start) / 100
+    assert per_iteration == pytest.approx(0.010 / 0.9, rel=0.01)
