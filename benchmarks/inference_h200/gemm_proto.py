@@ -20,13 +20,13 @@ without a GPU; this is its first run. Per shape x M (qkv, o, gate_up, down x M =
 
 Bounded to < 150 s: a deadline skips what is left (SKIP rows), compiles happen on the first call of
 each config (~1-3 s each; 4 for the table, 4 per variant). JSON to ``$OUT/gemm_proto.json``.
-Usage on the device, from the repo root: ``python3 -m benchmarks.inference_h200.gemm_proto``.
+Usage on the device, from the repo root: ``benchmarks/inference_h200/speed_run.sh gemmproto`` (its
+wheels and ``ttsfleet/<component>`` links), or ``python3 -m benchmarks.inference_h200.gemm_proto``.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import importlib.util
 import json
 import math
 import os
@@ -34,10 +34,15 @@ import statistics
 import sys
 import time
 import traceback
-import types
 from collections.abc import Callable
 from functools import partial
 from typing import Any
+
+import torch
+import triton
+from ttsfleet.kernels import gluon_gemm as gg
+from ttsfleet.kernels.reference import linear_fp8_codes_ref, quantize_activation_ref, quantize_weight_ref
+from ttsfleet.kernels.testing import TOL_SAME_CODES_BF16, rel_err
 
 T0 = time.time()
 DEADLINE_S = float(os.environ.get("GEMM_PROTO_DEADLINE_S", "140"))
@@ -48,44 +53,6 @@ MS = (1, 8, 16, 32, 64)
 DEV = "cuda"  # a CPU dry run of the script's own logic (stand-in kernels) sets "cpu"
 
 
-def _import_path_fixups() -> None:
-    """Make ``ttsfleet.kernels`` importable from a bare checkout: the pyproject maps
-    ``ttsfleet.kernels`` to ``kernels/`` (speed_run.sh symlinks it; this mirrors the mapping in
-    memory if the link is missing). Without the carried pydantic wheel (``ttsfleet.quantization``
-    imports its ``BeforeValidator`` only to build a type annotation) a stand-in is used, said so."""
-    root = os.getcwd()
-    try:
-        import pydantic  # noqa: F401
-    except ImportError:
-        stub = types.ModuleType("pydantic")
-        stub.BeforeValidator = lambda fn: fn  # type: ignore[attr-defined]
-        sys.modules["pydantic"] = stub
-        print("note: pydantic missing, a stand-in BeforeValidator is used (annotation only)", flush=True)
-    if importlib.util.find_spec("ttsfleet") is None:
-        sys.path.insert(0, root)
-    import ttsfleet
-
-    try:
-        import ttsfleet.kernels  # noqa: F401
-    except ImportError:
-        spec = importlib.util.spec_from_file_location(
-            "ttsfleet.kernels", os.path.join(root, "kernels", "__init__.py"),
-            submodule_search_locations=[os.path.join(root, "kernels")])
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["ttsfleet.kernels"] = mod
-        spec.loader.exec_module(mod)
-        ttsfleet.kernels = mod  # type: ignore[attr-defined]
-        print("note: ttsfleet.kernels mapped to ./kernels in memory", flush=True)
-
-
-_import_path_fixups()
-
-import torch  # noqa: E402
-import triton  # noqa: E402
-from ttsfleet.kernels import gluon_gemm as gg  # noqa: E402
-from ttsfleet.kernels.reference import linear_fp8_codes_ref, quantize_activation_ref, quantize_weight_ref  # noqa: E402
-from ttsfleet.kernels.testing import TOL_SAME_CODES_BF16, rel_err  # noqa: E402
 
 
 def left() -> float:
