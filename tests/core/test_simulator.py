@@ -11,7 +11,7 @@ import pytest
 
 from tests.catalogs import B200_YAML
 from ttsfleet.catalog import NAMED_CURVES, GpuCatalog
-from ttsfleet.config import FillPolicyConfig
+from ttsfleet.config import AutoscaleConfig, FillPolicyConfig
 from ttsfleet.errors import UserError
 from ttsfleet.sim.engine import build_pools, simulate
 from ttsfleet.sim.fleet import Fleet
@@ -110,6 +110,21 @@ def test_replica_busy_follows_concurrency_not_one_request():
     measured = curve.model_copy(update={"points": tuple(
         p.model_copy(update={"gpu_busy": 0.5}) for p in curve.points)})
     assert busy_lut(measured, 64)[40 * 4] == pytest.approx(0.5, abs=1e-6)
+
+
+def test_scenario_sizing_is_the_config_default_on_the_served_curve():
+    """The simulated deployment sizes replicas by AutoscaleConfig's default (one source of truth),
+    and the premise it was derived on holds for the built-in H200 curve (Scenario.autoscale):
+    first audio under the SLO wherever a replica admits requests, so the slot count is the limit,
+    taken at 2026-12-01's margin (16 in flight of a ~25.5 SLO crossing)."""
+    sc = Scenario()
+    target = sc.autoscale.target_in_flight_per_replica
+    assert target == AutoscaleConfig().target_in_flight_per_replica == 40
+    h200 = sc.catalog.get("h200")
+    slots = h200.serving.max_running_requests
+    assert h200.capacity.max_concurrency == slots
+    assert h200.capacity.ttfa_s(slots) < sc.autoscale.ttfa_p99_slo_s
+    assert target == round(slots * 16 / 25.5)
 
 
 def test_measured_curve_path_and_the_named_writeup_curve(tmp_path):

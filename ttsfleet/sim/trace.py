@@ -30,9 +30,11 @@ FRAMES_PER_CHAR = FRAMES_PER_AUDIO_SECOND / SPEECH_CHARS_PER_S
 #: The embedded trace of ``ttsfleet simulate`` (and of the benchmark's default case).
 EMBEDDED_DAYS = 3.0
 #: Peak demand of the embedded trace as a share of the fleet's peak decode capacity (each GPU's
-#: curve peak at c=64, summed): a property of the trace, not a measurement, chosen so an
-#: inference-only fleet sized for the TTFA SLO (16 in flight per replica on our served curve)
-#: sits near the ~50% utilization the source write-up starts from.
+#: curve peak at c=64, summed): a property of the trace, not a measurement, chosen on 2026-12-01
+#: so an inference-only fleet sized for the TTFA SLO (then 16 in flight per replica on that day's
+#: served curve) sat near the ~50% utilization the source write-up starts from. Kept when the
+#: curve and the sizing were refreshed (2026-12-03: 40 in flight): inference-only now reads ~30%
+#: on the default trace (benchmarks/simulate/README.md).
 EMBEDDED_PEAK_LOAD = 0.3
 EMBEDDED_MEAN_FRAMES = 220.0
 EMBEDDED_SEED = 7
