@@ -254,6 +254,15 @@ def burst_table(ab: dict) -> Table:
     return t
 
 
+def cpu_model() -> str | None:
+    """The CPU's model name as the kernel reports it (what ``lscpu`` shows); None off Linux."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return None
+    return next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), None)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(Path(__file__).parent))
@@ -314,7 +323,7 @@ def main() -> None:
             doc["speed_case_burst_rules_off_nodes"] = nodes_without_burst_rules(all_cases["speed"])
     stamp = dt.date.today().isoformat()
     doc = {"date": stamp, "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                                      "python": platform.python_version(),
+                                      "cpu_model": cpu_model(), "python": platform.python_version(),
                                       "load_average_1m": round(os.getloadavg()[0], 2)},
            "note": "policy run wall time is single-threaded Python on a shared 2-core machine", **doc}
     path = out / f"results-{stamp}.json"
