@@ -253,9 +253,11 @@ def _curve(c64_fps: float, c1_fps: float, ttfa1: float, ttfa64: float, source: s
 #: frames/s and first audio p50). The newest run with c=1 (which the curve needs: below its first
 #: point throughput is linear in concurrency); 2026-12-03's served run has c=64 and c=128 only.
 #: Its server ran ``--max-running-requests 128 --prefill-coalesce-ms 40``: not the H200 defaults
-#: (64 slots, coalescing off). At c <= 64 the slot count changes nothing but the captured
-#: batches; coalescing measured +7.4 % frames/s and +15 ms first audio p50 at c=64 (run4, one
+#: (64 slots, coalescing off). At c <= 64 the slot count changes only the captured graphs and
+#: the queue bound; coalescing measured +7.4 % frames/s and +15 ms first audio p50 at c=64 (run4, one
 #: round each), and 2026-12-03's c=64 without it (run3 side a) read 2,392.6 frames/s, 104 ms.
+#: Prompt attention ran GQA expanded (the default until d664b14, now native: 2026-12-03's side b,
+#: c=64 +3.5 % frames/s, one round, inside the repeats' spread).
 #: Points only from this run: the 2026-12-01 curve's c=8 (a slower server) is not mixed in. Its
 #: c=128 level (2,707.5 frames/s, 178 ms) is left out: an H200 replica admits 64
 #: (``ServingDefaults.max_running_requests``), and the curve's peak is the class's capacity.
