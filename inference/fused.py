@@ -48,8 +48,8 @@ def _sample(logits: Tensor, batch: SamplingBatch, step: Tensor, draw: int, windo
 
 def sample_main_fused(logits: Tensor, batch: SamplingBatch, step: Tensor, window: Tensor | None,
                       end_index: int) -> Tensor:
-    """:func:`~ttsfleet.inference.sampling.sample_main` in two launches + one ``topk`` when fusable
-    (one launch with ``TTSFLEET_TOPK_SELECT=kernel``: :func:`ttsfleet.kernels.decode.topk_select`)."""
+    """:func:`~ttsfleet.inference.sampling.sample_main` in one launch when fusable (two + one
+    ``topk`` with ``TTSFLEET_TOPK_SELECT=torch``: :func:`ttsfleet.kernels.decode.topk_select`)."""
     if batch.fusable:
         return kd.sample_topk(logits, batch, step, 0, window, ras_end_index=end_index)
     return sample_main(logits, batch, step, window, end_index)

@@ -55,27 +55,29 @@ def qkv_rope_store(*args: Any, **kwargs: Any) -> Tensor:
     return _triton_decode().qkv_rope_store(*args, **kwargs)
 
 
-#: How the fused sampler finds a row's best ``TOPK_CAP`` logits: ``torch`` (two launches with
-#: ``torch.topk`` between them: what the H200 runs and was measured with) or ``kernel`` (one launch
-#: that selects in the kernel: same ids, tested through the interpreter and compiled
-#: for sm_90 / sm_120, speed not measured yet). Process switch, read once.
+#: How the fused sampler finds a row's best ``TOPK_CAP`` logits: ``kernel`` (one launch that
+#: selects in the kernel; the default) or ``torch`` (two launches with ``torch.topk`` between them).
+#: Same ids (tested through the interpreter, compiled for sm_90 / sm_120). On an H200 the kernel made
+#: the S2 Pro decode step 1.1-2.4 % shorter at batch 1 to 128 (CUDA-graph replay, side by side) and
+#: the FP8 gate and the GPU sampler / fused-decode tests passed with it
+#: (benchmarks/inference_h200/2026-12-03b/run3, run5). Process switch, read once.
 TOPK_SELECT_ENV = "TTSFLEET_TOPK_SELECT"
 TOPK_SELECTS = ("torch", "kernel")
 _topk_select: str | None = None
 
 
 def topk_select() -> str:
-    """The fused sampler's top-k selection (``TTSFLEET_TOPK_SELECT``, default ``torch``)."""
+    """The fused sampler's top-k selection (``TTSFLEET_TOPK_SELECT``, default ``kernel``)."""
     global _topk_select
     if _topk_select is None:
-        set_topk_select(os.environ.get(TOPK_SELECT_ENV, "torch"))
+        set_topk_select(os.environ.get(TOPK_SELECT_ENV, "kernel"))
     return _topk_select  # type: ignore[return-value]
 
 
 def parse_topk_select(value: str) -> str:
-    """The selection ``value`` names (blank: ``torch``), else a ``ValueError`` naming the choices
-    (the server checks ``TTSFLEET_TOPK_SELECT`` with it at start)."""
-    value = value.strip().lower() or "torch"
+    """The selection ``value`` names (blank: ``kernel``, the default), else a ``ValueError`` naming
+    the choices (the server checks ``TTSFLEET_TOPK_SELECT`` with it at start)."""
+    value = value.strip().lower() or "kernel"
     if value not in TOPK_SELECTS:
         raise ValueError(f"{TOPK_SELECT_ENV}={value!r}: expected one of {', '.join(TOPK_SELECTS)}")
     return value
