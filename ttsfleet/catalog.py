@@ -306,10 +306,15 @@ def default_classes() -> dict[str, GpuClass]:
         weight_block=(128, 128),
         scale_format="fp32",
         kernel_backend="triton",
-        # prefill rows (>= 256) through cuBLAS's block-scaled FP8 kernel, same 1x128 / 128x128 scales:
+        # prefill rows through cuBLAS's block-scaled FP8 kernel, same 1x128 / 128x128 scales:
         # 3.0x / 3.8x faster prefill of 4 / 16 x 512 tokens, greedy frames equal to the Triton prefill
         # and to bf16 (H200, 2026-12-02, benchmarks/inference_h200/2026-12-02-ab/)
         prefill_gemm="cublas_blockwise",
+        # ... and decode batches of 128 rows too: the S2 Pro step at batch 128 15.51 -> 12.41 ms
+        # (0.80x) with every GEMM of >= 128 rows in cuBLAS, while at 32 / 64 rows cuBLAS made it
+        # 1.17x / 1.11x slower (CUDA-graph replay, side by side, H200, 2026-12-03,
+        # benchmarks/inference_h200/2026-12-03b/run3-levers-gemmproto-benchgate/decode_levers.txt)
+        prefill_gemm_min_rows=128,
         capacity=NAMED_CURVES["served"]["h200"],
         model_load_s=90,
         relative_cost=1.0,

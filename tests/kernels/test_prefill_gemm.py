@@ -33,11 +33,12 @@ def _split_catalog(tmp_path, extra: str = "") -> GpuCatalog:
 
 
 def test_built_in_h200_sends_prefill_rows_to_cublas_and_the_rtx_classes_do_not():
-    """On since the H200 run of 2026-12-02 (benchmarks/inference_h200/2026-12-02-ab/); sm_120 has
-    no cuBLAS block-scaled path in the catalog."""
+    """On since the H200 run of 2026-12-02 (benchmarks/inference_h200/2026-12-02-ab/), from 128 rows
+    since 2026-12-03 (decode batches of 128 faster there, of 64 slower: 2026-12-03b/run3); sm_120
+    has no cuBLAS block-scaled path in the catalog."""
     plan = dispatch.plan_for_capability((9, 0), GpuCatalog.default())
     assert plan.fused and plan.prefill_gemm == "cublas_blockwise" and plan.large_gemm(8192)
-    assert not plan.large_gemm(128)
+    assert plan.large_gemm(128) and not plan.large_gemm(127)
     assert dispatch.plan_for_capability((12, 0), GpuCatalog.default()).prefill_gemm == "triton"
 
 
@@ -45,7 +46,7 @@ def test_catalog_file_sends_prefill_rows_to_cublas_and_keeps_decode_rows(tmp_pat
     plan = dispatch.plan_for_capability((9, 0), _split_catalog(tmp_path))
     assert plan.fused and plan.prefill_gemm == "cublas_blockwise"
     assert not plan.large_gemm(plan.prefill_min_rows - 1) and plan.large_gemm(plan.prefill_min_rows)
-    assert not plan.large_gemm(128), "decode batches up to 128 rows must stay on our kernels"
+    assert not plan.large_gemm(64), "decode batches up to 64 rows must stay on our kernels"
     ref = dispatch.plan_for_capability((9, 0), _split_catalog(tmp_path), kernel_mode="reference")
     assert not ref.large_gemm(4096), "the reference backend has no prefill split"
     plan = dispatch.plan_for_capability((9, 0), _split_catalog(tmp_path, "    prefill_gemm_min_rows: 1024\n"))
