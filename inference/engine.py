@@ -97,7 +97,12 @@ class RequestHandle:
         self.events: asyncio.Queue[Event] = asyncio.Queue()
         self.cancelled = threading.Event()
         self.submitted_at = time.perf_counter()
+        # When the engine thread reached each step on the way to the first audio (perf_counter; set
+        # once each): what ``inference_ttfa_stage_seconds`` splits time to first audio by.
+        self.admitted_at: float | None = None  # a slot taken (its prefill starts)
+        self.prefilled_at: float | None = None  # the whole prompt in the cache
         self.first_frame_at: float | None = None
+        self.first_codes_at: float | None = None  # the first chunk of codes handed to the codec
 
     def post(self, ev: Event) -> None:
         """Thread-safe: called from the engine or codec thread."""
@@ -605,6 +610,7 @@ class Engine:
                 n = min(chunk, budget, left)
             st = self.waiting.popleft()
             st.slot = self.free_slots.popleft()
+            st.handle.admitted_at = time.perf_counter()
             if st.restored:
                 self._restore_prefix(st)
             plan.append((st, n))
@@ -661,6 +667,7 @@ class Engine:
             if st.prefilled < st.prompt_len:
                 self.prefilling.append(st)
                 continue
+            st.handle.prefilled_at = time.perf_counter()
             if st.req.keep_prefix:
                 self._keep_prefix(st)
             if not st.prefix_only:
@@ -806,6 +813,8 @@ class Engine:
     def _send_codes(self, st: _Running, final: bool, reason: str = "") -> None:
         codes = np.stack(st.pending, axis=1) if st.pending else np.zeros((self.num_codebooks, 0), np.int64)
         st.pending = []
+        if st.chunks_sent == 0:
+            st.handle.first_codes_at = time.perf_counter()
         st.chunks_sent += 1
         self._codec_q.put(CodesChunk(st.handle, codes, final, reason, st.generated))
 

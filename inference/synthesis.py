@@ -109,6 +109,34 @@ def _sampling(req: TTSRequest, segment: int) -> Any:
                           repetition_penalty=req.repetition_penalty, **kw)
 
 
+#: The stages of time to first audio, in order, each ending where the next begins.
+TTFA_STAGES = ("arrival", "queue", "prefill", "decode", "audio")
+
+
+def ttfa_stages(arrived: float, handle: Any, first_audio: float) -> dict[str, float]:
+    """Time to first audio (``arrived`` -> ``first_audio``) split at the engine's marks on the
+    segment's ``handle`` (:class:`~ttsfleet.inference.engine.RequestHandle`): to the engine's queue,
+    waiting for a slot, prefill, decode to the first chunk of codes, then codec + encoding + send.
+
+    Why: one TTFA figure cannot say which part misses a target (the live route at c=64 on an H200:
+    400 ms where HTTP streaming takes ~100 ms). A mark the engine never set (a path that skips a
+    stage) leaves that stage out and its time counted in the next one, so the stages always add up
+    to the whole.
+    """
+    if handle is None:
+        return {}
+    marks = (getattr(handle, "submitted_at", None), getattr(handle, "admitted_at", None),
+             getattr(handle, "prefilled_at", None), getattr(handle, "first_codes_at", None), first_audio)
+    out: dict[str, float] = {}
+    start = arrived
+    for stage, end in zip(TTFA_STAGES, marks, strict=True):
+        if end is None:
+            continue
+        out[stage] = max(0.0, min(end, first_audio) - start)
+        start = max(start, min(end, first_audio))
+    return out
+
+
 class Generation:
     """Streams the audio of one request across its text segments, recording the request's metrics."""
 
@@ -250,6 +278,10 @@ class Generation:
         if self.first_audio is None:
             self.first_audio = time.perf_counter()
             self.state.m("inference_ttfa_seconds").observe(self.first_audio - self.arrived)
+            stages = ttfa_stages(self.arrived, self.handle, self.first_audio)
+            hist = self.state.metrics["inference_ttfa_stage_seconds"]
+            for stage, seconds in stages.items():
+                hist.labels(self.state.label, stage).observe(seconds)
 
     def finish(self, status: int, reason: str = "", realtime: bool = True) -> None:
         """Record the request's outcome once; ``realtime=False`` for sessions paced by their client."""

@@ -99,6 +99,11 @@ CONTRACT_LIST: tuple[MetricSpec, ...] = (
     _m("inference", "inference_ttfa_seconds", "histogram",
        "Time to first audio: request arrival to the first audio chunk sent.", [L_MODEL],
        LATENCY_BUCKETS),
+    _m("inference", "inference_ttfa_stage_seconds", "histogram",
+       "Time to first audio split by stage (arrival: to the engine's queue; queue: waiting for a "
+       "slot; prefill: the prompt into the cache; decode: to the first chunk of codes; audio: codec, "
+       "encoding and sending); the stages of one request add up to its time to first audio.",
+       [L_MODEL, L_STAGE], LATENCY_BUCKETS),
     _m("inference", "inference_request_duration_seconds", "histogram",
        "Request arrival to the last audio byte sent.", [L_MODEL], DURATION_BUCKETS),
     _m("inference", "inference_realtime_factor", "histogram",

@@ -113,3 +113,39 @@ def test_real_prometheus_scrapes_server(server, client, tmp_path, port_picker):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
+
+
+def test_ttfa_stages_add_up_to_time_to_first_audio(client):
+    """Every stage is observed for a streamed request, and per request the stages sum to its time to
+    first audio (so the sums of both histograms grow by the same amount)."""
+    from ttsfleet.inference.synthesis import TTFA_STAGES
+
+    def sums(scrape: dict[str, list]) -> tuple[float, dict[str, float]]:
+        ttfa = sum(s.value for s in scrape.get(spec("inference_ttfa_seconds").name + "_sum", []))
+        stage_sums = scrape.get(spec("inference_ttfa_stage_seconds").name + "_sum", [])
+        stages = {s.labels["stage"]: s.value for s in stage_sums}
+        return ttfa, stages
+
+    t0, st0 = sums(_scrape(client))
+    with client.stream("POST", "/v1/tts", json={"text": "stages of the first audio", "format": "pcm",
+                                                "max_new_tokens": 10, "seed": 3, "streaming": True}) as r:
+        assert r.status_code == 200
+        b"".join(r.iter_bytes())
+    t1, st1 = sums(_scrape(client))
+    assert set(st1) == set(TTFA_STAGES)
+    grown = {k: st1[k] - st0.get(k, 0.0) for k in TTFA_STAGES}
+    assert all(v >= 0 for v in grown.values())
+    assert grown["prefill"] > 0 and grown["decode"] > 0
+    assert sum(grown.values()) == pytest.approx(t1 - t0, rel=1e-6, abs=1e-6)
+
+
+def test_ttfa_stages_skip_a_missing_mark_and_still_add_up():
+    import types
+
+    from ttsfleet.inference.synthesis import ttfa_stages
+
+    h = types.SimpleNamespace(submitted_at=1.0, admitted_at=None, prefilled_at=1.5, first_codes_at=1.6)
+    got = ttfa_stages(0.9, h, 2.0)
+    assert list(got) == ["arrival", "prefill", "decode", "audio"]
+    assert got["prefill"] == pytest.approx(0.5) and sum(got.values()) == pytest.approx(1.1)
+    assert ttfa_stages(0.9, None, 2.0) == {}

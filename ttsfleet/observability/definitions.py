@@ -39,6 +39,12 @@ def _q(name: str, metric: str) -> str:
     return f'histogram_quantile({name}, sum by (le) (rate({metric}_bucket{{{POD}}}[{RI}])))'
 
 
+def _mean_by_stage(metric: str) -> str:
+    """Mean seconds per ``stage`` of a histogram over the rate interval."""
+    return (f"sum by (stage) (rate({metric}_sum{{{POD}}}[{RI}])) "
+            f"/ sum by (stage) (rate({metric}_count{{{POD}}}[{RI}]))")
+
+
 def fleet(catalog: GpuCatalog) -> Dashboard:
     t = fg.UTILIZATION_TARGET
     alloc = fg.ratio_fleet(fg.gpus_allocated(GC), GC)
@@ -153,6 +159,11 @@ def inference(catalog: GpuCatalog) -> Dashboard:
                     Target(_q("0.5", "ttsfleet_inference_realtime_factor"), "p50"),
                     Target(_q("0.99", "ttsfleet_inference_realtime_factor"), "p99"),
                     thresholds=(1.0,), width=6, min=0),
+                _ts("Time to first audio by stage (mean)", "Where first audio waits, stacked: to the "
+                    "engine's queue, for a slot, prefill, decode to the first codes, codec + encoding "
+                    "+ send. The stack is the mean time to first audio.",
+                    Target(_mean_by_stage("ttsfleet_inference_ttfa_stage_seconds"), "{{stage}}"),
+                    unit="s", stacked=True, min=0),
             )),
             Row("Batching and queues", (
                 _ts("Queue depth", "Requests waiting for a decode slot, per pod.",

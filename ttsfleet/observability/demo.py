@@ -54,6 +54,10 @@ class Pod:
     in_flight: int
 
 
+#: How the demo splits each request's time to first audio into the stages of
+#: ``inference_ttfa_stage_seconds`` (shares of the whole; they add up to 1).
+TTFA_STAGE_SHARES = (("arrival", 0.05), ("queue", 0.10), ("prefill", 0.30), ("decode", 0.35), ("audio", 0.20))
+
 PODS = (
     Pod("tts-h200-0", "h200", 60, 0, 60000, ((0.09, 57), (0.3, 3)), 24, 0, 24),
     Pod("tts-h200-1", "h200", 60, 0, 60000, ((0.09, 56), (0.3, 4)), 24, 1, 25),
@@ -290,6 +294,8 @@ def _step_pod(c: Collectors, p: Pod, f: float) -> None:
     for v, n in p.ttfa:
         for _ in range(int(n * f)):
             c["inference_ttfa_seconds"].labels(m).observe(v)
+            for stage, share in TTFA_STAGE_SHARES:
+                c["inference_ttfa_stage_seconds"].labels(m, stage).observe(v * share)
             c["inference_request_duration_seconds"].labels(m).observe(3.0)
             c["inference_realtime_factor"].labels(m).observe(0.08 if p.gpu_class == "h200" else 0.15)
     for k in range(20):  # sampled decode steps; every fourth one runs a half-drained batch
