@@ -101,6 +101,25 @@ def reused_tokens(url: str) -> float:
     return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == name)
 
 
+def ttfa_stage_means(url: str) -> dict[str, float]:
+    """Mean ms per stage of time to first audio over the server's life (``inference_ttfa_stage_seconds``:
+    arrival, queue, prefill, decode, audio; they add up to the mean time to first audio)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from ttsfleet.metrics import spec
+
+    base = spec("inference_ttfa_stage_seconds").name
+    sums: dict[str, float] = {}
+    counts: dict[str, float] = {}
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    for fam in text_string_to_metric_families(text):
+        for smp in fam.samples:
+            if smp.name in (base + "_sum", base + "_count"):
+                into = sums if smp.name.endswith("_sum") else counts
+                into[smp.labels["stage"]] = into.get(smp.labels["stage"], 0.0) + smp.value
+    return {k: round(1000 * sums[k] / counts[k], 1) for k in sums if counts.get(k)}
+
+
 def one_session(url: str, pause_s: float, seed: int) -> dict[str, Any]:
     """One live session; first audio from the first text handed over to the first chunk received."""
     import fishaudio
@@ -193,6 +212,7 @@ def main() -> None:
             if len(got) == 2:
                 ratios.append(summarize(got["whole"])["ttfa_p50_ms"] / summarize(got["reuse"])["ttfa_p50_ms"])
         reused = {k: reused_tokens(url) for k, (_, url) in servers.items()}
+        stages = {k: ttfa_stage_means(url) for k, (_, url) in servers.items()}
     finally:
         for proc, _ in servers.values():
             proc.send_signal(signal.SIGINT)
@@ -200,7 +220,7 @@ def main() -> None:
     report = {"date": time.strftime("%Y-%m-%d"), "host": os.uname().nodename, "cpus": os.cpu_count(),
               "load_avg_1m": os.getloadavg()[0], "args": {k: str(v) for k, v in vars(args).items()},
               "sides": {k: summarize(v) for k, v in rows.items()}, "p50_ratio_per_round": ratios,
-              "prefill_tokens_reused": reused,
+              "prefill_tokens_reused": reused, "ttfa_stage_mean_ms": stages,
               "sessions": rows}
     (args.out / "live_prefix.json").write_text(json.dumps(report, indent=2))
     print("\n| side | sessions | first audio p50 / p90 / p99 ms | steady sessions "
@@ -210,6 +230,9 @@ def main() -> None:
               f"| {s['steady_n']} | {s['steady_ttfa_p50_ms']:.0f} / {s['steady_ttfa_p90_ms']:.0f} / "
               f"{s['steady_ttfa_p99_ms']:.0f} | {s['failed']} |")
     print(f"prompt tokens reused (server counter): {reused}")
+    for k, st in stages.items():
+        print(f"{k}: time to first audio by stage, mean ms (server): "
+              + ", ".join(f"{name} {ms:.0f}" for name, ms in st.items()))
     if ratios:
         print(f"whole / reuse p50 per round: {', '.join(f'{x:.2f}' for x in ratios)} "
               f"(median {statistics.median(ratios):.2f})")
