@@ -241,7 +241,7 @@ def capture_graph(fn: Any) -> Any:
     return graph
 
 
-def _graph_ms(fn: Any, reps: int = 20) -> float:
+def graph_replay_ms(fn: Any, reps: int = 20) -> float:
     """Median GPU time of one ``fn()`` replayed from a CUDA graph (launch gaps excluded)."""
     import torch
 
@@ -287,7 +287,7 @@ def _time_parts(model: Any, cache: Any, bs: int, context: int) -> dict[str, floa
     def main() -> None:
         fused.sample_main_fused(cache.pending_logits[slots], batch, step, window[:, :, 0], c.num_semantic)
 
-    parts = {name: _graph_ms(fn) for name, fn in (("step", whole), ("slow", slow), ("fast", fast),
+    parts = {name: graph_replay_ms(fn) for name, fn in (("step", whole), ("slow", slow), ("fast", fast),
                                                   ("main_sample", main))}
     parts["other"] = parts["step"] - parts["slow"] - parts["fast"] - parts["main_sample"]
     return parts

@@ -489,24 +489,7 @@ def _smem_layout(rows: int) -> Any:
     return gl.NVMMASharedLayout.get_default_for([rows, BK], gl.float8e4nv)
 
 
-_WS: dict[tuple[int, int], list[Any]] = {}
 _WDESC: dict[tuple[int, int, int, int, int], Any] = {}
-
-
-def _workspace(dev: Any, n_part: int, n_tickets: int) -> tuple[Any, Any]:
-    """Grow-only float32 partial slots and int32 tickets per (device, stream). Tickets are zero
-    between launches (the last CTA of each tile resets its own), so buffers are reused as is."""
-    import torch
-
-    key = (dev.index or 0, torch.cuda.current_stream(dev).cuda_stream)
-    ws = _WS.get(key)
-    if ws is None or ws[0].numel() < n_part or ws[1].numel() < n_tickets:
-        old_p = ws[0].numel() if ws else 0
-        old_t = ws[1].numel() if ws else 0
-        ws = [torch.empty(max(n_part, old_p, 1), device=dev, dtype=torch.float32),
-              torch.zeros(max(n_tickets, old_t, 1024), device=dev, dtype=torch.int32)]
-        _WS[key] = ws
-    return ws[0], ws[1]
 
 
 def _weight_desc(w: Any, bn: int) -> Any:
@@ -571,6 +554,8 @@ def gluon_linear_fp8_codes(xq: Any, xs: Any, qw: Any, out_dtype: Any = None, cfg
 
     ctas = grid_size(cfg, n, k, m, _sm_count(xq.device.index or 0))
     tiles, _, most = partition(cfg, n, k, m, ctas)
+    from .triton_gemm import _workspace  # the Triton kernel's buffers: tickets are zero between launches
+
     part, tickets = _workspace(xq.device, tiles * most * cfg.bn * cfg.bm, tiles)
     x_desc = TensorDescriptor(xq2, list(xq2.shape), list(xq2.stride()), [cfg.bm, BK], _smem_layout(cfg.bm))
     _bsgemm_kernel[(ctas,)](

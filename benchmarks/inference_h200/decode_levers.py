@@ -46,8 +46,9 @@ def _fill(cache: Any) -> None:
     cache.pending_hidden.normal_(generator=g)
 
 
-def _step_graph(model: Any, cache: Any, bs: int) -> torch.cuda.CUDAGraph:
-    from ttsfleet.inference.bench_engine import capture_graph
+def _step_ms(model: Any, cache: Any, bs: int) -> float:
+    """Median ms of one decode step at ``bs`` rows, replayed from a CUDA graph."""
+    from ttsfleet.inference.bench_engine import graph_replay_ms
     from ttsfleet.inference.sampling import SamplingBatch, SamplingParams
 
     c, dev = model.config, model.device
@@ -59,21 +60,7 @@ def _step_graph(model: Any, cache: Any, bs: int) -> torch.cuda.CUDAGraph:
         cache.lengths.fill_(CONTEXT)
         model.decode_step(cache, slots, batch, window)
 
-    return capture_graph(whole)
-
-
-def _replay_ms(graph: torch.cuda.CUDAGraph, n: int = 20) -> float:
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(n):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
+    return graph_replay_ms(whole)
 
 
 def _variant(name: str) -> dict[str, Any]:
@@ -115,9 +102,7 @@ def main() -> None:
             kv = _variant(name)["kv"]
             try:
                 for bs in BATCHES:
-                    graph = _step_graph(model, caches[kv], bs)
-                    times[name][bs].append(_replay_ms(graph))
-                    del graph
+                    times[name][bs].append(_step_ms(model, caches[kv], bs))
             except Exception as exc:  # noqa: BLE001 - one lever failing must not lose the others
                 errors[name] = f"{type(exc).__name__}: {exc}"[:300]
                 print(f"{name}: {errors[name]}", flush=True)

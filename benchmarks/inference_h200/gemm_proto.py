@@ -41,6 +41,7 @@ from typing import Any
 import torch
 import triton
 from ttsfleet.kernels import gluon_gemm as gg
+from ttsfleet.kernels.bench import copy_bandwidth
 from ttsfleet.kernels.reference import linear_fp8_codes_ref, quantize_activation_ref, quantize_weight_ref
 from ttsfleet.kernels.testing import TOL_SAME_CODES_BF16, rel_err
 
@@ -57,26 +58,6 @@ DEV = "cuda"  # a CPU dry run of the script's own logic (stand-in kernels) sets 
 
 def left() -> float:
     return DEADLINE_S - (time.time() - T0)
-
-
-def copy_bandwidth() -> float:
-    """Bytes/s of a 2 GiB device-to-device copy (read + write), CUDA events, median of 10."""
-    n = 1024**3
-    a = torch.empty(n, dtype=torch.bfloat16, device=DEV).normal_()
-    b = torch.empty_like(a)
-    for _ in range(3):
-        b.copy_(a)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(10):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        b.copy_(a)
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    del a, b
-    return 2 * n * 2 / (statistics.median(times) * 1e-3)
 
 
 def graph_us(calls: list[Callable[[], Any]]) -> float:
