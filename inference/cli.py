@@ -203,6 +203,7 @@ def bench_engine(
     from ttsfleet.inference.bench import write_outputs
     from ttsfleet.inference.bench_engine import (
         EngineBenchConfig,
+        phase_line,
         print_breakdown,
         run_engine_bench,
         write_csv,
@@ -235,6 +236,8 @@ def bench_engine(
     result = run_engine_bench(cfg, progress=progress)
     print_table(result)
     print_breakdown(result)
+    for ph in result.get("engine_phases", []):
+        typer.echo(phase_line(ph))
     for row in result.get("prefill", []):
         typer.echo(f"prefill {row['prompts']} x {prompt_tokens} tokens: {row['ms']:.1f} ms "
                    f"({row['tokens_per_s']:.0f} tokens/s)")

@@ -183,7 +183,19 @@ def test_engine_bench_on_cpu_reports_fixed_length_requests(tmp_path: Path) -> No
         assert ph["prefill_tokens"] == lv["requests"] * 12 and ph["prefill_calls"] <= lv["requests"]
     assert [p["concurrency"] for p in report["points"]] == [1, 3]
     assert (tmp_path / "bench.csv").read_text().splitlines()[0].startswith("concurrency,frames_per_s")
+    assert "c=3 engine thread over" in r.stdout and "waiting on the GPU" in r.stdout
     assert (tmp_path / "bench.png").stat().st_size > 1000
+
+
+def test_phase_line_splits_the_wall_time() -> None:
+    """The H200's c=64 phases of 2026-12-03 (run3): prefill a quarter, the rest left to host work."""
+    from ttsfleet.inference.bench_engine import phase_line
+
+    ph = {"concurrency": 64, "prefill_s": 4.7193, "decode_s": 1.4047, "wait_s": 5.8995, "codec_s": 0.4068,
+          "wall_s": 18.8578}
+    line = phase_line(ph)
+    assert line.startswith("c=64 engine thread over 18.9 s: prefill 4.7 s (25%)")
+    assert line.endswith("other host work 6.4 s (34%)")
 
 
 def test_engine_bench_runs_the_engine_serve_runs() -> None:
