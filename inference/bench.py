@@ -293,6 +293,47 @@ def machine() -> dict[str, Any]:
     return info
 
 
+StageTotals = dict[str, tuple[float, float]]  # {stage: (seconds summed, requests)}
+
+
+def server_ttfa_stages(url: str) -> StageTotals:
+    """The server's ``inference_ttfa_stage_seconds`` totals, ``{stage: (sum_s, count)}`` ({} when the
+    server has none or cannot be read: an older server, or another implementation)."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from ttsfleet.metrics import spec
+
+    base = spec("inference_ttfa_stage_seconds").name
+    out: dict[str, list[float]] = {}
+    try:
+        text = httpx.get(f"{url}/metrics", timeout=10).text
+    except httpx.HTTPError:
+        return {}
+    for fam in text_string_to_metric_families(text):
+        for smp in fam.samples:
+            if smp.name in (base + "_sum", base + "_count"):
+                pair = out.setdefault(smp.labels.get("stage", "?"), [0.0, 0.0])
+                pair[0 if smp.name.endswith("_sum") else 1] += smp.value
+    return {k: (v[0], v[1]) for k, v in out.items()}
+
+
+def stage_means_ms(before: StageTotals, after: StageTotals) -> dict[str, float]:
+    """Mean ms per stage of the requests observed between two :func:`server_ttfa_stages` reads."""
+    out = {}
+    for stage, (s1, n1) in after.items():
+        s0, n0 = before.get(stage, (0.0, 0.0))
+        if n1 > n0:
+            out[stage] = round(1000 * (s1 - s0) / (n1 - n0), 1)
+    return out
+
+
+def _level_with_stages(cfg: BenchConfig, c: int) -> tuple[Level, dict[str, float]]:
+    before = server_ttfa_stages(cfg.url)
+    lv = _level(cfg, c, cfg.requests_at(c))
+    return lv, stage_means_ms(before, server_ttfa_stages(cfg.url))
+
+
 def run_bench(cfg: BenchConfig) -> dict[str, Any]:
     """Run every level in turn against ``cfg.url``; returns the report as a dict."""
     import httpx
@@ -316,7 +357,8 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
     except httpx.HTTPError:
         pass
     asyncio.run(_run_level(cfg, 1, 1))  # one unmeasured request: connections, server-side first calls
-    levels = [_level(cfg, c, cfg.requests_at(c)) for c in cfg.levels]
+    measured = [_level_with_stages(cfg, c) for c in cfg.levels]
+    levels = [lv for lv, _ in measured]
     base = levels[0].frames_per_s if levels else 0.0
     report = {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -324,6 +366,8 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
         "server": {"url": cfg.url, "ready_at_start": ready.status_code == 200, "build": build},
         "config": {k: v for k, v in asdict(cfg).items() if k != "api_key"},
         "levels": [asdict(lv) for lv in levels],
+        # the server's own split of time to first audio per level (every request of the level's runs)
+        "ttfa_stages_ms": [{"concurrency": lv.concurrency, **st} for lv, st in measured if st],
         "open_loop": [open_level(cfg, r) for r in cfg.rates],
         "scaling": (levels[-1].frames_per_s / base) if base > 0 else None,
         "points": points(levels),
@@ -363,6 +407,9 @@ def print_table(report: dict[str, Any]) -> None:
                       f"{lv['ttfa_p50_s'] * 1000:.0f}", f"{lv['ttfa_p99_s'] * 1000:.0f}",
                       f"{lv['rtf_p99']:.3f}")
         console.print(o)
+    for st in report.get("ttfa_stages_ms", []):
+        console.print(f"c={st['concurrency']} server time to first audio by stage, mean ms: "
+                      + ", ".join(f"{k} {v:.0f}" for k, v in st.items() if k != "concurrency"))
     if report["scaling"] is not None:
         lv = report["levels"]
         console.print(f"scaling c={lv[0]['concurrency']}→{lv[-1]['concurrency']}: {report['scaling']:.2f}x")

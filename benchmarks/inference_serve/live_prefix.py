@@ -104,20 +104,9 @@ def reused_tokens(url: str) -> float:
 def ttfa_stage_means(url: str) -> dict[str, float]:
     """Mean ms per stage of time to first audio over the server's life (``inference_ttfa_stage_seconds``:
     arrival, queue, prefill, decode, audio; they add up to the mean time to first audio)."""
-    from prometheus_client.parser import text_string_to_metric_families
+    from ttsfleet.inference.bench import server_ttfa_stages, stage_means_ms
 
-    from ttsfleet.metrics import spec
-
-    base = spec("inference_ttfa_stage_seconds").name
-    sums: dict[str, float] = {}
-    counts: dict[str, float] = {}
-    text = httpx.get(f"{url}/metrics", timeout=30).text
-    for fam in text_string_to_metric_families(text):
-        for smp in fam.samples:
-            if smp.name in (base + "_sum", base + "_count"):
-                into = sums if smp.name.endswith("_sum") else counts
-                into[smp.labels["stage"]] = into.get(smp.labels["stage"], 0.0) + smp.value
-    return {k: round(1000 * sums[k] / counts[k], 1) for k in sums if counts.get(k)}
+    return stage_means_ms({}, server_ttfa_stages(url))
 
 
 def one_session(url: str, pause_s: float, seed: int) -> dict[str, Any]:

@@ -32,6 +32,14 @@ def test_bench_serve_writes_table_json_png(server, tmp_path):
         assert 0 < lv["ttfa_p50_s"] <= lv["ttfa_p99_s"]
     assert report["scaling"] > 0
     assert report["server"]["build"]["model"] == "tiny"
+    # the server's own split of time to first audio, per level (its requests only)
+    from ttsfleet.inference.synthesis import TTFA_STAGES
+
+    stages = report["ttfa_stages_ms"]
+    assert [st["concurrency"] for st in stages] == [1, 4]
+    for st in stages:
+        assert set(st) - {"concurrency"} == set(TTFA_STAGES) and st["prefill"] > 0 and st["decode"] > 0
+    assert "c=4 server time to first audio by stage" in proc.stdout
     # points load as a measured capacity curve
     from ttsfleet.catalog import GpuCatalog
 
