@@ -4,7 +4,7 @@
 # Usage (repo root on the device, carry .whl): benchmarks/inference_h200/speed_run.sh STAGES...
 # stages: quicktests, tests, gate (GATE_K: pytest -k), levers (decode_levers.py: cuBLAS decode rows,
 # top-k kernel, FP8 KV side by side), gemmproto (gemm_proto.py), engineab (bench engine c=64, eager
-# prefill vs graphs: ENGINE_LEVELS), benchgate (bench engine --gate: GATE_LEVELS,
+# prefill vs graphs: ENGINE_LEVELS; ENGINE_CODEC=s2-pro puts the serving codec in the loop), benchgate (bench engine --gate: GATE_LEVELS,
 # GATE_PER_CLIENT, GATE_CODEC), prefill, prefillhost, prefillgraphs, codec, codeccompile (CC_ARGS), live (real-time mode on/off side by side: LIVE_C, LIVE_SESSIONS, LIVE_ROUNDS; needs the fish-audio-sdk wheels and the reference voice made here first, the device has no espeak-ng: `python3 -P benchmarks/inference_serve/live_prefix.py x --reference-wav benchmarks/inference_serve/live_ref.wav --write-reference`, untracked, travels with the tree), serve, ab. Env: SERVE_ARGS (extra `ttsfleet serve` flags;
 # ab: SERVE_ARGS_A / SERVE_ARGS_B alternated AB_ROUNDS times in one call),
 # LEVELS ("1:8 64:640 128:1280" = concurrency:requests), FRAMES (128), PYSPY_AT (a concurrency:
@@ -96,7 +96,7 @@ for stage in "$@"; do
                  | tee "$OUT/gemm_proto.txt" | tail -40 ;;
     engineab)  # the engine bench with eager prefill (a) and with prefill graphs (b, serve's default)
       for side in a:--no-prefill-graphs b:--prefill-graphs; do
-        timeout "${ENGINE_TIMEOUT:-200}" python3 -m ttsfleet.cli bench engine --checkpoint s2-pro --codec none \
+        timeout "${ENGINE_TIMEOUT:-200}" python3 -m ttsfleet.cli bench engine --checkpoint s2-pro --codec "${ENGINE_CODEC:-none}" \
           --device cuda --concurrency "${ENGINE_LEVELS:-64}" --per-client 10 --frames "$FRAMES" --frames-spread 0.5 \
           --prompt-tokens 512 --no-breakdown "${side#*:}" --out "$OUT/engine_${side%%:*}" 2>&1 \
           | tee "$OUT/engine_${side%%:*}.txt" | grep -E "│|prefill" | tail -4
