@@ -525,11 +525,11 @@ def phase_line(ph: dict[str, float]) -> str:
     """Where one level's wall time went in the engine thread: what showed, on 2026-12-03, that the
     bench was prefill-bound (eager prefill 21.5 of 33.8 s at c=64) when the step looked to blame."""
     wall = ph["wall_s"] or float("nan")
-    parts = {"prefill": ph["prefill_s"], "step launches": ph["decode_s"], "waiting on the GPU": ph["wait_s"],
-             "codec": ph["codec_s"]}
+    parts = {"prefill": ph["prefill_s"], "step launches": ph["decode_s"], "waiting on the GPU": ph["wait_s"]}
     parts["other host work"] = max(0.0, wall - sum(parts.values()))
     cells = ", ".join(f"{name} {sec:.1f} s ({sec / wall:.0%})" for name, sec in parts.items())
-    return f"c={int(ph['concurrency'])} engine thread over {wall:.1f} s: {cells}"
+    codec = f"; codec thread busy {ph['codec_s']:.1f} s ({ph['codec_s'] / wall:.0%})"  # its own thread
+    return f"c={int(ph['concurrency'])} engine thread over {wall:.1f} s: {cells}{codec}"
 
 
 def print_breakdown(report: dict[str, Any]) -> None:

@@ -195,7 +195,7 @@ def test_phase_line_splits_the_wall_time() -> None:
           "wall_s": 18.8578}
     line = phase_line(ph)
     assert line.startswith("c=64 engine thread over 18.9 s: prefill 4.7 s (25%)")
-    assert line.endswith("other host work 6.4 s (34%)")
+    assert line.endswith("other host work 6.8 s (36%); codec thread busy 0.4 s (2%)")
 
 
 def test_engine_bench_runs_the_engine_serve_runs() -> None:
