@@ -21,8 +21,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -33,6 +31,7 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # cases.py beside this file
 
 from cases import Case, public, synthetic  # noqa: E402
+from ttsfleet.inference.bench import machine  # noqa: E402
 
 from ttsfleet.catalog import GpuCatalog  # noqa: E402
 from ttsfleet.sim.engine import simulate  # noqa: E402
@@ -254,15 +253,6 @@ def burst_table(ab: dict) -> Table:
     return t
 
 
-def cpu_model() -> str | None:
-    """The CPU's model name as the kernel reports it (what ``lscpu`` shows); None off Linux."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return None
-    return next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), None)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(Path(__file__).parent))
@@ -322,9 +312,7 @@ def main() -> None:
         if "speed" in all_cases:
             doc["speed_case_burst_rules_off_nodes"] = nodes_without_burst_rules(all_cases["speed"])
     stamp = dt.date.today().isoformat()
-    doc = {"date": stamp, "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                                      "cpu_model": cpu_model(), "python": platform.python_version(),
-                                      "load_average_1m": round(os.getloadavg()[0], 2)},
+    doc = {"date": stamp, "machine": machine(),
            "note": "policy run wall time is single-threaded Python on a shared 2-core machine", **doc}
     path = out / f"results-{stamp}.json"
     path.write_text(json.dumps(doc, indent=2))

@@ -14,8 +14,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
-import platform
 import sys
 from pathlib import Path
 
@@ -30,6 +28,7 @@ def main() -> None:
     sys.path.insert(0, str(HERE))
     from bench_simulate import scenario_for
     from cases import public, synthetic
+    from ttsfleet.inference.bench import machine
 
     from ttsfleet.sim.engine import simulate
     from ttsfleet.sim.summary import summarize
@@ -68,8 +67,7 @@ def main() -> None:
                   f"{b['slo_violation_minutes']} | {b['rejected_pct']:.2f} | {b['fill_lost_pct']:.2f} | "
                   f"{b['training_mean_wait_s']:.0f} |", flush=True)
     stamp = dt.date.today().isoformat()
-    doc = {"date": stamp, "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                                      "python": platform.python_version()},
+    doc = {"date": stamp, "machine": machine(),
            "h200_curve": base.catalog.get("h200").capacity.source, "results": out}
     path = HERE / f"sizing-sweep-{stamp}.json"
     path.write_text(json.dumps(doc, indent=2))
