@@ -99,9 +99,7 @@ for stage in "$@"; do
         timeout "${ENGINE_TIMEOUT:-200}" python3 -m ttsfleet.cli bench engine --checkpoint s2-pro --codec "${ENGINE_CODEC:-none}" \
           --device cuda --concurrency "${ENGINE_LEVELS:-64}" --per-client 10 --frames "$FRAMES" --frames-spread 0.5 \
           --prompt-tokens 512 --no-breakdown "${side#*:}" --out "$OUT/engine_${side%%:*}" 2>&1 \
-          | tee "$OUT/engine_${side%%:*}.txt" | grep -E "│|prefill" | tail -4
-        python3 -c "import json,sys; [print(sys.argv[2], p) for p in json.load(open(sys.argv[1]))['engine_phases']]" \
-          "$OUT/engine_${side%%:*}/bench.json" "${side%%:*}" | tee -a "$OUT/run.log"
+          | tee "$OUT/engine_${side%%:*}.txt" | grep -E "│|engine thread" | tail -4 | tee -a "$OUT/run.log"
       done ;;
     serve) serve_config "$OUT/serve" "${SERVE_ARGS:-}" ;;
     ab)  # side by side in one call: A, B, A, B ... (AB_ROUNDS rounds), same levels
