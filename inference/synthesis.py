@@ -125,8 +125,7 @@ def ttfa_stages(arrived: float, handle: Any, first_audio: float) -> dict[str, fl
     """
     if handle is None:
         return {}
-    marks = (getattr(handle, "submitted_at", None), getattr(handle, "admitted_at", None),
-             getattr(handle, "prefilled_at", None), getattr(handle, "first_codes_at", None), first_audio)
+    marks = (handle.submitted_at, handle.admitted_at, handle.prefilled_at, handle.first_codes_at, first_audio)
     out: dict[str, float] = {}
     start = arrived
     for stage, end in zip(TTFA_STAGES, marks, strict=True):

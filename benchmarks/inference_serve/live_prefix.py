@@ -101,14 +101,6 @@ def reused_tokens(url: str) -> float:
     return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == name)
 
 
-def ttfa_stage_means(url: str) -> dict[str, float]:
-    """Mean ms per stage of time to first audio over the server's life (``inference_ttfa_stage_seconds``:
-    arrival, queue, prefill, decode, audio; they add up to the mean time to first audio)."""
-    from ttsfleet.inference.bench import server_ttfa_stages, stage_means_ms
-
-    return stage_means_ms({}, server_ttfa_stages(url))
-
-
 def one_session(url: str, pause_s: float, seed: int) -> dict[str, Any]:
     """One live session; first audio from the first text handed over to the first chunk received."""
     import fishaudio
@@ -193,6 +185,7 @@ def main() -> None:
     ratios = []
     try:
         from tqdm import tqdm
+        from ttsfleet.inference.bench import server_ttfa_stages, stage_means_ms
 
         for r in tqdm(range(args.rounds), desc=f"rounds ({', then '.join(sides)})"):
             got = {k: run_round(servers[k][1], args, 1000 * r) for k in sides}
@@ -201,7 +194,8 @@ def main() -> None:
             if len(got) == 2:
                 ratios.append(summarize(got["whole"])["ttfa_p50_ms"] / summarize(got["reuse"])["ttfa_p50_ms"])
         reused = {k: reused_tokens(url) for k, (_, url) in servers.items()}
-        stages = {k: ttfa_stage_means(url) for k, (_, url) in servers.items()}
+        # the servers' mean ms per stage of time to first audio over every session they served
+        stages = {k: stage_means_ms({}, server_ttfa_stages(url)) for k, (_, url) in servers.items()}
     finally:
         for proc, _ in servers.values():
             proc.send_signal(signal.SIGINT)
