@@ -257,25 +257,47 @@ def graph_replay_ms(fn: Any, reps: int = 20) -> float:
     return statistics.median(times)
 
 
-def _time_parts(model: Any, cache: Any, bs: int, context: int) -> dict[str, float]:
-    """GPU ms of one decode step at ``bs`` rows and of its slow / fast / main-sampling parts."""
+def decode_inputs(model: Any, bs: int) -> tuple[Any, Any, Any]:
+    """A decode step's per-row inputs for ``bs`` rows: slots ``0..bs-1``, seeded sampling
+    parameters, a random 16-frame codes window (the repetition penalty's)."""
     import torch
 
-    from . import fused
     from .sampling import SamplingBatch, SamplingParams
 
     c, dev = model.config, model.device
     slots = torch.arange(bs, device=dev)
     batch = SamplingBatch.from_params([SamplingParams(seed=i) for i in range(bs)], dev)
     window = torch.randint(0, c.codebook_size, (bs, 16, c.num_codebooks), device=dev, dtype=torch.int32)
+    return slots, batch, window
+
+
+def decode_step_fn(model: Any, cache: Any, context: int, inputs: tuple[Any, Any, Any]) -> Any:
+    """One whole decode step on ``inputs`` (:func:`decode_inputs`) with every slot at ``context``
+    positions (reset first, so the function can be replayed from a graph again and again)."""
+    slots, batch, window = inputs
+
+    def whole() -> None:
+        cache.lengths.fill_(context)
+        model.decode_step(cache, slots, batch, window)
+
+    return whole
+
+
+def _time_parts(model: Any, cache: Any, bs: int, context: int) -> dict[str, float]:
+    """GPU ms of one decode step at ``bs`` rows and of its slow / fast / main-sampling parts."""
+    import torch
+
+    from . import fused
+
+    c, dev = model.config, model.device
+    inputs = decode_inputs(model, bs)
+    slots, batch, window = inputs
     frame = torch.cat([torch.full((bs, 1), c.semantic_begin_id, device=dev),
                        torch.randint(0, c.codebook_size, (bs, c.num_codebooks), device=dev)], 1)
     step = torch.zeros(bs, dtype=torch.int64, device=dev)
     hidden = cache.pending_hidden[:bs].clone()
 
-    def whole() -> None:
-        cache.lengths.fill_(context)
-        model.decode_step(cache, slots, batch, window)
+    whole = decode_step_fn(model, cache, context, inputs)
 
     def slow() -> None:
         cache.lengths.fill_(context)

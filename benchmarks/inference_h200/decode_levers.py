@@ -48,19 +48,9 @@ def _fill(cache: Any) -> None:
 
 def _step_ms(model: Any, cache: Any, bs: int) -> float:
     """Median ms of one decode step at ``bs`` rows, replayed from a CUDA graph."""
-    from ttsfleet.inference.bench_engine import graph_replay_ms
-    from ttsfleet.inference.sampling import SamplingBatch, SamplingParams
+    from ttsfleet.inference.bench_engine import decode_inputs, decode_step_fn, graph_replay_ms
 
-    c, dev = model.config, model.device
-    slots = torch.arange(bs, device=dev)
-    batch = SamplingBatch.from_params([SamplingParams(seed=i) for i in range(bs)], dev)
-    window = torch.randint(0, c.codebook_size, (bs, 16, c.num_codebooks), device=dev, dtype=torch.int32)
-
-    def whole() -> None:
-        cache.lengths.fill_(CONTEXT)
-        model.decode_step(cache, slots, batch, window)
-
-    return graph_replay_ms(whole)
+    return graph_replay_ms(decode_step_fn(model, cache, CONTEXT, decode_inputs(model, bs)))
 
 
 def _variant(name: str) -> dict[str, Any]:

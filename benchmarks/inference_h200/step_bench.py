@@ -91,19 +91,9 @@ def _family(name: str) -> str:
 def profile_step(model: Any, cache: Any, bs: int, context: int) -> dict[str, Any]:
     """Kernel GPU time by family and launch count of one graph-replayed decode step."""
     from torch.profiler import ProfilerActivity, profile
-    from ttsfleet.inference.bench_engine import capture_graph
-    from ttsfleet.inference.sampling import SamplingBatch, SamplingParams
+    from ttsfleet.inference.bench_engine import capture_graph, decode_inputs, decode_step_fn
 
-    c, dev = model.config, model.device
-    slots = torch.arange(bs, device=dev)
-    batch = SamplingBatch.from_params([SamplingParams(seed=i) for i in range(bs)], dev)
-    window = torch.randint(0, c.codebook_size, (bs, 16, c.num_codebooks), device=dev, dtype=torch.int32)
-
-    def whole() -> None:
-        cache.lengths.fill_(context)
-        model.decode_step(cache, slots, batch, window)
-
-    graph = capture_graph(whole)
+    graph = capture_graph(decode_step_fn(model, cache, context, decode_inputs(model, bs)))
     graph.replay()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:

@@ -253,3 +253,18 @@ def test_planted_slowdown_settles_at_the_fraction_fewer_iterations(monkeypatch: 
         engine._launch_step()
     per_iteration = (clock["t"] - start) / 100
     assert per_iteration == pytest.approx(0.010 / 0.9, rel=0.01)
+
+
+def test_decode_step_fn_replays_the_same_step() -> None:
+    """The benches' shared decode step: every call starts from ``context`` positions and advances
+    exactly the given rows by one, so a graph of it can be replayed any number of times."""
+    import torch
+    from ttsfleet.inference.bench_engine import decode_inputs, decode_step_fn
+    from ttsfleet.inference.loader import load_model
+
+    model = load_model("tiny", device="cpu", dtype=torch.float32, quantize="none", max_seq_len=128)
+    cache = model.new_cache(4, 64)
+    step = decode_step_fn(model, cache, 20, decode_inputs(model, 3))
+    for _ in range(2):
+        step()
+        assert cache.lengths.tolist() == [21, 21, 21, 20]
