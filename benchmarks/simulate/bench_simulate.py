@@ -2,8 +2,10 @@
 
 Run:  benchmarks/simulate/fetch_traces.sh   (once: the public one-hour traces, git-ignored)
       python -P benchmarks/simulate/bench_simulate.py [--out DIR] [--skip-speed] [--skip-ablations]
-Prints tables and writes results-<date>.json and the default run's PNG (default-run.png).
-The cases are in cases.py; before_after.py compares this code with an older revision.
+                                                      [--suffix b]
+Prints tables and writes results-<date><suffix>.json and the default run's PNG (default-run.png).
+The cases are in cases.py (their peak loads solved by calibrate_load.py); before_after.py compares
+this code with an older revision.
 
 Every case replays one trace through: static-warm (always-on fleet sized for the peak, no
 autoscaling, no fill), inference-only (the autoscaler, no fill), the policy (autoscaler + fill,
@@ -258,6 +260,8 @@ def main() -> None:
     ap.add_argument("--out", default=str(Path(__file__).parent))
     ap.add_argument("--skip-speed", action="store_true")
     ap.add_argument("--skip-ablations", action="store_true")
+    ap.add_argument("--suffix", default="", help="appended to the record's date (a second record "
+                                                  "of the day: results-<date>b.json)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -276,6 +280,7 @@ def main() -> None:
         sc = scenario_for(case)
         results[name] = {"fleet": case.fleet, "days": case.days, "trace_seconds": case.trace.seconds,
                          "warmup_s": case.warmup_s, "trace_source": case.source,
+                         "peak_load": case.peak_load, "peak_load_calibrated": case.calibrated,
                          "target_thresholds": case.targets,
                          "h200_curve": (sc.catalog.get("h200").capacity.source
                                         if "h200" in case.fleet else None),
@@ -314,7 +319,7 @@ def main() -> None:
     stamp = dt.date.today().isoformat()
     doc = {"date": stamp, "machine": machine(),
            "note": "policy run wall time is single-threaded Python on a shared 2-core machine", **doc}
-    path = out / f"results-{stamp}.json"
+    path = out / f"results-{stamp}{args.suffix}.json"
     path.write_text(json.dumps(doc, indent=2))
     console.print(f"wrote {path}")
 
