@@ -66,6 +66,8 @@ class EngineBenchConfig:
     prefill_graphs: bool = True
     #: ``torch.compile`` mode of the batched codec decode (None: eager): ``EngineConfig.codec_compile``.
     codec_compile: str | None = None
+    #: Decode audio in a child process (``EngineConfig.codec_process``), as ``serve --codec-process``.
+    codec_process: bool = False
 
     def requests_at(self, c: int) -> int:
         return self.requests or max(self.per_client * c, 4)
@@ -78,6 +80,7 @@ def build_engine(cfg: EngineBenchConfig) -> Any:
     from ttsfleet.catalog import cuda_graph_max_bs
 
     from .codec import load_codec
+    from .codec_process import CodecSource
     from .engine import Engine, EngineConfig
     from .loader import load_model
 
@@ -94,7 +97,9 @@ def build_engine(cfg: EngineBenchConfig) -> Any:
                         prefill_chunk_tokens=cfg.prefill_chunk_tokens, pipeline_depth=cfg.pipeline_depth,
                         device=cfg.device, pad_to_buckets=cuda, cuda_graphs=cuda,
                         codec_graphs=cuda and cfg.codec_fast, codec_compile=cfg.codec_compile,
-                        prefill_graphs=cuda and cfg.prefill_graphs)
+                        prefill_graphs=cuda and cfg.prefill_graphs,
+                        codec_process=CodecSource(cfg.codec, cfg.device, cuda and cfg.codec_fast)
+                        if cfg.codec_process and codec is not None else None)
     engine = Engine(model, codec, ecfg, model_label=cfg.checkpoint)
     if cfg.plant_slowdown > 0:
         _plant_slowdown(engine, cfg.plant_slowdown)

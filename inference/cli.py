@@ -84,6 +84,9 @@ def serve(
                                       "voice's prompt head once and reuse it: at a live session's open "
                                       "(real-time mode) and across a long text's segments (env "
                                       "TTSFLEET_PREFIX_REUSE, default on)."),
+    codec_process: bool = typer.Option(None, "--codec-process/--no-codec-process", help="Decode audio in a "
+                                       "child process with its own copy of the codec, off the engine's "
+                                       "interpreter (env TTSFLEET_CODEC_PROCESS, default off)."),
     log_level: str = typer.Option("info", help="debug | info | warning | error."),
 ) -> None:
     """Serve text-to-speech (Fish Audio /v1/tts and /v1/tts/live, OpenAI /v1/audio/speech, /metrics)."""
@@ -100,7 +103,7 @@ def serve(
         drain_timeout_s=drain_timeout_s, body_timeout_s=body_timeout_s, seed=seed,
         prefill_chunk_tokens=prefill_chunk_tokens, prefill_coalesce_ms=prefill_coalesce_ms, catalog=catalog,
         codec_fast=codec_fast, codec_compile=codec_compile, prefill_graphs=prefill_graphs,
-        gil_switch_ms=gil_switch_ms, prefix_reuse=prefix_reuse)
+        gil_switch_ms=gil_switch_ms, prefix_reuse=prefix_reuse, codec_process=codec_process)
     code = run(cfg, log_level=log_level)
     if code:
         raise typer.Exit(code)
@@ -197,6 +200,8 @@ def bench_engine(
                                         "prefill's per-row work from CUDA graphs, as serve runs it."),
     codec_compile: str = typer.Option("off", metavar="MODE", help=f"{_CODEC_COMPILE_CHOICES}: the batched "
                                       "codec decode through torch.compile (as serve --codec-compile)."),
+    codec_process: bool = typer.Option(False, "--codec-process/--no-codec-process", help="Decode audio in "
+                                       "a child process (as serve --codec-process)."),
     out: Path = typer.Option(None, help="Directory for bench.json, bench.csv and bench.png."),
 ) -> None:
     """The decode engine in process under closed-loop load: frames/s, TTFA, step breakdown."""
@@ -227,7 +232,7 @@ def bench_engine(
                             frames_spread=frames_spread, gate=gate, codec_fast=codec_fast,
                             prefill_graphs=prefill_graphs,
                             codec_compile=None if codec_compile == "off" else codec_compile,
-                            per_client=per_client)
+                            per_client=per_client, codec_process=codec_process)
 
     def progress(lv: Any) -> None:
         typer.echo(f"c={lv.concurrency}: {lv.frames_per_s:.0f} frames/s, "

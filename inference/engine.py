@@ -49,6 +49,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from ttsfleet.inference.codec_batch import BatchedCodec, build_slot_decoder
+from ttsfleet.inference.codec_process import CodecProcess, CodecSource, DecoderPlan
 from ttsfleet.inference.graph_capture import CAPTURE_LOCK
 from ttsfleet.inference.prefill_coalesce import Arrivals, CoalesceRule, hold_arrivals
 
@@ -253,6 +255,11 @@ class EngineConfig:
     #: The slow model's KV cache: ``auto`` (the model's dtype) or ``fp8`` (e4m3 + one exponent per
     #: position and KV head: about half the bytes, so twice the context fits; see inference/model.py).
     kv_dtype: str = "auto"
+    #: Decode audio in a child process that loads its codec from here, instead of in the codec thread
+    #: (:mod:`ttsfleet.inference.codec_process`: the codec's Python work off the engine's GIL). None:
+    #: the codec thread. The engine's own ``codec`` must be the same codec (the server's sample rate
+    #: and voice encoding use it).
+    codec_process: CodecSource | None = None
 
 
 def batch_buckets(max_bs: int) -> list[int]:
@@ -354,8 +361,15 @@ class Engine:
         self._dead: str | None = None
         self.metrics = collectors
         self.label = model_label
-        self._threads = [threading.Thread(target=self._engine_main, name="ttsfleet-engine", daemon=True),
-                         threading.Thread(target=self._codec_main, name="ttsfleet-codec", daemon=True)]
+        self._threads = [threading.Thread(target=self._engine_main, name="ttsfleet-engine", daemon=True)]
+        self._codec_proc: CodecProcess | None = None
+        if config.codec_process is not None and codec is not None:
+            self._codec_proc = CodecProcess(config.codec_process, self._decoder_plan(), self._codec_q,
+                                            self.stats, self.cancel, self._codec_died)
+            self._threads += self._codec_proc.threads
+        else:
+            codec_thread = threading.Thread(target=self._codec_main, name="ttsfleet-codec", daemon=True)
+            self._threads.append(codec_thread)
         if collectors is not None:
             self.attach_metrics(collectors, model_label)
 
@@ -394,8 +408,14 @@ class Engine:
 
     # ------------------------------------------------------------------ HTTP-side API (event loop)
     def start(self) -> None:
+        if self._codec_proc is not None:
+            self._codec_proc.start()
         for t in self._threads:
             t.start()
+
+    def _codec_died(self, reason: str) -> None:
+        self._dead = reason
+        self._inbox.put(Wake())
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
@@ -404,10 +424,13 @@ class Engine:
         for t in self._threads:
             if t.is_alive():
                 t.join(timeout)
+        if self._codec_proc is not None:
+            self._codec_proc.stop(timeout)
 
     @property
     def alive(self) -> bool:
-        return self._dead is None and all(t.is_alive() for t in self._threads)
+        proc_ok = self._codec_proc is None or self._codec_proc.alive
+        return self._dead is None and proc_ok and all(t.is_alive() for t in self._threads)
 
     def check_prompt(self, prompt_len: int, max_new_tokens: int) -> int:
         """Raise :class:`PromptTooLong` if the prompt leaves no room; return the usable max_new_tokens."""
@@ -483,7 +506,7 @@ class Engine:
             if self.cfg.prefill_graphs:
                 with CAPTURE_LOCK:
                     self.prefill_graphs = self._capture_prefill_graphs()
-            while not self._stop.is_set():
+            while not self._stop.is_set() and self._dead is None:
                 idle = not (self.running or self.waiting or self.prefilling or self._in_flight)
                 self._ingest(block=idle)
                 self._drop_cancelled()
@@ -498,9 +521,10 @@ class Engine:
         except Exception as exc:  # a bug, not bad input: fail everyone loudly, mark not alive
             log.exception("engine loop died")
             self._dead = f"engine failed: {type(exc).__name__}: {exc}"
-            for st in list(self.running) + list(self.prefilling) + list(self.waiting):
-                st.handle.post(Event("error", reason=self._dead))
         finally:
+            if self._dead is not None:  # this loop or the codec process died
+                for st in list(self.running) + list(self.prefilling) + list(self.waiting):
+                    st.handle.post(Event("error", reason=self._dead))
             self._drain_inbox_on_exit()
 
     def _capture_prefill_graphs(self) -> Any:
@@ -866,34 +890,26 @@ class Engine:
         if self.codec is not None:
             with CAPTURE_LOCK:
                 decoder = self._codec_decoder()
-        codec = _BatchedCodec(self, decoder)
+        codec = BatchedCodec(decoder, self.cfg.codec_max_frames, self.stats, self.cancel)
         try:
             while self._codec_pass(codec):
                 pass
         except Exception as exc:  # a bug: fail the streams in the codec and mark the engine not alive
             log.exception("codec loop died")
             self._dead = f"codec failed: {type(exc).__name__}: {exc}"
-            for job in codec.jobs.values():
-                job.handle.post(Event("error", reason=self._dead))
+            codec.fail_all(self._dead)
 
     def _codec_decoder(self) -> Any:
         """The batched slot decoder, its graphs captured for every stream bucket x frame count."""
-        t0 = time.perf_counter()
-        decoder = self.codec.slot_decoder(self.codec_slots, max_frames=self.max_seq_len,
-                                          graphs=self.device.type == "cuda" and self.cfg.codec_graphs,
-                                          graph_max_batch=self.max_slots, compile_mode=self.cfg.codec_compile)
-        frames = tuple(1 << i for i in range(self.cfg.codec_max_frames.bit_length()))
-        n = decoder.capture(frames)  # compiled: the compiles happen here, before any capture
-        if n:
-            log.info("captured %d codec graphs (streams %s x frames %s) in %.1f s", n,
-                     decoder.buckets, frames, time.perf_counter() - t0)
-        if self.cfg.codec_compile is not None:
-            log.info("codec decode compiled (%s): %s, %.1f s", self.cfg.codec_compile,
-                     "on" if decoder.compiled is not None else f"eager ({decoder.compile_error})",
-                     time.perf_counter() - t0)
-        return decoder
+        return build_slot_decoder(self.codec, self._decoder_plan())
 
-    def _codec_pass(self, codec: _BatchedCodec) -> bool:
+    def _decoder_plan(self) -> DecoderPlan:
+        return DecoderPlan(slots=self.codec_slots, max_seq_len=self.max_seq_len,
+                           graphs=self.device.type == "cuda" and self.cfg.codec_graphs,
+                           graph_max_batch=self.max_slots, compile_mode=self.cfg.codec_compile,
+                           max_frames=self.cfg.codec_max_frames, cpu_threads=self.cfg.cpu_threads)
+
+    def _codec_pass(self, codec: BatchedCodec) -> bool:
         """Take the queued messages, then one decode round; False once told to stop."""
         msgs = [] if codec.has_work() else [self._codec_q.get()]  # block only when idle
         while True:
@@ -908,7 +924,7 @@ class Engine:
                 case DropStream(handle=h):
                     codec.drop(h)
                 case CodesChunk():
-                    codec.add(msg)
+                    codec.add(msg.handle, msg.codes, msg.final, msg.reason, msg.generated)
         t0 = time.perf_counter()
         codec.round()
         self.stats.codec_s += time.perf_counter() - t0
@@ -923,119 +939,6 @@ class _StepInFlight:
     rows: list[_Running]
     host: Any = None
     done: Any = None
-
-
-@dataclass
-class _CodecJob:
-    """One request's audio stream in the codec thread: codes waiting to be decoded and its state slot."""
-
-    handle: RequestHandle
-    codes: list[np.ndarray]
-    final: bool
-    reason: str
-    generated: int
-    slot: int = -1
-
-    @property
-    def backlog(self) -> int:
-        return sum(c.shape[1] for c in self.codes)
-
-    def take(self, n: int) -> np.ndarray:
-        """The next ``n`` frames ``[ncb, n]`` (removed from the backlog); ``n`` <= :attr:`backlog`."""
-        allc = np.concatenate(self.codes, axis=1) if len(self.codes) != 1 else self.codes[0]
-        self.codes = [allc[:, n:]] if allc.shape[1] > n else []
-        return allc[:, :n]
-
-
-class _BatchedCodec:
-    """The codec thread's bookkeeping around a :class:`~ttsfleet.inference.codec.SlotCodecStream`
-    (``decoder`` None: a codes-only engine, whose "audio" events carry codes and no samples)."""
-
-    def __init__(self, eng: Engine, decoder: Any) -> None:
-        self.eng = eng
-        self.decoder = decoder
-        self.jobs: dict[int, _CodecJob] = {}  # insertion order = arrival order
-        self.free: deque[int] = deque(range(decoder.max_slots if decoder is not None else 0))
-
-    def add(self, msg: CodesChunk) -> None:
-        job = self.jobs.get(msg.handle.rid)
-        if job is None:
-            self.jobs[msg.handle.rid] = _CodecJob(msg.handle, [msg.codes], msg.final, msg.reason,
-                                                  msg.generated)
-        else:
-            job.codes.append(msg.codes)
-            job.final, job.reason, job.generated = msg.final, msg.reason, msg.generated
-
-    def drop(self, handle: RequestHandle) -> None:
-        job = self.jobs.pop(handle.rid, None)
-        if job is not None:
-            self._release(job)
-        handle.post(Event("done", reason="cancelled"))
-
-    def _release(self, job: _CodecJob) -> None:
-        if job.slot >= 0:
-            self.decoder.reset(job.slot)
-            self.free.append(job.slot)
-            job.slot = -1
-
-    def has_work(self) -> bool:
-        def ready(j: _CodecJob) -> bool:
-            if not j.backlog:
-                return j.final
-            return j.slot >= 0 or bool(self.free) or self.decoder is None
-
-        return any(ready(j) for j in self.jobs.values())
-
-    def round(self) -> None:
-        if self.decoder is None:
-            for job in list(self.jobs.values()):
-                if job.backlog:
-                    codes = job.take(job.backlog)
-                    job.handle.post(Event("audio", audio=np.zeros(0, np.float32), codes=codes,
-                                          frames=codes.shape[1]))
-            self._finish_done()
-            return
-        groups: dict[int, list[_CodecJob]] = {}
-        cap = self.eng.cfg.codec_max_frames
-        for job in self.jobs.values():
-            n = job.backlog
-            if not n:
-                continue
-            if job.slot < 0:
-                if not self.free:
-                    continue
-                job.slot = self.free.popleft()
-            size = 1 << (min(n, cap).bit_length() - 1)
-            groups.setdefault(size, []).append(job)
-        for size, jobs in groups.items():
-            self._decode(size, jobs)
-        self._finish_done()
-
-    def _decode(self, size: int, jobs: list[_CodecJob]) -> None:
-        import torch
-
-        codes = [job.take(size) for job in jobs]
-        try:
-            wave = self.decoder.push([j.slot for j in jobs], torch.from_numpy(np.stack(codes)))
-            audio = wave.float().cpu().numpy()
-        except Exception as exc:
-            log.exception("codec decode failed")
-            for job in jobs:
-                self.jobs.pop(job.handle.rid, None)
-                self._release(job)
-                self.eng.cancel(job.handle)  # stop decoding frames nobody can hear
-                job.handle.post(Event("error", reason=f"codec failed: {type(exc).__name__}: {exc}"))
-            return
-        self.eng.stats.codec_calls += 1
-        self.eng.stats.codec_frames += size * len(jobs)
-        for i, job in enumerate(jobs):
-            job.handle.post(Event("audio", audio=audio[i], codes=codes[i], frames=size))
-
-    def _finish_done(self) -> None:
-        for rid in [r for r, j in self.jobs.items() if j.final and not j.backlog]:
-            job = self.jobs.pop(rid)
-            self._release(job)
-            job.handle.post(Event("done", frames=job.generated, reason=job.reason))
 
 
 class _DecodeGraphs:

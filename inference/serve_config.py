@@ -76,6 +76,10 @@ class ServeConfig:
     #: Prefill a cloned voice's prompt head once and reuse its K/V: at a live session's open (the
     #: write-up's real-time mode) and across the segments of a long text (inference/prefix.py).
     prefix_reuse: bool = True
+    #: Decode audio in a child process that loads the same codec (its own interpreter, so the codec's
+    #: Python work does not share the engine thread's GIL; a second CUDA context on the GPU). Off
+    #: until the side-by-side H200 run decides (benchmarks/inference_h200/README.md, 2026-12-03c).
+    codec_process: bool = False
     catalog: str = ""  # GPU catalog file merged over the built-in classes ("" = the built-in catalog)
     #: The run's catalog, loaded by :meth:`resolve` from ``catalog``: class defaults, ``auto``
     #: quantization and the kernel dispatch all come from it.

@@ -145,6 +145,7 @@ class ServerState:
         import torch
         from ttsfleet.inference import loader
         from ttsfleet.inference.codec import load_codec
+        from ttsfleet.inference.codec_process import CodecSource
         from ttsfleet.inference.engine import Engine, EngineConfig
         from ttsfleet.inference.tokenizer import load_tokenizer
 
@@ -173,7 +174,9 @@ class ServerState:
                 codec_compile=None if cfg.codec_compile == "off" else cfg.codec_compile,
                 prefill_graphs=on_cuda and cfg.cuda_graphs and cfg.prefill_graphs,
                 prefill_chunk_tokens=cfg.prefill_chunk_tokens,
-                prefill_coalesce_s=cfg.prefill_coalesce_ms / 1000))
+                prefill_coalesce_s=cfg.prefill_coalesce_ms / 1000,
+                codec_process=CodecSource(cfg.checkpoint, device, fast_codec) if cfg.codec_process
+                else None))
             self.engine.start()
             self._warm_up()  # first kernels, allocator and codec state: not on a user's request
             self.engine.attach_metrics(self.metrics, self.label)

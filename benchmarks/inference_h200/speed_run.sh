@@ -4,7 +4,7 @@
 # Usage (repo root on the device, carry .whl): benchmarks/inference_h200/speed_run.sh STAGES...
 # stages: quicktests, tests, gate (GATE_K: pytest -k), levers (decode_levers.py: cuBLAS decode rows,
 # top-k kernel, FP8 KV side by side), gemmproto (gemm_proto.py), engineab (bench engine c=64, eager
-# prefill vs graphs: ENGINE_LEVELS; ENGINE_CODEC=s2-pro puts the serving codec in the loop), benchgate (bench engine --gate: GATE_LEVELS,
+# prefill vs graphs: ENGINE_LEVELS; enginespy: bench engine with the codec under py-spy; ENGINE_SIDES="b:--prefill-graphs" runs one side; ENGINE_CODEC=s2-pro puts the serving codec in the loop), benchgate (bench engine --gate: GATE_LEVELS,
 # GATE_PER_CLIENT, GATE_CODEC), prefill, prefillhost, prefillgraphs, codec, codeccompile (CC_ARGS), live (real-time mode on/off side by side: LIVE_C, LIVE_SESSIONS, LIVE_ROUNDS; needs the fish-audio-sdk wheels and the reference voice made here first, the device has no espeak-ng: `python3 -P benchmarks/inference_serve/live_prefix.py x --reference-wav benchmarks/inference_serve/live_ref.wav --write-reference`, untracked, travels with the tree), serve, ab. Env: SERVE_ARGS (extra `ttsfleet serve` flags;
 # ab: SERVE_ARGS_A / SERVE_ARGS_B alternated AB_ROUNDS times in one call),
 # LEVELS ("1:8 64:640 128:1280" = concurrency:requests), FRAMES (128), PYSPY_AT (a concurrency:
@@ -95,12 +95,20 @@ for stage in "$@"; do
     gemmproto) timeout "${PROTO_TIMEOUT:-200}" python3 -m benchmarks.inference_h200.gemm_proto 2>&1 \
                  | tee "$OUT/gemm_proto.txt" | tail -40 ;;
     engineab)  # the engine bench with eager prefill (a) and with prefill graphs (b, serve's default)
-      for side in a:--no-prefill-graphs b:--prefill-graphs; do
+      for side in ${ENGINE_SIDES:-a:--no-prefill-graphs b:--prefill-graphs}; do
         timeout "${ENGINE_TIMEOUT:-200}" python3 -m ttsfleet.cli bench engine --checkpoint s2-pro --codec "${ENGINE_CODEC:-none}" \
           --device cuda --concurrency "${ENGINE_LEVELS:-64}" --per-client 10 --frames "$FRAMES" --frames-spread 0.5 \
           --prompt-tokens 512 --no-breakdown "${side#*:}" --out "$OUT/engine_${side%%:*}" 2>&1 \
           | tee "$OUT/engine_${side%%:*}.txt" | grep -E "│|engine thread" | tail -4 | tee -a "$OUT/run.log"
       done ;;
+    enginespy)  # bench engine with the codec in the loop under py-spy (every thread, native frames:
+      # is the engine thread waiting for the GIL or for the driver?); ENGINESPY_ARGS adds py-spy flags
+      timeout "${ENGINE_TIMEOUT:-300}" py-spy record -o "$OUT/enginespy_raw.txt" --format raw --threads -r 100 \
+        ${ENGINESPY_ARGS:---native} -- python3 -m ttsfleet.cli bench engine --checkpoint s2-pro --codec "${ENGINE_CODEC:-s2-pro}" \
+        --device cuda --concurrency "${ENGINE_LEVELS:-64}" --per-client 10 --frames "$FRAMES" --frames-spread 0.5 \
+        --prompt-tokens 512 --no-breakdown --out "$OUT/enginespy" 2>&1 | tee "$OUT/enginespy.txt" \
+        | grep -E "│|engine thread|py-spy|Error" | tail -6 | tee -a "$OUT/run.log"
+      gzip -f "$OUT/enginespy_raw.txt" ;;
     serve) serve_config "$OUT/serve" "${SERVE_ARGS:-}" ;;
     ab)  # side by side in one call: A, B, A, B ... (AB_ROUNDS rounds), same levels
       for r in $(seq 1 "${AB_ROUNDS:-1}"); do

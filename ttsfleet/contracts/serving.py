@@ -70,6 +70,9 @@ GIL_SWITCH_MS = "TTSFLEET_GIL_SWITCH_MS"
 #: ``1`` (the default): a cloned voice's prompt head is prefilled once and reused, at a live
 #: session's open (real-time mode) and across a long text's segments; ``0``: every prompt whole.
 PREFIX_REUSE = "TTSFLEET_PREFIX_REUSE"
+#: ``1``: decode audio in a child process (``ttsfleet.inference.codec_process``: the codec's Python
+#: work off the engine's interpreter); ``0`` (the default): in the engine process's codec thread.
+CODEC_PROCESS = "TTSFLEET_CODEC_PROCESS"
 #: Path of the run's GPU catalog file (``GpuCatalog.load``), so a server on a class added by a
 #: catalog file knows that class (its scheme, limits and kernel dispatch); empty = the built-in one.
 CATALOG = "TTSFLEET_CATALOG"
@@ -103,6 +106,7 @@ SERVER_ENV: Mapping[str, str] = MappingProxyType({
     "prefill_graphs": PREFILL_GRAPHS,
     "gil_switch_ms": GIL_SWITCH_MS,
     "prefix_reuse": PREFIX_REUSE,
+    "codec_process": CODEC_PROCESS,
     "catalog": CATALOG,
 })
 

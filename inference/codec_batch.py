@@ -1,0 +1,191 @@
+"""The codec's batched streaming decode rounds, wherever they run: the engine's codec thread or the
+codec process (:mod:`ttsfleet.inference.codec_process`).
+
+Why a module of its own: the same bookkeeping — which request's codes wait, which decoder slot holds
+its stream state, how a round groups streams into one call per frame count — runs in two places, and
+its owner differs only in how an event reaches the request (a handle's asyncio queue in process, a
+message over a pipe from the child). So it takes the handle-like object, the counters and a cancel
+callback instead of an engine.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+log = logging.getLogger("ttsfleet.inference.codec_batch")
+
+
+class EventSink(Protocol):
+    """What a stream's events go to: a :class:`~ttsfleet.inference.engine.RequestHandle` in process,
+    a forwarding stand-in in the codec process."""
+
+    rid: int
+
+    def post(self, ev: Any) -> None: ...
+
+
+class CodecCounters(Protocol):
+    codec_calls: int
+    codec_frames: int
+
+
+@dataclass
+class CodecJob:
+    """One request's audio stream: codes waiting to be decoded and its decoder slot."""
+
+    handle: EventSink
+    codes: list[np.ndarray]
+    final: bool
+    reason: str
+    generated: int
+    slot: int = -1
+
+    @property
+    def backlog(self) -> int:
+        return sum(c.shape[1] for c in self.codes)
+
+    def take(self, n: int) -> np.ndarray:
+        """The next ``n`` frames ``[ncb, n]`` (removed from the backlog); ``n`` <= :attr:`backlog`."""
+        allc = np.concatenate(self.codes, axis=1) if len(self.codes) != 1 else self.codes[0]
+        self.codes = [allc[:, n:]] if allc.shape[1] > n else []
+        return allc[:, :n]
+
+
+class BatchedCodec:
+    """Bookkeeping around a :class:`~ttsfleet.inference.codec.SlotCodecStream` (``decoder`` None: a
+    codes-only engine, whose "audio" events carry codes and no samples).
+
+    ``cancel(handle)`` stops the engine decoding frames of a stream whose codec call failed."""
+
+    def __init__(self, decoder: Any, max_frames: int, counters: CodecCounters,
+                 cancel: Callable[[Any], None]) -> None:
+        self.decoder = decoder
+        self.max_frames = max_frames
+        self.counters = counters
+        self.cancel = cancel
+        self.jobs: dict[int, CodecJob] = {}  # insertion order = arrival order
+        self.free: deque[int] = deque(range(decoder.max_slots if decoder is not None else 0))
+
+    def add(self, handle: EventSink, codes: np.ndarray, final: bool, reason: str, generated: int) -> None:
+        job = self.jobs.get(handle.rid)
+        if job is None:
+            self.jobs[handle.rid] = CodecJob(handle, [codes], final, reason, generated)
+        else:
+            job.codes.append(codes)
+            job.final, job.reason, job.generated = final, reason, generated
+
+    def drop(self, handle: EventSink) -> None:
+        from ttsfleet.inference.engine import Event
+
+        job = self.jobs.pop(handle.rid, None)
+        if job is not None:
+            self._release(job)
+        handle.post(Event("done", reason="cancelled"))
+
+    def fail_all(self, reason: str) -> None:
+        """Every stream in the codec ends in an error (the codec loop died)."""
+        from ttsfleet.inference.engine import Event
+
+        for job in self.jobs.values():
+            job.handle.post(Event("error", reason=reason))
+        self.jobs.clear()
+
+    def _release(self, job: CodecJob) -> None:
+        if job.slot >= 0:
+            self.decoder.reset(job.slot)
+            self.free.append(job.slot)
+            job.slot = -1
+
+    def has_work(self) -> bool:
+        def ready(j: CodecJob) -> bool:
+            if not j.backlog:
+                return j.final
+            return j.slot >= 0 or bool(self.free) or self.decoder is None
+
+        return any(ready(j) for j in self.jobs.values())
+
+    def round(self) -> None:
+        """Decode what every stream has waiting: one call per frame-count group, then the endings."""
+        if self.decoder is None:
+            self._codes_only()
+            return
+        groups: dict[int, list[CodecJob]] = {}
+        for job in self.jobs.values():
+            n = job.backlog
+            if not n:
+                continue
+            if job.slot < 0:
+                if not self.free:
+                    continue
+                job.slot = self.free.popleft()
+            size = 1 << (min(n, self.max_frames).bit_length() - 1)
+            groups.setdefault(size, []).append(job)
+        for size, jobs in groups.items():
+            self._decode(size, jobs)
+        self._finish_done()
+
+    def _codes_only(self) -> None:
+        from ttsfleet.inference.engine import Event
+
+        for job in list(self.jobs.values()):
+            if job.backlog:
+                codes = job.take(job.backlog)
+                job.handle.post(Event("audio", audio=np.zeros(0, np.float32), codes=codes,
+                                      frames=codes.shape[1]))
+        self._finish_done()
+
+    def _decode(self, size: int, jobs: list[CodecJob]) -> None:
+        import torch
+        from ttsfleet.inference.engine import Event
+
+        codes = [job.take(size) for job in jobs]
+        try:
+            wave = self.decoder.push([j.slot for j in jobs], torch.from_numpy(np.stack(codes)))
+            audio = wave.float().cpu().numpy()
+        except Exception as exc:
+            log.exception("codec decode failed")
+            for job in jobs:
+                self.jobs.pop(job.handle.rid, None)
+                self._release(job)
+                self.cancel(job.handle)  # stop decoding frames nobody can hear
+                job.handle.post(Event("error", reason=f"codec failed: {type(exc).__name__}: {exc}"))
+            return
+        self.counters.codec_calls += 1
+        self.counters.codec_frames += size * len(jobs)
+        for i, job in enumerate(jobs):
+            job.handle.post(Event("audio", audio=audio[i], codes=codes[i], frames=size))
+
+    def _finish_done(self) -> None:
+        from ttsfleet.inference.engine import Event
+
+        for rid in [r for r, j in self.jobs.items() if j.final and not j.backlog]:
+            job = self.jobs.pop(rid)
+            self._release(job)
+            job.handle.post(Event("done", frames=job.generated, reason=job.reason))
+
+
+def build_slot_decoder(codec: Any, plan: Any) -> Any:
+    """The batched slot decoder of a :class:`~ttsfleet.inference.codec_process.DecoderPlan`, compiled
+    if asked and its graphs captured for every stream bucket x frame count (1, 2, 4, ...
+    ``plan.max_frames``): all of it before the first request, never on one."""
+    t0 = time.perf_counter()
+    compile_mode = plan.compile_mode
+    decoder = codec.slot_decoder(plan.slots, max_frames=plan.max_seq_len, graphs=plan.graphs,
+                                 graph_max_batch=plan.graph_max_batch, compile_mode=compile_mode)
+    frames = tuple(1 << i for i in range(plan.max_frames.bit_length()))
+    n = decoder.capture(frames)  # compiled: the compiles happen here, before any capture
+    if n:
+        log.info("captured %d codec graphs (streams %s x frames %s) in %.1f s", n,
+                 decoder.buckets, frames, time.perf_counter() - t0)
+    if compile_mode is not None:
+        log.info("codec decode compiled (%s): %s, %.1f s", compile_mode,
+                 "on" if decoder.compiled is not None else f"eager ({decoder.compile_error})",
+                 time.perf_counter() - t0)
+    return decoder

@@ -1,0 +1,133 @@
+"""The codec in a child process (``EngineConfig.codec_process``), on the tiny model and codec (CPU):
+the same audio as the codec thread, the child's counters forwarded, a dead child fails the open
+requests instead of hanging them, and a cancel reaches the child."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+import pytest
+import torch
+from ttsfleet.inference.codec import load_codec
+from ttsfleet.inference.codec_process import CodecSource
+from ttsfleet.inference.engine import Engine, EngineConfig, EngineStopped, GenerationRequest
+from ttsfleet.inference.loader import load_model
+from ttsfleet.inference.prompt import build_prompt
+from ttsfleet.inference.sampling import SamplingParams
+from ttsfleet.inference.tokenizer import load_tokenizer
+
+SEEDS = [3, 4, 5]
+
+
+@pytest.fixture(scope="module")
+def parts():
+    torch.set_num_threads(1)
+    model = load_model("tiny")
+    return model, load_codec("tiny"), load_tokenizer("tiny")
+
+
+def _config(source: CodecSource | None) -> EngineConfig:
+    return EngineConfig(max_running_requests=4, max_queue=8, cuda_graph_max_bs=4, cpu_threads=1,
+                        codec_process=source)
+
+
+async def _collect(eng: Engine, prompt, seed: int, max_new: int = 12, cancel_after: int = 0):
+    """Codes, audio and the final event of one request (``cancel_after``: cancel at that audio event)."""
+    req = GenerationRequest(prompt=prompt, sampling=SamplingParams(seed=seed), max_new_tokens=max_new,
+                            first_chunk_frames=1, chunk_frames=4)
+    h = eng.submit(req, asyncio.get_running_loop())
+    codes, audio = [], []
+    while True:
+        ev = await asyncio.wait_for(h.next(), timeout=60)
+        if ev.kind != "audio":
+            return codes, audio, ev
+        codes.append(ev.codes)
+        audio.append(ev.audio)
+        if cancel_after and len(codes) == cancel_after:
+            eng.cancel(h)
+
+
+def _serve(parts, source: CodecSource | None, seeds: list[int], **kw):
+    model, codec, tok = parts
+    prompt = build_prompt(tok, model.config, "Codec process test.")
+    eng = Engine(model, codec, _config(source), None, "tiny")
+    eng.start()
+
+    async def main():
+        return await asyncio.gather(*(_collect(eng, prompt, s, **kw) for s in seeds))
+
+    try:
+        return eng, asyncio.run(main())
+    finally:
+        eng.stop()
+
+
+def test_the_codec_process_decodes_what_the_codec_thread_does(parts):
+    _, in_thread = _serve(parts, None, SEEDS)
+    eng, in_child = _serve(parts, CodecSource("tiny", "cpu"), SEEDS)
+    frames = 0
+    for (codes_a, audio_a, end_a), (codes_b, audio_b, end_b) in zip(in_thread, in_child, strict=True):
+        assert end_a.kind == end_b.kind == "done" and end_a.frames == end_b.frames
+        np.testing.assert_array_equal(np.concatenate(codes_a, axis=1), np.concatenate(codes_b, axis=1))
+        # which streams share a batched codec call depends on timing in either place, and a batch's
+        # float sums differ in the last bits (1e-5 at a peak of ~0.35): equal to well under 1e-4
+        np.testing.assert_allclose(np.concatenate(audio_b), np.concatenate(audio_a), rtol=0, atol=1e-4)
+        frames += end_b.frames
+    # the child's counters reached the engine's stats (the bench's codec busy figure reads them)
+    assert eng.stats.codec_frames == frames and 0 < eng.stats.codec_calls < frames
+    assert eng.stats.codec_s > 0
+    assert not eng._codec_proc.alive  # stopped with the engine
+
+
+def test_a_cancel_reaches_the_child_and_ends_the_stream(parts):
+    _, out = _serve(parts, CodecSource("tiny", "cpu"), [7], max_new=200, cancel_after=1)
+    codes, _, end = out[0]
+    assert end.kind == "done" and end.reason == "cancelled"
+    assert sum(c.shape[1] for c in codes) < 200
+
+
+def test_a_codec_process_that_cannot_start_fails_requests_with_a_reason(parts, tmp_path):
+    model, codec, tok = parts
+    eng = Engine(model, codec, _config(CodecSource(str(tmp_path / "missing"), "cpu")), None, "tiny")
+    eng.start()
+    prompt = build_prompt(tok, model.config, "Codec process test.")
+
+    async def main():
+        return await _collect(eng, prompt, 1)
+
+    try:
+        _, _, end = asyncio.run(main())
+        assert end.kind == "error" and "codec process failed to start" in end.reason
+        assert "does not exist" in end.reason
+        deadline = time.monotonic() + 30
+        while eng.alive and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not eng.alive
+        with pytest.raises(EngineStopped):
+            eng.submit(GenerationRequest(prompt=prompt, sampling=SamplingParams(seed=1), max_new_tokens=4),
+                       asyncio.new_event_loop())
+    finally:
+        eng.stop()
+
+
+def test_a_killed_codec_process_fails_the_open_requests(parts):
+    model, codec, tok = parts
+    eng = Engine(model, codec, _config(CodecSource("tiny", "cpu")), None, "tiny")
+    eng.start()
+    prompt = build_prompt(tok, model.config, "Codec process test.")
+    assert eng._codec_proc.ready.wait(60)
+
+    async def main():
+        task = asyncio.ensure_future(_collect(eng, prompt, 2, max_new=400))
+        await asyncio.sleep(0.2)
+        eng._codec_proc._proc.kill()
+        return await task
+
+    try:
+        _, _, end = asyncio.run(main())
+        assert end.kind == "error" and "codec process exited" in end.reason
+        assert not eng.alive
+    finally:
+        eng.stop()
