@@ -182,6 +182,17 @@ class _ChildDied(Exception):
 
 
 # ---------------------------------------------------------------------- the child
+def cuda_index(device: str) -> int:
+    """The CUDA ordinal of ``cuda`` / ``cuda:N`` (``torch.cuda.set_device`` refuses a device without
+    one: the first H200 run of the codec process failed to start on plain ``cuda``)."""
+    import torch
+
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        raise ValueError(f"{device!r} is not a CUDA device")
+    return 0 if dev.index is None else dev.index
+
+
 class _RemoteHandle:
     """Stands in for a request's handle in the child: its events go to the outbox."""
 
@@ -215,7 +226,7 @@ def worker_main(conn: Any, source: CodecSource, plan: DecoderPlan) -> None:
     t0 = time.perf_counter()
     try:
         if source.device.startswith("cuda"):
-            torch.cuda.set_device(torch.device(source.device))
+            torch.cuda.set_device(cuda_index(source.device))
             torch.backends.cudnn.benchmark = True  # the fastest conv algorithm per shape, picked once
         codec = load_codec(source.name_or_path, device=source.device, fast=source.fast, seed=source.seed)
         decoder = build_slot_decoder(codec, plan)

@@ -101,10 +101,10 @@ for stage in "$@"; do
           --prompt-tokens 512 --no-breakdown "${side#*:}" --out "$OUT/engine_${side%%:*}" 2>&1 \
           | tee "$OUT/engine_${side%%:*}.txt" | grep -E "│|engine thread" | tail -4 | tee -a "$OUT/run.log"
       done ;;
-    enginespy)  # bench engine with the codec in the loop under py-spy (every thread, native frames:
-      # is the engine thread waiting for the GIL or for the driver?); ENGINESPY_ARGS adds py-spy flags
+    enginespy)  # bench engine with the codec in the loop under py-spy (every thread, Python frames;
+      # ENGINESPY_ARGS adds py-spy flags: --native ran past 300 s on 2026-12-03c and left no profile)
       timeout "${ENGINE_TIMEOUT:-300}" py-spy record -o "$OUT/enginespy_raw.txt" --format raw --threads -r 100 \
-        ${ENGINESPY_ARGS:---native} -- python3 -m ttsfleet.cli bench engine --checkpoint s2-pro --codec "${ENGINE_CODEC:-s2-pro}" \
+        ${ENGINESPY_ARGS:-} -- python3 -m ttsfleet.cli bench engine --checkpoint s2-pro --codec "${ENGINE_CODEC:-s2-pro}" \
         --device cuda --concurrency "${ENGINE_LEVELS:-64}" --per-client 10 --frames "$FRAMES" --frames-spread 0.5 \
         --prompt-tokens 512 --no-breakdown --out "$OUT/enginespy" 2>&1 | tee "$OUT/enginespy.txt" \
         | grep -E "│|engine thread|py-spy|Error" | tail -6 | tee -a "$OUT/run.log"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -33,10 +34,14 @@ def _config(source: CodecSource | None) -> EngineConfig:
                         codec_process=source)
 
 
-async def _collect(eng: Engine, prompt, seed: int, max_new: int = 12, cancel_after: int = 0):
-    """Codes, audio and the final event of one request (``cancel_after``: cancel at that audio event)."""
-    req = GenerationRequest(prompt=prompt, sampling=SamplingParams(seed=seed), max_new_tokens=max_new,
-                            first_chunk_frames=1, chunk_frames=4)
+async def _collect(eng: Engine, prompt, seed: int, max_new: int = 12, cancel_after: int = 0,
+                   long: bool = False):
+    """Codes, audio and the final event of one request (``cancel_after``: cancel at that audio event;
+    ``long``: decode through end-of-speech to the context's end — hundreds of steps on the tiny
+    model — so a cancel or a kill always lands mid-stream)."""
+    req = GenerationRequest(prompt=prompt, sampling=SamplingParams(seed=seed),
+                            max_new_tokens=10**6 if long else max_new, first_chunk_frames=1, chunk_frames=4,
+                            ignore_eos=long)
     h = eng.submit(req, asyncio.get_running_loop())
     codes, audio = [], []
     while True:
@@ -64,6 +69,14 @@ def _serve(parts, source: CodecSource | None, seeds: list[int], **kw):
         eng.stop()
 
 
+def test_the_child_finds_its_cuda_ordinal_with_or_without_an_index():
+    from ttsfleet.inference.codec_process import cuda_index
+
+    assert cuda_index("cuda") == 0 and cuda_index("cuda:3") == 3
+    with pytest.raises(ValueError, match="not a CUDA device"):
+        cuda_index("cpu")
+
+
 def test_the_codec_process_decodes_what_the_codec_thread_does(parts):
     _, in_thread = _serve(parts, None, SEEDS)
     eng, in_child = _serve(parts, CodecSource("tiny", "cpu"), SEEDS)
@@ -82,10 +95,10 @@ def test_the_codec_process_decodes_what_the_codec_thread_does(parts):
 
 
 def test_a_cancel_reaches_the_child_and_ends_the_stream(parts):
-    _, out = _serve(parts, CodecSource("tiny", "cpu"), [7], max_new=200, cancel_after=1)
+    eng, out = _serve(parts, CodecSource("tiny", "cpu"), [7], long=True, cancel_after=1)
     codes, _, end = out[0]
     assert end.kind == "done" and end.reason == "cancelled"
-    assert sum(c.shape[1] for c in codes) < 200
+    assert sum(c.shape[1] for c in codes) < eng.max_seq_len // 2
 
 
 def test_a_codec_process_that_cannot_start_fails_requests_with_a_reason(parts, tmp_path):
@@ -120,7 +133,7 @@ def test_a_killed_codec_process_fails_the_open_requests(parts):
     assert eng._codec_proc.ready.wait(60)
 
     async def main():
-        task = asyncio.ensure_future(_collect(eng, prompt, 2, max_new=400))
+        task = asyncio.ensure_future(_collect(eng, prompt, 2, long=True))
         await asyncio.sleep(0.2)
         eng._codec_proc._proc.kill()
         return await task
@@ -131,3 +144,28 @@ def test_a_killed_codec_process_fails_the_open_requests(parts):
         assert not eng.alive
     finally:
         eng.stop()
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        out += [int(c) for c in (task / "children").read_text().split()]
+    return out
+
+
+def test_a_server_with_the_codec_process_speaks_as_the_one_without(server, client, server_factory,
+                                                                   tmp_path):
+    """Through the real HTTP server, switched on by the contract's environment variable: a child
+    process exists and the audio is the shared (codec-thread) server's for the same seed."""
+    other = server_factory("--max-running-requests", "8", "--max-queue", "32", "--max-text-chars", "250",
+                           "--references-dir", str(tmp_path), "--prefill-chunk-tokens", "32",
+                           env={"TTSFLEET_CODEC_PROCESS": "1"})
+    assert _children(other.proc.pid), "no codec process under the server"
+    assert not _children(server.proc.pid)  # the codec thread's server has none
+    body = {"text": "Hello there, this is a test.", "max_new_tokens": 24, "seed": 5, "format": "pcm"}
+    with other.client(auth=False) as mine:
+        got = mine.post("/v1/tts", json=body)
+    want = client.post("/v1/tts", json=body)
+    assert got.status_code == want.status_code == 200, got.text
+    x, y = np.frombuffer(got.content, "<i2").astype(int), np.frombuffer(want.content, "<i2").astype(int)
+    assert x.size == y.size > 0 and int(np.abs(x - y).max()) <= 2
