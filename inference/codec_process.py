@@ -227,6 +227,7 @@ def worker_main(conn: Any, source: CodecSource, plan: DecoderPlan) -> None:
     try:
         if source.device.startswith("cuda"):
             torch.cuda.set_device(cuda_index(source.device))
+            torch.cuda.set_stream(torch.cuda.Stream())  # as the codec thread: off the legacy default stream
             torch.backends.cudnn.benchmark = True  # the fastest conv algorithm per shape, picked once
         codec = load_codec(source.name_or_path, device=source.device, fast=source.fast, seed=source.seed)
         decoder = build_slot_decoder(codec, plan)
