@@ -299,23 +299,41 @@ StageTotals = dict[str, tuple[float, float]]  # {stage: (seconds summed, request
 def server_ttfa_stages(url: str) -> StageTotals:
     """The server's ``inference_ttfa_stage_seconds`` totals, ``{stage: (sum_s, count)}`` ({} when the
     server has none or cannot be read: an older server, or another implementation)."""
-    import httpx
-    from prometheus_client.parser import text_string_to_metric_families
-
     from ttsfleet.metrics import spec
 
     base = spec("inference_ttfa_stage_seconds").name
     out: dict[str, list[float]] = {}
+    for smp in _server_samples(url):
+        if smp.name in (base + "_sum", base + "_count"):
+            pair = out.setdefault(smp.labels.get("stage", "?"), [0.0, 0.0])
+            pair[0 if smp.name.endswith("_sum") else 1] += smp.value
+    return {k: (v[0], v[1]) for k, v in out.items()}
+
+
+def server_admission_waits(url: str) -> dict[str, float]:
+    """The server's ``inference_admission_waits`` counts, ``{reason: iterations}`` ({} as above):
+    what held waiting requests back, the "queue" stage's why."""
+    from ttsfleet.metrics import spec
+
+    name = spec("inference_admission_waits").exposed_names[0]
+    out: dict[str, float] = {}
+    for smp in _server_samples(url):
+        if smp.name == name:
+            reason = smp.labels.get("reason", "?")
+            out[reason] = out.get(reason, 0.0) + smp.value
+    return out
+
+
+def _server_samples(url: str) -> list[Any]:
+    """Every sample of the server's /metrics ([] when it cannot be read)."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
     try:
         text = httpx.get(f"{url}/metrics", timeout=10).text
     except httpx.HTTPError:
-        return {}
-    for fam in text_string_to_metric_families(text):
-        for smp in fam.samples:
-            if smp.name in (base + "_sum", base + "_count"):
-                pair = out.setdefault(smp.labels.get("stage", "?"), [0.0, 0.0])
-                pair[0 if smp.name.endswith("_sum") else 1] += smp.value
-    return {k: (v[0], v[1]) for k, v in out.items()}
+        return []
+    return [smp for fam in text_string_to_metric_families(text) for smp in fam.samples]
 
 
 def stage_means_ms(before: StageTotals, after: StageTotals) -> dict[str, float]:
@@ -328,10 +346,13 @@ def stage_means_ms(before: StageTotals, after: StageTotals) -> dict[str, float]:
     return out
 
 
-def _level_with_stages(cfg: BenchConfig, c: int) -> tuple[Level, dict[str, float]]:
-    before = server_ttfa_stages(cfg.url)
+def _level_with_stages(cfg: BenchConfig, c: int) -> tuple[Level, dict[str, float], dict[str, float]]:
+    """A level, the server's stage means over it, and its admission waits by reason over it."""
+    before, waits = server_ttfa_stages(cfg.url), server_admission_waits(cfg.url)
     lv = _level(cfg, c, cfg.requests_at(c))
-    return lv, stage_means_ms(before, server_ttfa_stages(cfg.url))
+    stages = stage_means_ms(before, server_ttfa_stages(cfg.url))
+    waited = {k: n - waits.get(k, 0.0) for k, n in server_admission_waits(cfg.url).items()}
+    return lv, stages, {k: v for k, v in waited.items() if v}
 
 
 def run_bench(cfg: BenchConfig) -> dict[str, Any]:
@@ -358,7 +379,7 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
         pass
     asyncio.run(_run_level(cfg, 1, 1))  # one unmeasured request: connections, server-side first calls
     measured = [_level_with_stages(cfg, c) for c in cfg.levels]
-    levels = [lv for lv, _ in measured]
+    levels = [lv for lv, _, _ in measured]
     base = levels[0].frames_per_s if levels else 0.0
     report = {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -367,7 +388,8 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
         "config": {k: v for k, v in asdict(cfg).items() if k != "api_key"},
         "levels": [asdict(lv) for lv in levels],
         # the server's own split of time to first audio per level (every request of the level's runs)
-        "ttfa_stages_ms": [{"concurrency": lv.concurrency, **st} for lv, st in measured if st],
+        "ttfa_stages_ms": [{"concurrency": lv.concurrency, **st} for lv, st, _ in measured if st],
+        "admission_waits": [{"concurrency": lv.concurrency, **w} for lv, _, w in measured if w],
         "open_loop": [open_level(cfg, r) for r in cfg.rates],
         "scaling": (levels[-1].frames_per_s / base) if base > 0 else None,
         "points": points(levels),
@@ -410,6 +432,9 @@ def print_table(report: dict[str, Any]) -> None:
     for st in report.get("ttfa_stages_ms", []):
         console.print(f"c={st['concurrency']} server time to first audio by stage, mean ms: "
                       + ", ".join(f"{k} {v:.0f}" for k, v in st.items() if k != "concurrency"))
+    for w in report.get("admission_waits", []):
+        console.print(f"c={w['concurrency']} engine iterations that left requests waiting, by cause: "
+                      + ", ".join(f"{k} {v:.0f}" for k, v in w.items() if k != "concurrency"))
     if report["scaling"] is not None:
         lv = report["levels"]
         console.print(f"scaling c={lv[0]['concurrency']}→{lv[-1]['concurrency']}: {report['scaling']:.2f}x")

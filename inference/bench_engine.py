@@ -225,6 +225,9 @@ def _level(engine: Any, cfg: EngineBenchConfig, c: int, n: int) -> tuple[Level, 
     wall = sum(w for _, w, _ in runs)
     phases = {k: round((after[k] - before[k]) / len(runs), 4) for k in PHASES}
     phases["wall_s"] = round(wall / len(runs), 4)
+    for reason, count in after["admission_waits"].items():
+        waited = count - before["admission_waits"][reason]
+        phases[f"admission_waits_{reason}"] = round(waited / len(runs), 1)
     return summarize_runs(c, n, runs), phases
 
 
@@ -556,7 +559,10 @@ def phase_line(ph: dict[str, float]) -> str:
     parts["other host work"] = max(0.0, wall - sum(parts.values()))
     cells = ", ".join(f"{name} {sec:.1f} s ({sec / wall:.0%})" for name, sec in parts.items())
     codec = f"; codec thread busy {ph['codec_s']:.1f} s ({ph['codec_s'] / wall:.0%})"  # its own thread
-    return f"c={int(ph['concurrency'])} engine thread over {wall:.1f} s: {cells}{codec}"
+    waits = [f"{k.removeprefix('admission_waits_')} {v:.0f}" for k, v in ph.items()
+             if k.startswith("admission_waits_") and v]
+    held = f"; iterations that left requests waiting: {', '.join(waits)}" if waits else ""
+    return f"c={int(ph['concurrency'])} engine thread over {wall:.1f} s: {cells}{codec}{held}"
 
 
 def print_breakdown(report: dict[str, Any]) -> None:

@@ -62,6 +62,9 @@ log = logging.getLogger("ttsfleet.inference.engine")
 DEFAULT_WINDOW = 16
 #: Padded decode steps between two resets of the pad slot (each step adds one position to it).
 PAD_RESET_STEPS = 32
+#: What can hold a waiting request back at an iteration: no free KV slot, the iteration's prefill
+#: token budget spent, the decode batch full, or prefill coalescing waiting for company.
+ADMISSION_WAIT_REASONS = ("slots", "budget", "batch", "hold")
 
 
 class EngineOverloaded(Exception):
@@ -293,9 +296,12 @@ class _Stats:
         self.codec_calls = 0
         self.codec_frames = 0
         self.codec_s = 0.0
+        #: iterations that ended with requests waiting, by what held the oldest back
+        self.admission_waits: dict[str, int] = dict.fromkeys(ADMISSION_WAIT_REASONS, 0)
 
-    def snapshot(self) -> dict[str, float]:
-        return dict(vars(self))
+    def snapshot(self) -> dict[str, Any]:
+        """A copy (the per-reason counts too: a later snapshot must not share them)."""
+        return {k: dict(v) if isinstance(v, dict) else v for k, v in vars(self).items()}
 
 
 class Engine:
@@ -622,6 +628,7 @@ class Engine:
             budget -= n
         if self._hold_arrivals(continuing=bool(plan)):
             self.stats.prefill_holds += 1
+            self._admission_wait("hold")
             return
         while (self.waiting and self.free_slots and budget > 0
                and len(self.running) + len(self.prefilling) + len(plan) < self.static_bs):
@@ -639,8 +646,26 @@ class Engine:
                 self._restore_prefix(st)
             plan.append((st, n))
             budget -= n
+        if self.waiting:
+            self._admission_wait(self._admission_blocker(budget, len(plan)))
         if plan:
             self._prefill(plan)
+
+    def _admission_blocker(self, budget: int, planned: int) -> str:
+        """Why the admission loop left the oldest waiting request out (see ADMISSION_WAIT_REASONS)."""
+        if not self.free_slots:
+            return "slots"
+        if len(self.running) + len(self.prefilling) + planned >= self.static_bs:
+            return "batch"
+        return "budget"  # spent, or (whole prompts) the next prompt is longer than what is left
+
+    def _admission_wait(self, reason: str) -> None:
+        """Count an iteration that ended with requests waiting, by what held the oldest back: what
+        splits the "queue" stage of time to first audio (on the H200 the live route's requests
+        waited 218 ms there with 64 or 128 slots alike, 2026-12-03c)."""
+        self.stats.admission_waits[reason] += 1
+        if self.metrics is not None:
+            self.metrics["inference_admission_waits"].labels(self.label, reason).inc()
 
     def _restore_prefix(self, st: _Running) -> None:
         """Copy the request's prefilled head into its new slot; its prefill starts after the head."""

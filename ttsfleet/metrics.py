@@ -104,6 +104,11 @@ CONTRACT_LIST: tuple[MetricSpec, ...] = (
        "slot; prefill: the prompt into the cache; decode: to the first chunk of codes; audio: codec, "
        "encoding and sending); the stages of one request add up to its time to first audio.",
        [L_MODEL, L_STAGE], LATENCY_BUCKETS),
+    _m("inference", "inference_admission_waits", "counter",
+       "Engine iterations that ended with requests still waiting for admission, by what held the "
+       "oldest back (slots: no free KV slot; budget: the iteration's prefill tokens spent, first on "
+       "prompts already prefilling; batch: the decode batch full; hold: prefill coalescing waits).",
+       [L_MODEL, L_REASON]),
     _m("inference", "inference_request_duration_seconds", "histogram",
        "Request arrival to the last audio byte sent.", [L_MODEL], DURATION_BUCKETS),
     _m("inference", "inference_realtime_factor", "histogram",

@@ -185,7 +185,7 @@ def main() -> None:
     ratios = []
     try:
         from tqdm import tqdm
-        from ttsfleet.inference.bench import server_ttfa_stages, stage_means_ms
+        from ttsfleet.inference.bench import server_admission_waits, server_ttfa_stages, stage_means_ms
 
         for r in tqdm(range(args.rounds), desc=f"rounds ({', then '.join(sides)})"):
             got = {k: run_round(servers[k][1], args, 1000 * r) for k in sides}
@@ -196,6 +196,7 @@ def main() -> None:
         reused = {k: reused_tokens(url) for k, (_, url) in servers.items()}
         # the servers' mean ms per stage of time to first audio over every session they served
         stages = {k: stage_means_ms({}, server_ttfa_stages(url)) for k, (_, url) in servers.items()}
+        waits = {k: server_admission_waits(url) for k, (_, url) in servers.items()}  # the queue stage's why
     finally:
         for proc, _ in servers.values():
             proc.send_signal(signal.SIGINT)
@@ -203,7 +204,7 @@ def main() -> None:
     report = {"date": time.strftime("%Y-%m-%d"), "host": os.uname().nodename, "cpus": os.cpu_count(),
               "load_avg_1m": os.getloadavg()[0], "args": {k: str(v) for k, v in vars(args).items()},
               "sides": {k: summarize(v) for k, v in rows.items()}, "p50_ratio_per_round": ratios,
-              "prefill_tokens_reused": reused, "ttfa_stage_mean_ms": stages,
+              "prefill_tokens_reused": reused, "ttfa_stage_mean_ms": stages, "admission_waits": waits,
               "sessions": rows}
     (args.out / "live_prefix.json").write_text(json.dumps(report, indent=2))
     print("\n| side | sessions | first audio p50 / p90 / p99 ms | steady sessions "
@@ -216,6 +217,9 @@ def main() -> None:
     for k, st in stages.items():
         print(f"{k}: time to first audio by stage, mean ms (server): "
               + ", ".join(f"{name} {ms:.0f}" for name, ms in st.items()))
+    for k, w in waits.items():
+        print(f"{k}: engine iterations that left requests waiting, by cause (server): "
+              + ", ".join(f"{reason} {n:.0f}" for reason, n in w.items()))
     if ratios:
         print(f"whole / reuse p50 per round: {', '.join(f'{x:.2f}' for x in ratios)} "
               f"(median {statistics.median(ratios):.2f})")

@@ -196,6 +196,9 @@ def test_phase_line_splits_the_wall_time() -> None:
     line = phase_line(ph)
     assert line.startswith("c=64 engine thread over 18.9 s: prefill 4.7 s (25%)")
     assert line.endswith("other host work 6.8 s (36%); codec thread busy 0.4 s (2%)")
+    # what held waiting requests back, where anything did (reasons never seen are left out)
+    held = phase_line({**ph, "admission_waits_slots": 12.0, "admission_waits_budget": 0.0})
+    assert held.endswith("(2%); iterations that left requests waiting: slots 12")
 
 
 def test_engine_bench_runs_the_engine_serve_runs() -> None:

@@ -95,6 +95,21 @@ def test_continuous_batching_is_batch_invariant_and_padding_neutral(parts):
         assert np.array_equal(a, b)
 
 
+def test_iterations_that_leave_requests_waiting_are_counted_by_what_held_them(parts):
+    """Five requests on two slots wait for slots; with an 8-token prefill budget per iteration they
+    also wait for the budget (the prompt prefills 8 tokens an iteration): both reasons counted, in
+    the engine's stats and the contract's counter."""
+    cfg = EngineConfig(max_running_requests=2, max_queue=8, cuda_graph_max_bs=2, prefill_token_budget=8,
+                       prefill_chunk_tokens=8)
+    eng, out, metrics = _run(parts, cfg, [1, 2, 3, 4, 5], max_new=6)
+    assert len(out) == 5
+    waits = eng.stats.admission_waits
+    assert waits["slots"] > 0 and waits["budget"] > 0 and waits["hold"] == 0  # coalescing is off
+    name = spec("inference_admission_waits").exposed_names[0]
+    for reason in ("slots", "budget"):
+        assert metrics.registry.get_sample_value(name, {"model": "tiny", "reason": reason}) == waits[reason]
+
+
 def test_limits(parts):
     model, codec, tok = parts
     eng = Engine(model, codec, EngineConfig(max_running_requests=2, max_queue=1, cuda_graph_max_bs=2))

@@ -149,3 +149,24 @@ def test_ttfa_stages_skip_a_missing_mark_and_still_add_up():
     assert list(got) == ["arrival", "prefill", "decode", "audio"]
     assert got["prefill"] == pytest.approx(0.5) and sum(got.values()) == pytest.approx(1.1)
     assert ttfa_stages(0.9, None, 2.0) == {}
+
+
+def test_requests_beyond_the_slots_count_as_waits_for_slots(server):
+    """Twelve requests at once on eight slots: iterations leave some waiting for a slot, and the
+    bench's reader of ``inference_admission_waits`` sees them (what splits the queue stage)."""
+    import asyncio
+
+    from ttsfleet.inference.bench import server_admission_waits
+
+    before = server_admission_waits(server.url)
+
+    async def burst() -> list[int]:
+        async with server.async_client() as c:
+            body = {"text": "waiting for a slot", "format": "pcm", "max_new_tokens": 24, "seed": 3}
+            got = await asyncio.gather(*(c.post("/v1/tts", json=body) for _ in range(12)))
+        return [r.status_code for r in got]
+
+    assert asyncio.run(burst()) == [200] * 12
+    after = server_admission_waits(server.url)
+    assert after.get("slots", 0) > before.get("slots", 0)
+    assert set(after) <= {"slots", "budget", "batch", "hold"}
