@@ -126,12 +126,13 @@ class CodecProcess:
                     case StopCodec():
                         wire.append(("stop",))
                         stop = True
+            if stop:  # before the child can exit on it: its end of the pipe is then no surprise
+                self._stopping.set()
             try:
                 self._conn.send(wire)
             except (OSError, ValueError):  # the child is gone: the receiver reports it
                 return
             if stop:
-                self._stopping.set()
                 return
 
     def _receive_main(self) -> None:

@@ -91,7 +91,8 @@ def test_the_codec_process_decodes_what_the_codec_thread_does(parts):
     # the child's counters reached the engine's stats (the bench's codec busy figure reads them)
     assert eng.stats.codec_frames == frames and 0 < eng.stats.codec_calls < frames
     assert eng.stats.codec_s > 0
-    assert not eng._codec_proc.alive  # stopped with the engine
+    assert not eng._codec_proc.alive  # stopped with the engine, and a stop is not a death
+    assert eng._dead is None
 
 
 def test_a_cancel_reaches_the_child_and_ends_the_stream(parts):
