@@ -2,7 +2,8 @@
 Azure code hour cases (the last needs fetch_traces.sh; skipped without its file).
 
 Run:  python -P benchmarks/simulate/sizing_sweep.py [--targets 16,24,...] [--cases default,bursty,...]
-Writes sizing-sweep-<date>.json beside this file and prints the table. Each target runs the case's
+                                                     [--suffix b]
+Writes sizing-sweep-<date><suffix>.json beside this file and prints the table. Each target runs the case's
 inference-only and policy runs with the scenario's other defaults (20% burst head-room), on the
 catalog's curves (a one-hour case after its uncounted warm-up, as the benchmark runs it). The
 sizing itself is derived from the served curve's first audio against the SLO
@@ -24,6 +25,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--targets", default="16,24,32,40,48,56,64")
     ap.add_argument("--cases", default="default,bursty,flat,azure-code-1h")
+    ap.add_argument("--suffix", default="", help="appended to the record's date (a second record "
+                    "of the day: sizing-sweep-<date>b.json)")
     args = ap.parse_args()
     sys.path.insert(0, str(HERE))
     from bench_simulate import scenario_for
@@ -69,7 +72,7 @@ def main() -> None:
     stamp = dt.date.today().isoformat()
     doc = {"date": stamp, "machine": machine(),
            "h200_curve": base.catalog.get("h200").capacity.source, "results": out}
-    path = HERE / f"sizing-sweep-{stamp}.json"
+    path = HERE / f"sizing-sweep-{stamp}{args.suffix}.json"
     path.write_text(json.dumps(doc, indent=2))
     print(f"wrote {path}")
 
