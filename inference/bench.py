@@ -296,28 +296,33 @@ def machine() -> dict[str, Any]:
 StageTotals = dict[str, tuple[float, float]]  # {stage: (seconds summed, requests)}
 
 
-def server_ttfa_stages(url: str) -> StageTotals:
-    """The server's ``inference_ttfa_stage_seconds`` totals, ``{stage: (sum_s, count)}`` ({} when the
-    server has none or cannot be read: an older server, or another implementation)."""
+def server_readings(url: str) -> tuple[StageTotals, dict[str, float]]:
+    """One read of the server's /metrics: its ``inference_ttfa_stage_seconds`` totals, ``{stage:
+    (sum_s, count)}``, and its ``inference_admission_waits`` counts, ``{reason: iterations}`` (what
+    held waiting requests back: the "queue" stage's why). Each {} when the server has none or cannot
+    be read (an older server, or another implementation)."""
+    samples = _server_samples(url)
+    return _stage_totals(samples), _admission_counts(samples)
+
+
+def _stage_totals(samples: list[Any]) -> StageTotals:
     from ttsfleet.metrics import spec
 
     base = spec("inference_ttfa_stage_seconds").name
     out: dict[str, list[float]] = {}
-    for smp in _server_samples(url):
+    for smp in samples:
         if smp.name in (base + "_sum", base + "_count"):
             pair = out.setdefault(smp.labels.get("stage", "?"), [0.0, 0.0])
             pair[0 if smp.name.endswith("_sum") else 1] += smp.value
     return {k: (v[0], v[1]) for k, v in out.items()}
 
 
-def server_admission_waits(url: str) -> dict[str, float]:
-    """The server's ``inference_admission_waits`` counts, ``{reason: iterations}`` ({} as above):
-    what held waiting requests back, the "queue" stage's why."""
+def _admission_counts(samples: list[Any]) -> dict[str, float]:
     from ttsfleet.metrics import spec
 
     name = spec("inference_admission_waits").exposed_names[0]
     out: dict[str, float] = {}
-    for smp in _server_samples(url):
+    for smp in samples:
         if smp.name == name:
             reason = smp.labels.get("reason", "?")
             out[reason] = out.get(reason, 0.0) + smp.value
@@ -337,7 +342,7 @@ def _server_samples(url: str) -> list[Any]:
 
 
 def stage_means_ms(before: StageTotals, after: StageTotals) -> dict[str, float]:
-    """Mean ms per stage of the requests observed between two :func:`server_ttfa_stages` reads."""
+    """Mean ms per stage of the requests observed between two :func:`server_readings`."""
     out = {}
     for stage, (s1, n1) in after.items():
         s0, n0 = before.get(stage, (0.0, 0.0))
@@ -348,10 +353,11 @@ def stage_means_ms(before: StageTotals, after: StageTotals) -> dict[str, float]:
 
 def _level_with_stages(cfg: BenchConfig, c: int) -> tuple[Level, dict[str, float], dict[str, float]]:
     """A level, the server's stage means over it, and its admission waits by reason over it."""
-    before, waits = server_ttfa_stages(cfg.url), server_admission_waits(cfg.url)
+    stages0, waits0 = server_readings(cfg.url)
     lv = _level(cfg, c, cfg.requests_at(c))
-    stages = stage_means_ms(before, server_ttfa_stages(cfg.url))
-    waited = {k: n - waits.get(k, 0.0) for k, n in server_admission_waits(cfg.url).items()}
+    stages1, waits1 = server_readings(cfg.url)
+    stages = stage_means_ms(stages0, stages1)
+    waited = {k: n - waits0.get(k, 0.0) for k, n in waits1.items()}
     return lv, stages, {k: v for k, v in waited.items() if v}
 
 

@@ -185,7 +185,7 @@ def main() -> None:
     ratios = []
     try:
         from tqdm import tqdm
-        from ttsfleet.inference.bench import server_admission_waits, server_ttfa_stages, stage_means_ms
+        from ttsfleet.inference.bench import server_readings, stage_means_ms
 
         for r in tqdm(range(args.rounds), desc=f"rounds ({', then '.join(sides)})"):
             got = {k: run_round(servers[k][1], args, 1000 * r) for k in sides}
@@ -195,8 +195,10 @@ def main() -> None:
                 ratios.append(summarize(got["whole"])["ttfa_p50_ms"] / summarize(got["reuse"])["ttfa_p50_ms"])
         reused = {k: reused_tokens(url) for k, (_, url) in servers.items()}
         # the servers' mean ms per stage of time to first audio over every session they served
-        stages = {k: stage_means_ms({}, server_ttfa_stages(url)) for k, (_, url) in servers.items()}
-        waits = {k: server_admission_waits(url) for k, (_, url) in servers.items()}  # the queue stage's why
+        # and what held their waiting requests back (the queue stage's why)
+        readings = {k: server_readings(url) for k, (_, url) in servers.items()}
+        stages = {k: stage_means_ms({}, totals) for k, (totals, _) in readings.items()}
+        waits = {k: counts for k, (_, counts) in readings.items()}
     finally:
         for proc, _ in servers.values():
             proc.send_signal(signal.SIGINT)

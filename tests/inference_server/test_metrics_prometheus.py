@@ -156,9 +156,9 @@ def test_requests_beyond_the_slots_count_as_waits_for_slots(server):
     bench's reader of ``inference_admission_waits`` sees them (what splits the queue stage)."""
     import asyncio
 
-    from ttsfleet.inference.bench import server_admission_waits
+    from ttsfleet.inference.bench import server_readings
 
-    before = server_admission_waits(server.url)
+    _, before = server_readings(server.url)
 
     async def burst() -> list[int]:
         async with server.async_client() as c:
@@ -167,6 +167,6 @@ def test_requests_beyond_the_slots_count_as_waits_for_slots(server):
         return [r.status_code for r in got]
 
     assert asyncio.run(burst()) == [200] * 12
-    after = server_admission_waits(server.url)
+    _, after = server_readings(server.url)
     assert after.get("slots", 0) > before.get("slots", 0)
     assert set(after) <= {"slots", "budget", "batch", "hold"}
