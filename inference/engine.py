@@ -630,12 +630,13 @@ class Engine:
             self.stats.prefill_holds += 1
             self._admission_wait("hold")
             return
-        while (self.waiting and self.free_slots and budget > 0
-               and len(self.running) + len(self.prefilling) + len(plan) < self.static_bs):
+        blocker = None
+        while self.waiting and (blocker := self._admission_blocker(budget, len(plan))) is None:
             left = self.waiting[0].prompt_len - self.waiting[0].restored
             if chunk <= 0:
                 if plan and left > budget:
-                    break  # the rest waits for the next iteration; decode keeps going meanwhile
+                    blocker = "budget"  # the rest waits for the next iteration; decode keeps going meanwhile
+                    break
                 n = left
             else:
                 n = min(chunk, budget, left)
@@ -646,18 +647,21 @@ class Engine:
                 self._restore_prefix(st)
             plan.append((st, n))
             budget -= n
-        if self.waiting:
-            self._admission_wait(self._admission_blocker(budget, len(plan)))
+        if self.waiting and blocker is not None:  # always set when requests are left waiting
+            self._admission_wait(blocker)
         if plan:
             self._prefill(plan)
 
-    def _admission_blocker(self, budget: int, planned: int) -> str:
-        """Why the admission loop left the oldest waiting request out (see ADMISSION_WAIT_REASONS)."""
+    def _admission_blocker(self, budget: int, planned: int) -> str | None:
+        """What stops the next waiting request's admission now (one of ADMISSION_WAIT_REASONS), or
+        None: the admission loop's condition and the reason it counts, in one place."""
         if not self.free_slots:
             return "slots"
+        if budget <= 0:
+            return "budget"
         if len(self.running) + len(self.prefilling) + planned >= self.static_bs:
             return "batch"
-        return "budget"  # spent, or (whole prompts) the next prompt is longer than what is left
+        return None
 
     def _admission_wait(self, reason: str) -> None:
         """Count an iteration that ended with requests waiting, by what held the oldest back: what
