@@ -34,6 +34,7 @@ class EventSink(Protocol):
 class CodecCounters(Protocol):
     codec_calls: int
     codec_frames: int
+    codec_s: float  # wall seconds in decode rounds
 
 
 @dataclass
@@ -72,6 +73,22 @@ class BatchedCodec:
         self.cancel = cancel
         self.jobs: dict[int, CodecJob] = {}  # insertion order = arrival order
         self.free: deque[int] = deque(range(decoder.max_slots if decoder is not None else 0))
+
+    def apply(self, msgs: list[Any], handle_of: Callable[[Any], EventSink] = lambda h: h) -> bool:
+        """Take the engine's codec messages in order; False at :class:`StopCodec` (the rest is left).
+        ``handle_of`` maps a message's handle to the sink its events go to (in the codec process: the
+        stand-in for the request's handle in the parent)."""
+        from ttsfleet.inference.engine import CodesChunk, DropStream, StopCodec
+
+        for msg in msgs:
+            match msg:
+                case StopCodec():
+                    return False
+                case DropStream(handle=h):
+                    self.drop(handle_of(h))
+                case CodesChunk(handle=h):
+                    self.add(handle_of(h), msg.codes, msg.final, msg.reason, msg.generated)
+        return True
 
     def add(self, handle: EventSink, codes: np.ndarray, final: bool, reason: str, generated: int) -> None:
         job = self.jobs.get(handle.rid)
@@ -112,10 +129,18 @@ class BatchedCodec:
         return any(ready(j) for j in self.jobs.values())
 
     def round(self) -> None:
-        """Decode what every stream has waiting: one call per frame-count group, then the endings."""
-        if self.decoder is None:
-            self._codes_only()
-            return
+        """Decode what every stream has waiting: one call per frame-count group, then the endings
+        (its wall time counted in ``codec_s``)."""
+        t0 = time.perf_counter()
+        try:
+            if self.decoder is None:
+                self._codes_only()
+            else:
+                self._decode_groups()
+        finally:
+            self.counters.codec_s += time.perf_counter() - t0
+
+    def _decode_groups(self) -> None:
         groups: dict[int, list[CodecJob]] = {}
         for job in self.jobs.values():
             n = job.backlog

@@ -10,15 +10,16 @@ engine's codes (one pickle per batch of messages), one posts the returned audio 
 The price: the child is a second CUDA context on the same GPU, whose kernels the GPU time-slices
 with the engine's instead of overlapping them (without MPS); the side-by-side run says which wins.
 
-Wire (lists of tuples, one ``send`` per batch): to the child ``("codes", rid, codes, final, reason,
-generated)``, ``("drop", rid)``, ``("stop",)``; back ``("ready", note)``, ``("event", rid, Event)``,
-``("cancel", rid)`` (a failed decode: stop decoding that request), ``("stats", calls, frames,
-busy_s)`` and ``("dead", reason)``.
+Wire (one ``send`` per batch): to the child, the engine's own codec messages (``CodesChunk``,
+``DropStream``, ``StopCodec``) with each request's handle replaced by a :class:`StreamRef`; back,
+lists of tuples ``("ready", note)``, ``("event", rid, Event)``, ``("cancel", rid)`` (a failed decode:
+stop decoding that request), ``("stats", calls, frames, codec_s)`` and ``("dead", reason)``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import multiprocessing
 import queue
@@ -44,6 +45,13 @@ class CodecSource:
     device: str = "cpu"
     fast: bool = False
     seed: int = 0
+
+
+@dataclass(frozen=True)
+class StreamRef:
+    """A request's handle as it crosses to the child: its id (the handle itself holds an event loop)."""
+
+    rid: int
 
 
 @dataclass(frozen=True)
@@ -113,19 +121,13 @@ class CodecProcess:
                     msgs.append(self.codec_q.get_nowait())
                 except queue.Empty:
                     break
-            wire: list[tuple] = []
-            stop = False
+            wire = []
             for msg in msgs:
-                match msg:
-                    case CodesChunk(handle=h):
-                        self.handles[h.rid] = h
-                        wire.append(("codes", h.rid, msg.codes, msg.final, msg.reason, msg.generated))
-                    case DropStream(handle=h):
-                        self.handles[h.rid] = h
-                        wire.append(("drop", h.rid))
-                    case StopCodec():
-                        wire.append(("stop",))
-                        stop = True
+                if isinstance(msg, CodesChunk | DropStream):  # the handle stays here, its id travels
+                    self.handles[msg.handle.rid] = msg.handle
+                    msg = dataclasses.replace(msg, handle=StreamRef(msg.handle.rid))
+                wire.append(msg)
+            stop = any(isinstance(msg, StopCodec) for msg in wire)
             if stop:  # before the child can exit on it: its end of the pipe is then no surprise
                 self._stopping.set()
             try:
@@ -209,7 +211,7 @@ class _Counters:
     def __init__(self) -> None:
         self.codec_calls = 0
         self.codec_frames = 0
-        self.busy_s = 0.0
+        self.codec_s = 0.0
 
 
 def worker_main(conn: Any, source: CodecSource, plan: DecoderPlan) -> None:
@@ -248,19 +250,16 @@ def _serve(conn: Any, decoder: Any, max_frames: int) -> None:
     counters = _Counters()
     handles: dict[int, _RemoteHandle] = {}
     batched = BatchedCodec(decoder, max_frames, counters, cancel=lambda h: outbox.append(("cancel", h.rid)))
+
+    def handle_of(ref: StreamRef) -> _RemoteHandle:
+        return handles.setdefault(ref.rid, _RemoteHandle(ref.rid, outbox))
+
     while True:
         msgs = [] if batched.has_work() else list(conn.recv())  # block only when idle
         while conn.poll():
             msgs.extend(conn.recv())
-        for msg in msgs:
-            if msg[0] == "stop":
-                return
-            handle = handles.setdefault(msg[1], _RemoteHandle(msg[1], outbox))
-            if msg[0] == "codes":
-                batched.add(handle, *msg[2:])
-            else:
-                batched.drop(handle)
-        t0 = time.perf_counter()
+        if not batched.apply(msgs, handle_of):
+            return
         try:
             batched.round()
         except Exception as exc:  # a bug: fail the streams, tell the parent, exit
@@ -269,9 +268,9 @@ def _serve(conn: Any, decoder: Any, max_frames: int) -> None:
             batched.fail_all(reason)
             conn.send([*outbox, ("dead", reason)])
             return
-        counters.busy_s += time.perf_counter() - t0
-        handles = {rid: h for rid, h in handles.items() if rid in batched.jobs}
+        for rid in [r for r in handles if r not in batched.jobs]:  # streams that ended
+            del handles[rid]
         if outbox:
-            outbox.append(("stats", counters.codec_calls, counters.codec_frames, counters.busy_s))
+            outbox.append(("stats", counters.codec_calls, counters.codec_frames, counters.codec_s))
             conn.send(list(outbox))
             outbox.clear()

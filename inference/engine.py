@@ -180,7 +180,7 @@ class Wake:
 class CodesChunk:
     """Decoded frames of one request for the codec; ``final`` = the request's last chunk."""
 
-    handle: RequestHandle
+    handle: RequestHandle  # on the way to the codec process, a StreamRef of its id
     codes: np.ndarray  # int64 [num_codebooks, frames]
     final: bool
     reason: str
@@ -191,7 +191,7 @@ class CodesChunk:
 class DropStream:
     """The request was cancelled: forget its audio stream."""
 
-    handle: RequestHandle
+    handle: RequestHandle  # as in CodesChunk
 
 
 @dataclass(frozen=True)
@@ -946,17 +946,9 @@ class Engine:
                 msgs.append(self._codec_q.get_nowait())
             except queue.Empty:
                 break
-        for msg in msgs:
-            match msg:
-                case StopCodec():
-                    return False
-                case DropStream(handle=h):
-                    codec.drop(h)
-                case CodesChunk():
-                    codec.add(msg.handle, msg.codes, msg.final, msg.reason, msg.generated)
-        t0 = time.perf_counter()
+        if not codec.apply(msgs):
+            return False
         codec.round()
-        self.stats.codec_s += time.perf_counter() - t0
         return True
 
 
