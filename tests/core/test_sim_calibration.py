@@ -21,7 +21,7 @@ from ttsfleet.sim.calibrate import (
     SHARE_STEP,
     TARGET_INFERENCE_ONLY_BUSY,
     calibrate_peak_load,
-    inference_only_busy,
+    inference_only_run,
     peak_share_limit,
     solve_share,
 )
@@ -85,7 +85,7 @@ def test_calibration_on_a_tiny_fleet_lands_its_inference_only_run_on_the_target(
     cal = calibrate_peak_load(sc, trace_at, 0.2)
     assert not cal.capped and cal.solved.converged
     assert cal.share == cal.solved.share <= cal.limit
-    assert inference_only_busy(sc, trace_at(cal.share)) == cal.busy  # a measurement, reproducible
+    assert inference_only_run(sc, trace_at(cal.share))["gpu_busy"] == cal.busy  # a measurement, reproducible
     assert abs(cal.busy - TARGET_INFERENCE_ONLY_BUSY) <= BUSY_TOLERANCE
 
 
@@ -97,7 +97,7 @@ def test_embedded_default_trace_keeps_inference_only_near_half_the_fleet():
                  seed=EMBEDDED_SEED).window(0, 86400)
     sc = Scenario(catalog=cat, fleet=DEFAULT_FLEET,
                   training=default_training(DEFAULT_FLEET, 1.0, EMBEDDED_SEED, cat))
-    busy = inference_only_busy(sc, tr)
+    busy = inference_only_run(sc, tr)["gpu_busy"]
     assert BAND[0] <= busy <= BAND[1], f"inference-only {busy:.1%}: run calibrate_load.py again"
 
 

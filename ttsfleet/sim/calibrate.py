@@ -80,11 +80,6 @@ def inference_only_run(scenario: Scenario, trace: Trace, warmup_s: int = 0) -> d
             "slo_violation_minutes": inf["slo_violation_minutes"], "rejected_pct": inf["rejected_pct"]}
 
 
-def inference_only_busy(scenario: Scenario, trace: Trace, warmup_s: int = 0) -> float:
-    """Fleet GPU-busy of the inference-only run (what ``check_targets`` reads)."""
-    return inference_only_run(scenario, trace, warmup_s)["gpu_busy"]
-
-
 def peak_share_limit(trace_at: Callable[[float], Trace], catalog: GpuCatalog,
                      fleet: Mapping[str, int], step: float = SHARE_STEP) -> float:
     """The largest share (a multiple of ``step``) at which ``trace_at(share)``'s peak minute fits
