@@ -6,6 +6,7 @@ Flags override the ``TTSFLEET_*`` environment the operator sets (see
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +88,9 @@ def serve(
     codec_process: bool = typer.Option(None, "--codec-process/--no-codec-process", help="Decode audio in a "
                                        "child process with its own copy of the codec, off the engine's "
                                        "interpreter (env TTSFLEET_CODEC_PROCESS, default off)."),
+    mps: str = typer.Option(None, help="auto | on | off: run the codec process under CUDA's MPS (the "
+                            "node's daemon, else one started here; without it the two processes "
+                            "time-slice the GPU) (env TTSFLEET_MPS, default auto)."),
     log_level: str = typer.Option("info", help="debug | info | warning | error."),
 ) -> None:
     """Serve text-to-speech (Fish Audio /v1/tts and /v1/tts/live, OpenAI /v1/audio/speech, /metrics)."""
@@ -103,7 +107,7 @@ def serve(
         drain_timeout_s=drain_timeout_s, body_timeout_s=body_timeout_s, seed=seed,
         prefill_chunk_tokens=prefill_chunk_tokens, prefill_coalesce_ms=prefill_coalesce_ms, catalog=catalog,
         codec_fast=codec_fast, codec_compile=codec_compile, prefill_graphs=prefill_graphs,
-        gil_switch_ms=gil_switch_ms, prefix_reuse=prefix_reuse, codec_process=codec_process)
+        gil_switch_ms=gil_switch_ms, prefix_reuse=prefix_reuse, codec_process=codec_process, mps=mps)
     code = run(cfg, log_level=log_level)
     if code:
         raise typer.Exit(code)
@@ -202,6 +206,10 @@ def bench_engine(
                                       "codec decode through torch.compile (as serve --codec-compile)."),
     codec_process: bool = typer.Option(False, "--codec-process/--no-codec-process", help="Decode audio in "
                                        "a child process (as serve --codec-process)."),
+    mps: str = typer.Option("auto", help="auto | on | off: the codec process under CUDA's MPS (as serve "
+                            "--mps)."),
+    gil_switch_ms: float = typer.Option(0.0, help="The interpreter's thread switch interval in ms for the "
+                                        "run (as serve --gil-switch-ms); 0 = Python's own 5 ms."),
     out: Path = typer.Option(None, help="Directory for bench.json, bench.csv and bench.png."),
 ) -> None:
     """The decode engine in process under closed-loop load: frames/s, TTFA, step breakdown."""
@@ -223,6 +231,10 @@ def bench_engine(
         raise UserError("--plant-slowdown must be in [0, 0.9) and --frames-spread in [0, 1)")
     if codec_compile not in ("off", *serving.CODEC_COMPILE_MODES):
         raise UserError(f"--codec-compile {codec_compile!r} is not one of {_CODEC_COMPILE_CHOICES}")
+    if gil_switch_ms < 0:
+        raise UserError("--gil-switch-ms must be >= 0")
+    if gil_switch_ms > 0:  # process-wide, like serve's: the engine, codec and client threads share one GIL
+        sys.setswitchinterval(gil_switch_ms / 1000)
     cfg = EngineBenchConfig(checkpoint=checkpoint, codec=codec, device=device, quantize=quantize,
                             levels=levels, prompt_tokens=prompt_tokens, frames=frames, requests=requests,
                             max_running_requests=max(64, levels[-1]), breakdown=breakdown,
@@ -238,7 +250,14 @@ def bench_engine(
         typer.echo(f"c={lv.concurrency}: {lv.frames_per_s:.0f} frames/s, "
                    f"TTFA p50 {lv.ttfa_p50_s * 1000:.0f} ms", err=True)
 
-    result = run_engine_bench(cfg, progress=progress)
+    from ttsfleet.inference import mps as mps_daemon
+
+    daemon = mps_daemon.start(mps) if mps_daemon.wanted(mps, codec_process, device) else None
+    try:
+        result = run_engine_bench(cfg, progress=progress)
+    finally:
+        if daemon is not None:
+            daemon.stop()
     print_table(result)
     print_breakdown(result)
     for ph in result.get("engine_phases", []):

@@ -15,7 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ttsfleet.contracts.serving import CODEC_COMPILE_MODES, INFERENCE_PORT, SERVER_ENV, read_server_env
+from ttsfleet.contracts.serving import (
+    CODEC_COMPILE_MODES,
+    INFERENCE_PORT,
+    MPS_MODES,
+    SERVER_ENV,
+    read_server_env,
+)
 from ttsfleet.errors import UserError
 from ttsfleet.quantization import AUTO, parse_quantization
 
@@ -77,9 +83,14 @@ class ServeConfig:
     #: write-up's real-time mode) and across the segments of a long text (inference/prefix.py).
     prefix_reuse: bool = True
     #: Decode audio in a child process that loads the same codec (its own interpreter, so the codec's
-    #: Python work does not share the engine thread's GIL; a second CUDA context on the GPU). Off
-    #: until the side-by-side H200 run decides (benchmarks/inference_h200/README.md, 2026-12-03c).
-    codec_process: bool = False
+    #: Python work does not share the engine thread's GIL; a second CUDA context on the GPU, shared
+    #: through MPS: ``mps``). None: the GPU class's catalog default on a GPU (on for the H200,
+    #: measured 2026-12-03d), else off.
+    codec_process: bool | None = None
+    #: CUDA's Multi-Process Service for the codec process (``inference/mps.py``): ``auto``, ``on``,
+    #: ``off``. Without it the two CUDA contexts time-slice the GPU (12 % slower than the codec
+    #: thread on the H200); under it 22 % faster (benchmarks/inference_h200/2026-12-03d).
+    mps: str = "auto"
     catalog: str = ""  # GPU catalog file merged over the built-in classes ("" = the built-in catalog)
     #: The run's catalog, loaded by :meth:`resolve` from ``catalog``: class defaults, ``auto``
     #: quantization and the kernel dispatch all come from it.
@@ -112,6 +123,8 @@ class ServeConfig:
         if self.max_running_requests == 0:
             self.max_running_requests = gpu.serving.max_running_requests if gpu else 16
         _at_least(1, max_running_requests=self.max_running_requests)
+        if self.codec_process is None:  # a class's default on its GPU, never on the CPU
+            self.codec_process = bool(gpu and self.device != "cpu" and gpu.serving.codec_process)
         if self.max_queue == 0:
             self.max_queue = 4 * self.max_running_requests
         _at_least(1, max_queue=self.max_queue)
@@ -134,6 +147,9 @@ class ServeConfig:
         if self.codec_compile not in ("off", *CODEC_COMPILE_MODES):
             raise UserError(f"codec compile mode {self.codec_compile!r} (--codec-compile / "
                             f"{ENV['codec_compile']}) is not off, {' or '.join(CODEC_COMPILE_MODES)}")
+        self.mps = self.mps.strip().lower()
+        if self.mps not in MPS_MODES:
+            raise UserError(f"mps mode {self.mps!r} (--mps / {ENV['mps']}) is not {', '.join(MPS_MODES)}")
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise UserError(f"device {self.device!r} is not auto, cpu or cuda[:N]")
         if not 1 <= self.port <= 65535:
@@ -164,13 +180,17 @@ def _check_process_switches(env: dict[str, str]) -> None:
                 raise UserError(str(exc)) from None
 
 
+#: Switches whose unset default (None) the GPU class's catalog entry fills in :meth:`ServeConfig.resolve`.
+_BOOL_OR_CATALOG = frozenset({"codec_process"})
+
+
 def _coerce(key: str, value: Any, default: Any) -> Any:
     """One raw value (env string or flag) into the type of its default, or a UserError naming it."""
     try:
         if key == "api_keys":
             items = value.split(",") if isinstance(value, str) else value
             return tuple(k.strip() for k in items if k.strip())
-        if isinstance(default, bool):
+        if isinstance(default, bool) or key in _BOOL_OR_CATALOG:
             return str(value).lower() in ("1", "true", "yes")
         if isinstance(default, int):
             return int(value)

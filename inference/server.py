@@ -24,6 +24,7 @@ import time
 from contextlib import asynccontextmanager
 from typing import Any
 
+from ttsfleet.inference import mps
 from ttsfleet.inference.serve_config import ENV, ServeConfig
 from ttsfleet.inference.server_state import ServerState
 
@@ -64,13 +65,23 @@ def create_app(state: ServerState, load_in_background: bool = True) -> Any:
 
 # ---------------------------------------------------------------------- process: uvicorn + drain
 def run(cfg: ServeConfig, log_level: str = "info") -> int:
-    """Serve until SIGTERM/SIGINT, then drain: unready, 503 for new requests, finish in-flight, exit 0."""
-    import uvicorn
-
+    """Serve until SIGTERM/SIGINT, then drain: unready, 503 for new requests, finish in-flight, exit 0.
+    Under MPS (``inference/mps.py``) where the config asks for it: started before any CUDA context."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not cfg.api_keys and cfg.host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("serving on %s without an API key: anyone who reaches this port can use it "
                     "(--api-key / TTSFLEET_API_KEYS)", cfg.host)
+    daemon = mps.start(cfg.mps) if mps.wanted(cfg.mps, cfg.codec_process, cfg.device) else None
+    try:
+        return _serve(cfg, log_level)
+    finally:
+        if daemon is not None:
+            daemon.stop()
+
+
+def _serve(cfg: ServeConfig, log_level: str) -> int:
+    import uvicorn
+
     state = ServerState(cfg)
     app = create_app(state)
 

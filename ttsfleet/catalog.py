@@ -142,6 +142,9 @@ class ServingDefaults(BaseModel):
 
     max_running_requests: int = Field(default=64, ge=1)
     mem_fraction_static: float = Field(default=0.85, gt=0, le=1)
+    #: Decode audio in a child process under CUDA's MPS (``serve --codec-process``, ``--mps``):
+    #: on where a side-by-side run on the class measured it faster than the codec thread.
+    codec_process: bool = False
 
     @property
     def cuda_graph_max_bs(self) -> int:
@@ -315,6 +318,10 @@ def default_classes() -> dict[str, GpuClass]:
         # 1.17x / 1.11x slower (CUDA-graph replay, side by side, H200, 2026-12-03,
         # benchmarks/inference_h200/2026-12-03b/run3-levers-gemmproto-benchgate/decode_levers.txt)
         prefill_gemm_min_rows=128,
+        # the codec in a child process under MPS: engine bench c=64 3,399 vs 2,790 frames/s with the
+        # codec thread (side by side, H200, 2026-12-03); served c=64 3,219 frames/s, NVML 96 % busy
+        # (benchmarks/inference_h200/2026-12-03d/). Without MPS the same child lost 12 %.
+        serving=ServingDefaults(codec_process=True),
         capacity=NAMED_CURVES["served"]["h200"],
         model_load_s=90,
         relative_cost=1.0,

@@ -82,6 +82,8 @@ def test_bench_serve_steady_closed_loop_then_open_loop(server, tmp_path):
     (["serve", "--codec-compile", "fast"], {}, "--codec-compile"),
     (["serve"], {"TTSFLEET_CODEC_COMPILE": "reduce-overhead"}, "TTSFLEET_CODEC_COMPILE"),
     (["bench", "engine", "--codec-compile", "max-autotune"], {}, "--codec-compile"),
+    (["bench", "engine", "--gil-switch-ms", "-1"], {}, "--gil-switch-ms"),
+    (["bench", "engine", "--codec-process", "--mps", "always"], {}, "not auto, on, off"),
     (["bench", "serve", "--concurrency", "a,b"], {}, "--concurrency"),
     (["bench", "serve", "--rate", "fast"], {}, "--rate"),
     (["bench", "serve", "--rate", "-1"], {}, "--rate"),

@@ -73,6 +73,10 @@ PREFIX_REUSE = "TTSFLEET_PREFIX_REUSE"
 #: ``1``: decode audio in a child process (``ttsfleet.inference.codec_process``: the codec's Python
 #: work off the engine's interpreter); ``0`` (the default): in the engine process's codec thread.
 CODEC_PROCESS = "TTSFLEET_CODEC_PROCESS"
+#: ``auto`` (the default): with the codec process on CUDA, run under CUDA's MPS (the node's daemon
+#: where ``CUDA_MPS_PIPE_DIRECTORY`` is set, else one the server starts); ``on``: required; ``off``.
+MPS = "TTSFLEET_MPS"
+MPS_MODES: tuple[str, ...] = ("auto", "on", "off")
 #: Path of the run's GPU catalog file (``GpuCatalog.load``), so a server on a class added by a
 #: catalog file knows that class (its scheme, limits and kernel dispatch); empty = the built-in one.
 CATALOG = "TTSFLEET_CATALOG"
@@ -107,6 +111,7 @@ SERVER_ENV: Mapping[str, str] = MappingProxyType({
     "gil_switch_ms": GIL_SWITCH_MS,
     "prefix_reuse": PREFIX_REUSE,
     "codec_process": CODEC_PROCESS,
+    "mps": MPS,
     "catalog": CATALOG,
 })
 

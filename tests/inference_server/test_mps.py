@@ -1,0 +1,94 @@
+"""The codec process under CUDA's MPS (``inference/mps.py``).
+
+The MPS daemon needs an NVIDIA driver: the real one runs where ``nvidia-cuda-mps-control`` and CUDA
+are there (skipped otherwise). On CPU: when the server asks for MPS, how it joins a node's daemon,
+and what it says when the control binary is missing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+from ttsfleet.inference import mps
+from ttsfleet.inference.serve_config import ServeConfig
+
+from ttsfleet.errors import UserError
+
+
+@pytest.mark.parametrize(("mode", "codec_process", "device", "want"), [
+    ("auto", True, "cuda", True), ("auto", True, "auto", True), ("on", True, "cuda:1", True),
+    ("auto", False, "cuda", False),  # the codec thread: one context, nothing to share
+    ("auto", True, "cpu", False), ("on", True, "cpu", False), ("off", True, "cuda", False),
+])
+def test_mps_is_wanted_only_for_a_codec_process_on_the_gpu(mode, codec_process, device, want):
+    assert mps.wanted(mode, codec_process, device) is want
+
+
+def test_an_unknown_mode_is_a_user_error():
+    with pytest.raises(UserError, match="not auto, on, off"):
+        mps.wanted("sometimes", True, "cuda")
+    with pytest.raises(UserError, match="TTSFLEET_MPS"):
+        ServeConfig.from_env({"TTSFLEET_MPS": "sometimes"}, checkpoint="tiny")
+    assert ServeConfig.from_env({"TTSFLEET_MPS": " OFF "}, checkpoint="tiny").mps == "off"
+
+
+def test_without_the_control_binary_auto_warns_and_on_refuses(monkeypatch, caplog):
+    monkeypatch.delenv("CUDA_MPS_PIPE_DIRECTORY", raising=False)
+    missing = "ttsfleet-no-such-mps-control"
+    with caplog.at_level(logging.WARNING, "ttsfleet.inference.mps"):
+        assert mps.start("auto", control=missing) is None
+    assert "time-slicing" in caplog.text
+    with pytest.raises(UserError, match="not on PATH"):
+        mps.start("on", control=missing)
+    assert "CUDA_MPS_PIPE_DIRECTORY" not in os.environ
+
+
+def test_a_node_daemon_is_joined_not_started_nor_stopped(monkeypatch, tmp_path):
+    """The device plugin's MPS sharing sets the pipe directory: the server uses that daemon and
+    leaves it running when it exits."""
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path))
+    daemon = mps.start("on", control="ttsfleet-no-such-mps-control")  # no binary needed to join
+    assert daemon is not None and not daemon.owned and daemon.pipe_dir == tmp_path
+    daemon.stop()  # owned=False: nothing to run (the binary does not exist; no error)
+
+
+def test_the_server_cli_rejects_a_bad_mode_in_one_line():
+    done = subprocess.run([sys.executable, "-P", "-m", "ttsfleet.cli", "serve", "--mps", "maybe"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2
+    assert done.stderr.strip() == "error: mps mode 'maybe' (--mps / TTSFLEET_MPS) is not auto, on, off"
+
+
+@pytest.mark.skipif(shutil.which(mps.CONTROL) is None, reason="needs nvidia-cuda-mps-control (a GPU node)")
+def test_a_real_daemon_starts_and_quits(monkeypatch):
+    monkeypatch.delenv("CUDA_MPS_PIPE_DIRECTORY", raising=False)
+    monkeypatch.delenv("CUDA_MPS_LOG_DIRECTORY", raising=False)
+    daemon = mps.start("on")
+    try:
+        assert daemon is not None and daemon.owned
+        assert (daemon.pipe_dir / "control").exists()
+        assert os.environ["CUDA_MPS_PIPE_DIRECTORY"] == str(daemon.pipe_dir)
+    finally:
+        daemon.stop()
+    for _ in range(50):  # the daemon removes its control pipe as it quits
+        if not (daemon.pipe_dir / "control").exists():
+            break
+        subprocess.run(["sleep", "0.1"], check=True)
+    assert not (daemon.pipe_dir / "control").exists()
+
+
+@pytest.mark.parametrize(("env", "want"), [
+    ({"TTSFLEET_GPU_CLASS": "h200", "TTSFLEET_DEVICE": "cuda"}, True),  # the H200's catalog default
+    ({"TTSFLEET_GPU_CLASS": "h200", "TTSFLEET_DEVICE": "cpu"}, False),  # never on the CPU by default
+    ({"TTSFLEET_GPU_CLASS": "h200", "TTSFLEET_DEVICE": "cuda", "TTSFLEET_CODEC_PROCESS": "0"}, False),
+    ({"TTSFLEET_GPU_CLASS": "rtx5090", "TTSFLEET_DEVICE": "cuda"}, False),  # not measured there
+    ({"TTSFLEET_DEVICE": "cpu", "TTSFLEET_CODEC_PROCESS": "1"}, True),
+    ({}, False),
+])
+def test_the_codec_process_defaults_from_the_gpu_class(env, want):
+    assert ServeConfig.from_env(env, checkpoint="tiny").codec_process is want
