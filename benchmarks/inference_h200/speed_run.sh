@@ -7,6 +7,8 @@
 # prefill vs graphs: ENGINE_LEVELS; enginespy: bench engine with the codec under py-spy; ENGINE_SIDES="b:--prefill-graphs" runs one side; ENGINE_CODEC=s2-pro puts the serving codec in the loop), benchgate (bench engine --gate: GATE_LEVELS,
 # GATE_PER_CLIENT, GATE_CODEC), prefill, prefillhost, prefillgraphs, codec, codeccompile (CC_ARGS), live (real-time mode on/off side by side: LIVE_C, LIVE_SESSIONS, LIVE_ROUNDS; needs the fish-audio-sdk wheels and the reference voice made here first, the device has no espeak-ng: `python3 -P benchmarks/inference_serve/live_prefix.py x --reference-wav benchmarks/inference_serve/live_ref.wav --write-reference`, untracked, travels with the tree), serve, ab. Env: SERVE_ARGS (extra `ttsfleet serve` flags;
 # ab: SERVE_ARGS_A / SERVE_ARGS_B alternated AB_ROUNDS times in one call),
+# serve runs with --gpu-class h200, whose catalog default since 2026-12-03d is the codec process under
+# MPS (the server starts the daemon itself; `--no-codec-process` in SERVE_ARGS is the codec thread),
 # LEVELS ("1:8 64:640 128:1280" = concurrency:requests), FRAMES (128), PYSPY_AT (a concurrency:
 # py-spy samples the server's threads during that level).
 set -u
