@@ -87,7 +87,8 @@ def serve(
                                       "TTSFLEET_PREFIX_REUSE, default on)."),
     codec_process: bool = typer.Option(None, "--codec-process/--no-codec-process", help="Decode audio in a "
                                        "child process with its own copy of the codec, off the engine's "
-                                       "interpreter (env TTSFLEET_CODEC_PROCESS, default off)."),
+                                       "interpreter (env TTSFLEET_CODEC_PROCESS; default: the GPU class's "
+                                       "catalog entry on a GPU, on for the H200, else off)."),
     mps: str = typer.Option(None, help="auto | on | off: run the codec process under CUDA's MPS (the "
                             "node's daemon, else one started here; without it the two processes "
                             "time-slice the GPU) (env TTSFLEET_MPS, default auto)."),

@@ -64,8 +64,9 @@ def wanted(mode: str, codec_process: bool, device: str) -> bool:
 def start(mode: str, control: str = CONTROL) -> MpsDaemon | None:
     """Make this process and its children clients of an MPS daemon: the node's where one is set up
     (``CUDA_MPS_PIPE_DIRECTORY`` already set, e.g. by the NVIDIA device plugin's MPS sharing),
-    else one started here in a private directory. ``auto`` without the control binary: a warning and
-    None (the codec process then time-slices with the engine); ``on``: a :class:`UserError`."""
+    else one started here in a private directory. ``auto`` without the control binary or when the
+    daemon does not start: a warning and None (the codec process then time-slices with the
+    engine); ``on``: a :class:`UserError`."""
     given = os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "")
     if given:
         log.info("MPS: joining the daemon at %s", given)
@@ -86,8 +87,12 @@ def start(mode: str, control: str = CONTROL) -> MpsDaemon | None:
     done = subprocess.run([exe, "-d"], env={**os.environ, **daemon.env()}, capture_output=True,
                           text=True, timeout=30, check=False)
     if done.returncode != 0:
-        raise UserError(f"{control} -d failed ({done.returncode}): "
-                        f"{(done.stderr or done.stdout).strip() or 'no output'}")
+        said = (done.stderr or done.stdout).strip() or "no output"
+        why = f"{control} -d failed ({done.returncode}): {said}"
+        if mode == "on":
+            raise UserError(why)
+        log.warning("%s; the codec process shares the GPU by time-slicing", why)
+        return None
     os.environ.update(daemon.env())  # read at CUDA's initialisation, here and in the codec process
     log.info("MPS: control daemon started at %s", daemon.pipe_dir)
     return daemon

@@ -92,3 +92,18 @@ def test_a_real_daemon_starts_and_quits(monkeypatch):
 ])
 def test_the_codec_process_defaults_from_the_gpu_class(env, want):
     assert ServeConfig.from_env(env, checkpoint="tiny").codec_process is want
+
+
+def test_a_daemon_that_does_not_start_is_a_warning_in_auto_and_an_error_when_on(monkeypatch, tmp_path,
+                                                                                caplog):
+    """A control binary that fails (here a stand-in that exits 1 with a message, as the real one does
+    without a usable driver): ``auto`` serves on without MPS, ``on`` stops with the daemon's reason."""
+    monkeypatch.delenv("CUDA_MPS_PIPE_DIRECTORY", raising=False)
+    failing = tmp_path / "mps-control-that-fails"
+    failing.write_text("#!/bin/sh\necho 'no usable driver' >&2\nexit 1\n")
+    failing.chmod(0o755)
+    with caplog.at_level(logging.WARNING, "ttsfleet.inference.mps"):
+        assert mps.start("auto", control=str(failing)) is None
+    assert "no usable driver" in caplog.text and "CUDA_MPS_PIPE_DIRECTORY" not in os.environ
+    with pytest.raises(UserError, match="no usable driver"):
+        mps.start("on", control=str(failing))

@@ -71,7 +71,8 @@ GIL_SWITCH_MS = "TTSFLEET_GIL_SWITCH_MS"
 #: session's open (real-time mode) and across a long text's segments; ``0``: every prompt whole.
 PREFIX_REUSE = "TTSFLEET_PREFIX_REUSE"
 #: ``1``: decode audio in a child process (``ttsfleet.inference.codec_process``: the codec's Python
-#: work off the engine's interpreter); ``0`` (the default): in the engine process's codec thread.
+#: work off the engine's interpreter); ``0``: in the engine process's codec thread. Unset: the GPU
+#: class's catalog default on a GPU (``serving.codec_process``: on for the H200), else ``0``.
 CODEC_PROCESS = "TTSFLEET_CODEC_PROCESS"
 #: ``auto`` (the default): with the codec process on CUDA, run under CUDA's MPS (the node's daemon
 #: where ``CUDA_MPS_PIPE_DIRECTORY`` is set, else one the server starts); ``on``: required; ``off``.
