@@ -104,6 +104,7 @@ class RequestHandle:
         self.submitted_at = time.perf_counter()
         # When the engine thread reached each step on the way to the first audio (perf_counter; set
         # once each): what ``inference_ttfa_stage_seconds`` splits time to first audio by.
+        self.ingested_at: float | None = None  # the engine thread took it (between two iterations)
         self.admitted_at: float | None = None  # a slot taken (its prefill starts)
         self.prefilled_at: float | None = None  # the whole prompt in the cache
         self.first_frame_at: float | None = None
@@ -567,6 +568,7 @@ class Engine:
         while True:
             match msg:
                 case Submit(state=st):
+                    st.handle.ingested_at = time.perf_counter()
                     self.waiting.append(st)
                 case Wake():
                     pass

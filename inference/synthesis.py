@@ -110,13 +110,15 @@ def _sampling(req: TTSRequest, segment: int) -> Any:
 
 
 #: The stages of time to first audio, in order, each ending where the next begins.
-TTFA_STAGES = ("arrival", "queue", "prefill", "decode", "audio")
+TTFA_STAGES = ("arrival", "inbox", "queue", "prefill", "decode", "audio")
 
 
 def ttfa_stages(arrived: float, handle: Any, first_audio: float) -> dict[str, float]:
     """Time to first audio (``arrived`` -> ``first_audio``) split at the engine's marks on the
     segment's ``handle`` (:class:`~ttsfleet.inference.engine.RequestHandle`): to the engine's queue,
-    waiting for a slot, prefill, decode to the first chunk of codes, then codec + encoding + send.
+    until the engine thread takes it (its iteration's length: the live route's 212 ms "queue" on the
+    H200 came with only 60 admission waits in 320 sessions, 2026-12-03d), waiting for admission,
+    prefill, decode to the first chunk of codes, then codec + encoding + send.
 
     Why: one TTFA figure cannot say which part misses a target (the live route at c=64 on an H200:
     400 ms where HTTP streaming takes ~100 ms). A mark the engine never set (a path that skips a
@@ -125,7 +127,8 @@ def ttfa_stages(arrived: float, handle: Any, first_audio: float) -> dict[str, fl
     """
     if handle is None:
         return {}
-    marks = (handle.submitted_at, handle.admitted_at, handle.prefilled_at, handle.first_codes_at, first_audio)
+    marks = (handle.submitted_at, handle.ingested_at, handle.admitted_at, handle.prefilled_at,
+             handle.first_codes_at, first_audio)
     out: dict[str, float] = {}
     start = arrived
     for stage, end in zip(TTFA_STAGES, marks, strict=True):

@@ -100,9 +100,10 @@ CONTRACT_LIST: tuple[MetricSpec, ...] = (
        "Time to first audio: request arrival to the first audio chunk sent.", [L_MODEL],
        LATENCY_BUCKETS),
     _m("inference", "inference_ttfa_stage_seconds", "histogram",
-       "Time to first audio split by stage (arrival: to the engine's queue; queue: waiting for a "
-       "slot; prefill: the prompt into the cache; decode: to the first chunk of codes; audio: codec, "
-       "encoding and sending); the stages of one request add up to its time to first audio.",
+       "Time to first audio split by stage (arrival: to the engine's queue; inbox: until the engine "
+       "thread takes it, between two of its iterations; queue: waiting for admission (see "
+       "admission_waits); prefill: the prompt into the cache; decode: to the first chunk of codes; "
+       "audio: codec, encoding and sending); the stages of one request add up to its time to first audio.",
        [L_MODEL, L_STAGE], LATENCY_BUCKETS),
     _m("inference", "inference_admission_waits", "counter",
        "Engine iterations that ended with requests still waiting for admission, by what held the "

@@ -144,10 +144,12 @@ def test_ttfa_stages_skip_a_missing_mark_and_still_add_up():
 
     from ttsfleet.inference.synthesis import ttfa_stages
 
-    h = types.SimpleNamespace(submitted_at=1.0, admitted_at=None, prefilled_at=1.5, first_codes_at=1.6)
+    h = types.SimpleNamespace(submitted_at=1.0, ingested_at=1.1, admitted_at=None, prefilled_at=1.5,
+                              first_codes_at=1.6)
     got = ttfa_stages(0.9, h, 2.0)
-    assert list(got) == ["arrival", "prefill", "decode", "audio"]
-    assert got["prefill"] == pytest.approx(0.5) and sum(got.values()) == pytest.approx(1.1)
+    assert list(got) == ["arrival", "inbox", "prefill", "decode", "audio"]
+    assert got["inbox"] == pytest.approx(0.1) and got["prefill"] == pytest.approx(0.4)
+    assert sum(got.values()) == pytest.approx(1.1)
     assert ttfa_stages(0.9, None, 2.0) == {}
 
 
