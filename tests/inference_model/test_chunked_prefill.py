@@ -243,3 +243,21 @@ def test_batched_prefill_rejects_bad_pieces(tiny_model, tiny_tok) -> None:
         too_long = torch.zeros(11, 70, dtype=torch.long)
         m.prefill_batch(cache, [PrefillPiece(0, p, 0), PrefillPiece(1, too_long, 0)])
     assert cache.length(0) == 0 and cache.length(1) == 0  # a rejected batch changes nothing
+
+
+def test_the_varlen_layout_of_a_mixed_batch():
+    """Two pieces, one fresh (slot 3, positions 0-1) and one continuing (slot 5, positions 4-6): rows,
+    the padded grid, each piece's last row and which cached keys each query sees."""
+    from ttsfleet.inference.model import _VarlenLayout
+
+    lay = _VarlenLayout.build([3, 5], [(0, 2), (4, 7)], torch.device("cpu"))
+    assert lay.pos.tolist() == [0, 1, 4, 5, 6] and lay.row_slots.tolist() == [3, 3, 5, 5, 5]
+    assert lay.slots.tolist() == [3, 5] and lay.starts.tolist() == [0, 4] and lay.ends.tolist() == [2, 7]
+    assert lay.grid.tolist() == [0, 1, 3, 4, 5] and lay.last.tolist() == [1, 4]
+    assert (lay.max_len, lay.max_end, lay.fresh, lay.lone_slot) == (3, 7, False, None)
+    assert lay.mask.shape == (2, 1, 3, 7) and lay.mask.dtype == torch.bool
+    assert lay.mask[0, 0].sum(dim=1).tolist() == [1, 2, 3]  # query i of a fresh piece: keys 0..i
+    assert lay.mask[1, 0].sum(dim=1).tolist() == [5, 6, 7]  # after 4 cached positions: keys 0..4+i
+    assert all(t.dtype == torch.int64 for t in (lay.pos, lay.row_slots, lay.slots, lay.grid, lay.last))
+    one = _VarlenLayout.build([2], [(0, 4)], torch.device("cpu"))
+    assert one.fresh and one.lone_slot == 2 and one.grid.tolist() == [0, 1, 2, 3]
