@@ -222,6 +222,8 @@ def bench_engine(
         run_engine_bench,
         write_csv,
     )
+    from ttsfleet.inference.mps import check_mode as check_mps_mode
+    from ttsfleet.inference.mps import serving_under_mps
 
     levels = _levels(concurrency)
     if min(prompt_tokens, frames, repeats, prefill_token_budget) < 1 or min(requests, prefill_chunk_tokens,
@@ -232,6 +234,7 @@ def bench_engine(
         raise UserError("--plant-slowdown must be in [0, 0.9) and --frames-spread in [0, 1)")
     if codec_compile not in ("off", *serving.CODEC_COMPILE_MODES):
         raise UserError(f"--codec-compile {codec_compile!r} is not one of {_CODEC_COMPILE_CHOICES}")
+    mps = check_mps_mode(mps, "--mps")
     if gil_switch_ms < 0:
         raise UserError("--gil-switch-ms must be >= 0")
     if gil_switch_ms > 0:  # process-wide, like serve's: the engine, codec and client threads share one GIL
@@ -251,14 +254,8 @@ def bench_engine(
         typer.echo(f"c={lv.concurrency}: {lv.frames_per_s:.0f} frames/s, "
                    f"TTFA p50 {lv.ttfa_p50_s * 1000:.0f} ms", err=True)
 
-    from ttsfleet.inference import mps as mps_daemon
-
-    daemon = mps_daemon.start(mps) if mps_daemon.wanted(mps, codec_process, device) else None
-    try:
+    with serving_under_mps(mps, codec_process, device):
         result = run_engine_bench(cfg, progress=progress)
-    finally:
-        if daemon is not None:
-            daemon.stop()
     print_table(result)
     print_breakdown(result)
     for ph in result.get("engine_phases", []):

@@ -20,6 +20,8 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,11 +56,28 @@ class MpsDaemon:
             log.warning("MPS daemon did not stop: %s", exc)
 
 
+def check_mode(mode: str, where: str) -> str:
+    """``mode`` normalised (one of MPS_MODES), or a UserError naming ``where`` it came from."""
+    norm = mode.strip().lower()
+    if norm not in MPS_MODES:
+        raise UserError(f"mps mode {mode!r} ({where}) is not {', '.join(MPS_MODES)}")
+    return norm
+
+
 def wanted(mode: str, codec_process: bool, device: str) -> bool:
-    """Whether the server should run under MPS: only a codec process on CUDA gains from it."""
-    if mode not in MPS_MODES:
-        raise UserError(f"mps mode {mode!r} is not {', '.join(MPS_MODES)}")
+    """Whether to run under MPS (``mode`` checked): only a codec process on CUDA gains from it."""
     return mode != "off" and codec_process and device != "cpu"
+
+
+@contextmanager
+def serving_under_mps(mode: str, codec_process: bool, device: str) -> Iterator[MpsDaemon | None]:
+    """The daemon (:func:`start`) for the length of a run where :func:`wanted`, stopped after it."""
+    daemon = start(mode) if wanted(mode, codec_process, device) else None
+    try:
+        yield daemon
+    finally:
+        if daemon is not None:
+            daemon.stop()
 
 
 def start(mode: str, control: str = CONTROL) -> MpsDaemon | None:

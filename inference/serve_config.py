@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ttsfleet.inference.mps import check_mode as check_mps_mode
+
 from ttsfleet.contracts.serving import (
     CODEC_COMPILE_MODES,
     INFERENCE_PORT,
-    MPS_MODES,
     SERVER_ENV,
     read_server_env,
 )
@@ -147,9 +148,7 @@ class ServeConfig:
         if self.codec_compile not in ("off", *CODEC_COMPILE_MODES):
             raise UserError(f"codec compile mode {self.codec_compile!r} (--codec-compile / "
                             f"{ENV['codec_compile']}) is not off, {' or '.join(CODEC_COMPILE_MODES)}")
-        self.mps = self.mps.strip().lower()
-        if self.mps not in MPS_MODES:
-            raise UserError(f"mps mode {self.mps!r} (--mps / {ENV['mps']}) is not {', '.join(MPS_MODES)}")
+        self.mps = check_mps_mode(self.mps, f"--mps / {ENV['mps']}")
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise UserError(f"device {self.device!r} is not auto, cpu or cuda[:N]")
         if not 1 <= self.port <= 65535:

@@ -71,12 +71,8 @@ def run(cfg: ServeConfig, log_level: str = "info") -> int:
     if not cfg.api_keys and cfg.host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("serving on %s without an API key: anyone who reaches this port can use it "
                     "(--api-key / TTSFLEET_API_KEYS)", cfg.host)
-    daemon = mps.start(cfg.mps) if mps.wanted(cfg.mps, cfg.codec_process, cfg.device) else None
-    try:
+    with mps.serving_under_mps(cfg.mps, cfg.codec_process, cfg.device):
         return _serve(cfg, log_level)
-    finally:
-        if daemon is not None:
-            daemon.stop()
 
 
 def _serve(cfg: ServeConfig, log_level: str) -> int:

@@ -31,7 +31,7 @@ def test_mps_is_wanted_only_for_a_codec_process_on_the_gpu(mode, codec_process, 
 
 def test_an_unknown_mode_is_a_user_error():
     with pytest.raises(UserError, match="not auto, on, off"):
-        mps.wanted("sometimes", True, "cuda")
+        mps.check_mode("sometimes", "--mps")
     with pytest.raises(UserError, match="TTSFLEET_MPS"):
         ServeConfig.from_env({"TTSFLEET_MPS": "sometimes"}, checkpoint="tiny")
     assert ServeConfig.from_env({"TTSFLEET_MPS": " OFF "}, checkpoint="tiny").mps == "off"
