@@ -301,7 +301,11 @@ def server_readings(url: str) -> tuple[StageTotals, dict[str, float]]:
     (sum_s, count)}``, and its ``inference_admission_waits`` counts, ``{reason: iterations}`` (what
     held waiting requests back: the "queue" stage's why). Each {} when the server has none or cannot
     be read (an older server, or another implementation)."""
-    samples = _server_samples(url)
+    return readings_of(server_samples(url))
+
+
+def readings_of(samples: list[Any]) -> tuple[StageTotals, dict[str, float]]:
+    """:func:`server_readings` of samples already read (:func:`server_samples`)."""
     return _stage_totals(samples), _admission_counts(samples)
 
 
@@ -329,7 +333,7 @@ def _admission_counts(samples: list[Any]) -> dict[str, float]:
     return out
 
 
-def _server_samples(url: str) -> list[Any]:
+def server_samples(url: str) -> list[Any]:
     """Every sample of the server's /metrics ([] when it cannot be read)."""
     import httpx
     from prometheus_client.parser import text_string_to_metric_families

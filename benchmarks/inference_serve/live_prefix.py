@@ -90,15 +90,12 @@ def add_voice(url: str, voice: bytes) -> None:
         r.raise_for_status()
 
 
-def reused_tokens(url: str) -> float:
-    """The server's ``inference_prefill_tokens_reused`` counter."""
-    from prometheus_client.parser import text_string_to_metric_families
-
+def reused_tokens(samples: list[Any]) -> float:
+    """The server's ``inference_prefill_tokens_reused`` counter in its /metrics ``samples``."""
     from ttsfleet.metrics import spec
 
     name = spec("inference_prefill_tokens_reused").exposed_names[0]
-    text = httpx.get(f"{url}/metrics", timeout=30).text
-    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == name)
+    return sum(s.value for s in samples if s.name == name)
 
 
 def one_session(url: str, pause_s: float, seed: int) -> dict[str, Any]:
@@ -185,7 +182,7 @@ def main() -> None:
     ratios = []
     try:
         from tqdm import tqdm
-        from ttsfleet.inference.bench import server_readings, stage_means_ms
+        from ttsfleet.inference.bench import readings_of, server_samples, stage_means_ms
 
         for r in tqdm(range(args.rounds), desc=f"rounds ({', then '.join(sides)})"):
             got = {k: run_round(servers[k][1], args, 1000 * r) for k in sides}
@@ -193,10 +190,11 @@ def main() -> None:
                 rows[k] += [{**x, "round": r} for x in v]
             if len(got) == 2:
                 ratios.append(summarize(got["whole"])["ttfa_p50_ms"] / summarize(got["reuse"])["ttfa_p50_ms"])
-        reused = {k: reused_tokens(url) for k, (_, url) in servers.items()}
-        # the servers' mean ms per stage of time to first audio over every session they served
-        # and what held their waiting requests back (the queue stage's why)
-        readings = {k: server_readings(url) for k, (_, url) in servers.items()}
+        # one read of each server's /metrics: the prompt tokens it reused, its mean ms per stage of
+        # time to first audio over every session it served and what held its waiting requests back
+        samples = {k: server_samples(url) for k, (_, url) in servers.items()}
+        reused = {k: reused_tokens(s) for k, s in samples.items()}
+        readings = {k: readings_of(s) for k, s in samples.items()}
         stages = {k: stage_means_ms({}, totals) for k, (totals, _) in readings.items()}
         waits = {k: counts for k, (_, counts) in readings.items()}
     finally:
