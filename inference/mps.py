@@ -46,14 +46,24 @@ class MpsDaemon:
         return {"CUDA_MPS_PIPE_DIRECTORY": str(self.pipe_dir), "CUDA_MPS_LOG_DIRECTORY": str(self.log_dir)}
 
     def stop(self) -> None:
-        """Tell a daemon this process started to quit (its server ends with the last client)."""
+        """Tell a daemon this process started to quit, without waiting for it.
+
+        Why not wait: this process is itself an MPS client until it exits, and the daemon's ``quit``
+        answers only once its last client is gone — waiting here timed out (10 s) at every server
+        stop on the H200 (2026-12-04). The control client is left to finish on its own as this
+        process's CUDA context goes away.
+        """
         if not self.owned:
             return
         try:
-            subprocess.run([self.control], input="quit\n", text=True, env={**os.environ, **self.env()},
-                           capture_output=True, timeout=10, check=False)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            log.warning("MPS daemon did not stop: %s", exc)
+            quitter = subprocess.Popen([self.control], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.DEVNULL, text=True, start_new_session=True,
+                                       env={**os.environ, **self.env()})
+            quitter.communicate("quit\n", timeout=2)
+        except subprocess.TimeoutExpired:
+            log.info("MPS: daemon asked to quit; it stops when this process's CUDA context is gone")
+        except OSError as exc:
+            log.warning("MPS daemon could not be asked to quit: %s", exc)
 
 
 def check_mode(mode: str, where: str) -> str:

@@ -12,6 +12,8 @@ import os
 import shutil
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 from ttsfleet.inference import mps
@@ -64,6 +66,48 @@ def test_the_server_cli_rejects_a_bad_mode_in_one_line():
     assert done.stderr.strip() == "error: mps mode 'maybe' (--mps / TTSFLEET_MPS) is not auto, on, off"
 
 
+def processes_on(pipe_dir) -> list[int]:
+    """Pids whose environment names ``pipe_dir`` as their MPS pipe directory: the daemon, its
+    server and any control client asked to ``quit`` (its control file stays after it quits: H200,
+    2026-12-04, so the file is no sign of life)."""
+    want = f"CUDA_MPS_PIPE_DIRECTORY={pipe_dir}".encode()
+    pids = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            env, cmd = (proc / "environ").read_bytes().split(b"\0"), (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if want in env and b"nvidia-cuda-mps" in cmd:
+            pids.append(int(proc.name))
+    return pids
+
+
+def assert_the_daemon_goes(daemon: mps.MpsDaemon, within_s: float = 15) -> None:
+    deadline = time.monotonic() + within_s
+    while processes_on(daemon.pipe_dir) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert processes_on(daemon.pipe_dir) == []
+
+
+def test_processes_on_a_pipe_directory_are_found_until_they_go(tmp_path):
+    """The real-daemon tests' sign of life (see processes_on), checked on a stand-in daemon."""
+    stand_in = tmp_path / "nvidia-cuda-mps-control"
+    stand_in.write_text("#!/bin/bash\nexec -a nvidia-cuda-mps-control sleep 30\n")
+    stand_in.chmod(0o755)
+    pipe_dir = tmp_path / "pipe"
+    proc = subprocess.Popen([str(stand_in)], env={**os.environ, "CUDA_MPS_PIPE_DIRECTORY": str(pipe_dir)})
+    try:
+        deadline = time.monotonic() + 5
+        while not processes_on(pipe_dir) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert processes_on(pipe_dir) == [proc.pid]
+        assert processes_on(tmp_path / "elsewhere") == []
+    finally:
+        proc.kill()
+        proc.wait()
+    assert processes_on(pipe_dir) == []
+
+
 @pytest.mark.skipif(shutil.which(mps.CONTROL) is None, reason="needs nvidia-cuda-mps-control (a GPU node)")
 def test_a_real_daemon_starts_and_quits(monkeypatch):
     monkeypatch.delenv("CUDA_MPS_PIPE_DIRECTORY", raising=False)
@@ -75,11 +119,42 @@ def test_a_real_daemon_starts_and_quits(monkeypatch):
         assert os.environ["CUDA_MPS_PIPE_DIRECTORY"] == str(daemon.pipe_dir)
     finally:
         daemon.stop()
-    for _ in range(50):  # the daemon removes its control pipe as it quits
-        if not (daemon.pipe_dir / "control").exists():
-            break
-        subprocess.run(["sleep", "0.1"], check=True)
-    assert not (daemon.pipe_dir / "control").exists()
+    assert_the_daemon_goes(daemon)
+
+
+def test_stop_does_not_wait_for_a_daemon_that_answers_only_after_its_last_client(tmp_path):
+    """The real daemon answers ``quit`` once every client is gone, and the serving process is a
+    client until it exits: stop() must hand the request over and return (here a stand-in control
+    that reads the request, records it and then hangs, as the real one did for 10 s at every stop)."""
+    said = tmp_path / "said.txt"
+    hangs = tmp_path / "mps-control-that-hangs"
+    hangs.write_text(f"#!/bin/sh\nread line\necho \"$line\" > {said}\nexec sleep 60\n")
+    hangs.chmod(0o755)
+    daemon = mps.MpsDaemon(str(hangs), tmp_path / "pipe", tmp_path / "log", owned=True)
+    t0 = time.monotonic()
+    daemon.stop()
+    assert time.monotonic() - t0 < 5
+    assert said.read_text().strip() == "quit"
+
+
+@pytest.mark.skipif(shutil.which(mps.CONTROL) is None, reason="needs nvidia-cuda-mps-control (a GPU node)")
+def test_a_real_daemon_quits_after_its_last_client_without_holding_stop(monkeypatch):
+    """A client (a child with a CUDA context) alive at stop(): stop() returns at once, the daemon
+    goes when the client does."""
+    monkeypatch.delenv("CUDA_MPS_PIPE_DIRECTORY", raising=False)
+    monkeypatch.delenv("CUDA_MPS_LOG_DIRECTORY", raising=False)
+    daemon = mps.start("on")
+    client = subprocess.Popen([sys.executable, "-P", "-c", "import sys, torch; torch.zeros(1, device='cuda');"
+                               "torch.cuda.synchronize(); print('up', flush=True); sys.stdin.read()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert client.stdout.readline().strip() == "up"
+        t0 = time.monotonic()
+        daemon.stop()
+        assert time.monotonic() - t0 < 5
+    finally:
+        client.communicate("", timeout=60)
+    assert_the_daemon_goes(daemon)
 
 
 @pytest.mark.parametrize(("env", "want"), [
