@@ -319,8 +319,13 @@ def default_classes() -> dict[str, GpuClass]:
         # benchmarks/inference_h200/2026-12-03b/run3-levers-gemmproto-benchgate/decode_levers.txt)
         prefill_gemm_min_rows=128,
         # the codec in a child process under MPS: engine bench c=64 3,399 vs 2,790 frames/s with the
-        # codec thread (side by side, H200, 2026-12-03); served c=64 3,219 frames/s, NVML 96 % busy
-        # (benchmarks/inference_h200/2026-12-03d/). Without MPS the same child lost 12 %.
+        # codec thread (side by side, H200, 2026-12-03); served c=64 3,362 vs 2,480 frames/s, NVML
+        # 98.6 vs 81.3 % busy, with the server starting the daemon itself (side by side, 2026-12-04,
+        # benchmarks/inference_h200/2026-12-04/). Without MPS the same child lost 12 %.
+        # Slots stay 64 until one run measures the served curve to c=128 on 128 slots (the curve,
+        # the autoscaler's target and the simulator are sized on it): c=128 on 128 slots served
+        # 3,767 frames/s, first audio p50 129 ms, where 64 slots queued half the streams (3,260,
+        # 2,218 ms; two calls, 2026-12-04).
         serving=ServingDefaults(codec_process=True),
         capacity=NAMED_CURVES["served"]["h200"],
         model_load_s=90,
