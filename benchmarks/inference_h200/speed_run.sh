@@ -2,7 +2,7 @@
 # Device calls for issue #25 (2026-12-01, session 3): GPU tests of the new paths, the prefill GEMM
 # split, the bf16 + graphs codec, and the served path at c=1 / 64 / 128 with NVML busy sampled.
 # Usage (repo root on the device, carry .whl): benchmarks/inference_h200/speed_run.sh STAGES...
-# stages: quicktests, tests, gate (GATE_K: pytest -k), levers (decode_levers.py: cuBLAS decode rows,
+# stages: quicktests (QUICKTESTS: other test files), tests, gate (GATE_K: pytest -k), levers (decode_levers.py: cuBLAS decode rows,
 # top-k kernel, FP8 KV side by side), gemmproto (gemm_proto.py), engineab (bench engine c=64, eager
 # prefill vs graphs: ENGINE_LEVELS; enginespy: bench engine with the codec under py-spy; ENGINE_SIDES="b:--prefill-graphs" runs one side; ENGINE_CODEC=s2-pro puts the serving codec in the loop), benchgate (bench engine --gate: GATE_LEVELS,
 # GATE_PER_CLIENT, GATE_CODEC), prefill, prefillhost, prefillgraphs, codec, codeccompile (CC_ARGS), live (real-time mode on/off side by side: LIVE_C, LIVE_SESSIONS, LIVE_ROUNDS; needs the fish-audio-sdk wheels and the reference voice made here first, the device has no espeak-ng: `python3 -P benchmarks/inference_serve/live_prefix.py x --reference-wav benchmarks/inference_serve/live_ref.wav --write-reference`, untracked, travels with the tree), serve, ab. Env: SERVE_ARGS (extra `ttsfleet serve` flags;
@@ -43,6 +43,16 @@ serve_level() {  # serve_level PORT C REQUESTS DIR
 v=v[len(v)//10:len(v)-len(v)//10] or v; print(f'$dir c=$c NVML busy (middle 80% of the run): mean {s.mean(v):.1f}% p10 {sorted(v)[len(v)//10]:.0f}% n={len(v)}')" \
     "$dir/nvml_c$c.txt" | tee -a "$OUT/run.log"
 }
+live_pyspy() {  # live_pyspy DIR: the first live server's threads under py-spy once sessions run
+  local pid  # (its log is at warning level: the voice stored in refs-*/ marks the round's start)
+  for _ in $(seq 1 1600); do compgen -G "$1/refs-*/*.json" > /dev/null && break; sleep 0.25; done
+  sleep 8; pid=$(pgrep -f "ttsfleet.cli serve" | head -1)
+  [ -n "$pid" ] || { echo "live py-spy: no server" >> "$OUT/run.log"; return; }
+  timeout 40 py-spy record -p "$pid" -d 20 -r 100 --idle --threads --format raw -o "$OUT/livespy_raw.txt" \
+    > /dev/null 2>&1; echo "live py-spy rc $?" >> "$OUT/run.log"
+  python3 benchmarks/inference_h200/pyspy_summary.py "$OUT/livespy_raw.txt" 0.03 > "$OUT/livespy_summary.txt" 2>&1
+  gzip -f "$OUT/livespy_raw.txt"
+}
 serve_config() {  # serve_config DIR "SERVE FLAGS": start a server, run every level, stop it
   local dir=$1 flags=$2 port=18123 t0; t0=$(date +%s)
   mkdir -p "$dir"
@@ -64,9 +74,11 @@ serve_config() {  # serve_config DIR "SERVE FLAGS": start a server, run every le
 for stage in "$@"; do
   t0=$(date +%s)
   case $stage in
-    quicktests) timeout 200 "${PYTEST[@]}" tests/kernels/test_prefill_gemm.py tests/kernels/test_snake.py \
-                  tests/inference_model/test_codec.py tests/inference_model/test_codec_compile.py \
-                  tests/inference_server/test_mps.py -k "not golden" 2>&1 | tee "$OUT/gpu_quicktests.txt" | tail -15 ;;
+    quicktests) # QUICKTESTS: other test files (the default set took 200 s on 2026-12-04, the Inductor test 64 s of it)
+                # shellcheck disable=SC2086  # a word list of paths
+                timeout "${QT_TIMEOUT:-300}" "${PYTEST[@]}" ${QUICKTESTS:-tests/inference_server/test_mps.py \
+                  tests/kernels/test_prefill_gemm.py tests/kernels/test_snake.py tests/inference_model/test_codec.py \
+                  tests/inference_model/test_codec_compile.py} -k "not golden" 2>&1 | tee "$OUT/gpu_quicktests.txt" | tail -15 ;;
     tests) timeout 300 "${PYTEST[@]}" tests/inference_model/test_fused_decode.py tests/inference_model/test_gpu_s2pro_gate.py \
              tests/inference_model/test_chunked_prefill.py tests/inference_server/test_engine.py \
              tests/inference_model/test_prefill_graphs.py tests/kernels/test_gpu.py -k "not sweep" 2>&1 | tee "$OUT/gpu_tests.txt" | tail -15 ;;
@@ -82,10 +94,15 @@ for stage in "$@"; do
                     --profile ${CC_ARGS:-} 2>&1 | tee "$OUT/codec_compile.txt" | tail -30 ;;
     codec) timeout 200 python3 -m benchmarks.inference_h200.codec_speed "$OUT/codec_speed.json" 2>&1 \
              | tee "$OUT/codec_speed.txt" | tail -30 ;;
-    live) timeout "${LIVE_TIMEOUT:-500}" python3 -m benchmarks.inference_serve.live_prefix "$OUT/live" \
+    live) # LIVE_SPREAD: session lengths FRAMES x (1 +- spread) (0: one length, sessions stay in waves);
+          # LIVE_PYSPY=1: py-spy of the server's threads for 20 s, 8 s into the sessions
+          [ "${LIVE_PYSPY:-0}" = 1 ] && live_pyspy "$OUT/live" &
+          timeout "${LIVE_TIMEOUT:-500}" python3 -m benchmarks.inference_serve.live_prefix "$OUT/live" \
             --reference-wav "${LIVE_REF_WAV:-benchmarks/inference_serve/live_ref.wav}" --checkpoint s2-pro --device cuda --rounds "${LIVE_ROUNDS:-2}" --sessions "${LIVE_SESSIONS:-64}" --sides "${LIVE_SIDES:-reuse,whole}" \
-            --concurrency "${LIVE_C:-64}" --serve-args "--gpu-class h200 --max-new-tokens $FRAMES ${SERVE_ARGS:-}" \
-            2>&1 | tee "$OUT/live.txt" | tail -8 ;;
+            --concurrency "${LIVE_C:-64}" --frames "$FRAMES" --frames-spread "${LIVE_SPREAD:-0.5}" \
+            --serve-args "--gpu-class h200 --max-new-tokens $FRAMES ${SERVE_ARGS:-}" \
+            2>&1 | tee "$OUT/live.txt" | tail -8
+          wait ;;
     benchgate)  # the engine bench's gate (issue #25: catch a planted 10 % slowdown at c=64 too)
       timeout "${GATE_BENCH_TIMEOUT:-480}" python3 -m ttsfleet.cli bench engine --checkpoint s2-pro \
         --codec "${GATE_CODEC:-none}" --device cuda --concurrency "${GATE_LEVELS:-1,64}" --repeats 3 \
