@@ -151,7 +151,7 @@ class ServingSpec(WireModel):
 
     max_running_requests: int | None = Field(default=None, ge=1, le=4096)
     cuda_graph_max_bs: int | None = Field(default=None, ge=1, le=512,
-                                          description="default maxRunningRequests: a graph for every batch admitted")
+                                          description="default maxRunningRequests (every admitted batch)")
     drain_seconds: int = Field(default=20, ge=0, le=600,
                                description="preStop sleep so the endpoint leaves load balancers")
     termination_grace_seconds: int = Field(default=90, ge=1, le=3600,
