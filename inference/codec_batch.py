@@ -37,6 +37,44 @@ class CodecCounters(Protocol):
     codec_s: float  # wall seconds in decode rounds
 
 
+#: The codec's counts and the contract counter (:mod:`ttsfleet.metrics`) each is exported as.
+CODEC_METRICS = {"codec_calls": "inference_codec_pushes", "codec_frames": "inference_codec_frames",
+                 "codec_s": "inference_codec_busy_seconds"}
+
+
+class _Exported:
+    """A :class:`CodecMeter` field: its value lives in the meter's stats; each increase is exported."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name, self.metric = name, CODEC_METRICS[name]
+
+    def __get__(self, meter: Any, owner: type | None = None) -> Any:
+        return self if meter is None else getattr(meter.stats, self.name)
+
+    def __set__(self, meter: Any, value: float) -> None:
+        grown = value - getattr(meter.stats, self.name)
+        setattr(meter.stats, self.name, value)
+        if grown > 0:  # the counts only grow; a counter must never go back
+            meter.export(self.metric, grown)
+
+
+class CodecMeter:
+    """The :class:`CodecCounters` both codec modes write: kept in ``stats`` (the engine's, what ``bench
+    engine`` reads), and every increase handed to ``export(metric, amount)`` (the engine's Prometheus
+    counters, :data:`CODEC_METRICS`).
+
+    Why one object: the counts change in two places — :class:`BatchedCodec` adds to them in the codec
+    thread, the codec process's receiver assigns the child's running totals — and both write through
+    here, so turning a change into a counter increment is written once and holds for both modes."""
+
+    codec_calls = _Exported()
+    codec_frames = _Exported()
+    codec_s = _Exported()
+
+    def __init__(self, stats: CodecCounters, export: Callable[[str, float], None]) -> None:
+        self.stats, self.export = stats, export
+
+
 @dataclass
 class CodecJob:
     """One request's audio stream: codes waiting to be decoded and its decoder slot."""
@@ -130,15 +168,20 @@ class BatchedCodec:
 
     def round(self) -> None:
         """Decode what every stream has waiting: one call per frame-count group, then the endings
-        (its wall time counted in ``codec_s``)."""
+        (its wall time counted in ``codec_s``). The "done" events go out after the count, so whoever
+        sees a request end (a scrape of /metrics, the warm-up before metrics attach) sees its codec
+        time counted."""
         t0 = time.perf_counter()
         try:
             if self.decoder is None:
                 self._codes_only()
             else:
                 self._decode_groups()
+            ended = self._finish_done()
         finally:
             self.counters.codec_s += time.perf_counter() - t0
+        for handle, ev in ended:
+            handle.post(ev)
 
     def _decode_groups(self) -> None:
         groups: dict[int, list[CodecJob]] = {}
@@ -154,7 +197,6 @@ class BatchedCodec:
             groups.setdefault(size, []).append(job)
         for size, jobs in groups.items():
             self._decode(size, jobs)
-        self._finish_done()
 
     def _codes_only(self) -> None:
         from ttsfleet.inference.engine import Event
@@ -164,7 +206,6 @@ class BatchedCodec:
                 codes = job.take(job.backlog)
                 job.handle.post(Event("audio", audio=np.zeros(0, np.float32), codes=codes,
                                       frames=codes.shape[1]))
-        self._finish_done()
 
     def _decode(self, size: int, jobs: list[CodecJob]) -> None:
         import torch
@@ -187,13 +228,16 @@ class BatchedCodec:
         for i, job in enumerate(jobs):
             job.handle.post(Event("audio", audio=audio[i], codes=codes[i], frames=size))
 
-    def _finish_done(self) -> None:
+    def _finish_done(self) -> list[tuple[EventSink, Any]]:
+        """Release the streams with nothing left to decode; their "done" events, for :meth:`round`."""
         from ttsfleet.inference.engine import Event
 
+        ended = []
         for rid in [r for r, j in self.jobs.items() if j.final and not j.backlog]:
             job = self.jobs.pop(rid)
             self._release(job)
-            job.handle.post(Event("done", frames=job.generated, reason=job.reason))
+            ended.append((job.handle, Event("done", frames=job.generated, reason=job.reason)))
+        return ended
 
 
 def build_slot_decoder(codec: Any, plan: Any) -> Any:

@@ -13,7 +13,8 @@ with the engine's instead of overlapping them (without MPS); the side-by-side ru
 Wire (one ``send`` per batch): to the child, the engine's own codec messages (``CodesChunk``,
 ``DropStream``, ``StopCodec``) with each request's handle replaced by a :class:`StreamRef`; back,
 lists of tuples ``("ready", note)``, ``("event", rid, Event)``, ``("cancel", rid)`` (a failed decode:
-stop decoding that request), ``("stats", calls, frames, codec_s)`` and ``("dead", reason)``.
+stop decoding that request), ``("stats", calls, frames, codec_s)`` (the child's running totals, first
+in their batch) and ``("dead", reason)``.
 """
 
 from __future__ import annotations
@@ -169,7 +170,7 @@ class CodecProcess:
             if ev.kind in ("done", "error"):
                 self.handles.pop(rid, None)
             handle.post(ev)
-        elif kind == "stats":
+        elif kind == "stats":  # the child's running totals (the engine's CodecMeter exports the growth)
             _, self.counters.codec_calls, self.counters.codec_frames, self.counters.codec_s = msg
         elif kind == "cancel":
             handle = self.handles.get(msg[1])
@@ -270,7 +271,6 @@ def _serve(conn: Any, decoder: Any, max_frames: int) -> None:
             return
         for rid in [r for r in handles if r not in batched.jobs]:  # streams that ended
             del handles[rid]
-        if outbox:
-            outbox.append(("stats", counters.codec_calls, counters.codec_frames, counters.codec_s))
-            conn.send(list(outbox))
+        if outbox:  # the counts first: the parent has them before it posts a request's end
+            conn.send([("stats", counters.codec_calls, counters.codec_frames, counters.codec_s), *outbox])
             outbox.clear()

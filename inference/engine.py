@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from ttsfleet.inference.codec_batch import BatchedCodec, build_slot_decoder
+from ttsfleet.inference.codec_batch import BatchedCodec, CodecMeter, build_slot_decoder
 from ttsfleet.inference.codec_process import CodecProcess, CodecSource, DecoderPlan
 from ttsfleet.inference.graph_capture import CAPTURE_LOCK
 from ttsfleet.inference.prefill_coalesce import Arrivals, CoalesceRule, hold_arrivals
@@ -368,11 +368,13 @@ class Engine:
         self._dead: str | None = None
         self.metrics = collectors
         self.label = model_label
+        #: the codec's counts, in ``stats`` and on /metrics: both codec modes write through it
+        self.codec_meter = CodecMeter(self.stats, self._export_codec)
         self._threads = [threading.Thread(target=self._engine_main, name="ttsfleet-engine", daemon=True)]
         self._codec_proc: CodecProcess | None = None
         if config.codec_process is not None and codec is not None:
             self._codec_proc = CodecProcess(config.codec_process, self._decoder_plan(), self._codec_q,
-                                            self.stats, self.cancel, self._codec_died)
+                                            self.codec_meter, self.cancel, self._codec_died)
             self._threads += self._codec_proc.threads
         else:
             codec_thread = threading.Thread(target=self._codec_main, name="ttsfleet-codec", daemon=True)
@@ -412,6 +414,13 @@ class Engine:
         collectors["inference_running_batch_size"].labels(label).set(0)
         self.label = label
         self.metrics = collectors
+
+    def _export_codec(self, metric: str, amount: float) -> None:
+        """One increase of the codec's counts onto its contract counter (:class:`CodecMeter`); none
+        before :meth:`attach_metrics`, so the warm-up's pushes are not counted as traffic."""
+        metrics = self.metrics
+        if metrics is not None:
+            metrics[metric].labels(self.label).inc(amount)
 
     # ------------------------------------------------------------------ HTTP-side API (event loop)
     def start(self) -> None:
@@ -921,7 +930,7 @@ class Engine:
         if self.codec is not None:
             with CAPTURE_LOCK:
                 decoder = self._codec_decoder()
-        codec = BatchedCodec(decoder, self.cfg.codec_max_frames, self.stats, self.cancel)
+        codec = BatchedCodec(decoder, self.cfg.codec_max_frames, self.codec_meter, self.cancel)
         try:
             while self._codec_pass(codec):
                 pass

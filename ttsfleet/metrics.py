@@ -110,6 +110,15 @@ CONTRACT_LIST: tuple[MetricSpec, ...] = (
        "oldest back (slots: no free KV slot; budget: the iteration's prefill tokens spent, first on "
        "prompts already prefilling; batch: the decode batch full; hold: prefill coalescing waits).",
        [L_MODEL, L_REASON]),
+    _m("inference", "inference_codec_pushes", "counter",
+       "Codec decode calls, in the codec thread or the codec process: one batched push of streams x "
+       "frames. Frames per push = codec_frames / codec_pushes; small pushes waste the GPU (H200: 64 "
+       "streams x 4 frames cost 78 us a frame, 1 x 1 2,360 us).", [L_MODEL]),
+    _m("inference", "inference_codec_frames", "counter",
+       "Audio frames the codec decoded to audio (every push decodes its streams x frames).", [L_MODEL]),
+    _m("inference", "inference_codec_busy_seconds", "counter",
+       "Wall seconds the codec spent in decode rounds, in its thread or its process: its rate (busy "
+       "seconds per wall second) is the codec's load, 1 when it never idles.", [L_MODEL]),
     _m("inference", "inference_request_duration_seconds", "histogram",
        "Request arrival to the last audio byte sent.", [L_MODEL], DURATION_BUCKETS),
     _m("inference", "inference_realtime_factor", "histogram",

@@ -19,6 +19,10 @@ from ttsfleet.inference.prompt import build_prompt
 from ttsfleet.inference.sampling import SamplingParams
 from ttsfleet.inference.tokenizer import load_tokenizer
 
+from ttsfleet.metrics import spec
+
+from .conftest import metric_value
+
 SEEDS = [3, 4, 5]
 
 
@@ -170,3 +174,11 @@ def test_a_server_with_the_codec_process_speaks_as_the_one_without(server, clien
     assert got.status_code == want.status_code == 200, got.text
     x, y = np.frombuffer(got.content, "<i2").astype(int), np.frombuffer(want.content, "<i2").astype(int)
     assert x.size == y.size > 0 and int(np.abs(x - y).max()) <= 2
+    # the child's counts reach the server's /metrics: exactly this request's frames (the warm-up's are
+    # not traffic), in at least one push and at most one a frame, with codec time spent
+    with other.client(auth=False) as mine:
+        names = ("inference_codec_pushes", "inference_codec_frames", "inference_codec_busy_seconds")
+        pushes, frames, busy = (metric_value(mine, spec(n).exposed_names[0]) for n in names)
+    fps, rate = float(got.headers["x-frames-per-second"]), int(got.headers["x-sample-rate"])
+    assert frames == round(x.size / rate * fps) >= 1
+    assert 1 <= pushes <= frames and busy > 0

@@ -60,6 +60,33 @@ def test_metrics_follow_the_contract(client):
     assert info["cuda_graph_max_bs"] == "8" and info["model"] == "tiny"
 
 
+def codec_counts(client) -> tuple[float, float, float]:
+    """The server's codec pushes, frames and busy seconds on /metrics (0 before the first push)."""
+    scrape = _scrape(client)
+    names = ("inference_codec_pushes", "inference_codec_frames", "inference_codec_busy_seconds")
+    pushes, frames, busy = (sum(s.value for s in scrape.get(spec(n).exposed_names[0], [])) for n in names)
+    return pushes, frames, busy
+
+
+def audio_frames(resp) -> int:
+    """Frames of audio in a PCM response."""
+    samples = len(resp.content) / 2
+    return round(samples / int(resp.headers["x-sample-rate"]) * float(resp.headers["x-frames-per-second"]))
+
+
+def test_the_codec_threads_work_reaches_metrics(client):
+    """Codec thread: a request's audio frames were all decoded by the codec, in at least one push and
+    at most one push a frame, and it spent time doing so (other tests may add, never subtract)."""
+    p0, f0, b0 = codec_counts(client)
+    resp = client.post("/v1/tts", json={"text": "codec counters", "format": "pcm", "max_new_tokens": 12,
+                                        "seed": 8})
+    assert resp.status_code == 200
+    p1, f1, b1 = codec_counts(client)
+    assert f1 - f0 >= audio_frames(resp) >= 1
+    assert 1 <= p1 - p0 <= f1 - f0
+    assert b1 > b0
+
+
 def _wait_query(base: str, query: str, pred, timeout: float = 40.0) -> list:
     deadline = time.monotonic() + timeout
     last = None
