@@ -53,12 +53,20 @@ class BenchConfig:
         return self.requests or max(self.per_client * c, 4)
 
     def frames_of(self, i: int) -> int:
-        if self.frames_spread <= 0:
-            return self.max_new_tokens
-        import random
+        return spread_frames(self.max_new_tokens, self.frames_spread, self.seed, i)
 
-        u = random.Random(self.seed * 7919 + i).uniform(-1.0, 1.0)
-        return max(1, int(round(self.max_new_tokens * (1 + self.frames_spread * u))))
+
+def spread_frames(frames: int, spread: float, seed: int, i: int) -> int:
+    """Request ``i``'s frame budget: ``frames * (1 + spread * u)``, ``u`` uniform in [-1, 1] and fixed
+    by ``(seed, i)``. Why: requests of one length finish together and a closed loop then sends the
+    next ones together, a burst every request's length that no live traffic has (the live route's
+    sessions on the H200 stayed in such waves for a whole run, 2026-12-04)."""
+    if spread <= 0:
+        return frames
+    import random
+
+    u = random.Random(seed * 7919 + i).uniform(-1.0, 1.0)
+    return max(1, int(round(frames * (1 + spread * u))))
 
 
 @dataclass
@@ -345,6 +353,43 @@ def server_samples(url: str) -> list[Any]:
     return [smp for fam in text_string_to_metric_families(text) for smp in fam.samples]
 
 
+#: The server's codec counters (:mod:`ttsfleet.metrics`) by the key :func:`codec_totals` gives each.
+CODEC_SERIES = {"pushes": "inference_codec_pushes", "frames": "inference_codec_frames",
+                "busy_s": "inference_codec_busy_seconds"}
+
+
+def codec_totals(samples: list[Any]) -> dict[str, float]:
+    """The server's codec counters in its /metrics ``samples``: ``{pushes, frames, busy_s}`` ({} from
+    a server that does not export them: an older one, or another implementation)."""
+    from ttsfleet.metrics import spec
+
+    keys = {spec(name).exposed_names[0]: key for key, name in CODEC_SERIES.items()}
+    out: dict[str, float] = {}
+    for smp in samples:
+        if smp.name in keys:
+            out[keys[smp.name]] = out.get(keys[smp.name], 0.0) + smp.value
+    return out
+
+
+def codec_use(before: dict[str, float], after: dict[str, float], wall_s: float) -> dict[str, float]:
+    """The codec's work between two :func:`codec_totals` read ``wall_s`` apart: its pushes, mean
+    frames per push (small pushes cost the GPU most per frame) and busy share (its busy seconds per
+    wall second: its load). {} when the server has no codec counters or the codec pushed nothing."""
+    pushes = after.get("pushes", 0.0) - before.get("pushes", 0.0)
+    if pushes <= 0 or wall_s <= 0:
+        return {}
+    frames = after.get("frames", 0.0) - before.get("frames", 0.0)
+    busy = after.get("busy_s", 0.0) - before.get("busy_s", 0.0)
+    return {"pushes": int(pushes), "frames_per_push": round(frames / pushes, 2),
+            "busy_share": round(busy / wall_s, 4)}
+
+
+def codec_line(use: dict[str, Any]) -> str:
+    """One level's :func:`codec_use` (with its ``concurrency``) as the line the table is followed by."""
+    return (f"c={use['concurrency']} codec: {use['pushes']:,} pushes, {use['frames_per_push']:.1f} frames "
+            f"per push, busy {use['busy_share']:.0%} of the level's wall time")
+
+
 def stage_means_ms(before: StageTotals, after: StageTotals) -> dict[str, float]:
     """Mean ms per stage of the requests observed between two :func:`server_readings`."""
     out = {}
@@ -355,14 +400,19 @@ def stage_means_ms(before: StageTotals, after: StageTotals) -> dict[str, float]:
     return out
 
 
-def _level_with_stages(cfg: BenchConfig, c: int) -> tuple[Level, dict[str, float], dict[str, float]]:
-    """A level, the server's stage means over it, and its admission waits by reason over it."""
-    stages0, waits0 = server_readings(cfg.url)
+def _level_with_stages(cfg: BenchConfig, c: int) -> tuple[Level, dict[str, float], dict[str, float],
+                                                          dict[str, float]]:
+    """A level, the server's stage means over it, its admission waits by reason and its codec's work
+    (:func:`codec_use`) over it: all from a read of /metrics before the level and one after."""
+    before = server_samples(cfg.url)
+    t0 = time.perf_counter()
     lv = _level(cfg, c, cfg.requests_at(c))
-    stages1, waits1 = server_readings(cfg.url)
-    stages = stage_means_ms(stages0, stages1)
+    wall = time.perf_counter() - t0
+    after = server_samples(cfg.url)
+    (stages0, waits0), (stages1, waits1) = readings_of(before), readings_of(after)
     waited = {k: n - waits0.get(k, 0.0) for k, n in waits1.items()}
-    return lv, stages, {k: v for k, v in waited.items() if v}
+    codec = codec_use(codec_totals(before), codec_totals(after), wall)
+    return lv, stage_means_ms(stages0, stages1), {k: v for k, v in waited.items() if v}, codec
 
 
 def run_bench(cfg: BenchConfig) -> dict[str, Any]:
@@ -389,7 +439,7 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
         pass
     asyncio.run(_run_level(cfg, 1, 1))  # one unmeasured request: connections, server-side first calls
     measured = [_level_with_stages(cfg, c) for c in cfg.levels]
-    levels = [lv for lv, _, _ in measured]
+    levels = [lv for lv, *_ in measured]
     base = levels[0].frames_per_s if levels else 0.0
     report = {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -398,8 +448,10 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
         "config": {k: v for k, v in asdict(cfg).items() if k != "api_key"},
         "levels": [asdict(lv) for lv in levels],
         # the server's own split of time to first audio per level (every request of the level's runs)
-        "ttfa_stages_ms": [{"concurrency": lv.concurrency, **st} for lv, st, _ in measured if st],
-        "admission_waits": [{"concurrency": lv.concurrency, **w} for lv, _, w in measured if w],
+        "ttfa_stages_ms": [{"concurrency": lv.concurrency, **st} for lv, st, _, _ in measured if st],
+        "admission_waits": [{"concurrency": lv.concurrency, **w} for lv, _, w, _ in measured if w],
+        # the codec's pushes, frames per push and busy share per level (a server without them: none)
+        "codec": [{"concurrency": lv.concurrency, **u} for lv, _, _, u in measured if u],
         "open_loop": [open_level(cfg, r) for r in cfg.rates],
         "scaling": (levels[-1].frames_per_s / base) if base > 0 else None,
         "points": points(levels),
@@ -445,6 +497,8 @@ def print_table(report: dict[str, Any]) -> None:
     for w in report.get("admission_waits", []):
         console.print(f"c={w['concurrency']} engine iterations that left requests waiting, by cause: "
                       + ", ".join(f"{k} {v:.0f}" for k, v in w.items() if k != "concurrency"))
+    for use in report.get("codec", []):
+        console.print(codec_line(use))
     if report["scaling"] is not None:
         lv = report["levels"]
         console.print(f"scaling c={lv[0]['concurrency']}→{lv[-1]['concurrency']}: {report['scaling']:.2f}x")

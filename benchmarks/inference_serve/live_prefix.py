@@ -98,8 +98,9 @@ def reused_tokens(samples: list[Any]) -> float:
     return sum(s.value for s in samples if s.name == name)
 
 
-def one_session(url: str, pause_s: float, seed: int) -> dict[str, Any]:
-    """One live session; first audio from the first text handed over to the first chunk received."""
+def one_session(url: str, pause_s: float, seed: int, frames: int = 0) -> dict[str, Any]:
+    """One live session; first audio from the first text handed over to the first chunk received.
+    ``frames``: the session's ``max_new_tokens`` per segment (0: the server's cap)."""
     import fishaudio
 
     handed: list[float] = []
@@ -110,11 +111,13 @@ def one_session(url: str, pause_s: float, seed: int) -> dict[str, Any]:
         yield TEXT[0]
         yield TEXT[1]
 
+    limit = {"max_new_tokens": frames} if frames else {}
     first, size = None, 0
     start = time.perf_counter()
     with fishaudio.FishAudio(api_key="x", base_url=url) as fish:
         for chunk in fish.tts.stream_websocket(text(), format="pcm", reference_id=VOICE_ID,
-                                               config=fishaudio.TTSConfig(temperature=0.7, top_p=0.7)):
+                                               config=fishaudio.TTSConfig(temperature=0.7, top_p=0.7,
+                                                                          **limit)):
             if first is None and chunk:
                 first = time.perf_counter()
             size += len(chunk)
@@ -124,9 +127,13 @@ def one_session(url: str, pause_s: float, seed: int) -> dict[str, Any]:
 
 def run_round(url: str, args: argparse.Namespace, seed: int) -> list[dict[str, Any]]:
     """``args.sessions`` sessions, ``args.concurrency`` at a time; the first ``concurrency`` of them
-    open together (the first wave), each later one as an earlier one ends (steady state)."""
+    open together (the first wave), each later one as an earlier one ends (steady state). Session
+    lengths spread by ``--frames-spread`` (:func:`~ttsfleet.inference.bench.spread_frames`)."""
+    from ttsfleet.inference.bench import spread_frames
+
     with ThreadPoolExecutor(args.concurrency) as pool:
-        futures = [pool.submit(one_session, url, args.pause_ms / 1000, seed + i)
+        futures = [pool.submit(one_session, url, args.pause_ms / 1000, seed + i,
+                               spread_frames(args.frames, args.frames_spread, seed, i) if args.frames else 0)
                    for i in range(args.sessions)]
         return [{**f.result(), "first_wave": i < args.concurrency} for i, f in enumerate(futures)]
 
@@ -153,6 +160,11 @@ def main() -> None:
     ap.add_argument("--pause-ms", type=float, default=300.0)
     ap.add_argument("--sessions", type=int, default=8, help="sessions per side per round")
     ap.add_argument("--concurrency", type=int, default=1)
+    ap.add_argument("--frames", type=int, default=0,
+                    help="frames per segment each session asks for (max_new_tokens; 0: the server's cap)")
+    ap.add_argument("--frames-spread", type=float, default=0.0,
+                    help="session i asks for frames x (1 + spread x u_i), u_i uniform in [-1, 1]: "
+                         "sessions of one length stay in waves that open together")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--sides", default="reuse,whole",
                     help="which servers: reuse (--prefix-reuse, the default), whole (--no-prefix-reuse)")
@@ -162,6 +174,8 @@ def main() -> None:
     ap.add_argument("--write-reference", action="store_true",
                     help="write the espeak-ng reference voice to --reference-wav and exit")
     args = ap.parse_args()
+    if args.frames < 0 or not 0 <= args.frames_spread < 1:
+        ap.error(f"--frames {args.frames} --frames-spread {args.frames_spread}: frames >= 0, 0 <= spread < 1")
     if args.write_reference:
         if args.reference_wav is None:
             sys.exit("--write-reference needs --reference-wav PATH")

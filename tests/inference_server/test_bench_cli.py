@@ -40,6 +40,12 @@ def test_bench_serve_writes_table_json_png(server, tmp_path):
     for st in stages:
         assert set(st) - {"concurrency"} == set(TTFA_STAGES) and st["prefill"] > 0 and st["decode"] > 0
     assert "c=4 server time to first audio by stage" in proc.stdout
+    # the codec's work per level: every push decodes a frame or more, and it is busy part of the time
+    codec = report["codec"]
+    assert [u["concurrency"] for u in codec] == [1, 4]
+    for u in codec:
+        assert u["pushes"] >= 1 and u["frames_per_push"] >= 1 and 0 < u["busy_share"] <= 1
+    assert "c=4 codec: " in proc.stdout and "frames per push" in proc.stdout
     # points load as a measured capacity curve
     from ttsfleet.catalog import GpuCatalog
 
