@@ -14,10 +14,11 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
+from ttsfleet.inference.codec_gather import GatherRule, StreamTiming, due, wake_in
 
 log = logging.getLogger("ttsfleet.inference.codec_batch")
 
@@ -85,6 +86,7 @@ class CodecJob:
     reason: str
     generated: int
     slot: int = -1
+    timing: StreamTiming = field(default_factory=StreamTiming)
 
     @property
     def backlog(self) -> int:
@@ -104,11 +106,16 @@ class BatchedCodec:
     ``cancel(handle)`` stops the engine decoding frames of a stream whose codec call failed."""
 
     def __init__(self, decoder: Any, max_frames: int, counters: CodecCounters,
-                 cancel: Callable[[Any], None]) -> None:
+                 cancel: Callable[[Any], None], gather_s: float = 0.0,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         self.decoder = decoder
         self.max_frames = max_frames
         self.counters = counters
         self.cancel = cancel
+        self.clock = clock
+        codec = getattr(decoder, "codec", None)
+        frame_s = codec.frame_length / codec.sample_rate if codec is not None else 0.0
+        self.gather = GatherRule(gather_s if decoder is not None else 0.0, frame_s)  # :mod:`codec_gather`
         self.jobs: dict[int, CodecJob] = {}  # insertion order = arrival order
         self.free: deque[int] = deque(range(decoder.max_slots if decoder is not None else 0))
 
@@ -131,10 +138,12 @@ class BatchedCodec:
     def add(self, handle: EventSink, codes: np.ndarray, final: bool, reason: str, generated: int) -> None:
         job = self.jobs.get(handle.rid)
         if job is None:
-            self.jobs[handle.rid] = CodecJob(handle, [codes], final, reason, generated)
-        else:
-            job.codes.append(codes)
-            job.final, job.reason, job.generated = final, reason, generated
+            job = self.jobs[handle.rid] = CodecJob(handle, [], final, reason, generated)
+        if codes.shape[1] and job.timing.waiting_since is None:
+            job.timing.waiting_since = self.clock()
+        job.codes.append(codes)
+        job.final, job.reason, job.generated = final, reason, generated
+        job.timing.final = final
 
     def drop(self, handle: EventSink) -> None:
         from ttsfleet.inference.engine import Event
@@ -158,19 +167,35 @@ class BatchedCodec:
             self.free.append(job.slot)
             job.slot = -1
 
+    def _can_decode(self, job: CodecJob) -> bool:
+        return job.slot >= 0 or bool(self.free) or self.decoder is None
+
     def has_work(self) -> bool:
+        """Whether a round would do anything now: a stream ends, or one that can have a decoder slot
+        has codes due (:func:`~ttsfleet.inference.codec_gather.due`; with no gather window, any)."""
+        now = self.clock()
+
         def ready(j: CodecJob) -> bool:
             if not j.backlog:
                 return j.final
-            return j.slot >= 0 or bool(self.free) or self.decoder is None
+            return self._can_decode(j) and due(self.gather, j.timing, now)
 
         return any(ready(j) for j in self.jobs.values())
+
+    def wake_in(self) -> float | None:
+        """Seconds the owner's loop may wait for new codes before codes already here fall due (None:
+        until codes come)."""
+        waiting = (j.timing for j in self.jobs.values() if j.backlog and self._can_decode(j))
+        return wake_in(self.gather, waiting, self.clock())
 
     def round(self) -> None:
         """Decode what every stream has waiting: one call per frame-count group, then the endings
         (its wall time counted in ``codec_s``). The "done" events go out after the count, so whoever
         sees a request end (a scrape of /metrics, the warm-up before metrics attach) sees its codec
-        time counted."""
+        time counted. Nothing while nothing is due (:meth:`has_work`); once something is, every
+        stream with codes waiting joins the round."""
+        if not self.has_work():
+            return
         t0 = time.perf_counter()
         try:
             if self.decoder is None:
@@ -204,6 +229,7 @@ class BatchedCodec:
         for job in list(self.jobs.values()):
             if job.backlog:
                 codes = job.take(job.backlog)
+                job.timing.waiting_since = None
                 job.handle.post(Event("audio", audio=np.zeros(0, np.float32), codes=codes,
                                       frames=codes.shape[1]))
 
@@ -225,7 +251,13 @@ class BatchedCodec:
             return
         self.counters.codec_calls += 1
         self.counters.codec_frames += size * len(jobs)
+        now = self.clock()
         for i, job in enumerate(jobs):
+            t = job.timing
+            t.started_at = now if t.started_at is None else t.started_at
+            t.sent_frames += size
+            if not job.backlog:
+                t.waiting_since = None
             job.handle.post(Event("audio", audio=audio[i], codes=codes[i], frames=size))
 
     def _finish_done(self) -> list[tuple[EventSink, Any]]:

@@ -66,6 +66,7 @@ class DecoderPlan:
     compile_mode: str | None
     max_frames: int
     cpu_threads: int = 0
+    gather_s: float = 0.0  # :mod:`ttsfleet.inference.codec_gather`'s window
 
 
 class CodecProcess:
@@ -241,22 +242,23 @@ def worker_main(conn: Any, source: CodecSource, plan: DecoderPlan) -> None:
         return
     conn.send([("ready", f"{source.name_or_path} on {source.device} in {time.perf_counter() - t0:.1f} s")])
     with contextlib.suppress(EOFError, BrokenPipeError):  # the parent went away: nothing left to serve
-        _serve(conn, decoder, plan.max_frames)
+        _serve(conn, decoder, plan.max_frames, plan.gather_s)
 
 
-def _serve(conn: Any, decoder: Any, max_frames: int) -> None:
+def _serve(conn: Any, decoder: Any, max_frames: int, gather_s: float = 0.0) -> None:
     from ttsfleet.inference.codec_batch import BatchedCodec
 
     outbox: list[tuple] = []
     counters = _Counters()
     handles: dict[int, _RemoteHandle] = {}
-    batched = BatchedCodec(decoder, max_frames, counters, cancel=lambda h: outbox.append(("cancel", h.rid)))
+    batched = BatchedCodec(decoder, max_frames, counters, cancel=lambda h: outbox.append(("cancel", h.rid)),
+                           gather_s=gather_s)
 
     def handle_of(ref: StreamRef) -> _RemoteHandle:
         return handles.setdefault(ref.rid, _RemoteHandle(ref.rid, outbox))
 
     while True:
-        msgs = [] if batched.has_work() else list(conn.recv())  # block only when idle
+        msgs = [] if batched.has_work() else _wait_for_codes(conn, batched.wake_in())  # block when idle
         while conn.poll():
             msgs.extend(conn.recv())
         if not batched.apply(msgs, handle_of):
@@ -274,3 +276,8 @@ def _serve(conn: Any, decoder: Any, max_frames: int) -> None:
         if outbox:  # the counts first: the parent has them before it posts a request's end
             conn.send([("stats", counters.codec_calls, counters.codec_frames, counters.codec_s), *outbox])
             outbox.clear()
+
+
+def _wait_for_codes(conn: Any, timeout: float | None) -> list:
+    """The next batch from the parent, or none once ``timeout`` seconds pass (None: wait for it)."""
+    return list(conn.recv()) if timeout is None or conn.poll(timeout) else []

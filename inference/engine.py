@@ -237,6 +237,10 @@ class EngineConfig:
     pipeline_depth: int = 1
     #: Largest number of frames one batched codec call decodes per request.
     codec_max_frames: int = 8
+    #: Longest a chunk of codes waits for other streams' chunks to share its codec push, in ms
+    #: (:mod:`ttsfleet.inference.codec_gather`; first audio and streams about to run dry never wait);
+    #: 0 = decode whatever waits at once.
+    codec_gather_ms: float = 0.0
     #: Replay batched codec calls from CUDA graphs (CUDA only), every stream-count bucket up to
     #: ``max_running_requests`` x every frame count up to ``codec_max_frames`` captured when the codec
     #: thread starts (captures during load stalled the stream:
@@ -343,8 +347,8 @@ class Engine:
         self._sampling: Any = None
         if config.prefill_token_budget < 1 or config.prefill_chunk_tokens < 0:
             raise ValueError("prefill_token_budget must be >= 1 and prefill_chunk_tokens >= 0")
-        if config.pipeline_depth < 0 or config.codec_max_frames < 1:
-            raise ValueError("pipeline_depth must be >= 0 and codec_max_frames >= 1")
+        if config.pipeline_depth < 0 or config.codec_max_frames < 1 or config.codec_gather_ms < 0:
+            raise ValueError("pipeline_depth and codec_gather_ms must be >= 0 and codec_max_frames >= 1")
         if config.codec_compile is not None and config.codec_compile not in CODEC_COMPILE_MODES:
             raise ValueError(f"codec_compile {config.codec_compile!r} is not None or one of "
                              f"{', '.join(CODEC_COMPILE_MODES)}")
@@ -930,7 +934,8 @@ class Engine:
         if self.codec is not None:
             with CAPTURE_LOCK:
                 decoder = self._codec_decoder()
-        codec = BatchedCodec(decoder, self.cfg.codec_max_frames, self.codec_meter, self.cancel)
+        codec = BatchedCodec(decoder, self.cfg.codec_max_frames, self.codec_meter, self.cancel,
+                             gather_s=self.cfg.codec_gather_ms / 1000)
         try:
             while self._codec_pass(codec):
                 pass
@@ -947,11 +952,18 @@ class Engine:
         return DecoderPlan(slots=self.codec_slots, max_seq_len=self.max_seq_len,
                            graphs=self.device.type == "cuda" and self.cfg.codec_graphs,
                            graph_max_batch=self.max_slots, compile_mode=self.cfg.codec_compile,
-                           max_frames=self.cfg.codec_max_frames, cpu_threads=self.cfg.cpu_threads)
+                           max_frames=self.cfg.codec_max_frames, cpu_threads=self.cfg.cpu_threads,
+                           gather_s=self.cfg.codec_gather_ms / 1000)
 
     def _codec_pass(self, codec: BatchedCodec) -> bool:
         """Take the queued messages, then one decode round; False once told to stop."""
-        msgs = [] if codec.has_work() else [self._codec_q.get()]  # block only when idle
+        if codec.has_work():
+            msgs = []
+        else:  # block while idle: until codes come, or until codes already here fall due
+            try:
+                msgs = [self._codec_q.get(timeout=codec.wake_in())]
+            except queue.Empty:
+                msgs = []
         while True:
             try:
                 msgs.append(self._codec_q.get_nowait())

@@ -63,6 +63,9 @@ class ServeConfig:
     prefill_chunk_tokens: int = 256  # prompt tokens per prefill chunk (0 = whole prompts, no chunking)
     #: Longest hold of a new prompt so later arrivals share its prefill call (0 = off).
     prefill_coalesce_ms: float = 0.0
+    #: Longest wait of a chunk of codes for other streams to share its codec push (0 = off):
+    #: ``ttsfleet.inference.codec_gather``.
+    codec_gather_ms: float = 0.0
     #: bf16 codec + fused Snake kernel + CUDA graphs for every stream-count bucket (CUDA only; CPU
     #: serving keeps float32). On since the side-by-side H200 run of 2026-12-02
     #: (benchmarks/inference_h200/2026-12-02-ab: 3.4x the frames/s at c=64, first audio p99 9.0 ->
@@ -154,7 +157,8 @@ class ServeConfig:
         if not 1 <= self.port <= 65535:
             raise UserError(f"port {self.port} is out of range")
         _at_least(0, cpu_threads=self.cpu_threads, prefill_chunk_tokens=self.prefill_chunk_tokens,
-                  prefill_coalesce_ms=self.prefill_coalesce_ms, body_timeout_s=self.body_timeout_s,
+                  prefill_coalesce_ms=self.prefill_coalesce_ms, codec_gather_ms=self.codec_gather_ms,
+                  body_timeout_s=self.body_timeout_s,
                   gil_switch_ms=self.gil_switch_ms)
         _at_least(1, max_text_chars=self.max_text_chars, max_new_tokens=self.max_new_tokens)
         from ttsfleet.inference.model_config import PRESETS  # random-weight presets (tiny, s2-pro, ...)

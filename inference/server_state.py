@@ -174,7 +174,7 @@ class ServerState:
                 codec_compile=None if cfg.codec_compile == "off" else cfg.codec_compile,
                 prefill_graphs=on_cuda and cfg.cuda_graphs and cfg.prefill_graphs,
                 prefill_chunk_tokens=cfg.prefill_chunk_tokens,
-                prefill_coalesce_s=cfg.prefill_coalesce_ms / 1000,
+                prefill_coalesce_s=cfg.prefill_coalesce_ms / 1000, codec_gather_ms=cfg.codec_gather_ms,
                 codec_process=CodecSource(cfg.checkpoint, device, fast_codec) if cfg.codec_process
                 else None))
             self.engine.start()

@@ -33,9 +33,9 @@ def parts():
     return model, load_codec("tiny"), load_tokenizer("tiny")
 
 
-def _config(source: CodecSource | None) -> EngineConfig:
+def _config(source: CodecSource | None, gather_ms: float = 0.0) -> EngineConfig:
     return EngineConfig(max_running_requests=4, max_queue=8, cuda_graph_max_bs=4, cpu_threads=1,
-                        codec_process=source)
+                        codec_process=source, codec_gather_ms=gather_ms)
 
 
 async def _collect(eng: Engine, prompt, seed: int, max_new: int = 12, cancel_after: int = 0,
@@ -58,10 +58,10 @@ async def _collect(eng: Engine, prompt, seed: int, max_new: int = 12, cancel_aft
             eng.cancel(h)
 
 
-def _serve(parts, source: CodecSource | None, seeds: list[int], **kw):
+def _serve(parts, source: CodecSource | None, seeds: list[int], gather_ms: float = 0.0, **kw):
     model, codec, tok = parts
     prompt = build_prompt(tok, model.config, "Codec process test.")
-    eng = Engine(model, codec, _config(source), None, "tiny")
+    eng = Engine(model, codec, _config(source, gather_ms), None, "tiny")
     eng.start()
 
     async def main():
@@ -97,6 +97,16 @@ def test_the_codec_process_decodes_what_the_codec_thread_does(parts):
     assert eng.stats.codec_s > 0
     assert not eng._codec_proc.alive  # stopped with the engine, and a stop is not a death
     assert eng._dead is None
+
+
+def test_the_codec_process_gathering_chunks_decodes_the_same_audio(parts):
+    """``codec_gather_ms`` in the child: its loop sleeps until held codes fall due (no new codes need
+    come: the last chunks of the last streams must still be decoded) and the audio is unchanged."""
+    _, in_thread = _serve(parts, None, SEEDS)
+    _, gathered = _serve(parts, CodecSource("tiny", "cpu"), SEEDS, gather_ms=30.0)
+    for (_, audio_a, end_a), (_, audio_b, end_b) in zip(in_thread, gathered, strict=True):
+        assert end_a.kind == end_b.kind == "done" and end_a.frames == end_b.frames
+        np.testing.assert_allclose(np.concatenate(audio_b), np.concatenate(audio_a), rtol=0, atol=1e-4)
 
 
 def test_a_cancel_reaches_the_child_and_ends_the_stream(parts):

@@ -52,6 +52,9 @@ PREFILL_CHUNK_TOKENS = "TTSFLEET_PREFILL_CHUNK_TOKENS"
 #: Milliseconds a newly arrived prompt may wait for others to share its prefill call while a batch
 #: decodes (``ttsfleet.inference.prefill_coalesce``); 0 = off.
 PREFILL_COALESCE_MS = "TTSFLEET_PREFILL_COALESCE_MS"
+#: Milliseconds a chunk of codes may wait for other streams' chunks to share its codec push
+#: (``ttsfleet.inference.codec_gather``; first audio and streams about to run dry never wait); 0 = off.
+CODEC_GATHER_MS = "TTSFLEET_CODEC_GATHER_MS"
 #: ``1`` (the default): the codec runs bf16 with the fused Snake kernel, replayed from CUDA graphs
 #: for every stream-count bucket (CUDA only); ``0``: float32, eager.
 CODEC_FAST = "TTSFLEET_CODEC_FAST"
@@ -106,6 +109,7 @@ SERVER_ENV: Mapping[str, str] = MappingProxyType({
     "cuda_graphs": CUDA_GRAPHS,
     "prefill_chunk_tokens": PREFILL_CHUNK_TOKENS,
     "prefill_coalesce_ms": PREFILL_COALESCE_MS,
+    "codec_gather_ms": CODEC_GATHER_MS,
     "codec_fast": CODEC_FAST,
     "codec_compile": CODEC_COMPILE,
     "prefill_graphs": PREFILL_GRAPHS,
