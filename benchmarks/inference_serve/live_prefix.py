@@ -196,10 +196,21 @@ def main() -> None:
     ratios = []
     try:
         from tqdm import tqdm
-        from ttsfleet.inference.bench import readings_of, server_samples, stage_means_ms
+        from ttsfleet.inference.bench import (
+            codec_totals,
+            codec_use,
+            readings_of,
+            server_samples,
+            stage_means_ms,
+        )
 
+        walls = dict.fromkeys(sides, 0.0)  # each side's sessions' wall time: its codec's busy share
         for r in tqdm(range(args.rounds), desc=f"rounds ({', then '.join(sides)})"):
-            got = {k: run_round(servers[k][1], args, 1000 * r) for k in sides}
+            got = {}
+            for k in sides:
+                t0 = time.perf_counter()
+                got[k] = run_round(servers[k][1], args, 1000 * r)
+                walls[k] += time.perf_counter() - t0
             for k, v in got.items():
                 rows[k] += [{**x, "round": r} for x in v]
             if len(got) == 2:
@@ -211,6 +222,7 @@ def main() -> None:
         readings = {k: readings_of(s) for k, s in samples.items()}
         stages = {k: stage_means_ms({}, totals) for k, (totals, _) in readings.items()}
         waits = {k: counts for k, (_, counts) in readings.items()}
+        codec = {k: codec_use({}, codec_totals(s), walls[k]) for k, s in samples.items()}
     finally:
         for proc, _ in servers.values():
             proc.send_signal(signal.SIGINT)
@@ -219,22 +231,32 @@ def main() -> None:
               "load_avg_1m": os.getloadavg()[0], "args": {k: str(v) for k, v in vars(args).items()},
               "sides": {k: summarize(v) for k, v in rows.items()}, "p50_ratio_per_round": ratios,
               "prefill_tokens_reused": reused, "ttfa_stage_mean_ms": stages, "admission_waits": waits,
-              "sessions": rows}
+              "codec": codec, "sessions": rows}
     (args.out / "live_prefix.json").write_text(json.dumps(report, indent=2))
+    print_report(report, args.concurrency)
+
+
+def print_report(report: dict[str, Any], concurrency: int) -> None:
+    """The sides' first-audio table, then what the servers said of their sessions."""
+    from ttsfleet.inference.bench import codec_line
+
     print("\n| side | sessions | first audio p50 / p90 / p99 ms | steady sessions "
           "| steady p50 / p90 / p99 ms | failed |\n|---|---:|---:|---:|---:|---:|")
     for k, s in report["sides"].items():
         print(f"| {k} | {s['n']} | {s['ttfa_p50_ms']:.0f} / {s['ttfa_p90_ms']:.0f} / {s['ttfa_p99_ms']:.0f} "
               f"| {s['steady_n']} | {s['steady_ttfa_p50_ms']:.0f} / {s['steady_ttfa_p90_ms']:.0f} / "
               f"{s['steady_ttfa_p99_ms']:.0f} | {s['failed']} |")
-    print(f"prompt tokens reused (server counter): {reused}")
-    for k, st in stages.items():
+    print(f"prompt tokens reused (server counter): {report['prefill_tokens_reused']}")
+    for k, st in report["ttfa_stage_mean_ms"].items():
         print(f"{k}: time to first audio by stage, mean ms (server): "
               + ", ".join(f"{name} {ms:.0f}" for name, ms in st.items()))
-    for k, w in waits.items():
+    for k, w in report["admission_waits"].items():
         print(f"{k}: engine iterations that left requests waiting, by cause (server): "
               + ", ".join(f"{reason} {n:.0f}" for reason, n in w.items()))
-    if ratios:
+    for k, use in report["codec"].items():
+        if use:
+            print(f"{k}: {codec_line({'concurrency': concurrency, **use})}")
+    if ratios := report["p50_ratio_per_round"]:
         print(f"whole / reuse p50 per round: {', '.join(f'{x:.2f}' for x in ratios)} "
               f"(median {statistics.median(ratios):.2f})")
 
