@@ -146,13 +146,10 @@ def max_frames(cfg: EngineBenchConfig) -> int:
 
 
 def request_frames(cfg: EngineBenchConfig, i: int) -> int:
-    """Frames request ``i`` decodes (deterministic per seed and index)."""
-    if cfg.frames_spread <= 0:
-        return cfg.frames
-    import random
+    """Frames request ``i`` decodes (deterministic per seed and index; the served bench's rule)."""
+    from ttsfleet.inference.bench import spread_frames
 
-    u = random.Random(cfg.seed * 7919 + i).uniform(-1.0, 1.0)
-    return max(1, int(round(cfg.frames * (1 + cfg.frames_spread * u))))
+    return spread_frames(cfg.frames, cfg.frames_spread, cfg.seed, i)
 
 
 def _prompt(model: Any, n: int, seed: int) -> Any:

@@ -1,5 +1,6 @@
-"""Request lengths spread by ``bench.spread_frames`` (``bench serve --frames-spread`` and the live
-route's ``live_prefix.py --frames-spread``): fixed per (seed, request), inside the band, varied."""
+"""Request lengths spread by ``bench.spread_frames`` (``bench serve`` and ``bench engine``'s
+``--frames-spread``, the live route's ``live_prefix.py --frames-spread``): fixed per (seed, request),
+inside the band, varied."""
 
 from __future__ import annotations
 
@@ -25,3 +26,10 @@ def test_the_served_bench_uses_the_same_lengths():
 
 def test_a_tiny_base_never_asks_for_zero_frames():
     assert min(spread_frames(1, 0.9, 0, i) for i in range(200)) == 1
+
+
+def test_the_engine_bench_uses_the_same_lengths():
+    from ttsfleet.inference.bench_engine import EngineBenchConfig, request_frames
+
+    cfg = EngineBenchConfig(frames=128, frames_spread=0.5, seed=9)
+    assert [request_frames(cfg, i) for i in range(20)] == [spread_frames(128, 0.5, 9, i) for i in range(20)]
