@@ -304,16 +304,12 @@ def machine() -> dict[str, Any]:
 StageTotals = dict[str, tuple[float, float]]  # {stage: (seconds summed, requests)}
 
 
-def server_readings(url: str) -> tuple[StageTotals, dict[str, float]]:
-    """One read of the server's /metrics: its ``inference_ttfa_stage_seconds`` totals, ``{stage:
-    (sum_s, count)}``, and its ``inference_admission_waits`` counts, ``{reason: iterations}`` (what
-    held waiting requests back: the "queue" stage's why). Each {} when the server has none or cannot
-    be read (an older server, or another implementation)."""
-    return readings_of(server_samples(url))
-
-
 def readings_of(samples: list[Any]) -> tuple[StageTotals, dict[str, float]]:
-    """:func:`server_readings` of samples already read (:func:`server_samples`)."""
+    """In one read of the server's /metrics (:func:`server_samples`): its
+    ``inference_ttfa_stage_seconds`` totals, ``{stage: (sum_s, count)}``, and its
+    ``inference_admission_waits`` counts, ``{reason: iterations}`` (what held waiting requests back:
+    the "queue" stage's why). Each {} when the server has none or cannot be read (an older server,
+    or another implementation)."""
     return _stage_totals(samples), _admission_counts(samples)
 
 
@@ -391,7 +387,7 @@ def codec_line(use: dict[str, Any]) -> str:
 
 
 def stage_means_ms(before: StageTotals, after: StageTotals) -> dict[str, float]:
-    """Mean ms per stage of the requests observed between two :func:`server_readings`."""
+    """Mean ms per stage of the requests observed between two :func:`readings_of`."""
     out = {}
     for stage, (s1, n1) in after.items():
         s0, n0 = before.get(stage, (0.0, 0.0))

@@ -185,9 +185,9 @@ def test_requests_beyond_the_slots_count_as_waits_for_slots(server):
     bench's reader of ``inference_admission_waits`` sees them (what splits the queue stage)."""
     import asyncio
 
-    from ttsfleet.inference.bench import server_readings
+    from ttsfleet.inference.bench import readings_of, server_samples
 
-    _, before = server_readings(server.url)
+    _, before = readings_of(server_samples(server.url))
 
     async def burst() -> list[int]:
         async with server.async_client() as c:
@@ -196,6 +196,6 @@ def test_requests_beyond_the_slots_count_as_waits_for_slots(server):
         return [r.status_code for r in got]
 
     assert asyncio.run(burst()) == [200] * 12
-    _, after = server_readings(server.url)
+    _, after = readings_of(server_samples(server.url))
     assert after.get("slots", 0) > before.get("slots", 0)
     assert set(after) <= {"slots", "budget", "batch", "hold"}
