@@ -91,11 +91,11 @@ def assert_the_daemon_goes(daemon: mps.MpsDaemon, within_s: float = 15) -> None:
 
 def test_processes_on_a_pipe_directory_are_found_until_they_go(tmp_path):
     """The real-daemon tests' sign of life (see processes_on), checked on a stand-in daemon."""
-    stand_in = tmp_path / "nvidia-cuda-mps-control"
-    stand_in.write_text("#!/bin/bash\nexec -a nvidia-cuda-mps-control sleep 30\n")
-    stand_in.chmod(0o755)
     pipe_dir = tmp_path / "pipe"
-    proc = subprocess.Popen([str(stand_in)], env={**os.environ, "CUDA_MPS_PIPE_DIRECTORY": str(pipe_dir)})
+    # sleep exec'd directly under the daemon's name: Popen returns once that exec is done (a shell
+    # script exec'ing it afterwards left a window in which the stand-in was not yet itself)
+    proc = subprocess.Popen(["nvidia-cuda-mps-control", "30"], executable=shutil.which("sleep"),
+                            env={**os.environ, "CUDA_MPS_PIPE_DIRECTORY": str(pipe_dir)})
     try:
         deadline = time.monotonic() + 5
         while not processes_on(pipe_dir) and time.monotonic() < deadline:
