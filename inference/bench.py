@@ -69,6 +69,10 @@ def spread_frames(frames: int, spread: float, seed: int, i: int) -> int:
     return max(1, int(round(frames * (1 + spread * u))))
 
 
+#: ``Sample.status`` of a streamed reply that answered 200 and ended without a byte of audio.
+EMPTY_REPLY = 204
+
+
 @dataclass
 class Sample:
     ok: bool
@@ -145,9 +149,11 @@ async def _request(client: Any, cfg: BenchConfig, i: int) -> Sample:
                 if chunk and first is None:
                     first = time.perf_counter()
                 nbytes += len(chunk)
-    except Exception:
+    except Exception:  # refused connection, a transfer the server aborted, a timeout
         return Sample(False, 0, 0.0, time.perf_counter() - t0, 0.0, start_s=t0)
     end = time.perf_counter()
+    if nbytes == 0:  # a 200 that carried no audio is no success (2026-12-04: every request of a
+        return Sample(False, EMPTY_REPLY, 0.0, end - t0, 0.0, start_s=t0)  # run was, and read 0 errors)
     seconds = (nbytes / 2 / rate) if cfg.fmt == "pcm" else 0.0
     return Sample(True, 200, (first or end) - t0, end - t0, seconds * fps, seconds, start_s=t0)
 

@@ -197,9 +197,12 @@ async def _encoded(job: Job, gen: Generation, enc: AudioEncoder) -> AsyncIterato
     except asyncio.CancelledError:
         status, reason = 499, "client_disconnected"
         raise
-    except Exception as exc:  # headers are gone: end the stream early and count it
+    except Exception as exc:  # headers are gone: count it, then abort the transfer (re-raised, the
+        # chunked body never gets its last chunk), so the client sees a broken reply, never a short
+        # one that looks complete
         log.error("streaming generation failed: %s", exc)
         status, reason = 500, "generation_failed"
+        raise
     finally:
         if status != 200:
             enc.abort()
