@@ -249,32 +249,28 @@ def _curve(c64_fps: float, c1_fps: float, ttfa1: float, ttfa64: float, source: s
     return CapacityCurve(points=tuple(pts), source=source)
 
 
-#: Our served H200 curve: ``ttsfleet bench serve`` against ``ttsfleet serve --checkpoint s2-pro``
-#: (FP8, codec in the loop, streaming audio over HTTP, 128 +- 50 % frames, steady window), one
-#: H200, one server, 2026-12-02: benchmarks/inference_h200/2026-12-02-graphs/
-#: run3-tests-served-default/served.tgz (serve/served_c1/bench.json, serve/served_c64/bench.json;
-#: frames/s and first audio p50). The newest run with c=1 (which the curve needs: below its first
-#: point throughput is linear in concurrency); 2026-12-03's served run has c=64 and c=128 only.
-#: Its server ran ``--max-running-requests 128 --prefill-coalesce-ms 40``: not the H200 defaults
-#: (64 slots, coalescing off). At c <= 64 the slot count changes only the captured graphs and
-#: the queue bound; coalescing measured +7.4 % frames/s and +15 ms first audio p50 at c=64 (run4, one
-#: round each), and 2026-12-03's c=64 without it (run3 side a) read 2,392.6 frames/s, 104 ms.
-#: Prompt attention ran GQA expanded (the default until d664b14, now native: 2026-12-03's side b,
-#: c=64 +3.5 % frames/s, one round, inside the repeats' spread).
-#: Points only from this run: the 2026-12-01 curve's c=8 (a slower server) is not mixed in. Its
-#: c=128 level (2,707.5 frames/s, 178 ms) is left out: an H200 replica admits 64
-#: (``ServingDefaults.max_running_requests``), and the curve's peak is the class's capacity.
-_SERVED_H200 = ((1, 188.915, 0.02779), (64, 2462.543, 0.12205))
-_SERVED_SOURCE = ("measured: ttsfleet serve, S2 Pro shape FP8, audio over HTTP, one H200, 2026-12-02, "
-                  "server flags --max-running-requests 128 --prefill-coalesce-ms 40 "
-                  "(benchmarks/inference_h200/2026-12-02-graphs/run3-tests-served-default)")
+#: Our served H200 curve: ``ttsfleet bench serve`` against ``ttsfleet serve --checkpoint s2-pro
+#: --gpu-class h200 --max-running-requests 128`` (FP8, the codec process under MPS, streaming pcm
+#: over HTTP, 128 +- 50 % frames, a 290-character text, the steady window), one H200, one server,
+#: all three levels in one run, 2026-12-04: benchmarks/inference_h200/2026-12-04/
+#: run5-served-curve-128-slots (m128/serve/served_c{1,64,128}/bench.json): frames/s, first audio
+#: p50 and the NVML busy mean over the middle 80 % of each level (sampled every 0.2 s). The H200
+#: defaults below are that server's (128 slots, codec process). First audio p99 was 25 / 300 /
+#: 296 ms and RTF p99 0.116 / 0.463 / 0.792 at c=1 / 64 / 128: only c=1 meets the capacity bound
+#: (first audio p99 <= 250 ms and RTF p99 <= 0.5), hence ``slo_concurrency`` 1.
+_SERVED_H200 = ((1, 190.496, 0.02426, 0.9175), (64, 3325.633, 0.09891, 0.9813),
+                (128, 3848.274, 0.11802, 0.9608))
+_SERVED_SLO_CONCURRENCY = 1
+_SERVED_SOURCE = ("measured: ttsfleet serve --max-running-requests 128 (the H200 defaults), S2 Pro "
+                  "shape FP8, audio over HTTP, one H200, 2026-12-04 "
+                  "(benchmarks/inference_h200/2026-12-04/run5-served-curve-128-slots)")
 
 
 def _served(scale: float, source: str) -> CapacityCurve:
     """Our served H200 curve, throughput scaled by ``scale`` (1.0: the measurement itself)."""
     return CapacityCurve(points=tuple(CapacityPoint(concurrency=c, frames_per_s=round(f * scale, 1),
-                                                    ttfa_s=t) for c, f, t in _SERVED_H200),
-                         source=source)
+                                                    ttfa_s=t, gpu_busy=b) for c, f, t, b in _SERVED_H200),
+                         source=source, slo_concurrency=_SERVED_SLO_CONCURRENCY if scale == 1.0 else None)
 
 
 #: The source write-up's RTX 5090 / H200 throughput ratio at c=64 (5,869 / 8,006): borrowed, and
@@ -322,13 +318,16 @@ def default_classes() -> dict[str, GpuClass]:
         # codec thread (side by side, H200, 2026-12-03); served c=64 3,362 vs 2,480 frames/s, NVML
         # 98.6 vs 81.3 % busy, with the server starting the daemon itself (side by side, 2026-12-04,
         # benchmarks/inference_h200/2026-12-04/). Without MPS the same child lost 12 %.
-        # Slots stay 64 until one run measures the served curve to c=128 on 128 slots (the curve,
-        # the autoscaler's target and the simulator are sized on it): c=128 on 128 slots served
-        # 3,767 frames/s, first audio p50 129 ms, where 64 slots queued half the streams (3,260,
-        # 2,218 ms; two calls, 2026-12-04).
-        serving=ServingDefaults(codec_process=True),
+        # 128 slots: c=128 served 3,848 frames/s against 3,326 at c=64 on the same server (first
+        # audio p50 118 vs 99 ms, NVML 96.1 vs 98.1 % busy), where 64 slots queued half of c=128's
+        # streams (3,260 frames/s, first audio p50 2,218 ms) (H200, 2026-12-04, run5 and run1 of
+        # benchmarks/inference_h200/2026-12-04/).
+        serving=ServingDefaults(max_running_requests=128, codec_process=True),
         capacity=NAMED_CURVES["served"]["h200"],
-        model_load_s=90,
+        # start to ready with 128 slots: 94 and 88 s (19 decode graphs, 16 prefill buckets, 44 codec
+        # graphs in the codec process), random weights from local disk (2026-12-04 run5); image pull
+        # and a real checkpoint's read are not in it
+        model_load_s=91,
         relative_cost=1.0,
         node_label="h200",
     )

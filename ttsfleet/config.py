@@ -25,7 +25,7 @@ class AutoscaleConfig(WireModel):
     """Autoscaling targets for one TTSDeployment (all pools share them)."""
 
     # 40: also the simulator's scenario (Scenario.autoscale), derived there from our served H200
-    # curve (first audio under the SLO up to a replica's 64 slots, 2026-12-03).
+    # curve (2026-12-04, 128 slots: real-time headroom, RTF p99 <= 0.5, up to c=64 in flight).
     target_in_flight_per_replica: float = Field(
         default=40.0, gt=0,
         description="In-flight requests one reference replica (the fastest GPU class) should carry;"

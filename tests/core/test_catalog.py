@@ -34,35 +34,52 @@ def test_cuda_graph_max_bs(mrr, bs):
 
 
 #: The served run the built-in H200 curve comes from (ttsfleet/catalog.py, _SERVED_H200).
-SERVED_RUN = REPO / "benchmarks/inference_h200/2026-12-02-graphs/run3-tests-served-default"
+SERVED_RUN = REPO / "benchmarks/inference_h200/2026-12-04/run5-served-curve-128-slots"
 
 
-def _served_points() -> dict[int, dict]:
-    """The run's ``bench.json`` points by concurrency, read from its ``served.tgz``."""
-    out = {}
+def _served_members() -> dict[str, bytes]:
+    """Every file of the run's ``served.tgz`` by name."""
     with tarfile.open(SERVED_RUN / "served.tgz") as tar:
-        for m in tar.getmembers():
-            if m.name.endswith("/bench.json"):
-                doc = json.load(tar.extractfile(m))
-                assert doc["server"]["build"]["gpu_class"] == "h200"
-                out.update({p["concurrency"]: p for p in doc["points"]})
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+
+
+def _served_points(members: dict[str, bytes]) -> dict[int, dict]:
+    """The run's ``bench.json`` points by concurrency."""
+    out = {}
+    for name, data in members.items():
+        if name.endswith("/bench.json"):
+            doc = json.loads(data)
+            assert doc["server"]["build"]["gpu_class"] == "h200"
+            out.update({p["concurrency"]: p for p in doc["points"]})
     return out
 
 
+def _nvml_busy(members: dict[str, bytes], c: int) -> float:
+    """speed_run.sh's reading: mean NVML utilization over the middle 80 % of a level's samples."""
+    v = [float(x) for x in members[f"./serve/nvml_c{c}.txt"].decode().split() if x.strip()]
+    v = v[len(v) // 10:len(v) - len(v) // 10] or v
+    return sum(v) / len(v) / 100
+
+
 def test_default_curves_are_the_served_measurement_and_the_writeup_stays_named():
-    served = _served_points()
+    members = _served_members()
+    served = _served_points(members)
     assert sorted(served) == [1, 64, 128]
     cat = GpuCatalog.default()
     h200 = cat.get("h200")
     h = h200.capacity
     assert h.source.startswith("measured") and SERVED_RUN.name in h.source
     # the built-in H200 curve is the recorded served run, point by point (frames/s, first audio
-    # p50), up to the concurrency an H200 replica admits: c=128 (measured with 128 slots) left out
-    assert [p.concurrency for p in h.points] == [1, 64] == [
-        c for c in sorted(served) if c <= h200.serving.max_running_requests]
+    # p50, NVML busy), up to the concurrency an H200 replica admits (the run's own slot count)
+    assert h200.serving.max_running_requests == 128
+    assert [p.concurrency for p in h.points] == sorted(served)
     for p in h.points:
         assert p.frames_per_s == pytest.approx(served[p.concurrency]["frames_per_s"], abs=0.05)
         assert p.ttfa_s == pytest.approx(served[p.concurrency]["ttfa_s"])
+        assert p.gpu_busy == pytest.approx(_nvml_busy(members, p.concurrency), abs=0.0005)
+    # the capacity bound the curve carries is the one these points meet
+    meets = [c for c, pt in served.items() if pt["rtf_p99"] <= 0.5 and pt["ttfa_p99_s"] <= 0.25]
+    assert h.slo_concurrency == max(meets) == 1
     assert h.peak_frames_per_s == h.frames_per_s(h200.serving.max_running_requests)
     r = cat.get("rtx5090").capacity
     assert r.source.startswith("estimate")
@@ -87,7 +104,7 @@ def test_measured_curve_replaces_seed(tmp_path):
     cat = GpuCatalog.default().with_measured_file("h200", f)
     assert cat.get("h200").capacity.frames_per_s(64) == 12000
     assert cat.get("h200").capacity.source == "bench 2026-11-30"
-    assert GpuCatalog.default().get("h200").capacity.frames_per_s(64) == pytest.approx(2462.5, abs=0.1)
+    assert GpuCatalog.default().get("h200").capacity.frames_per_s(64) == pytest.approx(3325.6, abs=0.1)
 
 
 def test_unknown_class_and_bad_curves(tmp_path):

@@ -64,7 +64,7 @@ def test_non_editable_install_imports_from_outside_the_repo(tmp_path):
     code = ("import operator, ttsfleet, ttsfleet.operator, ttsfleet.fill_jobs, ttsfleet.slurm, "
             "ttsfleet.inference, ttsfleet.kernels, ttsfleet.policy, ttsfleet.sim.engine\n"
             "from ttsfleet.catalog import GpuCatalog\n"
-            "assert GpuCatalog.default().get('h200').serving.cuda_graph_max_bs == 64\n"
+            "assert GpuCatalog.default().get('h200').serving.cuda_graph_max_bs == 128\n"
             "assert hasattr(operator, 'itemgetter')\n"
             "print(ttsfleet.operator.__file__)")
     out = subprocess.run([sys.executable, "-S", "-c", code], cwd=tmp_path, capture_output=True, text=True,

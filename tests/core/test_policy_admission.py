@@ -119,7 +119,7 @@ def test_colocation_limit_from_the_measured_cost():
     assert not never.allowed and never.reason.startswith("never pays")
     # a free interference cost makes co-location pay up to the curve's end
     free = on.model_copy(update={"inference_latency": 1.0, "max_rtf": 10.0})
-    assert colocation_limit(free, served, 64).concurrency == served.max_concurrency
+    assert colocation_limit(free, served, served.max_concurrency).concurrency == served.max_concurrency
 
 
 def test_colocated_plan_shares_instead_of_evicting_and_keeps_no_headroom():

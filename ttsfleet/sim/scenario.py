@@ -95,9 +95,12 @@ class Scenario(BaseModel):
     # default target, 40 in flight. The rule it was derived by: size below the concurrency where our
     # served H200 curve's first audio reaches the 500 ms SLO. On 2026-12-01's curve that was near
     # 25.5 (0.35 s at 8, 0.83 s at 64), and replicas were sized for 16 (0.63 of it). On the
-    # 2026-12-02 curve (catalog, _SERVED_H200) first audio is 122 ms p50 / 197 ms p99 at c=64, so
-    # it stays under the SLO wherever a replica admits requests (64 slots), and the limit is the
-    # slot count: 0.63 x 64 = 40 (benchmarks/simulate/README.md, 2026-12-03, with the sweep).
+    # 2026-12-02 curve first audio stayed under the SLO wherever a replica admitted requests (64
+    # slots), and the limit was the slot count: 0.63 x 64 = 40. On 2026-12-04's (catalog,
+    # _SERVED_H200: 128 slots) first audio stays under it to c=128 (p99 296 ms), but real-time
+    # headroom (RTF p99 <= 0.5) holds at c=64 (0.463) and not at c=128 (0.792): the limit is 64
+    # measured in-flight streams, and 0.63 x 64 = 40 still (tests/core/test_simulator.py reads the
+    # recorded run).
     autoscale: AutoscaleConfig = AutoscaleConfig(burst_headroom=0.2)
     # The simulated kube-scheduler preempts fill for pending training by itself (the chart's
     # PriorityClasses: training above fill), so the policy evicts only for inference and headroom.
