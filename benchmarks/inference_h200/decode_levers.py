@@ -15,6 +15,7 @@ medians (ms per step) and the ratio to the default; JSON to ``$OUT/decode_levers
 
     python3 -m benchmarks.inference_h200.decode_levers            # on the device, from the repo root
     LEVER_BATCHES=1,8,32,64,128 LEVER_ROUNDS=3 (defaults)
+    LEVER_CONTEXT=4096 LEVER_VARIANTS=default,fp8kv   # the FP8 cache where K/V dominate the bytes
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ import torch
 BATCHES = [int(v) for v in os.environ.get("LEVER_BATCHES", "1,8,32,64,128").split(",")]
 ROUNDS = int(os.environ.get("LEVER_ROUNDS", "3"))
 CUBLAS_ROWS = [int(v) for v in os.environ.get("LEVER_CUBLAS_ROWS", "16,64").split(",")]
-CONTEXT = 576
+#: Positions in the cache each step attends over (576: a 512-token prompt plus 64 frames).
+CONTEXT = int(os.environ.get("LEVER_CONTEXT", "576"))
+VARIANTS = [v for v in os.environ.get("LEVER_VARIANTS", "").split(",") if v]
 
 
 def _fill(cache: Any) -> None:
@@ -75,9 +78,13 @@ def main() -> None:
     from ttsfleet.kernels import dispatch
 
     t0 = time.time()
-    model = load_model("s2-pro", device="cuda", dtype=torch.bfloat16, quantize="auto", max_seq_len=1024)
-    variants = ["default", "topk", "fp8kv", *[f"cublas@{r}" for r in CUBLAS_ROWS]]
-    caches = {kv: model.new_cache(max(BATCHES), CONTEXT + 4, kv_dtype=kv) for kv in ("auto", "fp8")}
+    model = load_model("s2-pro", device="cuda", dtype=torch.bfloat16, quantize="auto",
+                       max_seq_len=max(1024, CONTEXT + 64))
+    variants = VARIANTS or ["default", "topk", "fp8kv", *[f"cublas@{r}" for r in CUBLAS_ROWS]]
+    if "default" not in variants:
+        variants.insert(0, "default")  # every ratio is to the default beside it
+    kinds = {"fp8" if v == "fp8kv" else "auto" for v in variants}
+    caches = {kv: model.new_cache(max(BATCHES), CONTEXT + 4, kv_dtype=kv) for kv in kinds}
     for cache in caches.values():
         _fill(cache)
     print(f"{torch.cuda.get_device_name(0)}; loaded in {time.time() - t0:.0f} s; plan "

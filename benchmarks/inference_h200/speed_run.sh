@@ -59,6 +59,12 @@ live_pyspy() {  # live_pyspy DIR: the first live server's threads under py-spy o
   python3 benchmarks/inference_h200/pyspy_summary.py "$OUT/livespy_raw.txt" 0.03 > "$OUT/livespy_summary.txt" 2>&1
   gzip -f "$OUT/livespy_raw.txt"
 }
+stop_servers() {  # a live stage cut by its timeout leaves its server behind: stop it before the next
+  # stage starts one (2026-12-04: the next side's server started beside a stopping one, ~2x slower)
+  pkill -TERM -f "[t]tsfleet.cli serve" || return 0
+  for _ in $(seq 1 60); do pgrep -f "[t]tsfleet.cli serve" > /dev/null || return 0; sleep 0.5; done
+  pkill -KILL -f "[t]tsfleet.cli serve"; sleep 1
+}
 serve_config() {  # serve_config DIR "SERVE FLAGS": start a server, run every level, stop it
   local dir=$1 flags=$2 port=18123 t0; t0=$(date +%s)
   mkdir -p "$dir"
@@ -108,7 +114,7 @@ for stage in "$@"; do
             --concurrency "${LIVE_C:-64}" --frames "$FRAMES" --frames-spread "${LIVE_SPREAD:-0.5}" \
             --serve-args "--gpu-class h200 --max-new-tokens $FRAMES ${SERVE_ARGS:-}" \
             2>&1 | tee "$OUT/live.txt" | tail -8
-          wait ;;
+          wait; stop_servers ;;
     benchgate)  # the engine bench's gate (issue #25: catch a planted 10 % slowdown at c=64 too)
       timeout "${GATE_BENCH_TIMEOUT:-480}" python3 -m ttsfleet.cli bench engine --checkpoint s2-pro \
         --codec "${GATE_CODEC:-none}" --device cuda --concurrency "${GATE_LEVELS:-1,64}" --repeats 3 \
