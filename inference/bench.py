@@ -402,10 +402,22 @@ def stage_means_ms(before: StageTotals, after: StageTotals) -> dict[str, float]:
     return out
 
 
-def _level_with_stages(cfg: BenchConfig, c: int) -> tuple[Level, dict[str, float], dict[str, float],
-                                                          dict[str, float]]:
-    """A level, the server's stage means over it, its admission waits by reason and its codec's work
-    (:func:`codec_use`) over it: all from a read of /metrics before the level and one after."""
+@dataclass
+class LevelReading:
+    """A level and what the server's /metrics said about it (read before the level and after)."""
+
+    level: Level
+    stage_means_ms: dict[str, float]  # mean ms per stage of time to first audio
+    stage_p99_ms: dict[str, float]  # p99 ms per stage (:mod:`.bench_stages`)
+    waits: dict[str, float]  # engine iterations that left requests waiting, by cause
+    codec: dict[str, float]  # :func:`codec_use`
+
+
+def _level_with_stages(cfg: BenchConfig, c: int) -> LevelReading:
+    """A level with the server's stage means and p99s over it, its admission waits by reason and its
+    codec's work (:func:`codec_use`) over it: all from a read of /metrics before the level and one after."""
+    from .bench_stages import stage_buckets, stage_quantiles_ms
+
     before = server_samples(cfg.url)
     t0 = time.perf_counter()
     lv = _level(cfg, c, cfg.requests_at(c))
@@ -413,8 +425,11 @@ def _level_with_stages(cfg: BenchConfig, c: int) -> tuple[Level, dict[str, float
     after = server_samples(cfg.url)
     (stages0, waits0), (stages1, waits1) = readings_of(before), readings_of(after)
     waited = {k: n - waits0.get(k, 0.0) for k, n in waits1.items()}
-    codec = codec_use(codec_totals(before), codec_totals(after), wall)
-    return lv, stage_means_ms(stages0, stages1), {k: v for k, v in waited.items() if v}, codec
+    return LevelReading(
+        level=lv, stage_means_ms=stage_means_ms(stages0, stages1),
+        stage_p99_ms=stage_quantiles_ms(stage_buckets(before), stage_buckets(after), 0.99),
+        waits={k: v for k, v in waited.items() if v},
+        codec=codec_use(codec_totals(before), codec_totals(after), wall))
 
 
 def run_bench(cfg: BenchConfig) -> dict[str, Any]:
@@ -441,7 +456,7 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
         pass
     asyncio.run(_run_level(cfg, 1, 1))  # one unmeasured request: connections, server-side first calls
     measured = [_level_with_stages(cfg, c) for c in cfg.levels]
-    levels = [lv for lv, *_ in measured]
+    levels = [m.level for m in measured]
     base = levels[0].frames_per_s if levels else 0.0
     report = {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -450,10 +465,14 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
         "config": {k: v for k, v in asdict(cfg).items() if k != "api_key"},
         "levels": [asdict(lv) for lv in levels],
         # the server's own split of time to first audio per level (every request of the level's runs)
-        "ttfa_stages_ms": [{"concurrency": lv.concurrency, **st} for lv, st, _, _ in measured if st],
-        "admission_waits": [{"concurrency": lv.concurrency, **w} for lv, _, w, _ in measured if w],
+        "ttfa_stages_ms": [{"concurrency": m.level.concurrency, **m.stage_means_ms}
+                           for m in measured if m.stage_means_ms],
+        # ... and each stage's p99 over the level (from the server's histogram buckets)
+        "ttfa_stages_p99_ms": [{"concurrency": m.level.concurrency, **m.stage_p99_ms}
+                               for m in measured if m.stage_p99_ms],
+        "admission_waits": [{"concurrency": m.level.concurrency, **m.waits} for m in measured if m.waits],
         # the codec's pushes, frames per push and busy share per level (a server without them: none)
-        "codec": [{"concurrency": lv.concurrency, **u} for lv, _, _, u in measured if u],
+        "codec": [{"concurrency": m.level.concurrency, **m.codec} for m in measured if m.codec],
         "open_loop": [open_level(cfg, r) for r in cfg.rates],
         "scaling": (levels[-1].frames_per_s / base) if base > 0 else None,
         "points": points(levels),
@@ -495,6 +514,9 @@ def print_table(report: dict[str, Any]) -> None:
         console.print(o)
     for st in report.get("ttfa_stages_ms", []):
         console.print(f"c={st['concurrency']} server time to first audio by stage, mean ms: "
+                      + ", ".join(f"{k} {v:.0f}" for k, v in st.items() if k != "concurrency"))
+    for st in report.get("ttfa_stages_p99_ms", []):
+        console.print(f"c={st['concurrency']} server time to first audio by stage, p99 ms (each its own): "
                       + ", ".join(f"{k} {v:.0f}" for k, v in st.items() if k != "concurrency"))
     for w in report.get("admission_waits", []):
         console.print(f"c={w['concurrency']} engine iterations that left requests waiting, by cause: "

@@ -40,6 +40,12 @@ def test_bench_serve_writes_table_json_png(server, tmp_path):
     for st in stages:
         assert set(st) - {"concurrency"} == set(TTFA_STAGES) and st["prefill"] > 0 and st["decode"] > 0
     assert "c=4 server time to first audio by stage" in proc.stdout
+    # each stage's p99 over the level, from the server's histogram buckets
+    p99 = report["ttfa_stages_p99_ms"]
+    assert [st["concurrency"] for st in p99] == [1, 4]
+    for tail in p99:
+        assert set(tail) - {"concurrency"} == set(TTFA_STAGES) and tail["prefill"] > 0
+    assert "c=4 server time to first audio by stage, p99 ms" in proc.stdout
     # the codec's work per level: every push decodes a frame or more, and it is busy part of the time
     codec = report["codec"]
     assert [u["concurrency"] for u in codec] == [1, 4]

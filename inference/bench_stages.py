@@ -1,0 +1,69 @@
+"""Tail quantiles of the server's time to first audio by stage, from its Prometheus histograms.
+
+Why: ``bench serve`` already reports each stage's mean (``ttfa_stages_ms``), but the serving target
+is a p99 (first audio p99 <= 250 ms at c=64) and the H200 runs of 2026-12-04 missed it with every
+stage's mean small (c=64: p99 300 ms, stage means 0-37 ms). Which stage holds the tail is what the
+next change needs to know. The server already counts every request's stages in
+``inference_ttfa_stage_seconds`` (a histogram): the difference of two /metrics reads gives the
+level's requests per bucket, and the quantile is read from it as Prometheus's
+``histogram_quantile`` does (linear within the bucket that holds it), so a dashboard and the bench
+read the same figure. Bucket edges bound the precision: 25 ms up to 150 ms (``LATENCY_BUCKETS``).
+Stage quantiles do not add up to the time to first audio's: a request slow in one stage need not
+be slow in another.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+StageBuckets = dict[str, dict[float, float]]  # {stage: {upper bound s: cumulative requests}}
+
+
+def stage_buckets(samples: list[Any]) -> StageBuckets:
+    """The cumulative bucket counts of ``inference_ttfa_stage_seconds`` in one /metrics read, per
+    stage, summed over the other labels (every model the server runs)."""
+    from ttsfleet.metrics import spec
+
+    name = spec("inference_ttfa_stage_seconds").name + "_bucket"
+    out: StageBuckets = {}
+    for smp in samples:
+        if smp.name == name:
+            le = float(smp.labels["le"])
+            per = out.setdefault(smp.labels.get("stage", "?"), {})
+            per[le] = per.get(le, 0.0) + smp.value
+    return out
+
+
+def histogram_quantile(q: float, cumulative: dict[float, float]) -> float:
+    """The ``q`` quantile (0..1) of a cumulative histogram ``{upper bound: count}``, in the bounds'
+    unit; NaN when it holds no observation. Linear within the bucket that holds the rank (from 0 for
+    the first bucket); a rank in the ``+Inf`` bucket reads the highest finite bound, as Prometheus's."""
+    edges = sorted(cumulative)
+    total = cumulative[edges[-1]] if edges else 0.0
+    if total <= 0:
+        return math.nan
+    rank = q * total
+    lower, below = 0.0, 0.0
+    for edge in edges:
+        count = cumulative[edge]
+        if count >= rank:
+            if math.isinf(edge):
+                return lower
+            if count == below:
+                return edge
+            return lower + (edge - lower) * (rank - below) / (count - below)
+        lower, below = edge, count
+    return lower
+
+
+def stage_quantiles_ms(before: StageBuckets, after: StageBuckets, q: float) -> dict[str, float]:
+    """Per stage, the ``q`` quantile in ms of the requests observed between two reads."""
+    out = {}
+    for stage, cum in after.items():
+        prior = before.get(stage, {})
+        delta = {le: n - prior.get(le, 0.0) for le, n in cum.items()}
+        value = histogram_quantile(q, delta)
+        if not math.isnan(value):
+            out[stage] = round(1000 * value, 1)
+    return out

@@ -1,0 +1,48 @@
+"""The stage quantiles ``bench serve`` reads from the server's histograms (Prometheus semantics)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+from ttsfleet.inference.bench_stages import histogram_quantile, stage_buckets, stage_quantiles_ms
+
+from ttsfleet.metrics import LATENCY_BUCKETS, spec
+
+
+def test_quantile_is_linear_within_the_bucket_that_holds_the_rank():
+    cum = {0.1: 0.0, 0.2: 50.0, 0.3: 100.0, math.inf: 100.0}
+    assert histogram_quantile(0.5, cum) == pytest.approx(0.2)
+    assert histogram_quantile(0.99, cum) == pytest.approx(0.298)
+    assert histogram_quantile(0.25, cum) == pytest.approx(0.15)
+    # the first bucket interpolates from 0; a rank past the last finite bound reads that bound
+    assert histogram_quantile(0.5, {0.1: 10.0, math.inf: 10.0}) == pytest.approx(0.05)
+    assert histogram_quantile(0.99, {0.1: 10.0, math.inf: 100.0}) == pytest.approx(0.1)
+    assert math.isnan(histogram_quantile(0.99, {0.1: 0.0, math.inf: 0.0}))
+
+
+def _samples(registry: CollectorRegistry) -> list:
+    text = generate_latest(registry).decode()
+    return [s for fam in text_string_to_metric_families(text) for s in fam.samples]
+
+
+def test_stage_p99_of_a_level_is_the_difference_of_two_reads():
+    """A real prometheus_client histogram with the server's metric name, labels and buckets: the
+    level's p99 counts only what was observed between the reads."""
+    reg = CollectorRegistry()
+    m = spec("inference_ttfa_stage_seconds")
+    h = Histogram(m.name, "stages", ["model", "stage"], buckets=LATENCY_BUCKETS, registry=reg)
+    for _ in range(100):  # before the level: slow queueing that must not count
+        h.labels("tiny", "queue").observe(2.5)
+    before = stage_buckets(_samples(reg))
+    for i in range(100):
+        h.labels("tiny", "queue").observe(0.010 if i < 98 else 0.45)  # two slow ones in the level
+        h.labels("tiny", "prefill").observe(0.030)
+    after = stage_buckets(_samples(reg))
+    p99 = stage_quantiles_ms(before, after, 0.99)
+    assert set(p99) == {"queue", "prefill"}
+    assert 400 < p99["queue"] <= 500  # the 0.4-0.5 s bucket, not the 2.5 s of before the level
+    assert 25 < p99["prefill"] <= 50
+    assert stage_quantiles_ms(after, after, 0.99) == {}  # nothing in between: no figure
