@@ -266,11 +266,15 @@ _SERVED_SOURCE = ("measured: ttsfleet serve --max-running-requests 128 (the H200
                   "(benchmarks/inference_h200/2026-12-04/run5-served-curve-128-slots)")
 
 
-def _served(scale: float, source: str) -> CapacityCurve:
-    """Our served H200 curve, throughput scaled by ``scale`` (1.0: the measurement itself)."""
+def _served(scale: float, source: str, max_concurrency: int = 128) -> CapacityCurve:
+    """Our served H200 curve, throughput scaled by ``scale`` (1.0: the measurement itself), up to the
+    concurrency the class admits (an estimate for a class of 64 slots stops at c=64). The H200's
+    NVML busy is kept on the measurement only: another GPU's busy is not measured here."""
+    measured = scale == 1.0
     return CapacityCurve(points=tuple(CapacityPoint(concurrency=c, frames_per_s=round(f * scale, 1),
-                                                    ttfa_s=t, gpu_busy=b) for c, f, t, b in _SERVED_H200),
-                         source=source, slo_concurrency=_SERVED_SLO_CONCURRENCY if scale == 1.0 else None)
+                                                    ttfa_s=t, gpu_busy=b if measured else None)
+                                      for c, f, t, b in _SERVED_H200 if c <= max_concurrency),
+                         source=source, slo_concurrency=_SERVED_SLO_CONCURRENCY if measured else None)
 
 
 #: The source write-up's RTX 5090 / H200 throughput ratio at c=64 (5,869 / 8,006): borrowed, and
@@ -284,7 +288,8 @@ NAMED_CURVES: dict[str, dict[str, CapacityCurve]] = {
     "served": {
         "h200": _served(1.0, _SERVED_SOURCE),
         "rtx5090": _served(_WRITEUP_5090_PER_H200, "estimate: our served H200 curve x the write-up's "
-                                                   "RTX 5090/H200 ratio (no RTX 5090 measured here)"),
+                                                   "RTX 5090/H200 ratio (no RTX 5090 measured here)",
+                           max_concurrency=64),
     },
     "writeup": {
         "h200": _curve(8006, 8006 / 52, 0.073, 0.110, "borrowed: source write-up, H200 bsgemm FP8"),
@@ -355,7 +360,7 @@ def default_classes() -> dict[str, GpuClass]:
         weight_block=(1, 32),
         scale_format="ue8m0",
         capacity=_served(_WRITEUP_5090_PER_H200 * 6300 / 5869,
-                         "estimate: the RTX 5090 estimate scaled by memory bandwidth"),
+                         "estimate: the RTX 5090 estimate scaled by memory bandwidth", max_concurrency=64),
         model_load_s=80,
         relative_cost=0.45,
         node_label="rtx6000pro",

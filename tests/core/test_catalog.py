@@ -119,3 +119,16 @@ def test_unknown_class_and_bad_curves(tmp_path):
     f.write_text("nope: 1\n")
     with pytest.raises(ValueError, match="classes"):
         GpuCatalog.from_file(f)
+
+
+def test_every_built_in_curve_stops_at_what_its_class_admits():
+    """A curve point past a class's slots would claim throughput its replica never reaches (and
+    inflate the load shares and dashboards built on the peak); an estimate borrows no NVML busy."""
+    cat = GpuCatalog.default()
+    for name in cat.names():
+        cls = cat.get(name)
+        assert cls.capacity.max_concurrency <= cls.serving.max_running_requests, name
+        if not cls.capacity.source.startswith("measured"):
+            assert all(p.gpu_busy is None for p in cls.capacity.points), name
+            assert cls.capacity.slo_concurrency is None, name
+    assert cat.get("rtx5090").capacity.max_concurrency == 64 == cat.get("rtx5090").serving.max_running_requests
