@@ -44,7 +44,9 @@ from .codec_layers import (
     SlotState,
     Snake,
     WindowTransformer,
+    cache_channels_last,
     run,
+    uncache_channels_last,
 )
 
 _TINY_JSON = Path(__file__).with_name("codec_tiny.json")
@@ -209,6 +211,15 @@ class Encoder(nn.Module):
 
 
 class Decoder(nn.Module):
+    """Latent ``[B, C, T]`` -> audio ``[B, 1, T x hop]``: conv, four upsampling blocks, conv, tanh.
+
+    ``channels_last`` (default False, :meth:`Codec.use_channels_last` sets it): the conv stack runs on
+    ``[B, C, 1, T]`` tensors in NHWC memory, as 2-D convs of height 1 (issue #25: on the H200 every
+    conv of a 64 x 4 push took 5.93 instead of 8.27 ms that way, benchmarks/inference_h200/
+    codec_convs.py). The latent is converted once, straight into the first conv's input buffer, and
+    the output (one channel) needs no conversion; Snake, bias and residual adds keep the layout.
+    """
+
     def __init__(self, cfg: CodecConfig) -> None:
         super().__init__()
         ch = cfg["decoder_dim"]
@@ -220,9 +231,19 @@ class Decoder(nn.Module):
                                   *[ResidualUnit(out, d) for d in (1, 3, 9)]]))
         mods += [Snake(out), CausalConv(out, 1, 7), nn.Tanh()]
         self.model = nn.ModuleList(mods)
+        self.channels_last = False
 
-    def forward(self, z: Tensor, st: dict | None = None) -> Tensor:
-        return run(self.model, z, st)
+    def forward(self, z: Tensor, st: dict | SlotState | None = None,
+                channels_last: bool | None = None) -> Tensor:
+        """``channels_last`` None: :attr:`channels_last`. Either layout carries the same stream state."""
+        if not (self.channels_last if channels_last is None else channels_last):
+            return run(self.model, z, st)
+        first = self.model[0]
+        x4 = z.unsqueeze(2)
+        buf = first.open(x4, st)  # channels-last: x4 is 4-D
+        buf[..., first.pad:].copy_(x4)  # the one layout conversion, fused with the history concat
+        x = run(self.model[1:], first.close(buf, st), st)
+        return x.squeeze(2).contiguous()  # [B, 1, 1, L]: one channel, already contiguous (a no-op)
 
 
 class Codec(nn.Module):
@@ -245,6 +266,16 @@ class Codec(nn.Module):
     @property
     def dtype(self) -> torch.dtype:
         return self.decoder.model[0].conv.weight.dtype
+
+    def use_channels_last(self, on: bool = True) -> None:
+        """Run the decoder's conv stack channels-last (:class:`Decoder`) by default, caching each
+        conv's 4-D NHWC weight (a copy beside the parameter: the parameters and ``state_dict`` keep
+        the checkpoint's conv1d shapes). Call after loading or moving weights (:func:`load_codec` does)."""
+        self.decoder.channels_last = on
+        if on:
+            cache_channels_last(self.decoder)
+        else:
+            uncache_channels_last(self.decoder)
 
     def use_fused_kernels(self, on: bool = True) -> None:
         """Snake activations through :func:`ttsfleet.kernels.snake.snake` (one pass; Triton where the
@@ -293,10 +324,11 @@ class Codec(nn.Module):
 
     def slot_decoder(self, max_slots: int, max_frames: int = 1 << 15, graphs: bool = False,
                      graph_max_batch: int | None = None, compile_mode: str | None = None,
-                     compile_backend: str | Callable = "inductor") -> SlotCodecStream:
+                     compile_backend: str | Callable = "inductor",
+                     channels_last: bool | None = None) -> SlotCodecStream:
         return SlotCodecStream(self, max_slots, max_frames=max_frames, graphs=graphs,
                                graph_max_batch=graph_max_batch, compile_mode=compile_mode,
-                               compile_backend=compile_backend)
+                               compile_backend=compile_backend, channels_last=channels_last)
 
 
 class CodecStream:
@@ -346,14 +378,21 @@ class SlotCodecStream:
     ``torch.compile``'s backend (tests use ``"eager"`` / ``"aot_eager"``: Dynamo's tracing and the
     state mutations without Inductor's minutes of code generation; ``compile_mode`` then does not
     apply). Graph captures record the compiled kernels.
+
+    ``channels_last`` (None: the codec's :attr:`Decoder.channels_last`, which :func:`load_codec` turns
+    on for CUDA): this decoder's conv stack layout (:class:`Decoder`); the stream state is the same
+    in both, only the convolutions' memory layout differs.
     """
 
     def __init__(self, codec: Codec, max_slots: int, max_frames: int = 1 << 15, graphs: bool = False,
                  graph_max_batch: int | None = None, compile_mode: str | None = None,
-                 compile_backend: str | Callable = "inductor") -> None:
+                 compile_backend: str | Callable = "inductor", channels_last: bool | None = None) -> None:
         if compile_mode is not None and compile_mode not in COMPILE_MODES:
             raise ValueError(f"codec compile mode {compile_mode!r} is not one of {', '.join(COMPILE_MODES)}")
         self.codec = codec
+        self.channels_last = codec.decoder.channels_last if channels_last is None else channels_last
+        if self.channels_last:
+            cache_channels_last(codec.decoder)  # fresh 4-D weights (the codec may have moved since)
         self.slots = max_slots
         self.buckets = codec_batch_buckets(min(graph_max_batch or max_slots, max_slots))
         self.pad = self.buckets[-1]  # scratch rows after the real ones: graphs pad B up to a bucket
@@ -449,7 +488,8 @@ class SlotCodecStream:
 
     def _decode_eager(self, rows: Tensor, codes: Tensor) -> Tensor:
         self.state.select(rows)
-        return self.codec.decoder(self.codec.quantizer.decode(codes, self.state), self.state)[:, 0]
+        z = self.codec.quantizer.decode(codes, self.state)
+        return self.codec.decoder(z, self.state, channels_last=self.channels_last)[:, 0]
 
     def _compile(self, mode: str, backend: str | Callable) -> None:
         """Wrap :meth:`_decode_eager` in ``torch.compile`` (mode ``mode`` with Inductor).
@@ -606,16 +646,34 @@ RANDOM_PRESETS = ("tiny", "s2-pro")
 
 
 def load_codec(name_or_path: str | Path = "tiny", device: str | torch.device = "cpu",
-               dtype: torch.dtype = torch.float32, seed: int = 0, fast: bool = False) -> Codec:
+               dtype: torch.dtype = torch.float32, seed: int = 0, fast: bool = False,
+               channels_last: bool | None = None) -> Codec:
     """``"tiny"`` / ``"s2-pro"`` (random weights; fixture / released sizes; any other model preset
     takes the codec of its size class) or a ``codec.pth`` (config
     from a ``codec_config.json`` beside it, else the released sizes). Mismatched keys fail listing
     missing / unexpected / mis-shaped. ``fast``: bf16 weights (``dtype`` is ignored) and the fused
-    Snake kernel (:meth:`Codec.use_fused_kernels`)."""
+    Snake kernel (:meth:`Codec.use_fused_kernels`). ``channels_last`` (None: on CUDA only): the
+    decoder's conv stack layout (:meth:`Codec.use_channels_last`); on CPU the NCL path stays the
+    default (see :func:`default_channels_last`)."""
     codec = _load_codec(name_or_path, device, torch.bfloat16 if fast else dtype, seed)
     if fast:
         codec.use_fused_kernels()
+    codec.use_channels_last(default_channels_last(codec.device) if channels_last is None else channels_last)
     return codec
+
+
+def default_channels_last(device: torch.device) -> bool:
+    """The decoder layout a codec gets when none is asked for: NCL everywhere, for now.
+
+    Channels-last (cuDNN's NHWC kernels) makes pushes 1.14-1.17x faster from 1 x 1 to 128 x 4 on
+    an H200 (S2 size, bf16, CUDA graphs, 2026-12-04, benchmarks/inference_h200/codec_layout.py: a
+    64 x 4 push 18.4 -> 15.8 ms; the cached 4-D weights cost 103 MiB beside the parameters), its
+    audio 23-26 dB SNR from NCL's (both bf16; bf16 against float32 is 19.7 dB). It becomes the CUDA
+    default once the served path has measured it side by side (``serve --codec-layout``); the
+    128 x 4 row of that run read a difference of exactly 0, which is not yet understood. On the CPU
+    (tests, development) NCL is the golden tests' reference layout."""
+    del device
+    return False
 
 
 def _load_codec(name_or_path: str | Path, device: str | torch.device, dtype: torch.dtype, seed: int) -> Codec:

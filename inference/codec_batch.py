@@ -279,12 +279,14 @@ def build_slot_decoder(codec: Any, plan: Any) -> Any:
     t0 = time.perf_counter()
     compile_mode = plan.compile_mode
     decoder = codec.slot_decoder(plan.slots, max_frames=plan.max_seq_len, graphs=plan.graphs,
-                                 graph_max_batch=plan.graph_max_batch, compile_mode=compile_mode)
+                                 graph_max_batch=plan.graph_max_batch, compile_mode=compile_mode,
+                                 channels_last=plan.channels_last)
     frames = tuple(1 << i for i in range(plan.max_frames.bit_length()))
     n = decoder.capture(frames)  # compiled: the compiles happen here, before any capture
     if n:
-        log.info("captured %d codec graphs (streams %s x frames %s) in %.1f s", n,
-                 decoder.buckets, frames, time.perf_counter() - t0)
+        log.info("captured %d codec graphs (streams %s x frames %s, %s convs) in %.1f s", n,
+                 decoder.buckets, frames, "channels-last" if decoder.channels_last else "NCL",
+                 time.perf_counter() - t0)
     if compile_mode is not None:
         log.info("codec decode compiled (%s): %s, %.1f s", compile_mode,
                  "on" if decoder.compiled is not None else f"eager ({decoder.compile_error})",

@@ -5,6 +5,11 @@ end, so decoding frame by frame with carried state (conv history, transposed-con
 attention KV within the window, absolute RoPE positions) gives the same samples as decoding the
 whole code sequence at once. ``st=None`` is the one-shot path with the reference's zero padding.
 Module and parameter names mirror the released ``codec.pth`` so it loads without renaming.
+
+Two layouts, chosen by the input's rank: ``[B, C, T]`` (1-D convs, the reference's) or
+``[B, C, 1, T]`` in channels-last (NHWC) memory, run as 2-D convs of height 1 (faster cuDNN kernels,
+issue #25; the decoder converts once on entry, :class:`~ttsfleet.inference.codec.Decoder`). Stream
+state is stored 3-D in both, so it does not depend on the layout.
 """
 
 from __future__ import annotations
@@ -64,7 +69,7 @@ State = dict | SlotState | None
 
 
 class Snake(nn.Module):
-    """``x + sin(alpha x)^2 / alpha`` per channel."""
+    """``x + sin(alpha x)^2 / alpha`` per channel, on ``[B, C, T]`` or channels-last ``[B, C, 1, T]``."""
 
     def __init__(self, channels: int) -> None:
         super().__init__()
@@ -73,21 +78,62 @@ class Snake(nn.Module):
     #: One fused pass (:mod:`ttsfleet.kernels.snake`) instead of the expression; set by the codec.
     fused = False
 
-    def forward(self, x: Tensor, st: State = None) -> Tensor:
+    def forward(self, x: Tensor, st: State = None, out: Tensor | None = None) -> Tensor:
+        """``out`` (``x``'s shape, any strides): written in place and returned, e.g. the new-input
+        part of the next causal conv's ``[history | new]`` buffer (:func:`run`)."""
+        alpha = self.alpha if x.dim() == 3 else self.alpha.unsqueeze(-1)
         if self.fused and torch.compiler.is_compiling():
             # Traced by torch.compile: the expression in float32 (as the kernel computes it), which
             # Inductor fuses with the ops around it; the hand-written kernel would be a fusion barrier.
-            a = self.alpha.float()
-            return (x.float() + (a + 1e-9).reciprocal() * torch.sin(a * x.float()).pow(2)).to(x.dtype)
+            a = alpha.float()
+            y = (x.float() + (a + 1e-9).reciprocal() * torch.sin(a * x.float()).pow(2)).to(x.dtype)
+            return y if out is None else out.copy_(y)
         if self.fused:
             from ttsfleet.kernels.snake import snake
 
-            return snake(x, self.alpha)
-        return x + (self.alpha + 1e-9).reciprocal() * torch.sin(self.alpha * x).pow(2)
+            return snake(x, self.alpha, out=out)
+        if out is not None and (torch.compiler.is_compiling() or torch.is_grad_enabled()):
+            # Dynamo breaks the graph on a strided ``out=`` (copy_ traces), autograd refuses ``out=``
+            return out.copy_(x + (alpha + 1e-9).reciprocal() * torch.sin(alpha * x).pow(2))
+        return torch.add(x, (alpha + 1e-9).reciprocal() * torch.sin(alpha * x).pow(2), out=out)
+
+
+def _channels_last_4d(t: Tensor) -> Tensor:
+    """A conv weight ``[Co, Ci, K]`` as ``[Co, Ci, 1, K]`` in NHWC memory: the layout cuDNN's
+    channels-last kernels read (an NCHW weight would be converted on every call)."""
+    return t.detach().unsqueeze(2).contiguous(memory_format=torch.channels_last)
+
+
+def _new_buffer(x: Tensor, length: int) -> Tensor:
+    """An uninitialised ``x``-like tensor ``length`` samples long, in ``x``'s layout (3-D ``[B, C, T]``
+    contiguous, or 4-D ``[B, C, 1, T]`` channels-last)."""
+    if x.dim() == 3:
+        return x.new_empty(x.shape[0], x.shape[1], length)
+    return torch.empty(x.shape[0], x.shape[1], 1, length, dtype=x.dtype, device=x.device,
+                       memory_format=torch.channels_last)
+
+
+def _state_view(t: Tensor) -> Tensor:
+    """What a layer stores as stream state: always 3-D ``[B, C, n]``, whatever the layout computing,
+    so a stream's state does not depend on (or break when changing) the layout."""
+    return t.squeeze(2) if t.dim() == 4 else t
+
+
+def _as_layout_of(t: Tensor, x: Tensor) -> Tensor:
+    """Stored 3-D state ``t`` shaped like ``x`` (``[B, C, 1, n]`` view when ``x`` is 4-D)."""
+    return t.unsqueeze(2) if x.dim() == 4 else t
 
 
 class CausalConv(nn.Module):
-    """Left-padded conv (``k_eff - stride`` zeros, right-padded to whole output frames)."""
+    """Left-padded conv (``k_eff - stride`` zeros, right-padded to whole output frames).
+
+    Input ``[B, C, T]`` (a 1-D conv) or channels-last ``[B, C, 1, T]`` (the same numbers as a 2-D
+    conv of height 1, which cuDNN runs with its faster NHWC kernels: issue #25). Stride-1 convs
+    (every streaming one) take their input through a ``[history | new]`` buffer (:meth:`open` /
+    :meth:`close`): the history (carried, or the reference's zeros one-shot) is copied into its
+    head, so a producer can write the new samples straight into its tail instead of a
+    ``torch.cat`` copying them (:func:`run` does that for Snake -> conv).
+    """
 
     def __init__(self, cin: int, cout: int, kernel: int, dilation: int = 1, stride: int = 1,
                  groups: int = 1) -> None:
@@ -96,21 +142,47 @@ class CausalConv(nn.Module):
         self.stride = stride
         self.k_eff = (kernel - 1) * dilation + 1
         self.pad = self.k_eff - stride
+        #: The weight as a channels-last 4-D tensor (:func:`cache_channels_last`); not a parameter.
+        self.weight_4d: Tensor | None = None
+
+    def _conv(self, x: Tensor) -> Tensor:
+        if x.dim() == 3:
+            return self.conv(x)
+        c, w = self.conv, self.weight_4d
+        if w is None or w.device != c.weight.device or w.dtype != c.weight.dtype:
+            w = c.weight.unsqueeze(2)  # not cached (or stale after a move): correct, converted per call
+        return F.conv2d(x, w, c.bias, (1, self.stride), 0, (1, c.dilation[0]), c.groups)
+
+    def open(self, x: Tensor, st: State = None) -> Tensor:
+        """A ``[history | room for x's samples]`` buffer in ``x``'s layout, the history filled in."""
+        buf = _new_buffer(x, self.pad + x.shape[-1])
+        head = buf[..., : self.pad]
+        hist = None if st is None else st.get(self)
+        if hist is None:
+            head.zero_()
+        else:
+            head.copy_(_as_layout_of(hist, x))
+        return buf
+
+    def close(self, buf: Tensor, st: State = None) -> Tensor:
+        """Keep the buffer's last ``pad`` samples as the next call's history; convolve the buffer."""
+        if st is not None:
+            st[self] = _state_view(buf[..., buf.shape[-1] - self.pad:])
+        return self._conv(buf)
 
     def forward(self, x: Tensor, st: State = None) -> Tensor:
-        if st is None:
+        if self.stride != 1:
+            if st is not None:
+                raise ValueError("streaming supports stride-1 convs only")
             length = x.shape[-1]
             n_frames = (length - self.k_eff + self.pad) / self.stride + 1
             extra = (math.ceil(n_frames) - 1) * self.stride + (self.k_eff - self.pad) - length
-            return self.conv(F.pad(x, (self.pad, extra)))
-        if self.stride != 1:
-            raise ValueError("streaming supports stride-1 convs only")
-        buf = st.get(self)
-        if buf is None:
-            buf = x.new_zeros(x.shape[0], x.shape[1], self.pad)
-        xx = torch.cat([buf, x], dim=-1)
-        st[self] = xx[..., xx.shape[-1] - self.pad:]
-        return self.conv(xx)
+            return self._conv(F.pad(x, (self.pad, extra)))
+        if self.pad == 0:  # a 1x1 conv: no history, nothing to concatenate
+            return self._conv(x)
+        buf = self.open(x, st)
+        buf[..., self.pad:].copy_(x)
+        return self.close(buf, st)
 
 
 class CausalTransConv(nn.Module):
@@ -120,17 +192,41 @@ class CausalTransConv(nn.Module):
         super().__init__()
         self.conv = nn.ConvTranspose1d(cin, cout, kernel, stride=stride)
         self.stride, self.kernel = stride, kernel
+        self.weight_4d: Tensor | None = None
+
+    def _conv_t(self, x: Tensor) -> Tensor:
+        w = self.conv.weight
+        if x.dim() == 3:
+            return F.conv_transpose1d(x, w, None, stride=self.stride)
+        w4 = self.weight_4d
+        if w4 is None or w4.device != w.device or w4.dtype != w.dtype:
+            w4 = w.unsqueeze(2)
+        return F.conv_transpose2d(x, w4, None, stride=(1, self.stride))
 
     def forward(self, x: Tensor, st: State = None) -> Tensor:
         ov = self.kernel - self.stride
-        y = F.conv_transpose1d(x, self.conv.weight, None, stride=self.stride)
+        y = self._conv_t(x)
         if st is not None and ov > 0:
             tail = st.get(self)
-            if tail is not None:
-                y = torch.cat([y[..., :ov] + tail, y[..., ov:]], dim=-1)
-            st[self] = y[..., y.shape[-1] - ov:]
+            if tail is not None:  # the previous call's overlap, added in place (no concatenation)
+                y[..., :ov] += _as_layout_of(tail, y)
+            st[self] = _state_view(y[..., y.shape[-1] - ov:])
         y = y[..., : y.shape[-1] - ov]
-        return y + self.conv.bias[None, :, None]
+        return y + self.conv.bias.view(1, -1, *[1] * (y.dim() - 2))
+
+
+def cache_channels_last(module: nn.Module) -> None:
+    """Give every causal (transposed) conv under ``module`` its channels-last 4-D weight, built from
+    the current weight (call again after loading other weights or moving the module)."""
+    for m in module.modules():
+        if isinstance(m, (CausalConv, CausalTransConv)):
+            m.weight_4d = _channels_last_4d(m.conv.weight)
+
+
+def uncache_channels_last(module: nn.Module) -> None:
+    for m in module.modules():
+        if isinstance(m, (CausalConv, CausalTransConv)):
+            m.weight_4d = None
 
 
 class ResidualUnit(nn.Module):
@@ -140,10 +236,7 @@ class ResidualUnit(nn.Module):
                                     CausalConv(dim, dim, 1)])
 
     def forward(self, x: Tensor, st: State = None) -> Tensor:
-        y = x
-        for m in self.block:
-            y = m(y, st)
-        return x + y
+        return x + run(self.block, x, st)
 
 
 class ConvNeXt(nn.Module):
@@ -307,10 +400,24 @@ class WindowTransformer(nn.Module):
 
 
 def run(seq: nn.ModuleList, x: Tensor, st: State = None) -> Tensor:
-    """Apply stream-aware modules in order (``nn.Tanh`` and other plain modules take no state)."""
-    for m in seq:
+    """Apply stream-aware modules in order (``nn.Tanh`` and other plain modules take no state).
+
+    A Snake followed by a stride-1 causal conv with history writes its output straight into the
+    conv's ``[history | new]`` buffer (:meth:`CausalConv.open`): the same numbers as running them
+    one after the other, without the copy that concatenating history and input would make."""
+    i = 0
+    while i < len(seq):
+        m = seq[i]
+        nxt = seq[i + 1] if i + 1 < len(seq) else None
+        if isinstance(m, Snake) and isinstance(nxt, CausalConv) and nxt.stride == 1 and nxt.pad > 0:
+            buf = nxt.open(x, st)
+            m(x, st, out=buf[..., nxt.pad:])
+            x = nxt.close(buf, st)
+            i += 2
+            continue
         x = m(x, st) if isinstance(m, (Snake, CausalConv, CausalTransConv, ResidualUnit, ConvNeXt,
                                        WindowTransformer, SeqBlock)) else m(x)
+        i += 1
     return x
 
 

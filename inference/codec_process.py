@@ -67,6 +67,9 @@ class DecoderPlan:
     max_frames: int
     cpu_threads: int = 0
     gather_s: float = 0.0  # :mod:`ttsfleet.inference.codec_gather`'s window
+    #: The decoder's conv layout (:class:`~ttsfleet.inference.codec.Decoder`): None follows the
+    #: codec's default (channels-last on CUDA, NCL on CPU: :func:`~ttsfleet.inference.codec.load_codec`).
+    channels_last: bool | None = None
 
 
 class CodecProcess:

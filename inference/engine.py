@@ -241,6 +241,9 @@ class EngineConfig:
     #: (:mod:`ttsfleet.inference.codec_gather`; first audio and streams about to run dry never wait);
     #: 0 = decode whatever waits at once.
     codec_gather_ms: float = 0.0
+    #: The batched codec decoder's convolutions in channels-last (cuDNN's NHWC kernels; see
+    #: ``ServeConfig.codec_layout``); False: the NCL layout.
+    codec_channels_last: bool = False
     #: Replay batched codec calls from CUDA graphs (CUDA only), every stream-count bucket up to
     #: ``max_running_requests`` x every frame count up to ``codec_max_frames`` captured when the codec
     #: thread starts (captures during load stalled the stream:
@@ -953,7 +956,8 @@ class Engine:
                            graphs=self.device.type == "cuda" and self.cfg.codec_graphs,
                            graph_max_batch=self.max_slots, compile_mode=self.cfg.codec_compile,
                            max_frames=self.cfg.codec_max_frames, cpu_threads=self.cfg.cpu_threads,
-                           gather_s=self.cfg.codec_gather_ms / 1000)
+                           gather_s=self.cfg.codec_gather_ms / 1000,
+                           channels_last=self.cfg.codec_channels_last)
 
     def _codec_pass(self, codec: BatchedCodec) -> bool:
         """Take the queued messages, then one decode round; False once told to stop."""

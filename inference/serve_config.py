@@ -19,6 +19,7 @@ from ttsfleet.inference.mps import check_mode as check_mps_mode
 
 from ttsfleet.contracts.serving import (
     CODEC_COMPILE_MODES,
+    CODEC_LAYOUTS,
     INFERENCE_PORT,
     SERVER_ENV,
     read_server_env,
@@ -66,6 +67,10 @@ class ServeConfig:
     #: Longest wait of a chunk of codes for other streams to share its codec push (0 = off):
     #: ``ttsfleet.inference.codec_gather``.
     codec_gather_ms: float = 0.0
+    #: The codec decoder's layout, ``ncl`` or ``channels-last``. Channels-last pushes are 1.14-1.17x
+    #: faster from 1 x 1 to 128 x 4 (H200, 2026-12-04, benchmarks/inference_h200/codec_layout.py), but
+    #: the served path has not run it yet: NCL until a served A/B says otherwise.
+    codec_layout: str = "ncl"
     #: bf16 codec + fused Snake kernel + CUDA graphs for every stream-count bucket (CUDA only; CPU
     #: serving keeps float32). On since the side-by-side H200 run of 2026-12-02
     #: (benchmarks/inference_h200/2026-12-02-ab: 3.4x the frames/s at c=64, first audio p99 9.0 ->
@@ -151,6 +156,10 @@ class ServeConfig:
         if self.codec_compile not in ("off", *CODEC_COMPILE_MODES):
             raise UserError(f"codec compile mode {self.codec_compile!r} (--codec-compile / "
                             f"{ENV['codec_compile']}) is not off, {' or '.join(CODEC_COMPILE_MODES)}")
+        self.codec_layout = self.codec_layout.strip().lower() or "ncl"
+        if self.codec_layout not in CODEC_LAYOUTS:
+            raise UserError(f"codec layout {self.codec_layout!r} (--codec-layout / {ENV['codec_layout']}) "
+                            f"is not {' or '.join(CODEC_LAYOUTS)}")
         self.mps = check_mps_mode(self.mps, f"--mps / {ENV['mps']}")
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise UserError(f"device {self.device!r} is not auto, cpu or cuda[:N]")

@@ -6,6 +6,10 @@ streaming push (64 streams x 4 frames, bf16) in such passes, next to 31 % in its
 (benchmarks/inference_h200/probe, 2026-12-01). One Triton launch reads ``x`` once and writes once,
 computing in float32 (the eager bf16 expression rounds after every step; this rounds once).
 Which path runs is :mod:`.dispatch`'s decision, as for every kernel here.
+
+Layouts: channels-first ``[B, C, T]`` or the codec's channels-last form ``[B, C, 1, T]`` (NHWC
+memory, :mod:`ttsfleet.inference.codec_layers`); ``out`` (same shape, any strides) lets the caller
+write the result straight into a larger buffer, e.g. a causal conv's ``[history | new]`` input.
 """
 
 from __future__ import annotations
@@ -16,17 +20,30 @@ from torch import Tensor
 from . import dispatch
 
 
-def snake_ref(x: Tensor, alpha: Tensor) -> Tensor:
+def snake_ref(x: Tensor, alpha: Tensor, out: Tensor | None = None) -> Tensor:
     """The reference expression (as the released codec computes it), in ``x``'s dtype."""
-    return x + (alpha + 1e-9).reciprocal() * torch.sin(alpha * x).pow(2)
+    return torch.add(x, (alpha + 1e-9).reciprocal() * torch.sin(alpha * x).pow(2), out=out)
 
 
-def snake(x: Tensor, alpha: Tensor) -> Tensor:
-    """Snake of channels-first ``x [B, C, T]`` with per-channel ``alpha`` (``[1, C, 1]`` or ``[C]``)."""
-    if x.dim() != 3 or alpha.numel() != x.shape[1]:
-        raise ValueError(f"snake wants x [B, C, T] and C alphas, got {list(x.shape)} and {alpha.numel()}")
+def _as_3d(t: Tensor) -> Tensor:
+    """``[B, C, 1, T]`` -> the ``[B, C, T]`` view of the same memory (3-D passes through)."""
+    return t.squeeze(2) if t.dim() == 4 else t
+
+
+def snake(x: Tensor, alpha: Tensor, out: Tensor | None = None) -> Tensor:
+    """Snake of ``x [B, C, T]`` or ``[B, C, 1, T]`` with per-channel ``alpha`` (``[1, C, 1]`` or
+    ``[C]``); into ``out`` (returned) when given."""
+    ok_dims = x.dim() == 3 or (x.dim() == 4 and x.shape[2] == 1)
+    if not ok_dims or alpha.numel() != x.shape[1]:
+        raise ValueError(f"snake wants x [B, C, T] or [B, C, 1, T] and C alphas, got {list(x.shape)} "
+                         f"and {alpha.numel()}")
+    if out is not None and out.shape != x.shape:
+        raise ValueError(f"snake out {list(out.shape)} is not x's shape {list(x.shape)}")
     if x.numel() == 0 or not dispatch.use_triton(x):
-        return snake_ref(x, alpha.view(1, -1, 1))
+        return snake_ref(x, alpha.view(1, -1, *[1] * (x.dim() - 2)), out=out)
     from .triton_snake import snake_triton
 
-    return snake_triton(x, alpha.reshape(-1))
+    y = snake_triton(_as_3d(x), alpha.reshape(-1), None if out is None else _as_3d(out))
+    if out is not None:
+        return out
+    return y.unsqueeze(2) if x.dim() == 4 else y

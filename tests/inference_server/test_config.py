@@ -52,7 +52,28 @@ def test_codec_compile_is_off_unless_asked():
         ServeConfig.from_env({}, codec_compile="max-autotune")  # captures CUDA graphs of its own
 
 
+def test_codec_layout_is_ncl_unless_asked_and_reaches_the_decoder_plan():
+    """NCL until the served path measures channels-last; the env or the flag asks for it, and the
+    engine's decoder plan (what the codec thread and the codec process both build from) carries it."""
+    from ttsfleet.inference.codec import load_codec
+    from ttsfleet.inference.engine import Engine, EngineConfig
+    from ttsfleet.inference.loader import load_model
+
+    assert ENV["codec_layout"] == "TTSFLEET_CODEC_LAYOUT"
+    assert ServeConfig.from_env({}).codec_layout == "ncl"
+    env = {ENV["codec_layout"]: " Channels-Last "}
+    assert ServeConfig.from_env(env).codec_layout == "channels-last"
+    assert ServeConfig.from_env(env, codec_layout="ncl").codec_layout == "ncl"
+    with pytest.raises(UserError, match="TTSFLEET_CODEC_LAYOUT"):
+        ServeConfig.from_env({}, codec_layout="nhwc")
+    model, codec = load_model("tiny", device="cpu"), load_codec("tiny", device="cpu")
+    for on in (False, True):
+        engine = Engine(model, codec, EngineConfig(max_running_requests=2, codec_channels_last=on))
+        assert engine._decoder_plan().channels_last is on
+
+
 @pytest.mark.parametrize("env", [
+    {ENV["codec_layout"]: "nhwc"},
     {ENV["max_running_requests"]: "-3"},
     {ENV["max_running_requests"]: "4", ENV["cuda_graph_max_bs"]: "8"},
     {ENV["port"]: "http"},

@@ -55,6 +55,10 @@ PREFILL_COALESCE_MS = "TTSFLEET_PREFILL_COALESCE_MS"
 #: Milliseconds a chunk of codes may wait for other streams' chunks to share its codec push
 #: (``ttsfleet.inference.codec_gather``; first audio and streams about to run dry never wait); 0 = off.
 CODEC_GATHER_MS = "TTSFLEET_CODEC_GATHER_MS"
+#: The codec decoder's memory layout: ``ncl`` (the default) or ``channels-last`` (cuDNN's NHWC
+#: convolutions, :data:`CODEC_LAYOUTS`).
+CODEC_LAYOUT = "TTSFLEET_CODEC_LAYOUT"
+CODEC_LAYOUTS: tuple[str, ...] = ("ncl", "channels-last")
 #: ``1`` (the default): the codec runs bf16 with the fused Snake kernel, replayed from CUDA graphs
 #: for every stream-count bucket (CUDA only); ``0``: float32, eager.
 CODEC_FAST = "TTSFLEET_CODEC_FAST"
@@ -110,6 +114,7 @@ SERVER_ENV: Mapping[str, str] = MappingProxyType({
     "prefill_chunk_tokens": PREFILL_CHUNK_TOKENS,
     "prefill_coalesce_ms": PREFILL_COALESCE_MS,
     "codec_gather_ms": CODEC_GATHER_MS,
+    "codec_layout": CODEC_LAYOUT,
     "codec_fast": CODEC_FAST,
     "codec_compile": CODEC_COMPILE,
     "prefill_graphs": PREFILL_GRAPHS,
