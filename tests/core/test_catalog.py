@@ -131,4 +131,5 @@ def test_every_built_in_curve_stops_at_what_its_class_admits():
         if not cls.capacity.source.startswith("measured"):
             assert all(p.gpu_busy is None for p in cls.capacity.points), name
             assert cls.capacity.slo_concurrency is None, name
-    assert cat.get("rtx5090").capacity.max_concurrency == 64 == cat.get("rtx5090").serving.max_running_requests
+    rtx = cat.get("rtx5090")
+    assert rtx.capacity.max_concurrency == 64 == rtx.serving.max_running_requests
