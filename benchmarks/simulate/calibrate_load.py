@@ -6,13 +6,13 @@ Writes load-calibration-<date><suffix>.json beside this file and prints the tabl
 ttsfleet/sim/trace.py). A few minutes on a 2-core machine (three or four inference-only runs a case;
 the 512-GPU, 7-day case is most of it).
 
-Why: a case's load is a share of its fleet's c=64 capacity, and what that share means for the
+Why: a case's load is a share of its fleet's peak decode capacity, and what that share means for the
 inference-only fleet moves with the served curve and the replica sizing (ttsfleet/sim/calibrate.py
 says how, and how the solver works). Each solve starts from the share the case had before it was
 calibrated (the hand-chosen shares of 2026-12-01, `BEFORE`), so the first run of each case is the
 "before" figure, and the path, and so the answer, are the same on every run of this script.
 
-The share taken is the solved one, or the largest whose peak minute the fleet carries at c=64 where
+The share taken is the solved one, or the largest whose peak minute the fleet carries at its peak where
 that is lower (`peak_share_limit`; the record keeps both, and the inference-only run at each).
 
 The record also holds what the solution depends on (the curves, the sizing, a digest of each

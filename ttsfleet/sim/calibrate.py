@@ -1,17 +1,17 @@
 """Load calibration: the trace level at which the inference-only fleet reads a chosen GPU-busy.
 
-Why a solver and not a number. A trace's load is set as a share of its fleet's c=64 decode
-capacity (:func:`~ttsfleet.sim.trace.peak_rps_for`, :meth:`~ttsfleet.sim.trace.Trace.with_peak_load`),
-but what the inference-only baseline reads on NVML depends on far more than that share: how many
+Why a solver and not a number. A trace's load is set as a share of its fleet's peak decode capacity
+(:func:`~ttsfleet.sim.trace.peak_rps_for`, :meth:`~ttsfleet.sim.trace.Trace.with_peak_load`), but
+what the inference-only baseline reads on NVML depends on far more than that share: how many
 replicas the autoscaler holds for the load, which follows from the served curve's frames/s at the
 concurrency the replicas are sized for (``AutoscaleConfig.target_in_flight_per_replica`` less the
-burst head-room) against its c=64 peak; the curve's busy fraction; the trace's shape (trough,
-weekends, bursts); min replicas, the scale-down window and the training stream. A share chosen by
-hand on one curve and one sizing keeps its meaning only while they hold: the 0.3 chosen on
-2026-12-01 (16 in flight on that day's served curve: ~41% busy on the default trace) read 24-35% on
-the 3- and 7-day cases once the curve was refreshed and replicas were sized for 40 (2026-12-03),
-and the simulator's premise — inference alone holds about half the fleet, fill raises it towards
-90%+ — no longer held.
+burst head-room) against its curve's peak (the H200's at c=128 since 2026-12-04, c=64 before); the
+curve's busy fraction; the trace's shape (trough, weekends, bursts); min replicas, the scale-down
+window and the training stream. A share chosen by hand on one curve and one sizing keeps its meaning
+only while they hold: the 0.3 chosen on 2026-12-01 (16 in flight on that day's served curve: ~41%
+busy on the default trace) read 24-35% on the 3- and 7-day cases once the curve was refreshed and
+replicas were sized for 40 (2026-12-03), and the simulator's premise — inference alone holds about
+half the fleet, fill raises it towards 90%+ — no longer held.
 
 So the share is solved for, on the simulator itself: the case's inference-only run (its own
 scenario, fleet, curves and trace shape; the busy figure :func:`~ttsfleet.sim.summary.check_targets`
@@ -22,8 +22,8 @@ tried is rounded to ``step`` and the answer is a share that was run, so its busy
 measurement, not an interpolation, and the result is reproducible (the simulator is deterministic).
 
 One bound: the share never goes past the one at which the trace's peak minute fills the fleet's
-c=64 capacity (:func:`peak_share_limit`). Above it no sizing carries the peak — every replica at its
-64 slots and the queue still growing — and the case would measure an overloaded fleet rather than the
+peak decode capacity (:func:`peak_share_limit`). Above it no sizing carries the peak — every replica at
+its slots and the queue still growing — and the case would measure an overloaded fleet rather than the
 policy. A trace whose peak over its mean is too high for both (the bursty case: 2.2x bursts on a
 diurnal with a 0.12 trough) is calibrated to that limit and reads under the band; the solution it
 could not take is kept in the result (``solved``), with what the inference-only run reads there.
@@ -83,7 +83,7 @@ def inference_only_run(scenario: Scenario, trace: Trace, warmup_s: int = 0) -> d
 def peak_share_limit(trace_at: Callable[[float], Trace], catalog: GpuCatalog,
                      fleet: Mapping[str, int], step: float = SHARE_STEP) -> float:
     """The largest share (a multiple of ``step``) at which ``trace_at(share)``'s peak minute fits
-    ``fleet``'s c=64 decode capacity (a trace's demand scales with its share)."""
+    ``fleet``'s peak decode capacity (a trace's demand scales with its share)."""
     capacity = sum(n * catalog.get(c).capacity.peak_frames_per_s for c, n in fleet.items())
     per_share = trace_at(1.0).peak_frames_per_s() / capacity
     return round(math.floor(1.0 / per_share / step + 1e-9) * step, 9)
@@ -171,7 +171,7 @@ def calibrate_peak_load(scenario: Scenario, trace_at: Callable[[float], Trace], 
                         warmup_s: int = 0, target: float = TARGET_INFERENCE_ONLY_BUSY,
                         tolerance: float = BUSY_TOLERANCE, max_runs: int = 12) -> LoadCalibration:
     """The peak-load share at which ``scenario``'s inference-only run of ``trace_at(share)`` (the
-    case's trace at that share of its fleet's c=64 capacity) reads ``target`` GPU-busy, not past
+    case's trace at that share of its fleet's peak decode capacity) reads ``target`` GPU-busy, not past
     the share whose peak minute fills the fleet (:func:`peak_share_limit`)."""
     seen: dict[float, dict] = {}
 

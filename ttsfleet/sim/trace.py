@@ -30,14 +30,16 @@ FRAMES_PER_CHAR = FRAMES_PER_AUDIO_SECOND / SPEECH_CHARS_PER_S
 #: The embedded trace of ``ttsfleet simulate`` (and of the benchmark's default case).
 EMBEDDED_DAYS = 3.0
 #: Peak demand of the embedded trace as a share of the fleet's peak decode capacity (each GPU's
-#: curve peak at c=64, summed): a property of the trace, not a measurement. Solved, not chosen
+#: curve peak, summed: since 2026-12-04 the H200's at c=128, the RTX classes' at their 64 slots): a
+#: property of the trace, not a measurement. Solved, not chosen
 #: (:mod:`ttsfleet.sim.calibrate`, benchmarks/simulate/calibrate_load.py): the share at which the
 #: default fleet's inference-only run of the embedded 3-day trace reads 50% GPU-busy, the ~50% the
 #: source write-up starts from, on the catalog's served curves and the scenario's sizing (40 in
-#: flight): 0.534, 49.6% (benchmarks/simulate/load-calibration-2026-12-03.json). The 0.3 chosen by
-#: hand on 2026-12-01 (16 in flight on that day's curve) read 30.1% once both were refreshed.
+#: flight): 0.455, 49.7% (benchmarks/simulate/load-calibration-2026-12-04.json). Before: 0.534 on
+#: 2026-12-03's curve (64 slots, busy not measured; load-calibration-2026-12-03.json), 0.3 chosen by
+#: hand on 2026-12-01 (16 in flight on that day's curve: 34.6% on today's curve and sizing).
 #: tests/core/test_sim_calibration.py fails when the curves, the sizing or the trace move under it.
-EMBEDDED_PEAK_LOAD = 0.534
+EMBEDDED_PEAK_LOAD = 0.455
 EMBEDDED_MEAN_FRAMES = 220.0
 EMBEDDED_SEED = 7
 

@@ -159,7 +159,9 @@ class PoolTraffic:
         self.frames += produced
         self.busy_s += self.busy_lut[k] * self.ready
         base = self.ttfa_lut[k]
-        wait_lo = q0 / done if q0 > 0 else 0.0
+        # done is 0 only when the pool's in flight per replica rounds to the LUT's 0 (the
+        # queue then all went into free slots this second: the first arrival did not queue)
+        wait_lo = q0 / done if q0 > 0 and done > 0 else 0.0
         wait_hi = self.queue / done if self.queue > 0 else 0.0
         lo, hi = base + wait_lo, base + wait_hi
         if co:
