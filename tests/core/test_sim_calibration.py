@@ -124,6 +124,23 @@ def _same_inputs(now: dict, recorded: dict) -> bool:
             and now[key] == pytest.approx(recorded[key], rel=1e-9))
 
 
+def _stepped_at_the_grid(solved: dict) -> bool:
+    """A case whose inference-only busy jumps over the tolerance band between two neighbouring
+    shares of the solver's grid (azure-conv-1h on 2026-12-04: 48.5 % at 0.261, 50.7 % at 0.262)
+    cannot converge; it is solved to the grid when both neighbours were run, they straddle the
+    target, and the share taken is the nearer of the two."""
+    runs = {round(r["share"], 3): r["inference_only_busy"] for r in solved["runs"]}
+    share = round(solved["share"], 3)
+    for other in (round(share - 0.001, 3), round(share + 0.001, 3)):
+        if other in runs:
+            pair = (runs[share], runs[other])
+            straddle = min(pair) < solved["target"] < max(pair)
+            nearer = abs(runs[share] - solved["target"]) <= abs(runs[other] - solved["target"])
+            if straddle and nearer:
+                return True
+    return False
+
+
 def test_benchmark_cases_run_at_their_recorded_calibration(bench_cases):
     """Every calibrated case's share is the record's, the record read inside the band (or the case
     is capped at its peak-minute limit, computed again here), and the record was solved on today's
@@ -149,7 +166,9 @@ def test_benchmark_cases_run_at_their_recorded_calibration(bench_cases):
         if row["capped_at_peak_limit"]:
             assert case.peak_load == limit < row["solved"]["share"], case.name
         else:
-            assert row["solved"]["converged"] and case.peak_load == row["solved"]["share"], case.name
+            solved = row["solved"]
+            assert solved["converged"] or _stepped_at_the_grid(solved), case.name
+            assert case.peak_load == solved["share"], case.name
             assert BAND[0] <= row["inference_only_busy"] <= BAND[1], case.name
         checked += 1
     assert checked >= len(bench_cases.SYNTHETIC)
