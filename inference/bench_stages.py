@@ -14,7 +14,6 @@ be slow in another.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 StageBuckets = dict[str, dict[float, float]]  # {stage: {upper bound s: cumulative requests}}
@@ -35,35 +34,16 @@ def stage_buckets(samples: list[Any]) -> StageBuckets:
     return out
 
 
-def histogram_quantile(q: float, cumulative: dict[float, float]) -> float:
-    """The ``q`` quantile (0..1) of a cumulative histogram ``{upper bound: count}``, in the bounds'
-    unit; NaN when it holds no observation. Linear within the bucket that holds the rank (from 0 for
-    the first bucket); a rank in the ``+Inf`` bucket reads the highest finite bound, as Prometheus's."""
-    edges = sorted(cumulative)
-    total = cumulative[edges[-1]] if edges else 0.0
-    if total <= 0:
-        return math.nan
-    rank = q * total
-    lower, below = 0.0, 0.0
-    for edge in edges:
-        count = cumulative[edge]
-        if count >= rank:
-            if math.isinf(edge):
-                return lower
-            if count == below:
-                return edge
-            return lower + (edge - lower) * (rank - below) / (count - below)
-        lower, below = edge, count
-    return lower
-
-
 def stage_quantiles_ms(before: StageBuckets, after: StageBuckets, q: float) -> dict[str, float]:
-    """Per stage, the ``q`` quantile in ms of the requests observed between two reads."""
+    """Per stage, the ``q`` quantile in ms of the requests observed between two reads
+    (:func:`ttsfleet.metrics.histogram_quantile`)."""
+    from ttsfleet.metrics import histogram_quantile
+
     out = {}
     for stage, cum in after.items():
         prior = before.get(stage, {})
-        delta = {le: n - prior.get(le, 0.0) for le, n in cum.items()}
+        delta = sorted((le, n - prior.get(le, 0.0)) for le, n in cum.items())
         value = histogram_quantile(q, delta)
-        if not math.isnan(value):
+        if value is not None:
             out[stage] = round(1000 * value, 1)
     return out

@@ -18,7 +18,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from ttsfleet.contracts.serving import INFERENCE_PORT
-from ttsfleet.metrics import spec
+from ttsfleet.metrics import histogram_quantile, spec
 
 IN_FLIGHT = spec("inference_requests_in_flight").name
 QUEUE = spec("inference_queue_depth").name
@@ -58,26 +58,6 @@ def parse_metrics(text: str) -> PodSample:
                 le = float(s.labels["le"])
                 buckets[le] = buckets.get(le, 0.0) + s.value
     return PodSample(in_flight, queue, tuple(sorted(buckets.items())))
-
-
-def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
-    """Prometheus' histogram_quantile over cumulative (le, count) buckets; None without data."""
-    if not buckets:
-        return None
-    total = buckets[-1][1]
-    if total <= 0:
-        return None
-    rank = q * total
-    prev_le, prev_count = 0.0, 0.0
-    for le, count in buckets:
-        if count >= rank:
-            if math.isinf(le):
-                return prev_le
-            if count == prev_count:
-                return le
-            return prev_le + (le - prev_le) * (rank - prev_count) / (count - prev_count)
-        prev_le, prev_count = le, count
-    return buckets[-1][0]
 
 
 def bucket_delta(now: Sequence[tuple[float, float]],

@@ -11,7 +11,8 @@ Names follow Prometheus conventions: a ``ttsfleet_`` prefix, base units (seconds
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -302,3 +303,27 @@ def make_collectors(component: str | Iterable[str],
             c = Info(m.name, m.help, m.labels, registry=registry)
         out.by_name[short] = c
     return out
+
+
+def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
+    """Prometheus' ``histogram_quantile`` over cumulative ``(le, count)`` buckets sorted by ``le``; None
+    without data. One reading for every consumer of the contract's histograms (the operator's TTFA
+    p99, ``bench serve``'s stage p99s), so each reads what a dashboard over the same buckets shows:
+    linear within the bucket holding the rank (from 0 in the first); a rank in ``+Inf`` reads the
+    highest finite bound."""
+    if not buckets:
+        return None
+    total = buckets[-1][1]
+    if total <= 0:
+        return None
+    rank = q * total
+    prev_le, prev_count = 0.0, 0.0
+    for le, count in buckets:
+        if count >= rank:
+            if math.isinf(le):
+                return prev_le
+            if count == prev_count:
+                return le
+            return prev_le + (le - prev_le) * (rank - prev_count) / (count - prev_count)
+        prev_le, prev_count = le, count
+    return buckets[-1][0]

@@ -7,20 +7,20 @@ import math
 import pytest
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from ttsfleet.inference.bench_stages import histogram_quantile, stage_buckets, stage_quantiles_ms
+from ttsfleet.inference.bench_stages import stage_buckets, stage_quantiles_ms
 
-from ttsfleet.metrics import LATENCY_BUCKETS, spec
+from ttsfleet.metrics import LATENCY_BUCKETS, histogram_quantile, spec
 
 
 def test_quantile_is_linear_within_the_bucket_that_holds_the_rank():
-    cum = {0.1: 0.0, 0.2: 50.0, 0.3: 100.0, math.inf: 100.0}
+    cum = [(0.1, 0.0), (0.2, 50.0), (0.3, 100.0), (math.inf, 100.0)]
     assert histogram_quantile(0.5, cum) == pytest.approx(0.2)
     assert histogram_quantile(0.99, cum) == pytest.approx(0.298)
     assert histogram_quantile(0.25, cum) == pytest.approx(0.15)
     # the first bucket interpolates from 0; a rank past the last finite bound reads that bound
-    assert histogram_quantile(0.5, {0.1: 10.0, math.inf: 10.0}) == pytest.approx(0.05)
-    assert histogram_quantile(0.99, {0.1: 10.0, math.inf: 100.0}) == pytest.approx(0.1)
-    assert math.isnan(histogram_quantile(0.99, {0.1: 0.0, math.inf: 0.0}))
+    assert histogram_quantile(0.5, [(0.1, 10.0), (math.inf, 10.0)]) == pytest.approx(0.05)
+    assert histogram_quantile(0.99, [(0.1, 10.0), (math.inf, 100.0)]) == pytest.approx(0.1)
+    assert histogram_quantile(0.99, [(0.1, 0.0), (math.inf, 0.0)]) is None
 
 
 def _samples(registry: CollectorRegistry) -> list:
