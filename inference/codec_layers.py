@@ -77,21 +77,37 @@ class Snake(nn.Module):
 
     #: One fused pass (:mod:`ttsfleet.kernels.snake`) instead of the expression; set by the codec.
     fused = False
+    #: With :attr:`fused`: the conv feeding this Snake runs without its bias and this pass adds it
+    #: (:func:`run`; one pass over the conv's output fewer, issue #25). Off by default until an H200
+    #: run measures it (``benchmarks/inference_h200/codec_layout.py --fuse-bias both``; CPU-checked
+    #: equal through Triton's interpreter); :func:`set_fuse_bias` turns it on.
+    fuse_bias = False
 
-    def forward(self, x: Tensor, st: State = None, out: Tensor | None = None) -> Tensor:
+    def takes_bias(self) -> bool:
+        """Whether :func:`run` hands this Snake the preceding conv's bias (see :attr:`fuse_bias`)."""
+        return self.fused and self.fuse_bias
+
+    def forward(self, x: Tensor, st: State = None, out: Tensor | None = None,
+                bias: Tensor | None = None) -> Tensor:
         """``out`` (``x``'s shape, any strides): written in place and returned, e.g. the new-input
-        part of the next causal conv's ``[history | new]`` buffer (:func:`run`)."""
+        part of the next causal conv's ``[history | new]`` buffer (:func:`run`). ``bias`` (``C``
+        values): Snake of ``x + bias``, the producing conv's bias (:attr:`fuse_bias`)."""
         alpha = self.alpha if x.dim() == 3 else self.alpha.unsqueeze(-1)
+        if bias is not None and not self.fused:  # not :func:`run`'s path (it fuses only when fused)
+            x = x + bias.view(1, -1, *[1] * (x.dim() - 2))
+            bias = None
         if self.fused and torch.compiler.is_compiling():
             # Traced by torch.compile: the expression in float32 (as the kernel computes it), which
             # Inductor fuses with the ops around it; the hand-written kernel would be a fusion barrier.
             a = alpha.float()
+            if bias is not None:
+                x = x + bias.view(1, -1, *[1] * (x.dim() - 2))
             y = (x.float() + (a + 1e-9).reciprocal() * torch.sin(a * x.float()).pow(2)).to(x.dtype)
             return y if out is None else out.copy_(y)
         if self.fused:
             from ttsfleet.kernels.snake import snake
 
-            return snake(x, self.alpha, out=out)
+            return snake(x, self.alpha, out=out, bias=bias)
         if out is not None and (torch.compiler.is_compiling() or torch.is_grad_enabled()):
             # Dynamo breaks the graph on a strided ``out=`` (copy_ traces), autograd refuses ``out=``
             return out.copy_(x + (alpha + 1e-9).reciprocal() * torch.sin(alpha * x).pow(2))
@@ -145,13 +161,17 @@ class CausalConv(nn.Module):
         #: The weight as a channels-last 4-D tensor (:func:`cache_channels_last`); not a parameter.
         self.weight_4d: Tensor | None = None
 
-    def _conv(self, x: Tensor) -> Tensor:
+    def _conv(self, x: Tensor, with_bias: bool = True) -> Tensor:
+        """The conv of the padded input; ``with_bias=False``: without the bias (the parameter stays;
+        the consumer adds it, :attr:`Snake.fuse_bias`)."""
+        c = self.conv
+        bias = c.bias if with_bias else None
         if x.dim() == 3:
-            return self.conv(x)
-        c, w = self.conv, self.weight_4d
+            return F.conv1d(x, c.weight, bias, c.stride, 0, c.dilation, c.groups)
+        w = self.weight_4d
         if w is None or w.device != c.weight.device or w.dtype != c.weight.dtype:
             w = c.weight.unsqueeze(2)  # not cached (or stale after a move): correct, converted per call
-        return F.conv2d(x, w, c.bias, (1, self.stride), 0, (1, c.dilation[0]), c.groups)
+        return F.conv2d(x, w, bias, (1, self.stride), 0, (1, c.dilation[0]), c.groups)
 
     def open(self, x: Tensor, st: State = None) -> Tensor:
         """A ``[history | room for x's samples]`` buffer in ``x``'s layout, the history filled in."""
@@ -164,25 +184,25 @@ class CausalConv(nn.Module):
             head.copy_(_as_layout_of(hist, x))
         return buf
 
-    def close(self, buf: Tensor, st: State = None) -> Tensor:
+    def close(self, buf: Tensor, st: State = None, with_bias: bool = True) -> Tensor:
         """Keep the buffer's last ``pad`` samples as the next call's history; convolve the buffer."""
         if st is not None:
             st[self] = _state_view(buf[..., buf.shape[-1] - self.pad:])
-        return self._conv(buf)
+        return self._conv(buf, with_bias)
 
-    def forward(self, x: Tensor, st: State = None) -> Tensor:
+    def forward(self, x: Tensor, st: State = None, with_bias: bool = True) -> Tensor:
         if self.stride != 1:
             if st is not None:
                 raise ValueError("streaming supports stride-1 convs only")
             length = x.shape[-1]
             n_frames = (length - self.k_eff + self.pad) / self.stride + 1
             extra = (math.ceil(n_frames) - 1) * self.stride + (self.k_eff - self.pad) - length
-            return self._conv(F.pad(x, (self.pad, extra)))
+            return self._conv(F.pad(x, (self.pad, extra)), with_bias)
         if self.pad == 0:  # a 1x1 conv: no history, nothing to concatenate
-            return self._conv(x)
+            return self._conv(x, with_bias)
         buf = self.open(x, st)
         buf[..., self.pad:].copy_(x)
-        return self.close(buf, st)
+        return self.close(buf, st, with_bias)
 
 
 class CausalTransConv(nn.Module):
@@ -404,19 +424,35 @@ def run(seq: nn.ModuleList, x: Tensor, st: State = None) -> Tensor:
 
     A Snake followed by a stride-1 causal conv with history writes its output straight into the
     conv's ``[history | new]`` buffer (:meth:`CausalConv.open`): the same numbers as running them
-    one after the other, without the copy that concatenating history and input would make."""
+    one after the other, without the copy that concatenating history and input would make.
+
+    A causal conv followed by a Snake that takes it (:meth:`Snake.takes_bias`) runs without its bias
+    and the Snake adds it (``Snake(conv_nobias(x) + b)``): the conv's output is read once, not
+    twice. Only the Snake's input changes form; every conv still convolves the same numbers and
+    keeps the same history (the next conv's history is the Snake's output)."""
     i = 0
+    bias = None  # the previous conv's bias, not yet added (only ever handed to a Snake)
     while i < len(seq):
         m = seq[i]
         nxt = seq[i + 1] if i + 1 < len(seq) else None
         if isinstance(m, Snake) and isinstance(nxt, CausalConv) and nxt.stride == 1 and nxt.pad > 0:
+            after = seq[i + 2] if i + 2 < len(seq) else None
+            defer = isinstance(after, Snake) and after.takes_bias()
             buf = nxt.open(x, st)
-            m(x, st, out=buf[..., nxt.pad:])
-            x = nxt.close(buf, st)
+            m(x, st, out=buf[..., nxt.pad:], bias=bias)
+            x = nxt.close(buf, st, with_bias=not defer)
+            bias = nxt.conv.bias if defer else None
             i += 2
             continue
-        x = m(x, st) if isinstance(m, (Snake, CausalConv, CausalTransConv, ResidualUnit, ConvNeXt,
-                                       WindowTransformer, SeqBlock)) else m(x)
+        if isinstance(m, Snake):
+            x, bias = m(x, st, bias=bias), None
+        elif isinstance(m, CausalConv):
+            defer = isinstance(nxt, Snake) and nxt.takes_bias()
+            x = m(x, st, with_bias=not defer)
+            bias = m.conv.bias if defer else None
+        else:
+            x = m(x, st) if isinstance(m, (Snake, CausalConv, CausalTransConv, ResidualUnit, ConvNeXt,
+                                           WindowTransformer, SeqBlock)) else m(x)
         i += 1
     return x
 
@@ -430,3 +466,11 @@ class SeqBlock(nn.Module):
 
     def forward(self, x: Tensor, st: State = None) -> Tensor:
         return run(self.block, x, st)
+
+
+def set_fuse_bias(module: nn.Module, on: bool = True) -> None:
+    """:attr:`Snake.fuse_bias` for every Snake under ``module`` (A/B of the conv-bias fusion; it
+    applies only to fused Snakes, :meth:`Snake.takes_bias`)."""
+    for m in module.modules():
+        if isinstance(m, Snake):
+            m.fuse_bias = on

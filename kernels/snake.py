@@ -20,8 +20,11 @@ from torch import Tensor
 from . import dispatch
 
 
-def snake_ref(x: Tensor, alpha: Tensor, out: Tensor | None = None) -> Tensor:
-    """The reference expression (as the released codec computes it), in ``x``'s dtype."""
+def snake_ref(x: Tensor, alpha: Tensor, out: Tensor | None = None, bias: Tensor | None = None) -> Tensor:
+    """The reference expression (as the released codec computes it), in ``x``'s dtype; of
+    ``x + bias`` when ``bias`` (shaped like ``alpha``) is given."""
+    if bias is not None:
+        x = x + bias
     return torch.add(x, (alpha + 1e-9).reciprocal() * torch.sin(alpha * x).pow(2), out=out)
 
 
@@ -30,20 +33,25 @@ def _as_3d(t: Tensor) -> Tensor:
     return t.squeeze(2) if t.dim() == 4 else t
 
 
-def snake(x: Tensor, alpha: Tensor, out: Tensor | None = None) -> Tensor:
+def snake(x: Tensor, alpha: Tensor, out: Tensor | None = None, bias: Tensor | None = None) -> Tensor:
     """Snake of ``x [B, C, T]`` or ``[B, C, 1, T]`` with per-channel ``alpha`` (``[1, C, 1]`` or
-    ``[C]``); into ``out`` (returned) when given."""
+    ``[C]``); into ``out`` (returned) when given. ``bias`` (``C`` values, any shape): Snake of
+    ``x + bias``, the bias of the conv that produced ``x`` added in the same pass (issue #25)."""
     ok_dims = x.dim() == 3 or (x.dim() == 4 and x.shape[2] == 1)
     if not ok_dims or alpha.numel() != x.shape[1]:
         raise ValueError(f"snake wants x [B, C, T] or [B, C, 1, T] and C alphas, got {list(x.shape)} "
                          f"and {alpha.numel()}")
+    if bias is not None and bias.numel() != x.shape[1]:
+        raise ValueError(f"snake wants C biases, got {bias.numel()} for {list(x.shape)}")
     if out is not None and out.shape != x.shape:
         raise ValueError(f"snake out {list(out.shape)} is not x's shape {list(x.shape)}")
     if x.numel() == 0 or not dispatch.use_triton(x):
-        return snake_ref(x, alpha.view(1, -1, *[1] * (x.dim() - 2)), out=out)
+        shape = (1, -1, *[1] * (x.dim() - 2))
+        return snake_ref(x, alpha.view(shape), out=out, bias=None if bias is None else bias.view(shape))
     from .triton_snake import snake_triton
 
-    y = snake_triton(_as_3d(x), alpha.reshape(-1), None if out is None else _as_3d(out))
+    y = snake_triton(_as_3d(x), alpha.reshape(-1), None if out is None else _as_3d(out),
+                     None if bias is None else bias.reshape(-1))
     if out is not None:
         return out
     return y.unsqueeze(2) if x.dim() == 4 else y

@@ -11,6 +11,10 @@ streams (the second one carries stream state). Prints a table; JSON to ``argv[1]
 
     python3 -m benchmarks.inference_h200.codec_layout OUT.json               # device, repo root
     python3 -P -m benchmarks.inference_h200.codec_layout OUT.json --device cpu --tiny --reps 2
+
+``--fuse-bias both``: the whole table twice in one process, the conv bias added by the conv
+(``off``) then by the fused Snake that follows (``on``, ``codec_layers.Snake.fuse_bias``); each
+row says which (``fuse_bias``). Default ``off`` (what the served codec runs until measured).
 """
 
 from __future__ import annotations
@@ -151,6 +155,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--tiny", action="store_true", help="the tiny codec in float32 (a CPU smoke run)")
     p.add_argument("--reps", type=int, default=30, help="timed replays per shape and layout (>= 20 on a GPU)")
+    p.add_argument("--fuse-bias", choices=("on", "off", "both"), default="off",
+                   help="conv bias folded into the following fused Snake (both: off, then on)")
     p.add_argument("--shapes", default=",".join(f"{b}x{t}" for b, t in SHAPES), help="streams x frames list")
     args = p.parse_args(argv)
     from ttsfleet.inference.codec import load_codec
@@ -162,7 +168,14 @@ def main(argv: list[str] | None = None) -> dict:
     codec = load_codec("tiny" if args.tiny else "s2-pro", device=args.device, fast=cuda and not args.tiny)
     torch.set_grad_enabled(False)
     name = "tiny" if args.tiny else "s2-pro"
-    rows, kept = measure(codec, _parse_shapes(args.shapes), args.reps, graphs=cuda)
+    from ttsfleet.inference.codec_layers import set_fuse_bias
+
+    rows, kept = [], {}
+    for fuse in ((False, True) if args.fuse_bias == "both" else (args.fuse_bias == "on",)):
+        set_fuse_bias(codec, fuse)  # read when a decoder captures its graphs: new decoders per pass
+        print(f"fuse_bias {'on' if fuse else 'off'}:", flush=True)
+        part, kept = measure(codec, _parse_shapes(args.shapes), args.reps, graphs=cuda)
+        rows += [{"fuse_bias": fuse, **r} for r in part]
     try:
         ref = reference_errors(name, args.device, kept)
         for k in ("ncl", "channels_last"):

@@ -47,9 +47,9 @@ def conv_layouts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     for cls, name in ((codec_layers.CausalConv, "_conv"), (codec_layers.CausalTransConv, "_conv_t")):
         orig = getattr(cls, name)
 
-        def wrapped(self, x, _orig=orig):  # noqa: ANN001, ANN202
+        def wrapped(self, x, *args, _orig=orig):  # noqa: ANN001, ANN202 (args: CausalConv's with_bias)
             seen.append(kind(x))
-            return _orig(self, x)
+            return _orig(self, x, *args)
 
         monkeypatch.setattr(cls, name, wrapped)
     return seen
