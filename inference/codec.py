@@ -379,8 +379,8 @@ class SlotCodecStream:
     state mutations without Inductor's minutes of code generation; ``compile_mode`` then does not
     apply). Graph captures record the compiled kernels.
 
-    ``channels_last`` (None: the codec's :attr:`Decoder.channels_last`, which :func:`load_codec` turns
-    on for CUDA): this decoder's conv stack layout (:class:`Decoder`); the stream state is the same
+    ``channels_last`` (None: the codec's :attr:`Decoder.channels_last`, :func:`load_codec`'s choice):
+    this decoder's conv stack layout (:class:`Decoder`); the stream state is the same
     in both, only the convolutions' memory layout differs.
     """
 
@@ -652,9 +652,8 @@ def load_codec(name_or_path: str | Path = "tiny", device: str | torch.device = "
     takes the codec of its size class) or a ``codec.pth`` (config
     from a ``codec_config.json`` beside it, else the released sizes). Mismatched keys fail listing
     missing / unexpected / mis-shaped. ``fast``: bf16 weights (``dtype`` is ignored) and the fused
-    Snake kernel (:meth:`Codec.use_fused_kernels`). ``channels_last`` (None: on CUDA only): the
-    decoder's conv stack layout (:meth:`Codec.use_channels_last`); on CPU the NCL path stays the
-    default (see :func:`default_channels_last`)."""
+    Snake kernel (:meth:`Codec.use_fused_kernels`). ``channels_last``: the decoder's conv stack
+    layout (:meth:`Codec.use_channels_last`); None: :func:`default_channels_last` (NCL for now)."""
     codec = _load_codec(name_or_path, device, torch.bfloat16 if fast else dtype, seed)
     if fast:
         codec.use_fused_kernels()

@@ -93,25 +93,37 @@ class Snake(nn.Module):
         part of the next causal conv's ``[history | new]`` buffer (:func:`run`). ``bias`` (``C``
         values): Snake of ``x + bias``, the producing conv's bias (:attr:`fuse_bias`)."""
         alpha = self.alpha if x.dim() == 3 else self.alpha.unsqueeze(-1)
-        if bias is not None and not self.fused:  # not :func:`run`'s path (it fuses only when fused)
-            x = x + bias.view(1, -1, *[1] * (x.dim() - 2))
-            bias = None
-        if self.fused and torch.compiler.is_compiling():
+        compiling = torch.compiler.is_compiling()
+        if bias is not None and (compiling or not self.fused):  # only the kernel adds it in its pass
+            x, bias = x + _per_channel(bias, x), None
+        if self.fused and compiling:
             # Traced by torch.compile: the expression in float32 (as the kernel computes it), which
             # Inductor fuses with the ops around it; the hand-written kernel would be a fusion barrier.
             a = alpha.float()
-            if bias is not None:
-                x = x + bias.view(1, -1, *[1] * (x.dim() - 2))
             y = (x.float() + (a + 1e-9).reciprocal() * torch.sin(a * x.float()).pow(2)).to(x.dtype)
             return y if out is None else out.copy_(y)
         if self.fused:
             from ttsfleet.kernels.snake import snake
 
             return snake(x, self.alpha, out=out, bias=bias)
-        if out is not None and (torch.compiler.is_compiling() or torch.is_grad_enabled()):
+        if out is not None and (compiling or torch.is_grad_enabled()):
             # Dynamo breaks the graph on a strided ``out=`` (copy_ traces), autograd refuses ``out=``
             return out.copy_(x + (alpha + 1e-9).reciprocal() * torch.sin(alpha * x).pow(2))
         return torch.add(x, (alpha + 1e-9).reciprocal() * torch.sin(alpha * x).pow(2), out=out)
+
+
+def _per_channel(v: Tensor, like: Tensor) -> Tensor:
+    """``C`` per-channel values shaped to broadcast over ``like`` (``[B, C, T]`` or ``[B, C, 1, T]``)."""
+    return v.view(1, -1, *[1] * (like.dim() - 2))
+
+
+def _weight_4d(weight: Tensor, cached: Tensor | None) -> Tensor:
+    """A conv's weight as ``[Co, Ci, 1, K]``: the channels-last copy :func:`cache_channels_last`
+    made, or, when there is none or it is stale (the module moved since), a view converted per call
+    (correct, slower)."""
+    if cached is None or cached.device != weight.device or cached.dtype != weight.dtype:
+        return weight.unsqueeze(2)
+    return cached
 
 
 def _channels_last_4d(t: Tensor) -> Tensor:
@@ -168,10 +180,8 @@ class CausalConv(nn.Module):
         bias = c.bias if with_bias else None
         if x.dim() == 3:
             return F.conv1d(x, c.weight, bias, c.stride, 0, c.dilation, c.groups)
-        w = self.weight_4d
-        if w is None or w.device != c.weight.device or w.dtype != c.weight.dtype:
-            w = c.weight.unsqueeze(2)  # not cached (or stale after a move): correct, converted per call
-        return F.conv2d(x, w, bias, (1, self.stride), 0, (1, c.dilation[0]), c.groups)
+        return F.conv2d(x, _weight_4d(c.weight, self.weight_4d), bias, (1, self.stride), 0,
+                        (1, c.dilation[0]), c.groups)
 
     def open(self, x: Tensor, st: State = None) -> Tensor:
         """A ``[history | room for x's samples]`` buffer in ``x``'s layout, the history filled in."""
@@ -218,10 +228,7 @@ class CausalTransConv(nn.Module):
         w = self.conv.weight
         if x.dim() == 3:
             return F.conv_transpose1d(x, w, None, stride=self.stride)
-        w4 = self.weight_4d
-        if w4 is None or w4.device != w.device or w4.dtype != w.dtype:
-            w4 = w.unsqueeze(2)
-        return F.conv_transpose2d(x, w4, None, stride=(1, self.stride))
+        return F.conv_transpose2d(x, _weight_4d(w, self.weight_4d), None, stride=(1, self.stride))
 
     def forward(self, x: Tensor, st: State = None) -> Tensor:
         ov = self.kernel - self.stride
@@ -232,7 +239,7 @@ class CausalTransConv(nn.Module):
                 y[..., :ov] += _as_layout_of(tail, y)
             st[self] = _state_view(y[..., y.shape[-1] - ov:])
         y = y[..., : y.shape[-1] - ov]
-        return y + self.conv.bias.view(1, -1, *[1] * (y.dim() - 2))
+        return y + _per_channel(self.conv.bias, y)
 
 
 def cache_channels_last(module: nn.Module) -> None:
@@ -451,8 +458,8 @@ def run(seq: nn.ModuleList, x: Tensor, st: State = None) -> Tensor:
             x = m(x, st, with_bias=not defer)
             bias = m.conv.bias if defer else None
         else:
-            x = m(x, st) if isinstance(m, (Snake, CausalConv, CausalTransConv, ResidualUnit, ConvNeXt,
-                                           WindowTransformer, SeqBlock)) else m(x)
+            x = m(x, st) if isinstance(m, (CausalTransConv, ResidualUnit, ConvNeXt, WindowTransformer,
+                                           SeqBlock)) else m(x)
         i += 1
     return x
 

@@ -68,7 +68,7 @@ class DecoderPlan:
     cpu_threads: int = 0
     gather_s: float = 0.0  # :mod:`ttsfleet.inference.codec_gather`'s window
     #: The decoder's conv layout (:class:`~ttsfleet.inference.codec.Decoder`): None follows the
-    #: codec's default (channels-last on CUDA, NCL on CPU: :func:`~ttsfleet.inference.codec.load_codec`).
+    #: codec's (:func:`~ttsfleet.inference.codec.default_channels_last`); the server passes its own.
     channels_last: bool | None = None
 
 
