@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import json
-import tarfile
-from pathlib import Path
 
 import pytest
 
+from tests.served_runs import SERVED_RUN, nvml_busy, served_points
 from ttsfleet.catalog import CapacityCurve, CapacityPoint, GpuCatalog, UnknownGpuClass, cuda_graph_max_bs
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_classes_and_schemes():
@@ -33,37 +30,8 @@ def test_cuda_graph_max_bs(mrr, bs):
         cuda_graph_max_bs(0)
 
 
-#: The served run the built-in H200 curve comes from (ttsfleet/catalog.py, _SERVED_H200).
-SERVED_RUN = REPO / "benchmarks/inference_h200/2026-12-04/run5-served-curve-128-slots"
-
-
-def _served_members() -> dict[str, bytes]:
-    """Every file of the run's ``served.tgz`` by name."""
-    with tarfile.open(SERVED_RUN / "served.tgz") as tar:
-        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
-
-
-def _served_points(members: dict[str, bytes]) -> dict[int, dict]:
-    """The run's ``bench.json`` points by concurrency."""
-    out = {}
-    for name, data in members.items():
-        if name.endswith("/bench.json"):
-            doc = json.loads(data)
-            assert doc["server"]["build"]["gpu_class"] == "h200"
-            out.update({p["concurrency"]: p for p in doc["points"]})
-    return out
-
-
-def _nvml_busy(members: dict[str, bytes], c: int) -> float:
-    """speed_run.sh's reading: mean NVML utilization over the middle 80 % of a level's samples."""
-    v = [float(x) for x in members[f"./serve/nvml_c{c}.txt"].decode().split() if x.strip()]
-    v = v[len(v) // 10:len(v) - len(v) // 10] or v
-    return sum(v) / len(v) / 100
-
-
 def test_default_curves_are_the_served_measurement_and_the_writeup_stays_named():
-    members = _served_members()
-    served = _served_points(members)
+    served = served_points()
     assert sorted(served) == [1, 64, 128]
     cat = GpuCatalog.default()
     h200 = cat.get("h200")
@@ -76,7 +44,7 @@ def test_default_curves_are_the_served_measurement_and_the_writeup_stays_named()
     for p in h.points:
         assert p.frames_per_s == pytest.approx(served[p.concurrency]["frames_per_s"], abs=0.05)
         assert p.ttfa_s == pytest.approx(served[p.concurrency]["ttfa_s"])
-        assert p.gpu_busy == pytest.approx(_nvml_busy(members, p.concurrency), abs=0.0005)
+        assert p.gpu_busy == pytest.approx(nvml_busy(p.concurrency), abs=0.0005)
     # the capacity bound the curve carries is the one these points meet
     meets = [c for c, pt in served.items() if pt["rtf_p99"] <= 0.5 and pt["ttfa_p99_s"] <= 0.25]
     assert h.slo_concurrency == max(meets) == 1

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from tests.catalogs import B200_YAML
+from tests.served_runs import SERVED_RUN, served_points
 from ttsfleet.catalog import NAMED_CURVES, GpuCatalog
 from ttsfleet.config import AutoscaleConfig, FillPolicyConfig
 from ttsfleet.errors import UserError
@@ -126,29 +127,13 @@ def test_scenario_sizing_is_the_config_default_on_the_served_curve():
     h200 = sc.catalog.get("h200")
     slots = h200.serving.max_running_requests
     assert h200.capacity.max_concurrency == slots
-    points = _served_run_points()
+    assert SERVED_RUN.name in h200.capacity.source
+    points = served_points()
     assert sorted(points) == [p.concurrency for p in h200.capacity.points]
     limit = max(c for c, p in points.items()
                 if p["rtf_p99"] <= 0.5 and p["ttfa_p99_s"] < sc.autoscale.ttfa_p99_slo_s)
     assert limit < slots  # the slots admit more than keeps headroom: the sizing, not the slots, binds
     assert target == round(limit * 16 / 25.5)
-
-
-def _served_run_points() -> dict[int, dict]:
-    """bench.json points of the served run named in the H200 curve's source (catalog, _SERVED_H200)."""
-    import json
-    import re
-    import tarfile
-    from pathlib import Path
-
-    source = GpuCatalog.default().get("h200").capacity.source
-    run = Path(__file__).resolve().parents[2] / re.search(r"benchmarks/\S+?(?=\))", source).group(0)
-    out: dict[int, dict] = {}
-    with tarfile.open(run / "served.tgz") as tar:
-        for m in tar.getmembers():
-            if m.name.endswith("/bench.json"):
-                out.update({p["concurrency"]: p for p in json.load(tar.extractfile(m))["points"]})
-    return out
 
 
 def test_measured_curve_path_and_the_named_writeup_curve(tmp_path):
