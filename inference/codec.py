@@ -662,15 +662,17 @@ def load_codec(name_or_path: str | Path = "tiny", device: str | torch.device = "
 
 
 def default_channels_last(device: torch.device) -> bool:
-    """The decoder layout a codec gets when none is asked for: NCL everywhere, for now.
+    """The decoder layout a codec gets when its caller names none: NCL, the golden tests' layout.
 
-    Channels-last (cuDNN's NHWC kernels) makes pushes 1.14-1.17x faster from 1 x 1 to 128 x 4 on
-    an H200 (S2 size, bf16, CUDA graphs, 2026-12-04, benchmarks/inference_h200/codec_layout.py: a
-    64 x 4 push 18.4 -> 15.8 ms; the cached 4-D weights cost 103 MiB beside the parameters), its
-    audio 23-26 dB SNR from NCL's (both bf16; bf16 against float32 is 19.7 dB). It becomes the CUDA
-    default once the served path has measured it side by side (``serve --codec-layout``); the
-    128 x 4 row of that run read a difference of exactly 0, which is not yet understood. On the CPU
-    (tests, development) NCL is the golden tests' reference layout."""
+    The server names one: its GPU class's (``ServingDefaults.codec_layout``, channels-last on an
+    H200). Channels-last (cuDNN's NHWC kernels) makes pushes 1.14-1.17x faster from 1 x 1 to
+    128 x 4 on an H200 (S2 size, bf16, CUDA graphs; a 64 x 4 push 18.3 -> 15.7 ms; the cached 4-D
+    weights cost 103 MiB beside the parameters) and served frames/s +6 % at c=64 and c=128, its
+    audio 25-26 dB SNR from NCL's and as far from float32 as NCL's (20.5 vs 20.6 dB; 2026-12-04,
+    benchmarks/inference_h200/2026-12-04/run7-*, run8-*). Its 128 x 4 pushes matched NCL's bit for
+    bit in two processes out of three, most likely because cuDNN's autotuner (timing-based, per
+    process) chose for the NCL input the same NHWC kernel behind layout transposes (NCL's push stays
+    slower, as by the transposes' cost; not profiled)."""
     del device
     return False
 

@@ -78,10 +78,11 @@ class Snake(nn.Module):
     #: One fused pass (:mod:`ttsfleet.kernels.snake`) instead of the expression; set by the codec.
     fused = False
     #: With :attr:`fused`: the conv feeding this Snake runs without its bias and this pass adds it
-    #: (:func:`run`; one pass over the conv's output fewer, issue #25). Off by default until an H200
-    #: run measures it (``benchmarks/inference_h200/codec_layout.py --fuse-bias both``; CPU-checked
-    #: equal through Triton's interpreter); :func:`set_fuse_bias` turns it on.
-    fuse_bias = False
+    #: (:func:`run`; one pass over the conv's output fewer, issue #25). On: an H200 push of 64 x 4 took
+    #: 17.1 ms with it against 18.3 without (NCL; 14.7 vs 15.7 channels-last; 1.01-1.08x from 1 x 1
+    #: to 128 x 4, one process, 2026-12-04, benchmarks/inference_h200/2026-12-04/run8-*);
+    #: CPU-checked equal through Triton's interpreter. :func:`set_fuse_bias` turns it off (A/B).
+    fuse_bias = True
 
     def takes_bias(self) -> bool:
         """Whether :func:`run` hands this Snake the preceding conv's bias (see :attr:`fuse_bias`)."""

@@ -67,10 +67,10 @@ class ServeConfig:
     #: Longest wait of a chunk of codes for other streams to share its codec push (0 = off):
     #: ``ttsfleet.inference.codec_gather``.
     codec_gather_ms: float = 0.0
-    #: The codec decoder's layout, ``ncl`` or ``channels-last``. Channels-last pushes are 1.14-1.17x
-    #: faster from 1 x 1 to 128 x 4 (H200, 2026-12-04, benchmarks/inference_h200/codec_layout.py), but
-    #: the served path has not run it yet: NCL until a served A/B says otherwise.
-    codec_layout: str = "ncl"
+    #: The codec decoder's layout, ``ncl`` or ``channels-last``; empty: the GPU class's catalog default
+    #: on its GPU (``ServingDefaults.codec_layout``: channels-last on an H200, measured +6 % served
+    #: frames/s side by side), NCL on the CPU and without a class.
+    codec_layout: str = ""
     #: bf16 codec + fused Snake kernel + CUDA graphs for every stream-count bucket (CUDA only; CPU
     #: serving keeps float32). On since the side-by-side H200 run of 2026-12-02
     #: (benchmarks/inference_h200/2026-12-02-ab: 3.4x the frames/s at c=64, first audio p99 9.0 ->
@@ -134,6 +134,8 @@ class ServeConfig:
         _at_least(1, max_running_requests=self.max_running_requests)
         if self.codec_process is None:  # a class's default on its GPU, never on the CPU
             self.codec_process = bool(gpu and self.device != "cpu" and gpu.serving.codec_process)
+        if not self.codec_layout.strip():  # likewise the codec's conv layout
+            self.codec_layout = gpu.serving.codec_layout if gpu and self.device != "cpu" else "ncl"
         if self.max_queue == 0:
             self.max_queue = 4 * self.max_running_requests
         _at_least(1, max_queue=self.max_queue)
@@ -156,7 +158,7 @@ class ServeConfig:
         if self.codec_compile not in ("off", *CODEC_COMPILE_MODES):
             raise UserError(f"codec compile mode {self.codec_compile!r} (--codec-compile / "
                             f"{ENV['codec_compile']}) is not off, {' or '.join(CODEC_COMPILE_MODES)}")
-        self.codec_layout = self.codec_layout.strip().lower() or "ncl"
+        self.codec_layout = self.codec_layout.strip().lower()
         if self.codec_layout not in CODEC_LAYOUTS:
             raise UserError(f"codec layout {self.codec_layout!r} (--codec-layout / {ENV['codec_layout']}) "
                             f"is not {' or '.join(CODEC_LAYOUTS)}")

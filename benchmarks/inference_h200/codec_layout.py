@@ -14,7 +14,7 @@ streams (the second one carries stream state). Prints a table; JSON to ``argv[1]
 
 ``--fuse-bias both``: the whole table twice in one process, the conv bias added by the conv
 (``off``) then by the fused Snake that follows (``on``, ``codec_layers.Snake.fuse_bias``); each
-row says which (``fuse_bias``). Default ``off`` (what the served codec runs until measured).
+row says which (``fuse_bias``). Default ``on`` (what the served codec runs since the 2026-12-04 run).
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--tiny", action="store_true", help="the tiny codec in float32 (a CPU smoke run)")
     p.add_argument("--reps", type=int, default=30, help="timed replays per shape and layout (>= 20 on a GPU)")
-    p.add_argument("--fuse-bias", choices=("on", "off", "both"), default="off",
+    p.add_argument("--fuse-bias", choices=("on", "off", "both"), default="on",
                    help="conv bias folded into the following fused Snake (both: off, then on)")
     p.add_argument("--shapes", default=",".join(f"{b}x{t}" for b, t in SHAPES), help="streams x frames list")
     args = p.parse_args(argv)

@@ -124,3 +124,13 @@ def test_only_fused_snakes_take_the_bias(golden_dir, monkeypatch) -> None:
     seen = _count_biasless_convs(monkeypatch)
     c.decode(_codes(1, 2))
     assert seen and all(seen)
+
+
+def test_a_fast_codec_fuses_the_bias_by_default(golden_dir, monkeypatch) -> None:
+    """Measured faster on an H200 (2026-12-04), so on unless a caller turns it off."""
+    c = load_codec(golden_dir / "codec-tiny" / "codec.pth", channels_last=False)
+    c.use_fused_kernels()
+    snakes = [m for m in c.decoder.modules() if isinstance(m, codec_layers.Snake)]
+    assert snakes and all(m.takes_bias() for m in snakes)
+    codec_layers.set_fuse_bias(c, False)
+    assert not any(m.takes_bias() for m in snakes)

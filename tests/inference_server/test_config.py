@@ -52,15 +52,23 @@ def test_codec_compile_is_off_unless_asked():
         ServeConfig.from_env({}, codec_compile="max-autotune")  # captures CUDA graphs of its own
 
 
-def test_codec_layout_is_ncl_unless_asked_and_reaches_the_decoder_plan():
-    """NCL until the served path measures channels-last; the env or the flag asks for it, and the
-    engine's decoder plan (what the codec thread and the codec process both build from) carries it."""
+def test_codec_layout_comes_from_the_class_unless_asked_and_reaches_the_decoder_plan():
+    """The GPU class's layout on its GPU (the H200's measured channels-last), NCL on the CPU and
+    without a class; the env or the flag overrides it, and the engine's decoder plan (what the codec
+    thread and the codec process both build from) carries it."""
+    from ttsfleet.catalog import GpuCatalog
     from ttsfleet.inference.codec import load_codec
     from ttsfleet.inference.engine import Engine, EngineConfig
     from ttsfleet.inference.loader import load_model
 
     assert ENV["codec_layout"] == "TTSFLEET_CODEC_LAYOUT"
     assert ServeConfig.from_env({}).codec_layout == "ncl"
+    h200 = GpuCatalog.default().get("h200").serving.codec_layout
+    assert h200 == "channels-last"
+    assert ServeConfig.from_env({}, gpu_class="h200", device="cuda").codec_layout == h200
+    assert ServeConfig.from_env({}, gpu_class="h200", device="cpu").codec_layout == "ncl"
+    assert ServeConfig.from_env({}, gpu_class="rtx5090", device="cuda").codec_layout == "ncl"
+    assert ServeConfig.from_env({}, gpu_class="h200", device="cuda", codec_layout="ncl").codec_layout == "ncl"
     env = {ENV["codec_layout"]: " Channels-Last "}
     assert ServeConfig.from_env(env).codec_layout == "channels-last"
     assert ServeConfig.from_env(env, codec_layout="ncl").codec_layout == "ncl"
