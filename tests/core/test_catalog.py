@@ -72,7 +72,8 @@ def test_measured_curve_replaces_seed(tmp_path):
     cat = GpuCatalog.default().with_measured_file("h200", f)
     assert cat.get("h200").capacity.frames_per_s(64) == 12000
     assert cat.get("h200").capacity.source == "bench 2026-11-30"
-    assert GpuCatalog.default().get("h200").capacity.frames_per_s(64) == pytest.approx(3325.6, abs=0.1)
+    assert GpuCatalog.default().get("h200").capacity.frames_per_s(64) == pytest.approx(
+        served_points()[64]["frames_per_s"], abs=0.1)
 
 
 def test_unknown_class_and_bad_curves(tmp_path):
@@ -101,3 +102,18 @@ def test_every_built_in_curve_stops_at_what_its_class_admits():
             assert cls.capacity.slo_concurrency is None, name
     rtx = cat.get("rtx5090")
     assert rtx.capacity.max_concurrency == 64 == rtx.serving.max_running_requests
+
+
+def test_the_catalog_codec_layouts_are_the_servers():
+    """A class's codec layout is one the server accepts (the contract's list), and a bad one is
+    refused when the catalog loads, not when a pod starts."""
+    from typing import get_args
+
+    import pydantic
+
+    from ttsfleet.catalog import ServingDefaults
+    from ttsfleet.contracts.serving import CODEC_LAYOUTS
+
+    assert set(get_args(ServingDefaults.model_fields["codec_layout"].annotation)) == set(CODEC_LAYOUTS)
+    with pytest.raises(pydantic.ValidationError):
+        ServingDefaults(codec_layout="nhwc")
