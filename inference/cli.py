@@ -71,8 +71,8 @@ def serve(
                                           "never wait); 0 = off (env TTSFLEET_CODEC_GATHER_MS, default 0)."),
     codec_layout: str = typer.Option(None, metavar="LAYOUT", help="ncl | channels-last: the codec "
                                      "decoder's convolutions (channels-last: cuDNN's NHWC kernels, 1.15x "
-                                     "faster pushes on an H200; env TTSFLEET_CODEC_LAYOUT, default: the GPU class's, "
-                                     "channels-last on an H200, else ncl)."),
+                                     "faster pushes on an H200; env TTSFLEET_CODEC_LAYOUT, default: the GPU "
+                                     "class's, channels-last on an H200, else ncl)."),
     catalog: str = typer.Option(None, help="GPU catalog file merged over the built-in classes: a class "
                                 "it adds gets its scheme, limits and kernels (env TTSFLEET_CATALOG)."),
     codec_fast: bool = typer.Option(None, "--codec-fast/--no-codec-fast", help="CUDA: bf16 codec, fused "

@@ -56,10 +56,11 @@ def test_codec_layout_comes_from_the_class_unless_asked_and_reaches_the_decoder_
     """The GPU class's layout on its GPU (the H200's measured channels-last), NCL on the CPU and
     without a class; the env or the flag overrides it, and the engine's decoder plan (what the codec
     thread and the codec process both build from) carries it."""
-    from ttsfleet.catalog import GpuCatalog
     from ttsfleet.inference.codec import load_codec
     from ttsfleet.inference.engine import Engine, EngineConfig
     from ttsfleet.inference.loader import load_model
+
+    from ttsfleet.catalog import GpuCatalog
 
     assert ENV["codec_layout"] == "TTSFLEET_CODEC_LAYOUT"
     assert ServeConfig.from_env({}).codec_layout == "ncl"
