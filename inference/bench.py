@@ -10,6 +10,10 @@ directly, and ``capacity``: the largest concurrency meeting the serving SLO.
 
 Why open loop too (``rates``): users do not wait for each other; Poisson arrivals at a fixed rate
 show what a closed loop hides — queueing when the offered load nears capacity.
+
+The server's own split of time to first audio (stage means and p99s, admission waits, codec use)
+comes from its /metrics, read around each level and, live, at the edges of its steady window
+(:mod:`.bench_steady`): the first wave's burst would otherwise dominate the stages' tail.
 """
 
 from __future__ import annotations
@@ -20,11 +24,15 @@ import json
 import os
 import platform
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .bench_steady import EdgeReads, Read, ServerView, SteadyReading
 
 
 @dataclass
@@ -125,13 +133,20 @@ def _pct(xs: list[float], q: float) -> float:
     return float(np.percentile(xs, q)) if xs else float("nan")
 
 
-async def _one(client: Any, cfg: BenchConfig, i: int, worker: int = 0, wave: int = 0) -> Sample:
-    s = await _request(client, cfg, i)
+async def _one(client: Any, cfg: BenchConfig, i: int, worker: int = 0, wave: int = 0,
+               edges: EdgeReads | None = None) -> Sample:
+    """Request ``i`` as ``worker``'s ``wave``-th; a first-wave one tells ``edges`` of its first audio
+    as it comes (or of its end, when none came), where the steady window may open."""
+    hook = (lambda: edges.first_audio(i)) if edges is not None and wave == 0 else None
+    s = await _request(client, cfg, i, hook)
+    if hook is not None:
+        hook()
     s.client, s.wave = worker, wave
     return s
 
 
-async def _request(client: Any, cfg: BenchConfig, i: int) -> Sample:
+async def _request(client: Any, cfg: BenchConfig, i: int,
+                   on_first_audio: Callable[[], None] | None = None) -> Sample:
     headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
     body = {"text": cfg.text, "format": cfg.fmt, "streaming": True, "max_new_tokens": cfg.frames_of(i),
             "seed": cfg.seed + i, "latency": "low"}
@@ -148,6 +163,8 @@ async def _request(client: Any, cfg: BenchConfig, i: int) -> Sample:
             async for chunk in resp.aiter_bytes():
                 if chunk and first is None:
                     first = time.perf_counter()
+                    if on_first_audio is not None:
+                        on_first_audio()
                 nbytes += len(chunk)
     except Exception:  # refused connection, a transfer the server aborted, a timeout
         return Sample(False, 0, 0.0, time.perf_counter() - t0, 0.0, start_s=t0)
@@ -158,7 +175,10 @@ async def _request(client: Any, cfg: BenchConfig, i: int) -> Sample:
     return Sample(True, 200, (first or end) - t0, end - t0, seconds * fps, seconds, start_s=t0)
 
 
-async def _run_level(cfg: BenchConfig, c: int, n: int) -> tuple[list[Sample], float]:
+async def _run_level(cfg: BenchConfig, c: int, n: int,
+                     edges: EdgeReads | None = None) -> tuple[list[Sample], float]:
+    """``c`` clients sending ``n`` requests in all, each its next once the last one ended; ``edges``
+    hears of the first wave's first audios and of the first client leaving."""
     import httpx
 
     limits = httpx.Limits(max_connections=c + 4, max_keepalive_connections=c + 4)
@@ -166,8 +186,12 @@ async def _run_level(cfg: BenchConfig, c: int, n: int) -> tuple[list[Sample], fl
     counter = iter(range(n))
     async with httpx.AsyncClient(timeout=cfg.timeout_s, limits=limits) as client:
         async def worker(k: int) -> None:
+            sent = 0
             for wave, i in enumerate(counter):  # the level's shared counter: each worker's draws
-                samples.append(await _one(client, cfg, i, k, wave))
+                samples.append(await _one(client, cfg, i, k, wave, edges))
+                sent += 1
+            if sent and edges is not None:
+                edges.client_left()
 
         t0 = time.perf_counter()
         await asyncio.gather(*(worker(k) for k in range(c)))
@@ -175,9 +199,23 @@ async def _run_level(cfg: BenchConfig, c: int, n: int) -> tuple[list[Sample], fl
     return samples, wall
 
 
-def _level(cfg: BenchConfig, c: int, n: int) -> Level:
-    runs = [asyncio.run(_run_level(cfg, c, n)) for _ in range(max(cfg.repeats, 1))]
-    return summarize_runs(c, n, [(samples, wall, None) for samples, wall in runs])
+async def _run_read(cfg: BenchConfig, c: int, n: int) -> tuple[list[Sample], float, tuple[Read, Read] | None]:
+    """One run of a level with /metrics read live at its steady window's edges
+    (:class:`.bench_steady.EdgeReads`): its samples, wall time and the pair of reads (or None)."""
+    from .bench_steady import EdgeReads
+
+    edges = EdgeReads(cfg.url, min(c, n))
+    samples, wall = await _run_level(cfg, c, n, edges)
+    return samples, wall, await edges.collect()
+
+
+def _level(cfg: BenchConfig, c: int, n: int) -> tuple[Level, SteadyReading | None]:
+    """A level's ``repeats`` runs: its report, and the server's figures over their steady windows."""
+    from .bench_steady import steady_reading
+
+    runs = [asyncio.run(_run_read(cfg, c, n)) for _ in range(max(cfg.repeats, 1))]
+    level = summarize_runs(c, n, [(samples, wall, None) for samples, wall, _ in runs])
+    return level, steady_reading([(samples, reads) for samples, _, reads in runs])
 
 
 def arrivals(rate: float, n: int, seed: int) -> list[float]:
@@ -386,10 +424,10 @@ def codec_use(before: dict[str, float], after: dict[str, float], wall_s: float) 
             "busy_share": round(busy / wall_s, 4)}
 
 
-def codec_line(use: dict[str, Any]) -> str:
+def codec_line(use: dict[str, Any], span: str = "the level's wall time") -> str:
     """One level's :func:`codec_use` (with its ``concurrency``) as the line the table is followed by."""
     return (f"c={use['concurrency']} codec: {use['pushes']:,} pushes, {use['frames_per_push']:.1f} frames "
-            f"per push, busy {use['busy_share']:.0%} of the level's wall time")
+            f"per push, busy {use['busy_share']:.0%} of {span}")
 
 
 def stage_means_ms(before: StageTotals, after: StageTotals) -> dict[str, float]:
@@ -404,32 +442,51 @@ def stage_means_ms(before: StageTotals, after: StageTotals) -> dict[str, float]:
 
 @dataclass
 class LevelReading:
-    """A level and what the server's /metrics said about it (read before the level and after)."""
+    """A level and what the server's /metrics said about it: over the whole level (read before it
+    and after it, first wave included) and over its steady window (read live at the window's edges,
+    :mod:`.bench_steady`; None where the level has none)."""
 
     level: Level
-    stage_means_ms: dict[str, float]  # mean ms per stage of time to first audio
-    stage_p99_ms: dict[str, float]  # p99 ms per stage (:mod:`.bench_stages`)
-    waits: dict[str, float]  # engine iterations that left requests waiting, by cause
-    codec: dict[str, float]  # :func:`codec_use`
+    whole: ServerView
+    steady: SteadyReading | None
 
 
 def _level_with_stages(cfg: BenchConfig, c: int) -> LevelReading:
-    """A level with the server's stage means and p99s over it, its admission waits by reason and its
-    codec's work (:func:`codec_use`) over it: all from a read of /metrics before the level and one after."""
-    from .bench_stages import stage_buckets, stage_quantiles_ms
+    """A level with the server's stage means and p99s, admission waits by reason and codec work
+    (:func:`codec_use`) over the whole level and over its steady window."""
+    from .bench_steady import Counts, view_of
 
     before = server_samples(cfg.url)
     t0 = time.perf_counter()
-    lv = _level(cfg, c, cfg.requests_at(c))
+    lv, steady = _level(cfg, c, cfg.requests_at(c))
     wall = time.perf_counter() - t0
     after = server_samples(cfg.url)
-    (stages0, waits0), (stages1, waits1) = readings_of(before), readings_of(after)
-    waited = {k: n - waits0.get(k, 0.0) for k, n in waits1.items()}
-    return LevelReading(
-        level=lv, stage_means_ms=stage_means_ms(stages0, stages1),
-        stage_p99_ms=stage_quantiles_ms(stage_buckets(before), stage_buckets(after), 0.99),
-        waits={k: v for k, v in waited.items() if v},
-        codec=codec_use(codec_totals(before), codec_totals(after), wall))
+    return LevelReading(level=lv, whole=view_of(Counts.between(before, after, wall)), steady=steady)
+
+
+def server_report(measured: list[LevelReading]) -> dict[str, Any]:
+    """The report's server-side keys: per level, the whole level's figures under the keys older
+    reports have (``ttfa_stages_ms`` ...), the steady window's beside them (``..._steady...``), and
+    ``steady_reads``: whether the level had one, its span, its requests and how late the reads were."""
+    out: dict[str, Any] = {}
+    for key, part in (("ttfa_stages{}_ms", "stage_means_ms"), ("ttfa_stages{}_p99_ms", "stage_p99_ms"),
+                      ("admission_waits{}", "waits"), ("codec{}", "codec")):
+        out[key.format("")] = [{"concurrency": m.level.concurrency, **getattr(m.whole, part)}
+                               for m in measured if getattr(m.whole, part)]
+        out[key.format("_steady")] = [{"concurrency": m.level.concurrency, **getattr(m.steady.view, part)}
+                                      for m in measured if m.steady and getattr(m.steady.view, part)]
+    out["steady_reads"] = [_steady_read(m) for m in measured]
+    return out
+
+
+def _steady_read(m: LevelReading) -> dict[str, Any]:
+    """One level's ``steady_reads`` entry (``read`` False: no steady window, whole-level figures only)."""
+    entry: dict[str, Any] = {"concurrency": m.level.concurrency, "read": m.steady is not None,
+                             "level_requests": m.whole.requests}
+    if m.steady is not None:
+        entry.update(seconds=m.steady.view.seconds, requests=m.steady.view.requests,
+                     start_lag_ms=m.steady.start_lag_ms, end_lag_ms=m.steady.end_lag_ms)
+    return entry
 
 
 def run_bench(cfg: BenchConfig) -> dict[str, Any]:
@@ -464,15 +521,10 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
         "server": {"url": cfg.url, "ready_at_start": ready.status_code == 200, "build": build},
         "config": {k: v for k, v in asdict(cfg).items() if k != "api_key"},
         "levels": [asdict(lv) for lv in levels],
-        # the server's own split of time to first audio per level (every request of the level's runs)
-        "ttfa_stages_ms": [{"concurrency": m.level.concurrency, **m.stage_means_ms}
-                           for m in measured if m.stage_means_ms],
-        # ... and each stage's p99 over the level (from the server's histogram buckets)
-        "ttfa_stages_p99_ms": [{"concurrency": m.level.concurrency, **m.stage_p99_ms}
-                               for m in measured if m.stage_p99_ms],
-        "admission_waits": [{"concurrency": m.level.concurrency, **m.waits} for m in measured if m.waits],
-        # the codec's pushes, frames per push and busy share per level (a server without them: none)
-        "codec": [{"concurrency": m.level.concurrency, **m.codec} for m in measured if m.codec],
+        # the server's own split of time to first audio per level: stage means and p99s (from its
+        # histogram buckets), admission waits by cause, the codec's pushes, frames per push and busy
+        # share; over the whole level (first wave included) and over its steady window
+        **server_report(measured),
         "open_loop": [open_level(cfg, r) for r in cfg.rates],
         "scaling": (levels[-1].frames_per_s / base) if base > 0 else None,
         "points": points(levels),
@@ -512,17 +564,8 @@ def print_table(report: dict[str, Any]) -> None:
                       f"{lv['ttfa_p50_s'] * 1000:.0f}", f"{lv['ttfa_p99_s'] * 1000:.0f}",
                       f"{lv['rtf_p99']:.3f}")
         console.print(o)
-    for st in report.get("ttfa_stages_ms", []):
-        console.print(f"c={st['concurrency']} server time to first audio by stage, mean ms: "
-                      + ", ".join(f"{k} {v:.0f}" for k, v in st.items() if k != "concurrency"))
-    for st in report.get("ttfa_stages_p99_ms", []):
-        console.print(f"c={st['concurrency']} server time to first audio by stage, p99 ms (each its own): "
-                      + ", ".join(f"{k} {v:.0f}" for k, v in st.items() if k != "concurrency"))
-    for w in report.get("admission_waits", []):
-        console.print(f"c={w['concurrency']} engine iterations that left requests waiting, by cause: "
-                      + ", ".join(f"{k} {v:.0f}" for k, v in w.items() if k != "concurrency"))
-    for use in report.get("codec", []):
-        console.print(codec_line(use))
+    for line in server_lines(report):
+        console.print(line, highlight=False, soft_wrap=True)
     if report["scaling"] is not None:
         lv = report["levels"]
         console.print(f"scaling c={lv[0]['concurrency']}→{lv[-1]['concurrency']}: {report['scaling']:.2f}x")
@@ -530,6 +573,43 @@ def print_table(report: dict[str, Any]) -> None:
         cap = report["capacity"]
         console.print(f"capacity (RTF p99 <= {cap['rtf_p99_max']}, first audio p99 <= "
                       f"{cap['ttfa_p99_max_s'] * 1000:.0f} ms): c={cap['concurrency']}")
+
+
+STEADY, WHOLE = "steady window", "whole level, first wave included"
+#: The server-side lines under the table: (report key, what its figures are, the span they cover).
+SERVER_LINES = (
+    ("ttfa_stages_steady_ms", "server time to first audio by stage, mean ms", STEADY),
+    ("ttfa_stages_steady_p99_ms", "server time to first audio by stage, p99 ms (each its own)", STEADY),
+    ("admission_waits_steady", "engine iterations that left requests waiting, by cause", STEADY),
+    ("ttfa_stages_ms", "server time to first audio by stage, mean ms", WHOLE),
+    ("ttfa_stages_p99_ms", "server time to first audio by stage, p99 ms (each its own)", WHOLE),
+    ("admission_waits", "engine iterations that left requests waiting, by cause", WHOLE),
+)
+
+
+def server_lines(report: dict[str, Any]) -> list[str]:
+    """The lines under the table: per level, the steady window's server figures first (what the
+    steady first-audio p99 is made of), then the whole level's, each labelled with its span."""
+    lines: list[tuple[int, int, str]] = []
+    for order, (key, what, span) in enumerate(SERVER_LINES):
+        for st in report.get(key, []):
+            values = ", ".join(f"{k} {v:.0f}" for k, v in st.items() if k != "concurrency")
+            lines.append((st["concurrency"], order, f"c={st['concurrency']} {what}, {span}: {values}"))
+    for order, (key, span) in enumerate((("codec_steady", "the steady window"), ("codec", "the level's "
+                                                                                 "wall time"))):
+        lines += [(use["concurrency"], 10 + order, codec_line(use, span)) for use in report.get(key, [])]
+    lines += [(r["concurrency"], -1, _steady_read_line(r)) for r in report.get("steady_reads", [])]
+    return [text for _, _, text in sorted(lines, key=lambda x: (x[0], x[1]))]
+
+
+def _steady_read_line(r: dict[str, Any]) -> str:
+    """Where a level's steady window was read, or that it had none."""
+    if not r["read"]:
+        return (f"c={r['concurrency']} no steady window (too few requests per client, or its edges "
+                f"not read): the server's figures below are the whole level's only")
+    return (f"c={r['concurrency']} steady window read live: {r['seconds']:.2f} s, {r['requests']} of the "
+            f"level's {r['level_requests']} first audios, reads {r['start_lag_ms']:.1f}/"
+            f"{r['end_lag_ms']:.1f} ms after its edges")
 
 
 def write_outputs(report: dict[str, Any], out: Path) -> list[Path]:
