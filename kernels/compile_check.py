@@ -160,12 +160,14 @@ def _gemm(kind: str, cfg: Any, m: int, k: int, scheme: str) -> Case:
 
 
 def _decode_kernels(group: int) -> Case:
-    """Norm, attention (dense / FP8 cache; bf16 or FP8-code output), RoPE + KV store, quantizer."""
+    """Norm, attention (dense / FP8 cache; bf16 or FP8-code output; one pass and split), RoPE + KV
+    store, quantizer."""
 
     def run(target: Target) -> list[str]:
         import triton.language as tl
 
         from . import triton_attention as ta
+        from . import triton_attention_split as tas
         from . import triton_decode as td
         from . import triton_quant as tq
 
@@ -186,6 +188,11 @@ def _decode_kernels(group: int) -> Case:
                 kernels.append((f"attention kv_fp8={fp8}", ta._decode_attention_kernel, attn,
                                 dict(G=4, BLOCK_G=16, D=128, BLOCK_N=64, SLOT_IS_ROW=False, KEYS_BOUND=0,
                                      KV_FP8=fp8, **common), 4))
+                if not quant:  # the split's first pass writes float32 states, whatever the output
+                    part = dict(attn, m_ptr="*fp32", l_ptr="*fp32", acc_ptr="*fp32")
+                    kernels.append((f"attention split kv_fp8={fp8}", tas._split_partial_kernel, part,
+                                    dict(G=4, BLOCK_G=16, D=128, BLOCK_N=64, SPLITS=8, SLOT_IS_ROW=False,
+                                         KEYS_BOUND=0, KV_FP8=fp8, USE_PDL=True), 4))
                 if not quant:
                     rope = dict(qkv_ptr="*bf16", qn_ptr="*bf16", kn_ptr="*bf16", rope_ptr="*bf16",
                                 pos_ptr="*i64", slot_ptr="*i64", k_ptr=cache, v_ptr=cache, q_ptr="*bf16",
@@ -193,6 +200,10 @@ def _decode_kernels(group: int) -> Case:
                     kernels.append((f"qkv_rope_store kv_fp8={fp8}", td._qkv_rope_store_kernel, rope,
                                     dict(H=32, KV=8, D=128, QK_NORM=True, SLOT_IS_ROW=False, KV_FP8=fp8,
                                          EXACT_CVT=False, USE_PDL=True), 1))
+            merge = dict(m_ptr="*fp32", l_ptr="*fp32", acc_ptr="*fp32", o_ptr=out,
+                         os_ptr="*u8" if group == 32 else "*fp32")
+            kernels.append(("attention split merge", tas._split_merge_kernel, merge,
+                            dict(G=4, BLOCK_G=16, D=128, SPLITS=8, **common), 4))
             for name, fn, types, const, warps in kernels:
                 c = _compile(fn, types, const, {"num_warps": warps, **pdl}, target)
                 _note(f"{target.name} {name} group={group} quant={quant}", c)

@@ -96,6 +96,70 @@ def sample_topk(*args: Any, **kwargs: Any) -> Tensor:
     return _triton_decode().sample_topk(*args, **kwargs)
 
 
+#: Decode attention with each (row, KV head)'s keys shared out among several programs and merged
+#: (:mod:`.triton_attention_split`): ``off`` (one program per (row, KV head), the default until an
+#: H200 run measures it: ``benchmarks/inference_h200/decode_levers.py``'s ``split`` variant),
+#: ``auto`` (:func:`auto_splits`) or a fixed count 1 .. :data:`MAX_SPLITS`. Process switch, read once.
+ATTN_SPLITS_ENV = "TTSFLEET_ATTN_SPLITS"
+#: Most shares per (row, KV head): beyond it the merge's reads outgrow what the extra programs save.
+MAX_SPLITS = 16
+#: SMs assumed where the device reports none (Triton's interpreter on the CPU): an H200's.
+NOMINAL_SMS = 132
+_attn_splits: str | int | None = None
+
+
+def parse_attn_splits(value: str) -> str | int:
+    """``off`` / ``auto`` / a count (blank: ``off``), else a ``ValueError`` naming the choices (the
+    server checks ``TTSFLEET_ATTN_SPLITS`` with it at start)."""
+    value = value.strip().lower() or "off"
+    if value in ("off", "auto"):
+        return value
+    n = int(value) if value.isdigit() else 0
+    if not 1 <= n <= MAX_SPLITS:
+        raise ValueError(f"{ATTN_SPLITS_ENV}={value!r}: expected off, auto or a count 1..{MAX_SPLITS}")
+    return n
+
+
+def set_attn_splits(value: str) -> None:
+    """Choose the attention split for this process (tests and benchmarks A/B it)."""
+    global _attn_splits
+    _attn_splits = parse_attn_splits(value)
+
+
+def attn_splits() -> str | int:
+    """This process's attention split (``TTSFLEET_ATTN_SPLITS``, default ``off``)."""
+    if _attn_splits is None:
+        set_attn_splits(os.environ.get(ATTN_SPLITS_ENV, "off"))
+    return _attn_splits  # type: ignore[return-value]
+
+
+def split_block_n(cache_len: int) -> int:
+    """Keys per block of both attention kernels: 64, or 16 for a frame-local cache of <= 16 positions."""
+    return 64 if cache_len > 16 else 16
+
+
+def auto_splits(rows: int, kv_heads: int, cache_len: int, sms: int) -> int:
+    """Shares that fill about two waves of ``sms`` SMs with ``rows x kv_heads x shares`` programs,
+    each share at least 4 key blocks of the cache's length, at most :data:`MAX_SPLITS`; 1 where the
+    rows alone fill the GPU (batch 64 x 8 KV heads = 512 programs on an H200's 132 SMs)."""
+    want = -(-2 * sms // max(1, rows * kv_heads))
+    longest = max(1, cache_len // (4 * split_block_n(cache_len)))
+    return max(1, min(want, longest, MAX_SPLITS))
+
+
+def attention_splits(q: Tensor, k_cache: Tensor) -> int:
+    """Shares per (row, KV head) for this call: from shapes and the process switch only, never from
+    the lengths, so a captured CUDA graph keeps it."""
+    mode = attn_splits()
+    if mode == "off":
+        return 1
+    cache_len = k_cache.shape[1]
+    if mode == "auto":
+        sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else NOMINAL_SMS
+        return auto_splits(q.shape[0], k_cache.shape[2], cache_len, sms)
+    return max(1, min(int(mode), -(-cache_len // split_block_n(cache_len))))
+
+
 def check_kv_cache(k_cache: Tensor, v_cache: Tensor, k_scale: Tensor | None, v_scale: Tensor | None) -> bool:
     """True for an FP8 cache (codes + exponents), False for a dense one; ValueError for a mix."""
     fp8 = k_cache.dtype == torch.float8_e4m3fn
@@ -154,6 +218,12 @@ def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor 
     """
     check_kv_cache(k_cache, v_cache, k_scale, v_scale)
     if dispatch.use_triton(q) and attention_kernel_fits(q, k_cache, v_cache):
+        splits = attention_splits(q, k_cache)
+        if splits > 1:
+            from .triton_attention_split import decode_attention_split
+
+            return decode_attention_split(q, k_cache, v_cache, slots, lengths, splits, quant_group, k_scale,
+                                          v_scale)
         from .triton_attention import decode_attention_triton
 
         return decode_attention_triton(q, k_cache, v_cache, slots, lengths, quant_group, k_scale, v_scale)

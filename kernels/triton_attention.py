@@ -22,8 +22,61 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from .decode import split_block_n
 from .triton_decode import quantize_groups
 from .triton_gemm import INTERPRETING, PDL, _ue8m0_to_f32, launch_opts, pdl_entry
+
+
+@triton.jit
+def _attend_keys(q, k_ptr, v_ptr, ks_ptr, vs_ptr, base, sbase, sk_pos, ss_pos, di, lo, hi, scale,
+                 m_i, l_i, acc, BLOCK_N: tl.constexpr, KEYS_BOUND: tl.constexpr, KV_FP8: tl.constexpr):
+    """Online softmax of the G query rows ``q`` over keys ``[lo, hi)`` of one slot's KV head, carried
+    in (``m_i``, ``l_i``, ``acc``: running max, sum and unnormalised output). KEYS_BOUND > 0 (Triton's
+    interpreter, which cannot loop to a loaded bound): walk the whole cache length; the masks make the
+    blocks outside ``[lo, hi)`` no-ops."""
+    for start in range(0 if KEYS_BOUND > 0 else lo, KEYS_BOUND if KEYS_BOUND > 0 else hi, BLOCK_N):
+        ni = start + tl.arange(0, BLOCK_N)
+        nmask = (ni >= lo) & (ni < hi)
+        offs = base + ni[:, None].to(tl.int64) * sk_pos + di[None, :]
+        k = tl.load(k_ptr + offs, mask=nmask[:, None], other=0.0)
+        if KV_FP8:  # exact e4m3 -> q dtype; the key's power-of-two scale multiplies its score
+            k = k.to(q.dtype)
+            ks = _ue8m0_to_f32(tl.load(ks_ptr + sbase + ni * ss_pos, mask=nmask, other=127))
+            s = tl.dot(q, tl.trans(k)).to(tl.float32) * (ks[None, :] * scale)
+        else:
+            s = tl.dot(q, tl.trans(k)).to(tl.float32) * scale
+        s = tl.where(nmask[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # no key yet: exp(-inf - -inf) would be NaN
+        alpha = tl.exp(m_i - m_ref)
+        p = tl.exp(s - m_ref[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_ptr + offs, mask=nmask[:, None], other=0.0)
+        if KV_FP8:  # the value's scale rides on its probability (l_i keeps the unscaled sum)
+            v = v.to(q.dtype)
+            vs = _ue8m0_to_f32(tl.load(vs_ptr + sbase + ni * ss_pos, mask=nmask, other=127))
+            acc = acc * alpha[:, None] + tl.dot((p * vs[None, :]).to(v.dtype), v).to(tl.float32)
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v).to(tl.float32)
+        m_i = m_new
+    return m_i, l_i, acc
+
+
+@triton.jit
+def _store_heads(out, o_ptr, os_ptr, b, kvh, heads, gmask, di, so_b, so_h, s_osb,
+                 G: tl.constexpr, BLOCK_G: tl.constexpr, D: tl.constexpr, QUANT: tl.constexpr,
+                 GROUP: tl.constexpr, MX: tl.constexpr, EXACT_CVT: tl.constexpr):
+    """The KV head's G output rows: bf16, or (QUANT) the FP8 codes + scales the O GEMM reads."""
+    o_ptrs = o_ptr + b * so_b + heads[:, None] * so_h + di[None, :]
+    if QUANT:  # each head row is D / GROUP whole groups of the [H * D] output row
+        NG: tl.constexpr = BLOCK_G * D // GROUP
+        codes, sc = quantize_groups(tl.reshape(out.to(tl.float32), (BLOCK_G * D,)), BLOCK_G * D, GROUP, MX,
+                                    EXACT_CVT)
+        tl.store(o_ptrs, tl.reshape(codes, (BLOCK_G, D)), mask=gmask[:, None])
+        gl = tl.arange(0, NG)
+        tl.store(os_ptr + b * s_osb + kvh * (G * D // GROUP) + gl, sc, mask=gl < G * D // GROUP)
+    else:
+        tl.store(o_ptrs, out, mask=gmask[:, None])
 
 
 @triton.jit
@@ -50,48 +103,32 @@ def _decode_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, os_ptr, slots_ptr, len_
     m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_G], tl.float32)
     acc = tl.zeros([BLOCK_G, D], tl.float32)
-    base = slot * sk_slot + kvh * sk_head
-    sbase = slot * ss_slot + kvh * ss_head
-    # KEYS_BOUND > 0 (Triton's interpreter, which cannot loop to a loaded bound): walk the whole
-    # cache length; the masks make the extra blocks no-ops.
-    for start in range(0, KEYS_BOUND if KEYS_BOUND > 0 else n_keys, BLOCK_N):
-        ni = start + tl.arange(0, BLOCK_N)
-        nmask = ni < n_keys
-        offs = base + ni[:, None].to(tl.int64) * sk_pos + di[None, :]
-        k = tl.load(k_ptr + offs, mask=nmask[:, None], other=0.0)
-        if KV_FP8:  # exact e4m3 -> q dtype; the key's power-of-two scale multiplies its score
-            k = k.to(q.dtype)
-            ks = _ue8m0_to_f32(tl.load(ks_ptr + sbase + ni * ss_pos, mask=nmask, other=127))
-            s = tl.dot(q, tl.trans(k)).to(tl.float32) * (ks[None, :] * scale)
-        else:
-            s = tl.dot(q, tl.trans(k)).to(tl.float32) * scale
-        s = tl.where(nmask[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        alpha = tl.exp(m_i - m_new)
-        p = tl.exp(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_ptr + offs, mask=nmask[:, None], other=0.0)
-        if KV_FP8:  # the value's scale rides on its probability (l_i keeps the unscaled sum)
-            v = v.to(q.dtype)
-            vs = _ue8m0_to_f32(tl.load(vs_ptr + sbase + ni * ss_pos, mask=nmask, other=127))
-            acc = acc * alpha[:, None] + tl.dot((p * vs[None, :]).to(v.dtype), v).to(tl.float32)
-        else:
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v).to(tl.float32)
-        m_i = m_new
+    m_i, l_i, acc = _attend_keys(q, k_ptr, v_ptr, ks_ptr, vs_ptr, slot * sk_slot + kvh * sk_head,
+                                 slot * ss_slot + kvh * ss_head, sk_pos, ss_pos, di, 0, n_keys, scale,
+                                 m_i, l_i, acc, BLOCK_N, KEYS_BOUND, KV_FP8)
     out = (acc / l_i[:, None]).to(OUT_DTYPE)
-    o_ptrs = o_ptr + b * so_b + heads[:, None] * so_h + di[None, :]
-    if QUANT:  # each head row is D / GROUP whole groups of the [H * D] output row
-        NG: tl.constexpr = BLOCK_G * D // GROUP
-        codes, sc = quantize_groups(tl.reshape(out.to(tl.float32), (BLOCK_G * D,)), BLOCK_G * D, GROUP, MX,
-                                    EXACT_CVT)
-        tl.store(o_ptrs, tl.reshape(codes, (BLOCK_G, D)), mask=gmask[:, None])
-        gl = tl.arange(0, NG)
-        tl.store(os_ptr + b * s_osb + kvh * (G * D // GROUP) + gl, sc, mask=gl < G * D // GROUP)
-    else:
-        tl.store(o_ptrs, out, mask=gmask[:, None])
+    _store_heads(out, o_ptr, os_ptr, b, kvh, heads, gmask, di, so_b, so_h, s_osb, G, BLOCK_G, D, QUANT, GROUP,
+                 MX, EXACT_CVT)
 
 
 _TL = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
+
+
+def block_g(g: int) -> int:
+    """Query rows per program: the KV head's G query heads, padded to a power of two >= 16 (tl.dot)."""
+    return max(16, 1 << (g - 1).bit_length())
+
+
+def output_buffers(q: Tensor, quant_group: int) -> tuple[Tensor, Tensor]:
+    """The kernel's output: bf16 like ``q`` (twice: no scales), or (``quant_group`` > 0) the FP8
+    codes ``[bs, H, D]`` and their scales ``[bs, H * D / group]`` the output projection reads."""
+    if quant_group <= 0:
+        out = torch.empty_like(q)
+        return out, out
+    bs, h, d = q.shape
+    return (torch.empty(bs, h, d, device=q.device, dtype=torch.float8_e4m3fn),
+            torch.empty(bs, h * d // quant_group, device=q.device,
+                        dtype=torch.uint8 if quant_group == 32 else torch.float32))
 
 
 def decode_attention_triton(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor | None,
@@ -104,13 +141,7 @@ def decode_attention_triton(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: 
     g = h // kv
     q = q.contiguous()
     quant = quant_group > 0
-    if quant:
-        out = torch.empty(bs, h, d, device=q.device, dtype=torch.float8_e4m3fn)
-        osc = torch.empty(bs, h * d // quant_group, device=q.device,
-                          dtype=torch.uint8 if quant_group == 32 else torch.float32)
-    else:
-        out = torch.empty_like(q)
-        osc = out
+    out, osc = output_buffers(q, quant_group)
     fp8 = k_scale is not None
     ks, vs = (k_scale, v_scale) if fp8 else (lengths, lengths)
     s_st = (k_scale.stride(0), k_scale.stride(1), k_scale.stride(2)) if fp8 else (0, 0, 0)
@@ -119,7 +150,7 @@ def decode_attention_triton(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: 
         1.0 / math.sqrt(d),
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         out.stride(0), out.stride(1), osc.stride(0), 0 if lengths.numel() == 1 else lengths.stride(0), *s_st,
-        G=g, BLOCK_G=max(16, 1 << (g - 1).bit_length()), D=d, BLOCK_N=64 if k_cache.shape[1] > 16 else 16,
+        G=g, BLOCK_G=block_g(g), D=d, BLOCK_N=split_block_n(k_cache.shape[1]),
         SLOT_IS_ROW=slots is None, KEYS_BOUND=k_cache.shape[1] if INTERPRETING else 0,
         QUANT=quant, GROUP=max(quant_group, 1), MX=quant_group == 32, OUT_DTYPE=_TL[q.dtype],
         EXACT_CVT=INTERPRETING, KV_FP8=fp8, USE_PDL=PDL, **launch_opts(),

@@ -1,13 +1,16 @@
 """The S2 Pro decode step with each built-but-unmeasured lever on and off, side by side (issue #26).
 
-Why one script for three levers: each is a switch that exists (CPU-tested) and waits for its first
+Why one script for several levers: each is a switch that exists (CPU-tested) and waits for its first
 H200 figure, and the step is noisy across calls, so they are timed in one process on one model,
 alternately, against the default step beside them:
 
 * ``cublas@N``: the GPU catalog sends GEMMs of >= N rows to cuBLAS's block-scaled FP8 kernel
   (``prefill_gemm_min_rows``; today 256, i.e. prefill only) — decode batches included, in graphs;
-* ``topk``: ``TTSFLEET_TOPK_SELECT=kernel`` (the sampler's top-k inside its own launch);
-* ``fp8kv``: the FP8 KV cache (e4m3 + one exponent per position and KV head).
+* ``topk-torch``: ``TTSFLEET_TOPK_SELECT=torch`` (the sampler's top-k through ``torch.topk``; the
+  default, ``kernel``, selects inside the sampler's launch since 2026-12-03b);
+* ``fp8kv``: the FP8 KV cache (e4m3 + one exponent per position and KV head);
+* ``split`` / ``split@N``: decode attention with each (row, KV head)'s keys shared out among
+  several programs (``TTSFLEET_ATTN_SPLITS=auto`` / ``N``), where few rows leave SMs idle.
 
 Each variant replays the whole decode step from a CUDA graph on a cache filled to 576 positions
 (as ``step_bench.py``); rounds alternate the variants so drift hits all alike. Prints a table of
@@ -16,6 +19,7 @@ medians (ms per step) and the ratio to the default; JSON to ``$OUT/decode_levers
     python3 -m benchmarks.inference_h200.decode_levers            # on the device, from the repo root
     LEVER_BATCHES=1,8,32,64,128 LEVER_ROUNDS=3 (defaults)
     LEVER_CONTEXT=4096 LEVER_VARIANTS=default,fp8kv   # the FP8 cache where K/V dominate the bytes
+    LEVER_CONTEXT=4096 LEVER_VARIANTS=default,split,split@4   # attention shared out, long contexts
 """
 
 from __future__ import annotations
@@ -62,7 +66,8 @@ def _variant(name: str) -> dict[str, Any]:
 
     from ttsfleet.catalog import GpuCatalog
 
-    decode.set_topk_select("kernel" if name == "topk" else "torch")
+    decode.set_topk_select("torch" if name == "topk-torch" else "kernel")
+    decode.set_attn_splits(name.partition("@")[2] or "auto" if name.startswith("split") else "off")
     if name.startswith("cublas@"):
         rows = int(name.split("@")[1])
         base = GpuCatalog.default()
@@ -80,7 +85,7 @@ def main() -> None:
     t0 = time.time()
     model = load_model("s2-pro", device="cuda", dtype=torch.bfloat16, quantize="auto",
                        max_seq_len=max(1024, CONTEXT + 64))
-    variants = VARIANTS or ["default", "topk", "fp8kv", *[f"cublas@{r}" for r in CUBLAS_ROWS]]
+    variants = VARIANTS or ["default", "split", "fp8kv", *[f"cublas@{r}" for r in CUBLAS_ROWS]]
     if "default" not in variants:
         variants.insert(0, "default")  # every ratio is to the default beside it
     kinds = {"fp8" if v == "fp8kv" else "auto" for v in variants}
