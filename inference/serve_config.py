@@ -184,9 +184,10 @@ def _check_process_switches(env: dict[str, str]) -> None:
     prefill or a decode step), checked now: a bad value is a one-line error at start, not a
     traceback in every request of a server that said it was ready."""
     from ttsfleet.inference.model_layers import PROMPT_GQA_ENV, parse_prompt_gqa
-    from ttsfleet.kernels.decode import TOPK_SELECT_ENV, parse_topk_select
+    from ttsfleet.kernels.decode import ATTN_SPLITS_ENV, TOPK_SELECT_ENV, parse_attn_splits, parse_topk_select
 
-    for name, parse in ((PROMPT_GQA_ENV, parse_prompt_gqa), (TOPK_SELECT_ENV, parse_topk_select)):
+    for name, parse in ((PROMPT_GQA_ENV, parse_prompt_gqa), (TOPK_SELECT_ENV, parse_topk_select),
+                        (ATTN_SPLITS_ENV, parse_attn_splits)):
         if name in env:
             try:
                 parse(env[name])

@@ -94,6 +94,7 @@ def test_codec_layout_comes_from_the_class_unless_asked_and_reaches_the_decoder_
     {ENV["codec_compile"]: "reduce-overhead"},
     {"TTSFLEET_PROMPT_GQA": "fast"},  # process switches read deep in the model: checked at start
     {"TTSFLEET_TOPK_SELECT": "heap"},
+    {"TTSFLEET_ATTN_SPLITS": "64"},
 ])
 def test_bad_configuration_is_a_user_error(env):
     with pytest.raises(UserError):
@@ -103,6 +104,8 @@ def test_bad_configuration_is_a_user_error(env):
 def test_model_process_switches_accept_their_modes():
     ServeConfig.from_env({"TTSFLEET_PROMPT_GQA": "native", "TTSFLEET_TOPK_SELECT": " Kernel "})
     ServeConfig.from_env({"TTSFLEET_PROMPT_GQA": "expand", "TTSFLEET_TOPK_SELECT": ""})
+    for splits in ("off", " Auto ", "4", ""):
+        ServeConfig.from_env({"TTSFLEET_ATTN_SPLITS": splits})
 
 
 def test_safe_defaults():
