@@ -1,7 +1,8 @@
 """Before/after: the benchmark's cases through an older revision of the simulator and this one.
 
 Run:  python -P benchmarks/simulate/before_after.py [--before 398c193] [--cases default,bursty,...]
-Writes before-after-<date>.json beside this file and prints the table (fill lost GPU-hours by
+                                                    [--suffix b]
+Writes before-after-<date><suffix>.json beside this file and prints the table (fill lost GPU-hours by
 cause, admissions and evictions per hour, GPU-busy, p99 time to first audio).
 
 The older revision's ``ttsfleet`` package is extracted with ``git archive`` and run in a child
@@ -71,6 +72,8 @@ def main() -> None:  # noqa: C901 - one linear script
     ap.add_argument("--before", default="398c193", help="git revision of the 'before' code")
     ap.add_argument("--cases", default="default,bursty,flat,multi-day,writeup-curves,azure-code-1h,"
                                        "azure-code-1h-writeup,azure-conv-1h,mooncake-conv-1h")
+    ap.add_argument("--suffix", default="", help="appended to the record's date (a second record "
+                                                  "of the day)")
     ap.add_argument("--child", nargs=5, metavar=("SRC", "NPZ", "FLEET", "WRITEUP", "DAYS"),
                     help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -117,7 +120,7 @@ def main() -> None:  # noqa: C901 - one linear script
                     "policy-colocated": brief(summarize(simulate(colocated(sc), case.trace,
                                                                  warmup_s=case.warmup_s)))}
             out["cases"][name] = row
-    path = HERE / f"before-after-{out['date']}.json"
+    path = HERE / f"before-after-{out['date']}{args.suffix}.json"
     path.write_text(json.dumps(out, indent=2))
     print_table(out)
     print(f"wrote {path}")
