@@ -63,6 +63,16 @@ def _attend_keys(q, k_ptr, v_ptr, ks_ptr, vs_ptr, base, sbase, sk_pos, ss_pos, d
 
 
 @triton.jit
+def _row_keys(slots_ptr, len_ptr, b, s_len, SLOT_IS_ROW: tl.constexpr):
+    """Row ``b``'s cache slot (itself where rows are slots) and how many of its keys it attends."""
+    if SLOT_IS_ROW:  # noqa: SIM108 - Triton code
+        slot = b.to(tl.int64)
+    else:
+        slot = tl.load(slots_ptr + b).to(tl.int64)
+    return slot, tl.load(len_ptr + b * s_len).to(tl.int32)
+
+
+@triton.jit
 def _store_heads(out, o_ptr, os_ptr, b, kvh, heads, gmask, di, so_b, so_h, s_osb,
                  G: tl.constexpr, BLOCK_G: tl.constexpr, D: tl.constexpr, QUANT: tl.constexpr,
                  GROUP: tl.constexpr, MX: tl.constexpr, EXACT_CVT: tl.constexpr):
@@ -90,11 +100,7 @@ def _decode_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, os_ptr, slots_ptr, len_
     pdl_entry(USE_PDL)
     b = tl.program_id(0)
     kvh = tl.program_id(1)
-    if SLOT_IS_ROW:  # noqa: SIM108 - Triton code
-        slot = b.to(tl.int64)
-    else:
-        slot = tl.load(slots_ptr + b).to(tl.int64)
-    n_keys = tl.load(len_ptr + b * s_len).to(tl.int32)
+    slot, n_keys = _row_keys(slots_ptr, len_ptr, b, s_len, SLOT_IS_ROW)
     gi = tl.arange(0, BLOCK_G)
     di = tl.arange(0, D)
     heads = kvh * G + gi

@@ -25,7 +25,7 @@ import triton.language as tl
 from torch import Tensor
 
 from .decode import split_block_n
-from .triton_attention import _TL, _attend_keys, _store_heads, block_g, output_buffers
+from .triton_attention import _TL, _attend_keys, _row_keys, _store_heads, block_g, output_buffers
 from .triton_gemm import INTERPRETING, PDL, launch_opts, pdl_entry
 
 
@@ -40,11 +40,7 @@ def _split_partial_kernel(q_ptr, k_ptr, v_ptr, m_ptr, l_ptr, acc_ptr, slots_ptr,
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     sp = tl.program_id(2)
-    if SLOT_IS_ROW:  # noqa: SIM108 - Triton code
-        slot = b.to(tl.int64)
-    else:
-        slot = tl.load(slots_ptr + b).to(tl.int64)
-    n_keys = tl.load(len_ptr + b * s_len).to(tl.int32)
+    slot, n_keys = _row_keys(slots_ptr, len_ptr, b, s_len, SLOT_IS_ROW)
     per = tl.cdiv(tl.cdiv(n_keys, SPLITS), BLOCK_N) * BLOCK_N  # whole key blocks per share
     lo = sp * per
     hi = tl.minimum(lo + per, n_keys)
