@@ -93,7 +93,8 @@ for stage in "$@"; do
                   tests/inference_model/test_codec_compile.py} -k "not golden" 2>&1 | tee "$OUT/gpu_quicktests.txt" | tail -15 ;;
     tests) timeout 300 "${PYTEST[@]}" tests/inference_model/test_fused_decode.py tests/inference_model/test_gpu_s2pro_gate.py \
              tests/inference_model/test_chunked_prefill.py tests/inference_server/test_engine.py \
-             tests/inference_model/test_prefill_graphs.py tests/kernels/test_gpu.py -k "not sweep" 2>&1 | tee "$OUT/gpu_tests.txt" | tail -15 ;;
+             tests/inference_model/test_prefill_graphs.py tests/kernels/test_gpu.py tests/kernels/test_attention_split.py \
+             -k "not sweep" 2>&1 | tee "$OUT/gpu_tests.txt" | tail -15 ;;
     gate) timeout "${GATE_TIMEOUT:-300}" "${PYTEST[@]}" tests/inference_model/test_gpu_s2pro_gate.py -k "${GATE_K:-}" 2>&1 \
             | tee "$OUT/gpu_gate.txt" | tail -15 ;;
     prefillhost) timeout 200 python3 -m benchmarks.inference_h200.prefill_host "$OUT/prefill_host.json" 2>&1 \
