@@ -10,7 +10,9 @@ alternately, against the default step beside them:
   default, ``kernel``, selects inside the sampler's launch since 2026-12-03b);
 * ``fp8kv``: the FP8 KV cache (e4m3 + one exponent per position and KV head);
 * ``split`` / ``split@N``: decode attention with each (row, KV head)'s keys shared out among
-  several programs (``TTSFLEET_ATTN_SPLITS=auto`` / ``N``), where few rows leave SMs idle.
+  several programs (``TTSFLEET_ATTN_SPLITS=auto`` / ``N``), where few rows leave SMs idle;
+* levers joined by ``+`` run together (``fp8kv+split``: the FP8 cache's slower key loop spread
+  over more programs).
 
 Each variant replays the whole decode step from a CUDA graph on a cache filled to 576 positions
 (as ``step_bench.py``); rounds alternate the variants so drift hits all alike. Prints a table of
@@ -19,7 +21,7 @@ medians (ms per step) and the ratio to the default; JSON to ``$OUT/decode_levers
     python3 -m benchmarks.inference_h200.decode_levers            # on the device, from the repo root
     LEVER_BATCHES=1,8,32,64,128 LEVER_ROUNDS=3 (defaults)
     LEVER_CONTEXT=4096 LEVER_VARIANTS=default,fp8kv   # the FP8 cache where K/V dominate the bytes
-    LEVER_CONTEXT=4096 LEVER_VARIANTS=default,split,split@4   # attention shared out, long contexts
+    LEVER_CONTEXT=4096 LEVER_VARIANTS=default,split,split@4,fp8kv,fp8kv+split   # long contexts
 """
 
 from __future__ import annotations
@@ -60,22 +62,30 @@ def _step_ms(model: Any, cache: Any, bs: int) -> float:
     return graph_replay_ms(decode_step_fn(model, cache, CONTEXT, decode_inputs(model, bs)))
 
 
+def _kv_kind(name: str) -> str:
+    """The cache a variant decodes from: ``fp8`` for ``fp8kv`` alone or in a combination."""
+    return "fp8" if "fp8kv" in name.split("+") else "auto"
+
+
 def _variant(name: str) -> dict[str, Any]:
-    """Switch the process to variant ``name``; returns its cache kind."""
+    """Switch the process to variant ``name`` (levers joined by ``+`` combine, e.g.
+    ``fp8kv+split``); returns its cache kind."""
     from ttsfleet.kernels import decode, dispatch
 
     from ttsfleet.catalog import GpuCatalog
 
-    decode.set_topk_select("torch" if name == "topk-torch" else "kernel")
-    decode.set_attn_splits(name.partition("@")[2] or "auto" if name.startswith("split") else "off")
-    if name.startswith("cublas@"):
-        rows = int(name.split("@")[1])
+    parts = name.split("+")
+    split = next((p for p in parts if p.startswith("split")), None)
+    cublas = next((p for p in parts if p.startswith("cublas@")), None)
+    decode.set_topk_select("torch" if "topk-torch" in parts else "kernel")
+    decode.set_attn_splits((split.partition("@")[2] or "auto") if split else "off")
+    if cublas:
         base = GpuCatalog.default()
-        h200 = base.classes["h200"].model_copy(update={"prefill_gemm_min_rows": rows})
+        h200 = base.classes["h200"].model_copy(update={"prefill_gemm_min_rows": int(cublas.split("@")[1])})
         dispatch.use_catalog(base.model_copy(update={"classes": {**base.classes, "h200": h200}}))
     else:
         dispatch.use_catalog(None)
-    return {"kv": "fp8" if name == "fp8kv" else "auto"}
+    return {"kv": _kv_kind(name)}
 
 
 def main() -> None:
@@ -88,7 +98,7 @@ def main() -> None:
     variants = VARIANTS or ["default", "split", "fp8kv", *[f"cublas@{r}" for r in CUBLAS_ROWS]]
     if "default" not in variants:
         variants.insert(0, "default")  # every ratio is to the default beside it
-    kinds = {"fp8" if v == "fp8kv" else "auto" for v in variants}
+    kinds = {_kv_kind(v) for v in variants}
     caches = {kv: model.new_cache(max(BATCHES), CONTEXT + 4, kv_dtype=kv) for kv in kinds}
     for cache in caches.values():
         _fill(cache)
