@@ -5,7 +5,7 @@
 # stages: quicktests (QUICKTESTS: other test files), tests, gate (GATE_K: pytest -k), levers (decode_levers.py: cuBLAS decode rows,
 # top-k kernel, FP8 KV side by side), gemmproto (gemm_proto.py), engineab (bench engine c=64, eager
 # prefill vs graphs: ENGINE_LEVELS; enginespy: bench engine with the codec under py-spy; ENGINE_SIDES="b:--prefill-graphs" runs one side; ENGINE_CODEC=s2-pro puts the serving codec in the loop), benchgate (bench engine --gate: GATE_LEVELS,
-# GATE_PER_CLIENT, GATE_CODEC), prefill, prefillhost, prefillgraphs, codec, codeclayout (codec_layout.py: NCL vs channels-last pushes; CL_ARGS adds its flags), codeccompile (CC_ARGS), live (real-time mode on/off side by side: LIVE_C, LIVE_SESSIONS, LIVE_ROUNDS; needs the fish-audio-sdk wheels and the reference voice made here first, the device has no espeak-ng: `python3 -P benchmarks/inference_serve/live_prefix.py x --reference-wav benchmarks/inference_serve/live_ref.wav --write-reference`, untracked, travels with the tree), serve, ab. Env: SERVE_ARGS (extra `ttsfleet serve` flags;
+# GATE_PER_CLIENT, GATE_CODEC), prefill, prefillhost, prefillgraphs, codec, codeclayout (codec_layout.py: NCL vs channels-last pushes; CL_ARGS adds its flags), codeccapture (codec_capture.py: start-up graph capture per cuDNN setting; CAP_CONFIGS, CAP_BUDGET), codeccompile (CC_ARGS), live (real-time mode on/off side by side: LIVE_C, LIVE_SESSIONS, LIVE_ROUNDS; needs the fish-audio-sdk wheels and the reference voice made here first, the device has no espeak-ng: `python3 -P benchmarks/inference_serve/live_prefix.py x --reference-wav benchmarks/inference_serve/live_ref.wav --write-reference`, untracked, travels with the tree), serve, ab. Env: SERVE_ARGS (extra `ttsfleet serve` flags;
 # ab: SERVE_ARGS_A / SERVE_ARGS_B alternated AB_ROUNDS times in one call),
 # serve runs with --gpu-class h200, whose catalog default since 2026-12-03d is the codec process under
 # MPS (the server starts the daemon itself; `--no-codec-process` in SERVE_ARGS is the codec thread),
@@ -107,6 +107,9 @@ for stage in "$@"; do
                     --profile ${CC_ARGS:-} 2>&1 | tee "$OUT/codec_compile.txt" | tail -30 ;;
     codeclayout) timeout "${CL_TIMEOUT:-150}" python3 -m benchmarks.inference_h200.codec_layout "$OUT/codec_layout.json" \
                    ${CL_ARGS:-} 2>&1 | tee "$OUT/codec_layout.txt" | tail -20 ;;
+    codeccapture) timeout "${CAP_TIMEOUT:-540}" python3 -m benchmarks.inference_h200.codec_capture "$OUT/codec_capture.json" \
+                    --budget-s "${CAP_BUDGET:-360}" ${CAP_CONFIGS:+--configs "$CAP_CONFIGS"} 2>&1 \
+                    | tee "$OUT/codec_capture.txt" | tail -12 ;;
     codec) timeout 200 python3 -m benchmarks.inference_h200.codec_speed "$OUT/codec_speed.json" 2>&1 \
              | tee "$OUT/codec_speed.txt" | tail -30 ;;
     live) # LIVE_SPREAD: session lengths FRAMES x (1 +- spread) (0: one length, sessions stay in waves);
