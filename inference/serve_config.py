@@ -184,10 +184,12 @@ def _check_process_switches(env: dict[str, str]) -> None:
     prefill or a decode step), checked now: a bad value is a one-line error at start, not a
     traceback in every request of a server that said it was ready."""
     from ttsfleet.inference.model_layers import PROMPT_GQA_ENV, parse_prompt_gqa
-    from ttsfleet.kernels.decode import ATTN_SPLITS_ENV, TOPK_SELECT_ENV, parse_attn_splits, parse_topk_select
+    from ttsfleet.kernels import decode
 
-    for name, parse in ((PROMPT_GQA_ENV, parse_prompt_gqa), (TOPK_SELECT_ENV, parse_topk_select),
-                        (ATTN_SPLITS_ENV, parse_attn_splits)):
+    for name, parse in ((PROMPT_GQA_ENV, parse_prompt_gqa),
+                        (decode.TOPK_SELECT_ENV, decode.parse_topk_select),
+                        (decode.ATTN_SPLITS_ENV, decode.parse_attn_splits),
+                        (decode.ATTN_TILE_ENV, decode.parse_attn_tile)):
         if name in env:
             try:
                 parse(env[name])

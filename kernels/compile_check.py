@@ -188,6 +188,9 @@ def _decode_kernels(group: int) -> Case:
                 kernels.append((f"attention kv_fp8={fp8}", ta._decode_attention_kernel, attn,
                                 dict(G=4, BLOCK_G=16, D=128, BLOCK_N=64, SLOT_IS_ROW=False, KEYS_BOUND=0,
                                      KV_FP8=fp8, **common), 4))
+                kernels.append((f"attention kv_fp8={fp8} tile=8x32", ta._decode_attention_kernel, attn,
+                                dict(G=4, BLOCK_G=16, D=128, BLOCK_N=32, SLOT_IS_ROW=False, KEYS_BOUND=0,
+                                     KV_FP8=fp8, **common), 8))
                 if not quant:  # the split's first pass writes float32 states, whatever the output
                     part = dict(attn, m_ptr="*fp32", l_ptr="*fp32", acc_ptr="*fp32")
                     kernels.append((f"attention split kv_fp8={fp8}", tas._split_partial_kernel, part,

@@ -133,9 +133,43 @@ def attn_splits() -> str | int:
     return _attn_splits  # type: ignore[return-value]
 
 
-def split_block_n(cache_len: int) -> int:
-    """Keys per block of both attention kernels: 64, or 16 for a frame-local cache of <= 16 positions."""
-    return 64 if cache_len > 16 else 16
+#: Decode attention's launch tile, ``WARPSxKEYS``: warps per program and keys per block, both kernels
+#: (one pass and split). ``4x64`` (the default) compiles to 255 registers and spills 16-24 B per
+#: thread on sm_90; ``8x32`` to 128-136 registers and none (``compile_check``'s resource report,
+#: 2026-12-04): more warps resident to hide HBM latency, not yet timed on a GPU
+#: (``decode_levers.py``'s ``tile@8x32``). Process switch, read once.
+ATTN_TILE_ENV = "TTSFLEET_ATTN_TILE"
+ATTN_TILES = ("4x64", "4x32", "8x64", "8x32")
+_attn_tile: tuple[int, int] | None = None
+
+
+def parse_attn_tile(value: str) -> tuple[int, int]:
+    """``(warps, keys per block)`` of a tile name (blank: ``4x64``), else a ``ValueError`` naming
+    the choices (the server checks ``TTSFLEET_ATTN_TILE`` with it at start)."""
+    value = value.strip().lower() or "4x64"
+    if value not in ATTN_TILES:
+        raise ValueError(f"{ATTN_TILE_ENV}={value!r}: expected one of {', '.join(ATTN_TILES)}")
+    warps, keys = value.split("x")
+    return int(warps), int(keys)
+
+
+def set_attn_tile(value: str) -> None:
+    """Choose the attention tile for this process (tests and benchmarks A/B it)."""
+    global _attn_tile
+    _attn_tile = parse_attn_tile(value)
+
+
+def attn_tile() -> tuple[int, int]:
+    """This process's attention tile (``TTSFLEET_ATTN_TILE``, default ``4x64``)."""
+    if _attn_tile is None:
+        set_attn_tile(os.environ.get(ATTN_TILE_ENV, "4x64"))
+    return _attn_tile  # type: ignore[return-value]
+
+
+def attention_block_n(cache_len: int) -> int:
+    """Keys per block of both attention kernels: the tile's, or 16 for a frame-local cache of <= 16
+    positions."""
+    return attn_tile()[1] if cache_len > 16 else 16
 
 
 def auto_splits(rows: int, kv_heads: int, cache_len: int, sms: int) -> int:
@@ -143,7 +177,7 @@ def auto_splits(rows: int, kv_heads: int, cache_len: int, sms: int) -> int:
     each share at least 4 key blocks of the cache's length, at most :data:`MAX_SPLITS`; 1 where the
     rows alone fill the GPU (batch 64 x 8 KV heads = 512 programs on an H200's 132 SMs)."""
     want = -(-2 * sms // max(1, rows * kv_heads))
-    longest = max(1, cache_len // (4 * split_block_n(cache_len)))
+    longest = max(1, cache_len // (4 * attention_block_n(cache_len)))
     return max(1, min(want, longest, MAX_SPLITS))
 
 
@@ -157,7 +191,7 @@ def attention_splits(q: Tensor, k_cache: Tensor) -> int:
     if mode == "auto":
         sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else NOMINAL_SMS
         return auto_splits(q.shape[0], k_cache.shape[2], cache_len, sms)
-    return max(1, min(int(mode), -(-cache_len // split_block_n(cache_len))))
+    return max(1, min(int(mode), -(-cache_len // attention_block_n(cache_len))))
 
 
 def check_kv_cache(k_cache: Tensor, v_cache: Tensor, k_scale: Tensor | None, v_scale: Tensor | None) -> bool:

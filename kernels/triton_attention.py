@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .decode import split_block_n
+from .decode import attention_block_n, attn_tile
 from .triton_decode import quantize_groups
 from .triton_gemm import INTERPRETING, PDL, _ue8m0_to_f32, launch_opts, pdl_entry
 
@@ -156,9 +156,9 @@ def decode_attention_triton(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: 
         1.0 / math.sqrt(d),
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         out.stride(0), out.stride(1), osc.stride(0), 0 if lengths.numel() == 1 else lengths.stride(0), *s_st,
-        G=g, BLOCK_G=block_g(g), D=d, BLOCK_N=split_block_n(k_cache.shape[1]),
+        G=g, BLOCK_G=block_g(g), D=d, BLOCK_N=attention_block_n(k_cache.shape[1]),
         SLOT_IS_ROW=slots is None, KEYS_BOUND=k_cache.shape[1] if INTERPRETING else 0,
         QUANT=quant, GROUP=max(quant_group, 1), MX=quant_group == 32, OUT_DTYPE=_TL[q.dtype],
-        EXACT_CVT=INTERPRETING, KV_FP8=fp8, USE_PDL=PDL, **launch_opts(),
+        EXACT_CVT=INTERPRETING, KV_FP8=fp8, USE_PDL=PDL, num_warps=attn_tile()[0], **launch_opts(),
     )
     return (out.view(bs, h * d), osc) if quant else out

@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .decode import split_block_n
+from .decode import attention_block_n, attn_tile
 from .triton_attention import _TL, _attend_keys, _row_keys, _store_heads, block_g, output_buffers
 from .triton_gemm import INTERPRETING, PDL, launch_opts, pdl_entry
 
@@ -108,9 +108,9 @@ def decode_attention_split(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: T
         q, k_cache, v_cache, m, total, acc, lengths if slots is None else slots, lengths, ks, vs,
         1.0 / math.sqrt(d), q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         0 if lengths.numel() == 1 else lengths.stride(0), *s_st,
-        G=g, BLOCK_G=rows_g, D=d, BLOCK_N=split_block_n(k_cache.shape[1]), SPLITS=splits,
+        G=g, BLOCK_G=rows_g, D=d, BLOCK_N=attention_block_n(k_cache.shape[1]), SPLITS=splits,
         SLOT_IS_ROW=slots is None, KEYS_BOUND=k_cache.shape[1] if INTERPRETING else 0, KV_FP8=fp8,
-        USE_PDL=PDL, **launch_opts(),
+        USE_PDL=PDL, num_warps=attn_tile()[0], **launch_opts(),
     )
     _split_merge_kernel[(bs, kv)](
         m, total, acc, out, osc, out.stride(0), out.stride(1), osc.stride(0),

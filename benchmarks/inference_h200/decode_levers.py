@@ -11,6 +11,8 @@ alternately, against the default step beside them:
 * ``fp8kv``: the FP8 KV cache (e4m3 + one exponent per position and KV head);
 * ``split`` / ``split@N``: decode attention with each (row, KV head)'s keys shared out among
   several programs (``TTSFLEET_ATTN_SPLITS=auto`` / ``N``), where few rows leave SMs idle;
+* ``tile@WxK``: decode attention launched with W warps and K keys per block (``TTSFLEET_ATTN_TILE``;
+  ``4x64`` the default, ``8x32`` the one without register spills on sm_90);
 * levers joined by ``+`` run together (``fp8kv+split``: the FP8 cache's slower key loop spread
   over more programs).
 
@@ -22,6 +24,7 @@ medians (ms per step) and the ratio to the default; JSON to ``$OUT/decode_levers
     LEVER_BATCHES=1,8,32,64,128 LEVER_ROUNDS=3 (defaults)
     LEVER_CONTEXT=4096 LEVER_VARIANTS=default,fp8kv   # the FP8 cache where K/V dominate the bytes
     LEVER_CONTEXT=4096 LEVER_VARIANTS=default,split,split@4,fp8kv,fp8kv+split   # long contexts
+    LEVER_VARIANTS=default,tile@8x32,tile@8x64,split+tile@8x32   # the attention launch tile
 """
 
 from __future__ import annotations
@@ -79,6 +82,8 @@ def _variant(name: str) -> dict[str, Any]:
     cublas = next((p for p in parts if p.startswith("cublas@")), None)
     decode.set_topk_select("torch" if "topk-torch" in parts else "kernel")
     decode.set_attn_splits((split.partition("@")[2] or "auto") if split else "off")
+    tile = next((p for p in parts if p.startswith("tile@")), "tile@4x64")
+    decode.set_attn_tile(tile.partition("@")[2])
     if cublas:
         base = GpuCatalog.default()
         h200 = base.classes["h200"].model_copy(update={"prefill_gemm_min_rows": int(cublas.split("@")[1])})

@@ -95,6 +95,7 @@ def test_codec_layout_comes_from_the_class_unless_asked_and_reaches_the_decoder_
     {"TTSFLEET_PROMPT_GQA": "fast"},  # process switches read deep in the model: checked at start
     {"TTSFLEET_TOPK_SELECT": "heap"},
     {"TTSFLEET_ATTN_SPLITS": "64"},
+    {"TTSFLEET_ATTN_TILE": "16x16"},
 ])
 def test_bad_configuration_is_a_user_error(env):
     with pytest.raises(UserError):
@@ -106,6 +107,8 @@ def test_model_process_switches_accept_their_modes():
     ServeConfig.from_env({"TTSFLEET_PROMPT_GQA": "expand", "TTSFLEET_TOPK_SELECT": ""})
     for splits in ("off", " Auto ", "4", ""):
         ServeConfig.from_env({"TTSFLEET_ATTN_SPLITS": splits})
+    for tile in ("4x64", "8X32", ""):
+        ServeConfig.from_env({"TTSFLEET_ATTN_TILE": tile})
 
 
 def test_safe_defaults():

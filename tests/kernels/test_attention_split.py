@@ -33,6 +33,7 @@ from ttsfleet.kernels.decode import (  # noqa: E402
     decode_attention,
     decode_attention_ref,
     parse_attn_splits,
+    parse_attn_tile,
 )
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
@@ -52,6 +53,7 @@ def kernels_on():  # noqa: ANN201
     yield
     dispatch.configure()
     decode.set_attn_splits("off")
+    decode.set_attn_tile("4x64")
 
 
 def _inputs(cache_len: int = 200, d: int = 64, kv: int = 2, g: int = 4):  # noqa: ANN202
@@ -155,3 +157,21 @@ def test_bad_switch_values_are_refused_naming_the_choices(bad: str) -> None:
         parse_attn_splits(bad)
     assert parse_attn_splits(" Auto ") == "auto" and parse_attn_splits("") == "off"
     assert parse_attn_splits("4") == 4
+
+
+@pytest.mark.parametrize("splits", [1, 3])
+def test_the_8x32_tile_computes_the_same_attention(kernels_on, splits: int) -> None:  # noqa: ANN001
+    """32-key blocks (and 8 warps on a GPU) in both kernels: shares stay whole blocks of the new size."""
+    q, kc, vc, slots, lengths = _inputs()
+    want = decode_attention_ref(q, kc, vc, slots, lengths)
+    decode.set_attn_tile("8x32")
+    decode.set_attn_splits(str(splits))
+    assert decode.attention_block_n(kc.shape[1]) == 32 and decode.attention_block_n(10) == 16
+    got = decode_attention(q, kc, vc, slots, lengths)
+    torch.testing.assert_close(got.float(), want.float(), atol=ATOL, rtol=0)
+
+
+def test_tile_names_parse_or_are_refused() -> None:
+    assert parse_attn_tile(" 8X32 ") == (8, 32) and parse_attn_tile("") == (4, 64)
+    with pytest.raises(ValueError, match="TTSFLEET_ATTN_TILE.*4x64, 4x32, 8x64, 8x32"):
+        parse_attn_tile("16x16")
