@@ -248,9 +248,13 @@ def capture_graph(fn: Any) -> Any:
 
 def graph_replay_ms(fn: Any, reps: int = 20) -> float:
     """Median GPU time of one ``fn()`` replayed from a CUDA graph (launch gaps excluded)."""
+    return replay_ms(capture_graph(fn), reps)
+
+
+def replay_ms(graph: Any, reps: int = 20) -> float:
+    """Median GPU time of ``reps`` replays of a captured CUDA graph (CUDA events around each)."""
     import torch
 
-    graph = capture_graph(fn)
     times = []
     for _ in range(reps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

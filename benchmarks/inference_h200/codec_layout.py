@@ -57,18 +57,12 @@ def _errors(alt: torch.Tensor, ref: torch.Tensor) -> dict[str, float]:
 
 def _replay_ms(graph: Any, reps: int) -> float:
     """CUDA-event median of ``reps`` replays of a captured push (inputs as last copied in)."""
+    from ttsfleet.inference.bench_engine import replay_ms
+
     for _ in range(3):
         graph.graph.replay()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.graph.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
+    return replay_ms(graph.graph, reps)
 
 
 def _push_ms(dec: Any, slots: list[int], codes: torch.Tensor, reps: int) -> float:

@@ -12,21 +12,16 @@ What each test pins down, and how it can fail:
   the rows fill the GPU, and ``decode_attention`` routes through the split kernels when it is > 1;
 * the switch: off by default, bad values refused with one line naming the choices (at server start).
 
-Tolerance: float32 on CPU, the split changes only the order of the float32 sums: 1e-5.
+Tolerance: float32 on CPU, the split changes only the order of the float32 sums: 1e-5. (The
+interpreter is on where there is no GPU: ``tests/conftest.py`` sets ``TRITON_INTERPRET`` first.)
 """
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
-
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-from ttsfleet.kernels import decode, dispatch  # noqa: E402
-from ttsfleet.kernels.decode import (  # noqa: E402
+from ttsfleet.kernels import decode, dispatch
+from ttsfleet.kernels.decode import (
     MAX_SPLITS,
     attention_splits,
     auto_splits,
