@@ -411,17 +411,16 @@ def codec_totals(samples: list[Any]) -> dict[str, float]:
     return out
 
 
-def codec_use(before: dict[str, float], after: dict[str, float], wall_s: float) -> dict[str, float]:
-    """The codec's work between two :func:`codec_totals` read ``wall_s`` apart: its pushes, mean
-    frames per push (small pushes cost the GPU most per frame) and busy share (its busy seconds per
-    wall second: its load). {} when the server has no codec counters or the codec pushed nothing."""
-    pushes = after.get("pushes", 0.0) - before.get("pushes", 0.0)
+def codec_use(grown: dict[str, float], wall_s: float) -> dict[str, float]:
+    """The codec's work over a span of ``wall_s``, from how much its :func:`codec_totals` grew in it
+    (:meth:`.bench_steady.Counts.between`; a server's totals alone: since it started): its pushes,
+    mean frames per push (small pushes cost the GPU most per frame) and busy share (its busy seconds
+    per wall second: its load). {} when the server has no codec counters or the codec pushed nothing."""
+    pushes = grown.get("pushes", 0.0)
     if pushes <= 0 or wall_s <= 0:
         return {}
-    frames = after.get("frames", 0.0) - before.get("frames", 0.0)
-    busy = after.get("busy_s", 0.0) - before.get("busy_s", 0.0)
-    return {"pushes": int(pushes), "frames_per_push": round(frames / pushes, 2),
-            "busy_share": round(busy / wall_s, 4)}
+    return {"pushes": int(pushes), "frames_per_push": round(grown.get("frames", 0.0) / pushes, 2),
+            "busy_share": round(grown.get("busy_s", 0.0) / wall_s, 4)}
 
 
 def codec_line(use: dict[str, Any], span: str = "the level's wall time") -> str:
@@ -430,14 +429,11 @@ def codec_line(use: dict[str, Any], span: str = "the level's wall time") -> str:
             f"per push, busy {use['busy_share']:.0%} of {span}")
 
 
-def stage_means_ms(before: StageTotals, after: StageTotals) -> dict[str, float]:
-    """Mean ms per stage of the requests observed between two :func:`readings_of`."""
-    out = {}
-    for stage, (s1, n1) in after.items():
-        s0, n0 = before.get(stage, (0.0, 0.0))
-        if n1 > n0:
-            out[stage] = round(1000 * (s1 - s0) / (n1 - n0), 1)
-    return out
+def stage_means_ms(grown: StageTotals) -> dict[str, float]:
+    """Mean ms per stage of the requests observed in a span, from how much the stage totals of
+    :func:`readings_of` grew in it (:meth:`.bench_steady.Counts.between`; a server's totals alone:
+    since it started)."""
+    return {stage: round(1000 * s / n, 1) for stage, (s, n) in grown.items() if n > 0}
 
 
 @dataclass

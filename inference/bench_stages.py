@@ -34,16 +34,15 @@ def stage_buckets(samples: list[Any]) -> StageBuckets:
     return out
 
 
-def stage_quantiles_ms(before: StageBuckets, after: StageBuckets, q: float) -> dict[str, float]:
-    """Per stage, the ``q`` quantile in ms of the requests observed between two reads
+def stage_quantiles_ms(grown: StageBuckets, q: float) -> dict[str, float]:
+    """Per stage, the ``q`` quantile in ms of the requests observed in a span, from how much the
+    cumulative buckets of :func:`stage_buckets` grew in it (:meth:`.bench_steady.Counts.between`)
     (:func:`ttsfleet.metrics.histogram_quantile`)."""
     from ttsfleet.metrics import histogram_quantile
 
     out = {}
-    for stage, cum in after.items():
-        prior = before.get(stage, {})
-        delta = sorted((le, n - prior.get(le, 0.0)) for le, n in cum.items())
-        value = histogram_quantile(q, delta)
+    for stage, cum in grown.items():
+        value = histogram_quantile(q, sorted(cum.items()))
         if value is not None:
             out[stage] = round(1000 * value, 1)
     return out

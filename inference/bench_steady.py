@@ -136,10 +136,10 @@ def view_of(counts: Counts) -> ServerView:
     from .bench import codec_use, stage_means_ms
 
     return ServerView(
-        stage_means_ms=stage_means_ms({}, counts.stages),
-        stage_p99_ms=stage_quantiles_ms({}, counts.buckets, 0.99),
+        stage_means_ms=stage_means_ms(counts.stages),
+        stage_p99_ms=stage_quantiles_ms(counts.buckets, 0.99),
         waits={k: v for k, v in counts.waits.items() if v},
-        codec=codec_use({}, counts.codec, counts.seconds),
+        codec=codec_use(counts.codec, counts.seconds),
         requests=int(max((n for _, n in counts.stages.values()), default=0)),
         seconds=round(counts.seconds, 4))
 

@@ -220,9 +220,9 @@ def main() -> None:
         samples = {k: server_samples(url) for k, (_, url) in servers.items()}
         reused = {k: reused_tokens(s) for k, s in samples.items()}
         readings = {k: readings_of(s) for k, s in samples.items()}
-        stages = {k: stage_means_ms({}, totals) for k, (totals, _) in readings.items()}
+        stages = {k: stage_means_ms(totals) for k, (totals, _) in readings.items()}
         waits = {k: counts for k, (_, counts) in readings.items()}
-        codec = {k: codec_use({}, codec_totals(s), walls[k]) for k, s in samples.items()}
+        codec = {k: codec_use(codec_totals(s), walls[k]) for k, s in samples.items()}
     finally:
         for proc, _ in servers.values():
             proc.send_signal(signal.SIGINT)

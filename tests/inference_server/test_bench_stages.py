@@ -8,6 +8,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from ttsfleet.inference.bench_stages import stage_buckets, stage_quantiles_ms
+from ttsfleet.inference.bench_steady import Counts
 
 from ttsfleet.metrics import LATENCY_BUCKETS, histogram_quantile, spec
 
@@ -36,13 +37,14 @@ def test_stage_p99_of_a_level_is_the_difference_of_two_reads():
     h = Histogram(m.name, "stages", ["model", "stage"], buckets=LATENCY_BUCKETS, registry=reg)
     for _ in range(100):  # before the level: slow queueing that must not count
         h.labels("tiny", "queue").observe(2.5)
-    before = stage_buckets(_samples(reg))
+    before = _samples(reg)
+    assert stage_buckets(before)["queue"][math.inf] == 100
     for i in range(100):
         h.labels("tiny", "queue").observe(0.010 if i < 98 else 0.45)  # two slow ones in the level
         h.labels("tiny", "prefill").observe(0.030)
-    after = stage_buckets(_samples(reg))
-    p99 = stage_quantiles_ms(before, after, 0.99)
+    after = _samples(reg)
+    p99 = stage_quantiles_ms(Counts.between(before, after, 1.0).buckets, 0.99)
     assert set(p99) == {"queue", "prefill"}
     assert 400 < p99["queue"] <= 500  # the 0.4-0.5 s bucket, not the 2.5 s of before the level
     assert 25 < p99["prefill"] <= 50
-    assert stage_quantiles_ms(after, after, 0.99) == {}  # nothing in between: no figure
+    assert stage_quantiles_ms(Counts.between(after, after, 1.0).buckets, 0.99) == {}  # nothing in between

@@ -10,6 +10,7 @@ import types
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from ttsfleet.inference.bench import codec_line, codec_totals, codec_use, print_table
+from ttsfleet.inference.bench_steady import Counts
 from ttsfleet.inference.codec_batch import CodecMeter
 
 
@@ -54,9 +55,9 @@ def _samples(pushes: float, frames: float, busy: float) -> list:
 
 
 def test_a_levels_codec_use_from_two_snapshots():
-    before, after = codec_totals(_samples(10, 40, 1.0)), codec_totals(_samples(110, 440, 4.0))
-    assert before == {"pushes": 10, "frames": 40, "busy_s": 1.0}
-    use = codec_use(before, after, wall_s=5.0)
+    before, after = _samples(10, 40, 1.0), _samples(110, 440, 4.0)
+    assert codec_totals(before) == {"pushes": 10, "frames": 40, "busy_s": 1.0}
+    use = codec_use(Counts.between(before, after, 5.0).codec, wall_s=5.0)
     assert use == {"pushes": 100, "frames_per_push": 4.0, "busy_share": pytest.approx(0.6)}
     assert codec_line({"concurrency": 64, **use}) == (
         "c=64 codec: 100 pushes, 4.0 frames per push, busy 60% of the level's wall time")
@@ -67,8 +68,8 @@ def test_a_server_without_codec_counters_gives_no_codec_line(capsys):
     which the codec pushed nothing."""
     old = [s for s in _samples(1, 1, 1) if "codec" not in s.name]
     assert codec_totals(old) == {}
-    assert codec_use({}, {}, 5.0) == {}
-    assert codec_use(codec_totals(_samples(3, 9, 1)), codec_totals(_samples(3, 9, 1)), 5.0) == {}
+    assert codec_use({}, 5.0) == {}
+    assert codec_use(Counts.between(_samples(3, 9, 1), _samples(3, 9, 1), 5.0).codec, 5.0) == {}
     report = {"source": "test", "levels": [], "scaling": None, "capacity": None}
     print_table(report)
     assert "codec" not in capsys.readouterr().out
