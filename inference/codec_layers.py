@@ -444,25 +444,28 @@ def run(seq: nn.ModuleList, x: Tensor, st: State = None) -> Tensor:
         m = seq[i]
         nxt = seq[i + 1] if i + 1 < len(seq) else None
         if isinstance(m, Snake) and isinstance(nxt, CausalConv) and nxt.stride == 1 and nxt.pad > 0:
-            after = seq[i + 2] if i + 2 < len(seq) else None
-            defer = isinstance(after, Snake) and after.takes_bias()
+            pending = _deferred_bias(nxt, seq[i + 2] if i + 2 < len(seq) else None)
             buf = nxt.open(x, st)
             m(x, st, out=buf[..., nxt.pad:], bias=bias)
-            x = nxt.close(buf, st, with_bias=not defer)
-            bias = nxt.conv.bias if defer else None
+            x, bias = nxt.close(buf, st, with_bias=pending is None), pending
             i += 2
             continue
         if isinstance(m, Snake):
             x, bias = m(x, st, bias=bias), None
         elif isinstance(m, CausalConv):
-            defer = isinstance(nxt, Snake) and nxt.takes_bias()
-            x = m(x, st, with_bias=not defer)
-            bias = m.conv.bias if defer else None
+            pending = _deferred_bias(m, nxt)
+            x, bias = m(x, st, with_bias=pending is None), pending
         else:
             x = m(x, st) if isinstance(m, (CausalTransConv, ResidualUnit, ConvNeXt, WindowTransformer,
                                            SeqBlock)) else m(x)
         i += 1
     return x
+
+
+def _deferred_bias(conv: CausalConv, consumer: nn.Module | None) -> Tensor | None:
+    """``conv``'s bias when the module after it is a Snake that adds it (the conv then runs without
+    it, :meth:`Snake.takes_bias`), else None (the conv adds its own)."""
+    return conv.conv.bias if isinstance(consumer, Snake) and consumer.takes_bias() else None
 
 
 class SeqBlock(nn.Module):
