@@ -137,6 +137,15 @@ def output_buffers(q: Tensor, quant_group: int) -> tuple[Tensor, Tensor]:
                         dtype=torch.uint8 if quant_group == 32 else torch.float32))
 
 
+def cache_scale_args(k_scale: Tensor | None, v_scale: Tensor | None,
+                     placeholder: Tensor) -> tuple[Tensor, Tensor, tuple[int, int, int]]:
+    """The kernels' K / V exponent pointers and their strides: an FP8 cache's, or (a dense cache)
+    ``placeholder`` twice with zero strides (the kernel never reads them then)."""
+    if k_scale is None or v_scale is None:
+        return placeholder, placeholder, (0, 0, 0)
+    return k_scale, v_scale, (k_scale.stride(0), k_scale.stride(1), k_scale.stride(2))
+
+
 def decode_attention_triton(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor | None,
                             lengths: Tensor, quant_group: int = 0, k_scale: Tensor | None = None,
                             v_scale: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
@@ -149,8 +158,7 @@ def decode_attention_triton(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: 
     quant = quant_group > 0
     out, osc = output_buffers(q, quant_group)
     fp8 = k_scale is not None
-    ks, vs = (k_scale, v_scale) if fp8 else (lengths, lengths)
-    s_st = (k_scale.stride(0), k_scale.stride(1), k_scale.stride(2)) if fp8 else (0, 0, 0)
+    ks, vs, s_st = cache_scale_args(k_scale, v_scale, lengths)
     _decode_attention_kernel[(bs, kv)](
         q, k_cache, v_cache, out, osc, lengths if slots is None else slots, lengths, ks, vs,
         1.0 / math.sqrt(d),

@@ -25,7 +25,15 @@ import triton.language as tl
 from torch import Tensor
 
 from .decode import attention_block_n, attn_tile
-from .triton_attention import _TL, _attend_keys, _row_keys, _store_heads, block_g, output_buffers
+from .triton_attention import (
+    _TL,
+    _attend_keys,
+    _row_keys,
+    _store_heads,
+    block_g,
+    cache_scale_args,
+    output_buffers,
+)
 from .triton_gemm import INTERPRETING, PDL, launch_opts, pdl_entry
 
 
@@ -102,8 +110,7 @@ def decode_attention_split(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: T
     total = torch.empty_like(m)
     acc = torch.empty(bs, kv, splits, rows_g, d, device=q.device, dtype=torch.float32)
     fp8 = k_scale is not None
-    ks, vs = (k_scale, v_scale) if fp8 else (lengths, lengths)
-    s_st = (k_scale.stride(0), k_scale.stride(1), k_scale.stride(2)) if fp8 else (0, 0, 0)
+    ks, vs, s_st = cache_scale_args(k_scale, v_scale, lengths)
     _split_partial_kernel[(bs, kv, splits)](
         q, k_cache, v_cache, m, total, acc, lengths if slots is None else slots, lengths, ks, vs,
         1.0 / math.sqrt(d), q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
