@@ -339,9 +339,9 @@ def default_classes() -> dict[str, GpuClass]:
         serving=ServingDefaults(max_running_requests=128, codec_process=True, codec_layout="channels-last"),
         capacity=NAMED_CURVES["served"]["h200"],
         # start to ready with these defaults: 179 s (cold Triton cache) and 159 s (warm), the 44
-        # channels-last codec graphs of the codec process 142 / 130 s of it (NCL's: 79 s, 94 s to
-        # ready, another machine), random weights from local disk (2026-12-04 run10, run11); image
-        # pull and a real checkpoint's read are not in it
+        # channels-last codec graphs of the codec process 142 / 130 s of it (NCL's on the other
+        # machine: 79 s of 113 s to ready, run8), random weights from local disk (2026-12-04 run10,
+        # run11); image pull and a real checkpoint's read are not in it
         model_load_s=169,
         relative_cost=1.0,
         node_label="h200",
