@@ -97,9 +97,10 @@ def sample_topk(*args: Any, **kwargs: Any) -> Tensor:
 
 
 #: Decode attention with each (row, KV head)'s keys shared out among several programs and merged
-#: (:mod:`.triton_attention_split`): ``off`` (one program per (row, KV head), the default until an
-#: H200 run measures it: ``benchmarks/inference_h200/decode_levers.py``'s ``split`` variant),
-#: ``auto`` (:func:`auto_splits`) or a fixed count 1 .. :data:`MAX_SPLITS`. Process switch, read once.
+#: (:mod:`.triton_attention_split`): ``auto`` (:func:`auto_splits`, the default since 2026-12-04:
+#: an H200's batch-1 step at 4,096 positions 6.74 -> 5.00 ms, batch 8 7.24 -> 6.40, at 576 positions
+#: 4.88 -> 4.76 ms; ``benchmarks/inference_h200/2026-12-04/run12-served-steady-levers``), ``off`` (one program
+#: per (row, KV head)) or a fixed count 1 .. :data:`MAX_SPLITS`. Process switch, read once.
 ATTN_SPLITS_ENV = "TTSFLEET_ATTN_SPLITS"
 #: Most shares per (row, KV head): beyond it the merge's reads outgrow what the extra programs save.
 MAX_SPLITS = 16
@@ -109,9 +110,9 @@ _attn_splits: str | int | None = None
 
 
 def parse_attn_splits(value: str) -> str | int:
-    """``off`` / ``auto`` / a count (blank: ``off``), else a ``ValueError`` naming the choices (the
+    """``off`` / ``auto`` / a count (blank: ``auto``), else a ``ValueError`` naming the choices (the
     server checks ``TTSFLEET_ATTN_SPLITS`` with it at start)."""
-    value = value.strip().lower() or "off"
+    value = value.strip().lower() or "auto"
     if value in ("off", "auto"):
         return value
     n = int(value) if value.isdigit() else 0
@@ -127,9 +128,9 @@ def set_attn_splits(value: str) -> None:
 
 
 def attn_splits() -> str | int:
-    """This process's attention split (``TTSFLEET_ATTN_SPLITS``, default ``off``)."""
+    """This process's attention split (``TTSFLEET_ATTN_SPLITS``, default ``auto``)."""
     if _attn_splits is None:
-        set_attn_splits(os.environ.get(ATTN_SPLITS_ENV, "off"))
+        set_attn_splits(os.environ.get(ATTN_SPLITS_ENV, "auto"))
     return _attn_splits  # type: ignore[return-value]
 
 
@@ -175,8 +176,13 @@ def attention_block_n(cache_len: int) -> int:
 def auto_splits(rows: int, kv_heads: int, cache_len: int, sms: int) -> int:
     """Shares that fill about two waves of ``sms`` SMs with ``rows x kv_heads x shares`` programs,
     each share at least 4 key blocks of the cache's length, at most :data:`MAX_SPLITS`; 1 where the
-    rows alone fill the GPU (batch 64 x 8 KV heads = 512 programs on an H200's 132 SMs)."""
-    want = -(-2 * sms // max(1, rows * kv_heads))
+    rows alone fill one wave. Why one wave: on an H200 at 4,096 positions batch 32 (256 programs)
+    split in 2 ran 1.059x slower, batch 64 (512) unsplit is the default's step, batch 8 (64
+    programs, 5 shares) 0.884x and batch 1 (16 shares) 0.742x (run12, 2026-12-04)."""
+    programs = max(1, rows * kv_heads)
+    if programs >= sms:
+        return 1
+    want = -(-2 * sms // programs)
     longest = max(1, cache_len // (4 * attention_block_n(cache_len)))
     return max(1, min(want, longest, MAX_SPLITS))
 

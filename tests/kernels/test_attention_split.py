@@ -10,7 +10,8 @@ What each test pins down, and how it can fail:
   one-pass kernel's (codes bit for bit where the values agree);
 * the split count: from shapes and the switch only, never above the cache's key blocks, 1 where
   the rows fill the GPU, and ``decode_attention`` routes through the split kernels when it is > 1;
-* the switch: off by default, bad values refused with one line naming the choices (at server start).
+* the switch: auto by default (one share where the rows fill a wave), bad values refused with one
+  line naming the choices (at server start).
 
 Tolerance: float32 on CPU, the split changes only the order of the float32 sums: 1e-5. (The
 interpreter is on where there is no GPU: ``tests/conftest.py`` sets ``TRITON_INTERPRET`` first.)
@@ -47,7 +48,7 @@ def kernels_on():  # noqa: ANN201
     dispatch.configure("interpret" if DEV == "cpu" else "auto")
     yield
     dispatch.configure()
-    decode.set_attn_splits("off")
+    decode.set_attn_splits("")  # the default
     decode.set_attn_tile("4x64")
 
 
@@ -115,7 +116,7 @@ def test_decode_attention_takes_the_split_kernels_when_the_switch_says(kernels_o
     monkeypatch.setattr(triton_attention_split, "decode_attention_split", counting)
     q, kc, vc, slots, lengths = _inputs()
     plain = decode_attention(q, kc, vc, slots, lengths)
-    assert calls == []  # off by default
+    assert calls == []  # the default (auto): 200 positions are under 4 key blocks, one share
     decode.set_attn_splits("3")
     torch.testing.assert_close(decode_attention(q, kc, vc, slots, lengths), plain, atol=ATOL, rtol=0)
     assert calls == [3]
@@ -135,13 +136,15 @@ def test_the_split_count_comes_from_shapes_and_the_switch() -> None:
         assert attention_splits(q, cache) == 12
         assert attention_splits(q, torch.zeros(1, 100, 8, 128)) == 2  # never above its key blocks
     finally:
-        decode.set_attn_splits("off")
+        decode.set_attn_splits("")
 
 
 def test_auto_splits_fills_two_waves_of_whole_key_blocks() -> None:
     assert auto_splits(rows=1, kv_heads=8, cache_len=4096, sms=132) == 16
     assert auto_splits(rows=8, kv_heads=8, cache_len=4096, sms=132) == 5  # 64 programs -> ceil(264 / 64)
     assert auto_splits(rows=1, kv_heads=8, cache_len=580, sms=132) == 2  # 9 blocks of 64: 4 per share
+    assert auto_splits(rows=16, kv_heads=8, cache_len=4096, sms=132) == 3  # 128 programs: under a wave
+    assert auto_splits(rows=32, kv_heads=8, cache_len=4096, sms=132) == 1  # 256 fill a wave (2: 1.06x slower)
     assert auto_splits(rows=33, kv_heads=8, cache_len=4096, sms=132) == 1
     assert auto_splits(rows=1, kv_heads=8, cache_len=100, sms=132) == 1
 
@@ -150,7 +153,7 @@ def test_auto_splits_fills_two_waves_of_whole_key_blocks() -> None:
 def test_bad_switch_values_are_refused_naming_the_choices(bad: str) -> None:
     with pytest.raises(ValueError, match="TTSFLEET_ATTN_SPLITS.*off, auto or a count 1..16"):
         parse_attn_splits(bad)
-    assert parse_attn_splits(" Auto ") == "auto" and parse_attn_splits("") == "off"
+    assert parse_attn_splits(" Auto ") == "auto" and parse_attn_splits("") == "auto"
     assert parse_attn_splits("4") == 4
 
 
