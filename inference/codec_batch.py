@@ -272,6 +272,24 @@ class BatchedCodec:
         return ended
 
 
+#: Candidate conv kernels cuDNN's autotuner times per new shape while the codec's graphs are captured
+#: (``torch.backends.cudnn.benchmark_limit``; PyTorch's default is 10). Why 3: on an H200 the
+#: channels-last capture of 44 graphs took 123.5 s at 10 and 55.4-60.8 s at 2-3, for pushes 1.3 %
+#: slower (64 x 4: 14.67 -> 14.85 ms); 1 candidate (or the autotuner off) picks kernels 20x slower
+#: (64 x 4: 291 ms) — ``benchmarks/inference_h200/2026-12-04/run13-codec-capture``. Unmeasured on
+#: RTX-class GPUs, where the candidate order may differ.
+CUDNN_CANDIDATES = 3
+
+
+def use_conv_autotuner() -> None:
+    """Let cuDNN time :data:`CUDNN_CANDIDATES` kernels per conv shape and keep the fastest, once per
+    process: the codec thread and the codec process both call it before capturing."""
+    import torch
+
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.benchmark_limit = CUDNN_CANDIDATES
+
+
 def build_slot_decoder(codec: Any, plan: Any) -> Any:
     """The batched slot decoder of a :class:`~ttsfleet.inference.codec_process.DecoderPlan`, compiled
     if asked and its graphs captured for every stream bucket x frame count (1, 2, 4, ...

@@ -224,7 +224,7 @@ def worker_main(conn: Any, source: CodecSource, plan: DecoderPlan) -> None:
     told to stop or the parent goes away."""
     import torch
     from ttsfleet.inference.codec import load_codec
-    from ttsfleet.inference.codec_batch import build_slot_decoder
+    from ttsfleet.inference.codec_batch import build_slot_decoder, use_conv_autotuner
 
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s (codec process): %(message)s")
@@ -236,7 +236,7 @@ def worker_main(conn: Any, source: CodecSource, plan: DecoderPlan) -> None:
         if source.device.startswith("cuda"):
             torch.cuda.set_device(cuda_index(source.device))
             torch.cuda.set_stream(torch.cuda.Stream())  # as the codec thread: off the legacy default stream
-            torch.backends.cudnn.benchmark = True  # the fastest conv algorithm per shape, picked once
+            use_conv_autotuner()  # the fastest conv algorithm per shape, picked once
         codec = load_codec(source.name_or_path, device=source.device, fast=source.fast, seed=source.seed)
         decoder = build_slot_decoder(codec, plan)
     except Exception as exc:

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from ttsfleet.inference.codec_batch import BatchedCodec, CodecMeter, build_slot_decoder
+from ttsfleet.inference.codec_batch import BatchedCodec, CodecMeter, build_slot_decoder, use_conv_autotuner
 from ttsfleet.inference.codec_process import CodecProcess, CodecSource, DecoderPlan
 from ttsfleet.inference.graph_capture import CAPTURE_LOCK
 from ttsfleet.inference.prefill_coalesce import Arrivals, CoalesceRule, hold_arrivals
@@ -932,7 +932,7 @@ class Engine:
             torch.set_num_threads(self.cfg.cpu_threads)
         if self.device.type == "cuda":  # its own stream: codec kernels overlap the decode graphs
             torch.cuda.set_stream(torch.cuda.Stream(self.device))
-            torch.backends.cudnn.benchmark = True  # the fastest conv algorithm per shape, picked once
+            use_conv_autotuner()  # the fastest conv algorithm per shape, picked once
         decoder = None
         if self.codec is not None:
             with CAPTURE_LOCK:

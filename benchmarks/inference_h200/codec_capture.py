@@ -15,8 +15,9 @@ timed; then a few pushes' graph replays (CUDA-event medians). Prints a table; JS
     python3 -P benchmarks/inference_h200/codec_capture.py OUT.json --device cpu --tiny   # CPU smoke run
 
 A configuration is ``LAYOUT[:key=value ...]`` (``cl`` / ``ncl``; keys ``limit`` (cuDNN's
-``benchmark_limit``; 0 = every kernel), ``benchmark`` (1 / 0: the autotuner on or off), ``frames``
-(largest frame bucket: 8 = 1, 2, 4, 8)), joined by ``+`` within one configuration.
+``benchmark_limit``; 0 = every kernel; default the server's ``CUDNN_CANDIDATES``), ``benchmark``
+(1 / 0: the autotuner on or off), ``frames`` (largest frame bucket: 8 = 1, 2, 4, 8)), joined by
+``+`` within one configuration.
 """
 
 from __future__ import annotations
@@ -29,8 +30,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-#: ~2-2.5 min each on an H200 (load + capture + pushes): three fit one device call.
-DEFAULT_CONFIGS = "cl:limit=10,cl:limit=2,cl:benchmark=0"
+#: ~1-2.5 min each on an H200 (load + capture + pushes): three fit one device call. Measured
+#: 2026-12-04 (run13-codec-capture): capture 123.5 s at limit 10, 60.8 at 2, 55.4 at 3, 96.6 at 5;
+#: pushes 1.3 % slower at 2-5 than at 10; limit 1 and the autotuner off pick 20x slower kernels.
+#: The server now uses ``codec_batch.CUDNN_CANDIDATES`` (3), a config's limit unless it names one.
+DEFAULT_CONFIGS = "cl:limit=10,cl,cl:limit=2"
 PUSHES = ((1, 1), (16, 4), (64, 4), (128, 4))
 
 
@@ -41,8 +45,10 @@ def parse_config(text: str) -> dict[str, Any]:
     layouts = {"cl": "channels-last", "ncl": "ncl"}
     if layout not in layouts:
         raise ValueError(f"config {text!r}: layout must be cl or ncl")
-    cfg: dict[str, Any] = {"name": text.strip(), "layout": layouts[layout], "limit": 10, "benchmark": True,
-                           "frames": 8}
+    from ttsfleet.inference.codec_batch import CUDNN_CANDIDATES  # the server's setting unless told
+
+    cfg: dict[str, Any] = {"name": text.strip(), "layout": layouts[layout], "limit": CUDNN_CANDIDATES,
+                           "benchmark": True, "frames": 8}
     for item in filter(None, rest.split("+")):
         key, _, value = item.partition("=")
         if key not in ("limit", "benchmark", "frames") or not value.isdigit():

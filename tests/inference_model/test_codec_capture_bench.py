@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+from ttsfleet.inference.codec_batch import CUDNN_CANDIDATES, use_conv_autotuner
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "inference_h200" / "codec_capture.py"
 
@@ -28,6 +30,7 @@ def test_configurations_parse_into_the_settings_the_child_applies() -> None:
     cfg = mod.parse_config("cl:limit=2+frames=4")
     assert (cfg["layout"], cfg["limit"], cfg["frames"], cfg["benchmark"]) == ("channels-last", 2, 4, True)
     assert mod.parse_config("ncl")["layout"] == "ncl"
+    assert mod.parse_config("cl")["limit"] == CUDNN_CANDIDATES  # the server's setting unless named
     assert mod.parse_config("cl:benchmark=0")["benchmark"] is False
     for bad in ("nhwc:limit=2", "cl:limit=two", "cl:warps=4"):
         with pytest.raises(ValueError, match="config"):
@@ -57,3 +60,16 @@ def test_a_spent_budget_and_a_bad_configuration_are_reported() -> None:
                          text=True, timeout=60)
     assert bad.returncode == 2 and "layout must be cl or ncl" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_the_servers_conv_autotuner_times_a_few_candidates_not_one() -> None:
+    """Three candidates per conv shape: half the start-up capture of PyTorch's 10 (H200 run13), while
+    one candidate (or none) picked 20x slower kernels there."""
+    before = torch.backends.cudnn.benchmark, torch.backends.cudnn.benchmark_limit
+    try:
+        use_conv_autotuner()
+        assert torch.backends.cudnn.benchmark is True
+        assert torch.backends.cudnn.benchmark_limit == CUDNN_CANDIDATES
+        assert 1 < CUDNN_CANDIDATES < 10
+    finally:
+        torch.backends.cudnn.benchmark, torch.backends.cudnn.benchmark_limit = before
