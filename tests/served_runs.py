@@ -13,7 +13,7 @@ from pathlib import Path
 
 #: The run behind ``ttsfleet/catalog.py``'s ``_SERVED_H200``.
 SERVED_RUN = (Path(__file__).resolve().parents[1]
-              / "benchmarks/inference_h200/2026-12-04/run10-served-curve-channels-last")
+              / "benchmarks/inference_h200/2026-12-04/run15-served-curve-final-defaults")
 
 
 @cache

@@ -253,22 +253,24 @@ def _curve(c64_fps: float, c1_fps: float, ttfa1: float, ttfa64: float, source: s
 
 
 #: Our served H200 curve: ``ttsfleet bench serve`` against ``ttsfleet serve --checkpoint s2-pro
-#: --gpu-class h200`` with the H200 defaults below (128 slots, FP8, the codec process under MPS,
-#: channels-last codec convs with the conv bias fused into the Snake; streaming pcm over HTTP,
-#: 128 +- 50 % frames, a 290-character text, the steady window), one H200, one server, all three
-#: levels in one run, 2026-12-04: benchmarks/inference_h200/2026-12-04/
-#: run10-served-curve-channels-last (serve/served_c{1,64,128}/bench.json): frames/s, first audio
-#: p50 and the NVML busy mean over the middle 80 % of each level (sampled every 0.2 s). First audio
-#: p99 was 29 / 350 / 236 ms and RTF p99 0.115 / 0.450 / 0.793 at c=1 / 64 / 128: only c=1 meets
-#: the capacity bound (first audio p99 <= 250 ms and RTF p99 <= 0.5), hence ``slo_concurrency`` 1.
-#: A repeat on the same machine (run11) read c=64 3,460.7 frames/s (first audio p99 181 ms, which
-#: meets the bound) and c=128 3,883.6: the c=64 p99 is the noisiest figure here.
-_SERVED_H200 = ((1, 191.634, 0.02828, 0.7643), (64, 3421.957, 0.09257, 0.9239),
-                (128, 3952.981, 0.1206, 0.9015))
-_SERVED_SLO_CONCURRENCY = 1
-_SERVED_SOURCE = ("measured: ttsfleet serve --gpu-class h200 (the H200 defaults: 128 slots, codec "
-                  "process, channels-last codec), S2 Pro shape FP8, audio over HTTP, one H200, "
-                  "2026-12-04 (benchmarks/inference_h200/2026-12-04/run10-served-curve-channels-last)")
+#: --gpu-class h200`` with the H200 defaults below (128 slots, FP8, split-KV decode attention below a
+#: wave of rows, the codec process under MPS, channels-last codec convs with the conv bias fused into
+#: the Snake, cuDNN timing 3 candidates per conv; streaming pcm over HTTP, 128 +- 50 % frames, a
+#: 290-character text, the steady window), one H200, one server, all three levels in one run,
+#: 2026-12-04: benchmarks/inference_h200/2026-12-04/run15-served-curve-final-defaults
+#: (serve/served_c{1,64,128}/bench.json): frames/s, first audio p50 and the NVML busy mean over the
+#: middle 80 % of each level (sampled every 0.2 s). First audio p99 was 26 / 186 / 247 ms and RTF p99
+#: 0.114 / 0.445 / 0.754 at c=1 / 64 / 128: c=1 and c=64 meet the capacity bound (first audio p99 <=
+#: 250 ms and RTF p99 <= 0.5), hence ``slo_concurrency`` 64. The c=64 first-audio p99 is the noisiest
+#: figure here: 181-350 ms over five served runs of nearly these defaults on three machines (run10,
+#: run11, run12, run15), two of them above 250 ms; c=64 frames/s 3,422-3,574 over the same runs.
+_SERVED_H200 = ((1, 193.366, 0.02537, 0.8558), (64, 3453.643, 0.08932, 0.9615),
+                (128, 4058.945, 0.11677, 0.9252))
+_SERVED_SLO_CONCURRENCY = 64
+_SERVED_SOURCE = ("measured: ttsfleet serve --gpu-class h200 (the H200 defaults: 128 slots, split-KV "
+                  "decode attention, codec process, channels-last codec), S2 Pro shape FP8, audio over "
+                  "HTTP, one H200, 2026-12-04 "
+                  "(benchmarks/inference_h200/2026-12-04/run15-served-curve-final-defaults)")
 
 
 def _served(scale: float, source: str, max_concurrency: int = 128) -> CapacityCurve:
@@ -335,14 +337,14 @@ def default_classes() -> dict[str, GpuClass]:
         # channels-last codec convs: served c=64 3,574 vs 3,372 frames/s, c=128 4,110 vs 3,882 (+6 %),
         # side by side on one H200 (2026-12-04, benchmarks/inference_h200/2026-12-04/run8-*); pushes
         # 1.14-1.17x faster, audio as far from float32 as NCL's (20.5 vs 20.6 dB SNR); its codec graphs
-        # take ~40 s longer to capture (cuDNN's autotuner tries more NHWC kernels)
+        # took ~50 s longer to capture with cuDNN timing 10 candidates per conv (3 since run13)
         serving=ServingDefaults(max_running_requests=128, codec_process=True, codec_layout="channels-last"),
         capacity=NAMED_CURVES["served"]["h200"],
-        # start to ready with these defaults: 179 s (cold Triton cache) and 159 s (warm), the 44
-        # channels-last codec graphs of the codec process 142 / 130 s of it (NCL's on the other
-        # machine: 79 s of 113 s to ready, run8), random weights from local disk (2026-12-04 run10,
-        # run11); image pull and a real checkpoint's read are not in it
-        model_load_s=169,
+        # start to ready with these defaults: 96 s on a fresh machine (cold Triton cache), the codec
+        # process's 44 channels-last graphs 67.7 s of it with cuDNN timing 3 candidates per conv
+        # (2026-12-04 run15; 159-179 s with PyTorch's 10, run10 / run11); random weights from local
+        # disk: image pull and a real checkpoint's read are not in it
+        model_load_s=96,
         relative_cost=1.0,
         node_label="h200",
     )

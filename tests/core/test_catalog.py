@@ -47,7 +47,7 @@ def test_default_curves_are_the_served_measurement_and_the_writeup_stays_named()
         assert p.gpu_busy == pytest.approx(nvml_busy(p.concurrency), abs=0.0005)
     # the capacity bound the curve carries is the one these points meet
     meets = [c for c, pt in served.items() if pt["rtf_p99"] <= 0.5 and pt["ttfa_p99_s"] <= 0.25]
-    assert h.slo_concurrency == max(meets) == 1
+    assert h.slo_concurrency == max(meets) == 64
     assert h.peak_frames_per_s == h.frames_per_s(h200.serving.max_running_requests)
     r = cat.get("rtx5090").capacity
     assert r.source.startswith("estimate")
