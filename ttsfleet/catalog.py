@@ -262,8 +262,8 @@ def _curve(c64_fps: float, c1_fps: float, ttfa1: float, ttfa64: float, source: s
 #: middle 80 % of each level (sampled every 0.2 s). First audio p99 was 26 / 186 / 247 ms and RTF p99
 #: 0.114 / 0.445 / 0.754 at c=1 / 64 / 128: c=1 and c=64 meet the capacity bound (first audio p99 <=
 #: 250 ms and RTF p99 <= 0.5), hence ``slo_concurrency`` 64. The c=64 first-audio p99 is the noisiest
-#: figure here: 181-350 ms over five served runs of nearly these defaults on three machines (run10,
-#: run11, run12, run15), two of them above 250 ms; c=64 frames/s 3,422-3,574 over the same runs.
+#: figure here: 181-350 ms over five served runs of nearly these defaults on four machines (run8,
+#: run10, run11, run12, run15), three of them above 250 ms; c=64 frames/s 3,422-3,574 over the same.
 _SERVED_H200 = ((1, 193.366, 0.02537, 0.8558), (64, 3453.643, 0.08932, 0.9615),
                 (128, 4058.945, 0.11677, 0.9252))
 _SERVED_SLO_CONCURRENCY = 64
