@@ -7,7 +7,9 @@ level's queue p99 read 677 ms while the steady window's first-audio p99 was 150-
 breakdown could not say what makes the *steady* p99 miss 250 ms. The server's counters are
 cumulative and the window's edges are only known as they happen (:mod:`.bench_window`: the first
 wave's last first audio, the first client leaving), so the reads must be taken live, at those
-events; each runs in a worker thread so that the clients' event loop never waits on it.
+events; each runs in a worker thread so that the clients' event loop never waits on it. The live
+route's benchmark (``benchmarks/inference_serve/live_prefix.py``) takes its reads at its own
+window's edges (its sessions' events, in threads) and sums them with :func:`span_reading`.
 """
 
 from __future__ import annotations
@@ -15,9 +17,12 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .bench_stages import StageBuckets, stage_buckets, stage_quantiles_ms
+
+if TYPE_CHECKING:
+    from .bench_window import Window
 
 
 @dataclass(frozen=True)
@@ -160,9 +165,17 @@ def steady_reading(runs: list[tuple[list[Any], tuple[Read, Read] | None]]) -> St
     stand alone)."""
     from .bench_window import steady_window
 
+    return span_reading([(steady_window(samples), reads) for samples, reads in runs])
+
+
+def span_reading(spans: list[tuple[Window | None, tuple[Read, Read] | None]]) -> SteadyReading | None:
+    """The server's figures summed over spans ``(window, edge reads)`` — the window's edges as the
+    benchmark defines them (``perf_counter``), the reads it took live at them — and how late the
+    reads were sent after the edges (the worst span's); None unless every span has a window of
+    positive length and both its reads. ``bench serve``'s windows come from its samples
+    (:func:`steady_reading`), the live benchmark's from its sessions' events."""
     total, lags = Counts(), []
-    for samples, reads in runs:
-        w = steady_window(samples)
+    for w, reads in spans:
         if reads is None or w is None or w.seconds <= 0:
             return None
         start, end = reads
