@@ -10,7 +10,13 @@ yields two sentences. First audio
 is measured at the client, from the moment the generator hands over the first text to the first
 audio chunk received: what a listener waits. Sessions run ``--concurrency`` at a time; the sides
 alternate round by round (``--rounds``), so a noisy machine hits both alike. Prints a table of
-medians, p90 and the per-round ratio spread; writes every session to ``OUT/live_prefix.json``.
+medians, p90 and the per-round ratio spread, then per side the server's time to first audio by
+stage (means and p99s), admission waits and codec use over the steady sessions (/metrics read live
+at each round's steady window: :class:`SteadyEdges`) and over the whole rounds; writes them and
+every session to ``OUT/live_prefix.json``. Why the steady split: the whole rounds' stage means
+include the first wave's burst (on the H200, 2026-12-04 run15 at c=64: queue 101 ms mean over the
+rounds, where ``bench serve``'s steady window at c=64 shows 0-2 ms), so they cannot say what makes
+the steady first audio slow.
 
     python -P benchmarks/inference_serve/live_prefix.py OUT [--checkpoint tiny --device cpu]
     python3 -m benchmarks.inference_serve.live_prefix OUT --checkpoint s2-pro --device cuda  # device
@@ -26,8 +32,9 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -98,9 +105,75 @@ def reused_tokens(samples: list[Any]) -> float:
     return sum(s.value for s in samples if s.name == name)
 
 
-def one_session(url: str, pause_s: float, seed: int, frames: int = 0) -> dict[str, Any]:
+class SteadyEdges:
+    """/metrics read live, in a thread, at the two edges of one round's steady window as its
+    sessions reach them (:mod:`ttsfleet.inference.bench_steady` does the arithmetic).
+
+    The steady sessions are those :func:`summarize` calls steady: every one after the first wave,
+    the drain's included. So the window opens when the first of them opens *and* every first-wave
+    session has had its first audio (or ended without one: no earlier moment is known), and it
+    closes when every session of the round has had its first audio (or ended): the first audios the
+    server counts between the two reads are the steady sessions' and none of the first wave's — the
+    same sessions as the client's steady percentiles (one that got its first audio before the last
+    first-wave session did would be missed: that round's first wave still bursting). Not ``bench
+    serve``'s window (:mod:`ttsfleet.inference.bench_window`: up to the first client leaving):
+    its steady latencies are the requests that started inside it, these are every later session.
+    A round of no more sessions than ``first_wave`` has no window: no reads."""
+
+    def __init__(self, url: str, first_wave: int, sessions: int) -> None:
+        self.url = url
+        self._first_wave = first_wave
+        self._waiting_first = set(range(min(first_wave, sessions)))  # first-wave sessions to first audio
+        self._waiting_all = set(range(sessions))  # every session to first audio
+        self._steady_open = False
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(2, thread_name_prefix="metrics-read")
+        self.moments: dict[str, float] = {}  # edge -> when it was reached (perf_counter)
+        self._reads: dict[str, Future] = {}
+
+    def opened(self, i: int) -> None:
+        """Session ``i`` opens."""
+        if i >= self._first_wave:
+            with self._lock:
+                self._steady_open = True
+                self._edges()
+
+    def first_audio(self, i: int) -> None:
+        """Session ``i`` got its first audio or ended (idempotent per session)."""
+        with self._lock:
+            self._waiting_first.discard(i)
+            self._waiting_all.discard(i)
+            self._edges()
+
+    def _edges(self) -> None:
+        if "start" not in self._reads and self._steady_open and not self._waiting_first:
+            self._read("start")
+        if "start" in self._reads and "end" not in self._reads and not self._waiting_all:
+            self._read("end")
+
+    def _read(self, edge: str) -> None:
+        from ttsfleet.inference.bench_steady import read_now
+
+        self.moments[edge] = time.perf_counter()
+        self._reads[edge] = self._pool.submit(read_now, self.url)
+
+    def collect(self) -> tuple[Any, Any] | None:
+        """``(window, (start read, end read))`` once both reads finished; None where the round had
+        no window (or a read came back empty)."""
+        from ttsfleet.inference.bench_window import Window
+
+        reads = {edge: f.result() for edge, f in self._reads.items()}
+        self._pool.shutdown()
+        if set(reads) != {"start", "end"} or not reads["start"].samples or not reads["end"].samples:
+            return None
+        return Window(self.moments["start"], self.moments["end"]), (reads["start"], reads["end"])
+
+
+def one_session(url: str, pause_s: float, seed: int, frames: int = 0, edges: SteadyEdges | None = None,
+                index: int = 0) -> dict[str, Any]:
     """One live session; first audio from the first text handed over to the first chunk received.
-    ``frames``: the session's ``max_new_tokens`` per segment (0: the server's cap)."""
+    ``frames``: the session's ``max_new_tokens`` per segment (0: the server's cap); ``edges``: told
+    when session ``index`` opens and gets its first audio (or ends without)."""
     import fishaudio
 
     handed: list[float] = []
@@ -114,28 +187,41 @@ def one_session(url: str, pause_s: float, seed: int, frames: int = 0) -> dict[st
     limit = {"max_new_tokens": frames} if frames else {}
     first, size = None, 0
     start = time.perf_counter()
-    with fishaudio.FishAudio(api_key="x", base_url=url) as fish:
-        for chunk in fish.tts.stream_websocket(text(), format="pcm", reference_id=VOICE_ID,
-                                               config=fishaudio.TTSConfig(temperature=0.7, top_p=0.7,
-                                                                          **limit)):
-            if first is None and chunk:
-                first = time.perf_counter()
-            size += len(chunk)
+    if edges is not None:
+        edges.opened(index)
+    try:
+        with fishaudio.FishAudio(api_key="x", base_url=url) as fish:
+            for chunk in fish.tts.stream_websocket(text(), format="pcm", reference_id=VOICE_ID,
+                                                   config=fishaudio.TTSConfig(temperature=0.7, top_p=0.7,
+                                                                              **limit)):
+                if first is None and chunk:
+                    first = time.perf_counter()
+                    if edges is not None:
+                        edges.first_audio(index)
+                size += len(chunk)
+    finally:
+        if edges is not None:
+            edges.first_audio(index)
     return {"ttfa_s": None if first is None else first - handed[0], "wall_s": time.perf_counter() - start,
             "audio_bytes": size, "seed": seed}
 
 
-def run_round(url: str, args: argparse.Namespace, seed: int) -> list[dict[str, Any]]:
+def run_round(url: str, args: argparse.Namespace, seed: int) -> tuple[list[dict[str, Any]], Any]:
     """``args.sessions`` sessions, ``args.concurrency`` at a time; the first ``concurrency`` of them
     open together (the first wave), each later one as an earlier one ends (steady state). Session
-    lengths spread by ``--frames-spread`` (:func:`~ttsfleet.inference.bench.spread_frames`)."""
+    lengths spread by ``--frames-spread`` (:func:`~ttsfleet.inference.bench.spread_frames`).
+    Returns the sessions and the server's /metrics read at the steady window's edges
+    (:meth:`SteadyEdges.collect`)."""
     from ttsfleet.inference.bench import spread_frames
 
+    edges = SteadyEdges(url, args.concurrency, args.sessions)
     with ThreadPoolExecutor(args.concurrency) as pool:
         futures = [pool.submit(one_session, url, args.pause_ms / 1000, seed + i,
-                               spread_frames(args.frames, args.frames_spread, seed, i) if args.frames else 0)
+                               spread_frames(args.frames, args.frames_spread, seed, i) if args.frames else 0,
+                               edges, i)
                    for i in range(args.sessions)]
-        return [{**f.result(), "first_wave": i < args.concurrency} for i, f in enumerate(futures)]
+        rows = [{**f.result(), "first_wave": i < args.concurrency} for i, f in enumerate(futures)]
+    return rows, edges.collect()
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, float]:
@@ -193,6 +279,7 @@ def main() -> None:
     for _, url in servers.values():
         add_voice(url, voice)
     rows: dict[str, list[dict[str, Any]]] = {k: [] for k in sides}
+    spans: dict[str, list[Any]] = {k: [] for k in sides}  # per round: (steady window, its two reads)
     ratios = []
     try:
         from tqdm import tqdm
@@ -203,14 +290,16 @@ def main() -> None:
             server_samples,
             stage_means_ms,
         )
+        from ttsfleet.inference.bench_steady import Counts, span_reading, view_of
 
         walls = dict.fromkeys(sides, 0.0)  # each side's sessions' wall time: its codec's busy share
         for r in tqdm(range(args.rounds), desc=f"rounds ({', then '.join(sides)})"):
             got = {}
             for k in sides:
                 t0 = time.perf_counter()
-                got[k] = run_round(servers[k][1], args, 1000 * r)
+                got[k], span = run_round(servers[k][1], args, 1000 * r)
                 walls[k] += time.perf_counter() - t0
+                spans[k].append(span)
             for k, v in got.items():
                 rows[k] += [{**x, "round": r} for x in v]
             if len(got) == 2:
@@ -223,6 +312,11 @@ def main() -> None:
         stages = {k: stage_means_ms(totals) for k, (totals, _) in readings.items()}
         waits = {k: counts for k, (_, counts) in readings.items()}
         codec = {k: codec_use(codec_totals(s), walls[k]) for k, s in samples.items()}
+        # the same figures over the rounds' steady windows (read live at their edges: SteadyEdges),
+        # and the whole rounds' stage p99s and first audios beside them (the server's totals: every
+        # session it served)
+        whole = {k: view_of(Counts.between([], s, walls[k])) for k, s in samples.items()}
+        steady = {k: span_reading(v) if all(v) else None for k, v in spans.items()}  # every round's
     finally:
         for proc, _ in servers.values():
             proc.send_signal(signal.SIGINT)
@@ -231,13 +325,48 @@ def main() -> None:
               "load_avg_1m": os.getloadavg()[0], "args": {k: str(v) for k, v in vars(args).items()},
               "sides": {k: summarize(v) for k, v in rows.items()}, "p50_ratio_per_round": ratios,
               "prefill_tokens_reused": reused, "ttfa_stage_mean_ms": stages, "admission_waits": waits,
-              "codec": codec, "sessions": rows}
+              "codec": codec, **steady_report(whole, steady), "sessions": rows}
     (args.out / "live_prefix.json").write_text(json.dumps(report, indent=2))
     print_report(report, args.concurrency)
 
 
+def steady_report(whole: dict[str, Any], steady: dict[str, Any]) -> dict[str, Any]:
+    """The report's keys beside the whole rounds' (``ttfa_stage_mean_ms``, ``admission_waits``,
+    ``codec``): per side, the whole rounds' stage p99s, the same figures over the rounds' steady
+    windows (:class:`SteadyEdges`; a side is left out where a round had none) and ``steady_reads``:
+    whether the side's windows were read, their seconds and first audios (summed over the rounds)
+    beside all the server's, and how late the reads were sent (the worst round's)."""
+    out: dict[str, Any] = {"ttfa_stage_p99_ms": {k: v.stage_p99_ms for k, v in whole.items()}}
+    for key, part in (("ttfa_stage_steady_mean_ms", "stage_means_ms"),
+                      ("ttfa_stage_steady_p99_ms", "stage_p99_ms"),
+                      ("admission_waits_steady", "waits"), ("codec_steady", "codec")):
+        out[key] = {k: getattr(r.view, part) for k, r in steady.items() if r is not None}
+    out["steady_reads"] = {}
+    for k, r in steady.items():
+        entry: dict[str, Any] = {"read": r is not None, "whole_requests": whole[k].requests}
+        if r is not None:
+            entry.update(seconds=r.view.seconds, requests=r.view.requests, start_lag_ms=r.start_lag_ms,
+                         end_lag_ms=r.end_lag_ms)
+        out["steady_reads"][k] = entry
+    return out
+
+
+STEADY, WHOLE = "steady sessions", "whole rounds, first wave included"
+#: The server's lines per side: (report key, what its figures are, the span they cover).
+SERVER_LINES = (
+    ("ttfa_stage_steady_mean_ms", "time to first audio by stage, mean ms (server)", STEADY),
+    ("ttfa_stage_steady_p99_ms", "time to first audio by stage, p99 ms (server, each its own)", STEADY),
+    ("admission_waits_steady", "engine iterations that left requests waiting, by cause (server)", STEADY),
+    ("ttfa_stage_mean_ms", "time to first audio by stage, mean ms (server)", WHOLE),
+    ("ttfa_stage_p99_ms", "time to first audio by stage, p99 ms (server, each its own)", WHOLE),
+    ("admission_waits", "engine iterations that left requests waiting, by cause (server)", WHOLE),
+)
+
+
 def print_report(report: dict[str, Any], concurrency: int) -> None:
-    """The sides' first-audio table, then what the servers said of their sessions."""
+    """The sides' first-audio table, then what the servers said of their sessions: per side, over
+    the steady sessions' window first (what the steady first audio is made of), then over the whole
+    rounds."""
     from ttsfleet.inference.bench import codec_line
 
     print("\n| side | sessions | first audio p50 / p90 / p99 ms | steady sessions "
@@ -247,18 +376,27 @@ def print_report(report: dict[str, Any], concurrency: int) -> None:
               f"| {s['steady_n']} | {s['steady_ttfa_p50_ms']:.0f} / {s['steady_ttfa_p90_ms']:.0f} / "
               f"{s['steady_ttfa_p99_ms']:.0f} | {s['failed']} |")
     print(f"prompt tokens reused (server counter): {report['prefill_tokens_reused']}")
-    for k, st in report["ttfa_stage_mean_ms"].items():
-        print(f"{k}: time to first audio by stage, mean ms (server): "
-              + ", ".join(f"{name} {ms:.0f}" for name, ms in st.items()))
-    for k, w in report["admission_waits"].items():
-        print(f"{k}: engine iterations that left requests waiting, by cause (server): "
-              + ", ".join(f"{reason} {n:.0f}" for reason, n in w.items()))
-    for k, use in report["codec"].items():
-        if use:
-            print(f"{k}: {codec_line({'concurrency': concurrency, **use})}")
+    for k in report["sides"]:
+        print(steady_read_line(k, report.get("steady_reads", {}).get(k)))
+        for key, what, span in SERVER_LINES:
+            if values := report.get(key, {}).get(k):
+                print(f"{k}: {what}, {span}: " + ", ".join(f"{name} {v:.0f}" for name, v in values.items()))
+        for key, span in (("codec_steady", "the steady windows"), ("codec", "the rounds' wall time")):
+            if use := report.get(key, {}).get(k):
+                print(f"{k}: {codec_line({'concurrency': concurrency, **use}, span)}")
     if ratios := report["p50_ratio_per_round"]:
         print(f"whole / reuse p50 per round: {', '.join(f'{x:.2f}' for x in ratios)} "
               f"(median {statistics.median(ratios):.2f})")
+
+
+def steady_read_line(side: str, r: dict[str, Any] | None) -> str:
+    """Where a side's steady windows were read, or that they were not."""
+    if not r or not r["read"]:
+        return (f"{side}: no steady window (no more sessions than --concurrency, or an edge not read): "
+                f"the server's figures below are the whole rounds' only")
+    return (f"{side}: steady windows read live: {r['seconds']:.2f} s, {r['requests']} of the server's "
+            f"{r['whole_requests']} first audios, reads {r['start_lag_ms']:.1f}/{r['end_lag_ms']:.1f} ms "
+            f"after their edges")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,124 @@
+"""``benchmarks/inference_serve/live_prefix.py``'s server figures over the steady sessions: /metrics
+read live at the edges of each round's steady window (:class:`SteadyEdges`), beside the whole rounds'."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+from ttsfleet.inference import bench_steady
+from ttsfleet.inference.bench_steady import Read, span_reading
+from ttsfleet.inference.bench_window import Window
+from ttsfleet.inference.synthesis import TTFA_STAGES
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "inference_serve" / "live_prefix.py"
+
+
+def _live_prefix():
+    spec = importlib.util.spec_from_file_location("live_prefix", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    """``read_now`` as SteadyEdges calls it, faked: when each read was sent, one fake sample each."""
+    sent: list[float] = []
+
+    def fake(url: str) -> Read:
+        sent.append(time.perf_counter())
+        return Read(sent[-1], [url])
+
+    monkeypatch.setattr(bench_steady, "read_now", fake)
+    return sent
+
+
+def test_the_window_opens_after_the_first_wave_and_the_first_steady_session(reads):
+    """The start read waits for both the first wave's first audios and the first later session's
+    opening (whichever comes last); the end read for every session's first audio (or end)."""
+    edges = _live_prefix().SteadyEdges("u", first_wave=2, sessions=4)
+    edges.first_audio(0)
+    edges.opened(2)  # session 0 ended, 2 opens: session 1 has no first audio yet
+    assert not reads
+    edges.first_audio(1)
+    assert len(reads) == 1
+    edges.opened(3)
+    edges.first_audio(2)
+    edges.first_audio(2)  # its end, after its first audio: counted once
+    assert len(reads) == 1
+    edges.first_audio(3)
+    window, (start, end) = edges.collect()
+    assert [start.at, end.at] == reads and window.start <= start.at and window.end <= end.at
+
+
+def test_a_round_of_one_wave_has_no_window(reads):
+    edges = _live_prefix().SteadyEdges("u", first_wave=3, sessions=3)
+    for i in range(3):
+        edges.opened(i)
+        edges.first_audio(i)
+    assert edges.collect() is None and not reads
+    assert span_reading([(Window(0.0, 1.0), None)]) is None and span_reading([]) is None
+
+
+def test_live_prefix_reports_steady_and_whole_round_figures(tmp_path):
+    """A real tiny server on the CPU, 2 rounds of 5 sessions 2 at a time: the server counts the
+    steady sessions' first audios between each round's reads (6 of 10, none of the first waves'),
+    and the steady figures stand beside the whole rounds' (old keys kept)."""
+    wav = tmp_path / "voice.wav"
+    rng = np.random.default_rng(0)
+    sf.write(wav, (0.1 * rng.standard_normal(24000 * 2)).astype("float32"), 24000, subtype="PCM_16")
+    out = tmp_path / "live"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    started = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-P", str(SCRIPT), str(out), "--sides", "reuse", "--sessions", "5",
+         "--concurrency", "2", "--rounds", "2", "--pause-ms", "50", "--frames", "12",
+         "--serve-args", "--max-new-tokens 24", "--reference-wav", str(wav)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    wall = time.perf_counter() - started
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((out / "live_prefix.json").read_text())
+    side = report["sides"]["reuse"]
+    assert side["n"] == 10 and side["steady_n"] == 6 and side["failed"] == 0
+    for key in ("ttfa_stage_mean_ms", "admission_waits", "codec", "prefill_tokens_reused"):  # older keys
+        assert "reuse" in report[key]
+
+    r = report["steady_reads"]["reuse"]
+    assert r["read"] and r["whole_requests"] == 10
+    # every first wave's first audio precedes its round's start read; a steady session is missed only
+    # if its first audio beat its round's last first-wave one (at most one a round, at c=2)
+    assert 6 - 2 <= r["requests"] <= 6
+    assert 0 < r["seconds"] < wall and 0 <= r["start_lag_ms"] < 250 and 0 <= r["end_lag_ms"] < 250
+
+    means, p99 = report["ttfa_stage_steady_mean_ms"]["reuse"], report["ttfa_stage_steady_p99_ms"]["reuse"]
+    whole_means, whole_p99 = report["ttfa_stage_mean_ms"]["reuse"], report["ttfa_stage_p99_ms"]["reuse"]
+    assert set(means) == set(p99) == set(whole_means) == set(whole_p99) == set(TTFA_STAGES)
+    for stage in TTFA_STAGES:
+        for v in (means[stage], p99[stage], whole_p99[stage]):
+            assert isinstance(v, float) and math.isfinite(v) and v >= 0
+        # the steady sessions are some of the server's: their total time in a stage is part of all of it
+        assert means[stage] * r["requests"] <= whole_means[stage] * 10 + 0.1 * 16
+    assert p99["prefill"] > 0 and p99["audio"] > 0
+
+    steady_codec, whole_codec = report["codec_steady"]["reuse"], report["codec"]["reuse"]
+    assert 0 < steady_codec["pushes"] < whole_codec["pushes"]
+    assert steady_codec["frames_per_push"] > 0 and 0 < steady_codec["busy_share"] <= 1
+    waits, whole_waits = report["admission_waits_steady"]["reuse"], report["admission_waits"]["reuse"]
+    assert all(0 < n <= whole_waits[cause] for cause, n in waits.items())
+
+    assert "reuse: steady windows read live: " in proc.stdout
+    stages = "reuse: time to first audio by stage,"
+    assert f"{stages} p99 ms (server, each its own), steady sessions: " in proc.stdout
+    assert f"{stages} mean ms (server), whole rounds, first wave included: " in proc.stdout
+    assert "busy" in proc.stdout and "of the steady windows" in proc.stdout
