@@ -9,12 +9,12 @@ Linear layers can be swapped for FP8 (``ttsfleet.kernels``) once, at load time.
 
 from __future__ import annotations
 
-import os
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from ttsfleet.switches import ProcessSwitch
 
 #: SDPA backends for prompt attention, cuDNN's left out: it cost the host 1.3 ms per call at S2 Pro's
 #: shape (prefill of 300-400 tokens on an H200, 2026-12-02: 58 % of the prefill call's CPU time, the
@@ -33,14 +33,6 @@ PROMPT_ATTENTION = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, 
 #: switch, read once.
 PROMPT_GQA_ENV = "TTSFLEET_PROMPT_GQA"
 PROMPT_GQA_MODES = ("expand", "native")
-_prompt_gqa: str | None = None
-
-
-def prompt_gqa() -> str:
-    """Prompt attention's GQA mode (``TTSFLEET_PROMPT_GQA``, default ``native``)."""
-    if _prompt_gqa is None:
-        set_prompt_gqa(os.environ.get(PROMPT_GQA_ENV, "native"))
-    return _prompt_gqa  # type: ignore[return-value]
 
 
 def parse_prompt_gqa(mode: str) -> str:
@@ -51,10 +43,13 @@ def parse_prompt_gqa(mode: str) -> str:
     return mode
 
 
-def set_prompt_gqa(mode: str) -> None:
-    """Choose the GQA mode for this process; an unknown mode is a ``ValueError`` naming the choices."""
-    global _prompt_gqa
-    _prompt_gqa = parse_prompt_gqa(mode)
+#: The switch (:class:`ttsfleet.switches.ProcessSwitch`: read once, registered for the server's start
+#: check); ``prompt_gqa`` / ``set_prompt_gqa`` are its bound methods, the names callers use.
+PROMPT_GQA_SWITCH: ProcessSwitch[str] = ProcessSwitch(PROMPT_GQA_ENV, "native", parse_prompt_gqa)
+#: Prompt attention's GQA mode (``TTSFLEET_PROMPT_GQA``, default ``native``).
+prompt_gqa = PROMPT_GQA_SWITCH.get
+#: Choose the GQA mode for this process; an unknown mode is a ``ValueError`` naming the choices.
+set_prompt_gqa = PROMPT_GQA_SWITCH.set
 
 
 class RMSNorm(nn.Module):

@@ -9,6 +9,7 @@ told otherwise (``--host 0.0.0.0`` / ``TTSFLEET_HOST=0.0.0.0`` in a pod) and nee
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
 from dataclasses import dataclass, field
@@ -179,20 +180,25 @@ class ServeConfig:
                             f"({', '.join(PRESETS)})")
 
 
+#: The modules that define a :class:`ttsfleet.switches.ProcessSwitch`: importing them registers their
+#: switches for :func:`_check_process_switches` (``tests/core/test_switches.py`` fails if a module of
+#: the source tree defines one and is missing here).
+SWITCH_MODULES = ("ttsfleet.inference.model_layers", "ttsfleet.kernels.decode")
+
+
 def _check_process_switches(env: dict[str, str]) -> None:
     """The model's process-wide switches, read from the environment at first use (deep inside a
     prefill or a decode step), checked now: a bad value is a one-line error at start, not a
-    traceback in every request of a server that said it was ready."""
-    from ttsfleet.inference.model_layers import PROMPT_GQA_ENV, parse_prompt_gqa
-    from ttsfleet.kernels import decode
+    traceback in every request of a server that said it was ready. Every registered switch is
+    checked (in variable-name order), not a hand-kept list a new one could be missing from."""
+    from ttsfleet.switches import registered
 
-    for name, parse in ((PROMPT_GQA_ENV, parse_prompt_gqa),
-                        (decode.TOPK_SELECT_ENV, decode.parse_topk_select),
-                        (decode.ATTN_SPLITS_ENV, decode.parse_attn_splits),
-                        (decode.ATTN_TILE_ENV, decode.parse_attn_tile)):
-        if name in env:
+    for module in SWITCH_MODULES:
+        importlib.import_module(module)
+    for switch in registered():
+        if switch.env in env:
             try:
-                parse(env[name])
+                switch.parse(env[switch.env])
             except ValueError as exc:
                 raise UserError(str(exc)) from None
 

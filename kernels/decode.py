@@ -24,12 +24,13 @@ power-of-two scales dequantize exactly, so kernel and reference differ only in s
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from ttsfleet.switches import ProcessSwitch
 
 from . import dispatch
 
@@ -63,15 +64,6 @@ def qkv_rope_store(*args: Any, **kwargs: Any) -> Tensor:
 #: (benchmarks/inference_h200/2026-12-03b/run3, run5). Process switch, read once.
 TOPK_SELECT_ENV = "TTSFLEET_TOPK_SELECT"
 TOPK_SELECTS = ("torch", "kernel")
-_topk_select: str | None = None
-
-
-def topk_select() -> str:
-    """The fused sampler's top-k selection (``TTSFLEET_TOPK_SELECT``, default ``kernel``)."""
-    global _topk_select
-    if _topk_select is None:
-        set_topk_select(os.environ.get(TOPK_SELECT_ENV, "kernel"))
-    return _topk_select  # type: ignore[return-value]
 
 
 def parse_topk_select(value: str) -> str:
@@ -83,10 +75,13 @@ def parse_topk_select(value: str) -> str:
     return value
 
 
-def set_topk_select(value: str) -> None:
-    """Choose the selection for this process (tests and benchmarks A/B the two)."""
-    global _topk_select
-    _topk_select = parse_topk_select(value)
+#: The switch (:class:`ttsfleet.switches.ProcessSwitch`: read once, registered for the server's start
+#: check); the module-level getter and setter below are its bound methods, the names callers use.
+TOPK_SELECT_SWITCH: ProcessSwitch[str] = ProcessSwitch(TOPK_SELECT_ENV, "kernel", parse_topk_select)
+#: The fused sampler's top-k selection (``TTSFLEET_TOPK_SELECT``, default ``kernel``).
+topk_select = TOPK_SELECT_SWITCH.get
+#: Choose the selection for this process (tests and benchmarks A/B the two).
+set_topk_select = TOPK_SELECT_SWITCH.set
 
 
 def sample_topk(*args: Any, **kwargs: Any) -> Tensor:
@@ -106,7 +101,6 @@ ATTN_SPLITS_ENV = "TTSFLEET_ATTN_SPLITS"
 MAX_SPLITS = 16
 #: SMs assumed where the device reports none (Triton's interpreter on the CPU): an H200's.
 NOMINAL_SMS = 132
-_attn_splits: str | int | None = None
 
 
 def parse_attn_splits(value: str) -> str | int:
@@ -121,17 +115,11 @@ def parse_attn_splits(value: str) -> str | int:
     return n
 
 
-def set_attn_splits(value: str) -> None:
-    """Choose the attention split for this process (tests and benchmarks A/B it)."""
-    global _attn_splits
-    _attn_splits = parse_attn_splits(value)
-
-
-def attn_splits() -> str | int:
-    """This process's attention split (``TTSFLEET_ATTN_SPLITS``, default ``auto``)."""
-    if _attn_splits is None:
-        set_attn_splits(os.environ.get(ATTN_SPLITS_ENV, "auto"))
-    return _attn_splits  # type: ignore[return-value]
+ATTN_SPLITS_SWITCH: ProcessSwitch[str | int] = ProcessSwitch(ATTN_SPLITS_ENV, "auto", parse_attn_splits)
+#: This process's attention split (``TTSFLEET_ATTN_SPLITS``, default ``auto``).
+attn_splits = ATTN_SPLITS_SWITCH.get
+#: Choose the attention split for this process (tests and benchmarks A/B it).
+set_attn_splits = ATTN_SPLITS_SWITCH.set
 
 
 #: Decode attention's launch tile, ``WARPSxKEYS``: warps per program and keys per block, both kernels
@@ -141,7 +129,6 @@ def attn_splits() -> str | int:
 #: (``decode_levers.py``'s ``tile@8x32``). Process switch, read once.
 ATTN_TILE_ENV = "TTSFLEET_ATTN_TILE"
 ATTN_TILES = ("4x64", "4x32", "8x64", "8x32")
-_attn_tile: tuple[int, int] | None = None
 
 
 def parse_attn_tile(value: str) -> tuple[int, int]:
@@ -154,17 +141,11 @@ def parse_attn_tile(value: str) -> tuple[int, int]:
     return int(warps), int(keys)
 
 
-def set_attn_tile(value: str) -> None:
-    """Choose the attention tile for this process (tests and benchmarks A/B it)."""
-    global _attn_tile
-    _attn_tile = parse_attn_tile(value)
-
-
-def attn_tile() -> tuple[int, int]:
-    """This process's attention tile (``TTSFLEET_ATTN_TILE``, default ``4x64``)."""
-    if _attn_tile is None:
-        set_attn_tile(os.environ.get(ATTN_TILE_ENV, "4x64"))
-    return _attn_tile  # type: ignore[return-value]
+ATTN_TILE_SWITCH: ProcessSwitch[tuple[int, int]] = ProcessSwitch(ATTN_TILE_ENV, "4x64", parse_attn_tile)
+#: This process's attention tile ``(warps, keys per block)`` (``TTSFLEET_ATTN_TILE``, default ``4x64``).
+attn_tile = ATTN_TILE_SWITCH.get
+#: Choose the attention tile for this process (tests and benchmarks A/B it).
+set_attn_tile = ATTN_TILE_SWITCH.set
 
 
 def attention_block_n(cache_len: int) -> int:

@@ -10,6 +10,8 @@ The core (this package's own modules) is shared by every component:
 * :mod:`ttsfleet.metrics` — the metric contract (every Prometheus name and label);
 * :mod:`ttsfleet.config` — pydantic config models used on the wire and in code;
 * :mod:`ttsfleet.errors` / :mod:`ttsfleet.contracts.exits` — one-line user errors, shared exit codes;
+* :mod:`ttsfleet.switches` — process-wide ``TTSFLEET_*`` switches read once at first use (the
+  model's kernels and layers define them; the server checks every registered one at start);
 * :mod:`ttsfleet.policy` — the pure decision functions (autoscaling, demand forecast, fill
   admission/eviction);
 * :mod:`ttsfleet.sim` — the fleet simulator, an adapter over the policy.

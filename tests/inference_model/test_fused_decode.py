@@ -185,7 +185,7 @@ def test_unfusable_rows_keep_the_reference_sampler() -> None:
                                                      (True, "bsgemm_fp8", "torch"), (True, "mxfp8", "torch"),
                                                      (True, "bf16", "kernel")])
 def test_fused_decode_step_emits_the_reference_frames(fusable: bool, quantize: str, select: str,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+                                                      request: pytest.FixtureRequest) -> None:
     """Whole frames (main token + 10 codes) of the fused path equal the reference path's; with FP8
     weights the fused norms / attention hand the GEMMs FP8 codes the reference quantizes itself.
 
@@ -200,7 +200,8 @@ def test_fused_decode_step_emits_the_reference_frames(fusable: bool, quantize: s
         pytest.skip("FP8 frames are compared bit-exactly in the interpreter; the S2 Pro gate covers the GPU")
     from ttsfleet.kernels import decode as kd
 
-    monkeypatch.setattr(kd, "_topk_select", select)
+    kd.set_topk_select(select)
+    request.addfinalizer(kd.TOPK_SELECT_SWITCH.reset)  # the environment's (or default) again
     model = load_model("tiny", device=DEV, dtype=torch.float32, quantize=quantize)
     g = torch.Generator().manual_seed(5)
     prompt = torch.randint(0, 500, (1 + model.config.num_codebooks, 9), generator=g)
