@@ -195,6 +195,18 @@ def _encoder_block(dim: int, stride: int, n_t: int, g: dict[str, Any]) -> SeqBlo
 
 
 class Encoder(nn.Module):
+    """Audio ``[B, 1, T]`` -> latent ``[B, latent_dim, T / hop]``: conv, four downsampling blocks (the
+    last with a window transformer), Snake, conv.
+
+    ``channels_last`` (default False, :meth:`Codec.use_encoder_channels_last` sets it): the conv stack
+    runs on ``[B, C, 1, T]`` tensors in NHWC memory, as 2-D convs of height 1, through the same layer
+    code as the decoder's (:class:`Decoder`, issue #25). The input has one channel, so its 4-D view
+    is already NHWC memory (the first conv copies it into its history buffer, as in NCL); the window
+    transformer takes the 4-D form through free views (:class:`WindowTransformer`); the latent is
+    converted back to NCL once, for the quantizer (the stack's cost is in its wide, long tensors: at
+    the quantizer's rates, 43 and 21.5 frames/s, its convs are negligible).
+    """
+
     def __init__(self, cfg: CodecConfig) -> None:
         super().__init__()
         d = cfg["encoder_dim"]
@@ -205,9 +217,13 @@ class Encoder(nn.Module):
             mods.append(_encoder_block(d, stride, n_t, g))
         mods += [Snake(d), CausalConv(d, cfg.latent_dim, 3)]
         self.block = nn.ModuleList(mods)
+        self.channels_last = False
 
-    def forward(self, x: Tensor) -> Tensor:
-        return run(self.block, x)
+    def forward(self, x: Tensor, channels_last: bool | None = None) -> Tensor:
+        """``channels_last`` None: :attr:`channels_last`. The latent is ``[B, C, T]`` contiguous in both."""
+        if not (self.channels_last if channels_last is None else channels_last):
+            return run(self.block, x)
+        return run(self.block, x.unsqueeze(2)).squeeze(2).contiguous()  # the one conversion
 
 
 class Decoder(nn.Module):
@@ -276,6 +292,19 @@ class Codec(nn.Module):
             cache_channels_last(self.decoder)
         else:
             uncache_channels_last(self.decoder)
+
+    def use_encoder_channels_last(self, on: bool = True) -> None:
+        """Run the encoder's conv stack channels-last (:class:`Encoder`), caching its convs' 4-D NHWC
+        weights; call after loading, moving or casting the encoder's weights.
+
+        A switch of its own, not part of :meth:`use_channels_last`: the decoder's layout is the
+        server's (measured, per GPU class), the encoder's the fill job's (``codecLayout``); one switch
+        would change the server's reference-audio encode with the decoder's layout, unmeasured."""
+        self.encoder.channels_last = on
+        if on:
+            cache_channels_last(self.encoder)
+        else:
+            uncache_channels_last(self.encoder)
 
     def use_fused_kernels(self, on: bool = True) -> None:
         """Snake activations through :func:`ttsfleet.kernels.snake.snake` (one pass; Triton where the

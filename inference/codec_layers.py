@@ -8,8 +8,9 @@ Module and parameter names mirror the released ``codec.pth`` so it loads without
 
 Two layouts, chosen by the input's rank: ``[B, C, T]`` (1-D convs, the reference's) or
 ``[B, C, 1, T]`` in channels-last (NHWC) memory, run as 2-D convs of height 1 (faster cuDNN kernels,
-issue #25; the decoder converts once on entry, :class:`~ttsfleet.inference.codec.Decoder`). Stream
-state is stored 3-D in both, so it does not depend on the layout.
+issue #25; the decoder converts once on entry, :class:`~ttsfleet.inference.codec.Decoder`, the
+encoder too, :class:`~ttsfleet.inference.codec.Encoder`; its window transformer takes the 4-D form
+through free views). Stream state is stored 3-D in both, so it does not depend on the layout.
 """
 
 from __future__ import annotations
@@ -368,6 +369,11 @@ class WindowTransformer(nn.Module):
         return x.transpose(1, 2)
 
     def forward(self, x: Tensor, st: State = None) -> Tensor:
+        if x.dim() == 4:
+            # Channels-last ``[B, C, 1, T]`` (the encoder's, :attr:`Encoder.channels_last`): its
+            # ``[B, T, C]`` view is already dense, and the output's ``[B, C, T]`` view (a transposed
+            # dense ``[B, T, C]``) is NHWC memory again once unsqueezed: no copy either way.
+            return self.forward(x.squeeze(2), st).unsqueeze(2)
         if isinstance(st, SlotState):
             return self._forward_slots(x, st)
         x = self._enter(x)
