@@ -71,6 +71,15 @@ class CleaningConfig(WireModel):
                     "codebooks (projections and the nearest-code search) stay float32. Measure "
                     "the agreement with float32 before using them "
                     "(benchmarks/fill_jobs/bench_codec_precision.py)")
+    codec_layout: Literal["ncl", "channels-last"] = Field(
+        default="ncl",
+        description="memory layout of the codec stage's encoder convs. ncl (the default, the "
+                    "reference's 1-D convs); channels-last: 2-D convs of height 1 on NHWC tensors, "
+                    "the decoder's faster cuDNN path (issue #25). The same arithmetic in another "
+                    "order: codes can differ from ncl's at near-ties, as across GPUs. Off the "
+                    "bit-exact default (channels-last or a fast codecPrecision) a CUDA encode runs "
+                    "cuDNN's autotuner with bucketed batch shapes, and fast precisions the fused "
+                    "Snake kernel (benchmarks/fill_jobs/bench_codec_precision.py measures each)")
     batch_items: int = Field(default=32, ge=1, le=4096,
                              description="items per group of the batch stages; with a batch stage "
                                          "commits fall on group boundaries, so a restart forms the "
@@ -86,6 +95,8 @@ class CleaningConfig(WireModel):
         exclude = {"feature_device", "feature_batch_size", "workers", "prefetch_items"}
         if self.codec_precision == "float32":  # added later: the default keeps older digests
             exclude.add("codec_precision")
+        if self.codec_layout == "ncl":  # likewise
+            exclude.add("codec_layout")
         data = self.model_dump(exclude=exclude)
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 

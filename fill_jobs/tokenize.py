@@ -17,6 +17,13 @@ the resampler and the residual codebooks (projections and nearest-code search) s
 :func:`code_agreement` / :func:`precision_agreement` measure the share of codes that stay equal to
 float32's (``benchmarks/fill_jobs/bench_codec_precision.py``).
 
+Speed (``codecLayout``, issue #25): ``ncl`` (default) runs the encoder's convs as the reference's
+1-D convs; ``channels-last`` as 2-D convs of height 1 on NHWC tensors, the decoder's faster cuDNN
+path (:meth:`~ttsfleet.inference.codec.Codec.use_encoder_channels_last`). With a fast precision on
+CUDA the Snakes run fused (one Triton pass, the preceding conv's bias added in it); off the bit-exact
+default path (a fast precision or channels-last, on CUDA) cuDNN's autotuner picks each conv's
+kernel, with batch shapes bucketed so it times a bounded set of shapes (:class:`BatchEncoder`).
+
 Output per segment: ``codes/<2 hex>/<id>[.pNN].npy`` (int16, ``[num_codebooks, frames]``), named
 in the row's output entry as ``codes`` with ``code_frames``.
 """
@@ -41,6 +48,9 @@ if TYPE_CHECKING:
 
 #: ``codecPrecision`` values (:class:`~ttsfleet.fill_jobs.settings.CleaningConfig`).
 PRECISIONS = ("float32", "tf32", "bf16")
+#: ``codecLayout`` values: the encoder's conv stack as 1-D convs on ``[B, C, T]`` (the reference's)
+#: or as 2-D convs of height 1 on channels-last ``[B, C, 1, T]`` tensors.
+LAYOUTS = ("ncl", "channels-last")
 
 
 class PolyphaseResampler:
@@ -120,6 +130,46 @@ def _tf32(device: torch.device, on: bool) -> Iterator[None]:
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = cudnn, matmul
 
 
+@contextlib.contextmanager
+def _autotuner(device: torch.device, on: bool) -> Iterator[None]:
+    """cuDNN's autotuner (:func:`~ttsfleet.inference.codec_batch.use_conv_autotuner`, as the serving
+    codec's) for the block where ``on`` (CUDA only), the previous settings after it."""
+    import torch
+
+    if device.type != "cuda" or not on:
+        yield
+        return
+    from ttsfleet.inference.codec_batch import use_conv_autotuner
+
+    cudnn = torch.backends.cudnn
+    saved = cudnn.benchmark, cudnn.benchmark_limit
+    use_conv_autotuner()
+    try:
+        yield
+    finally:
+        cudnn.benchmark, cudnn.benchmark_limit = saved
+
+
+def bucket_frames(frames: int) -> int:
+    """``frames`` rounded up to ``m x 2^k`` with ``m`` in 8..15: at most 1/8 of padding, and a few
+    shapes per octave (a job's batch lengths vary continuously; cuDNN's autotuner times each new one)."""
+    if frames <= 8:
+        return frames
+    step = 1 << (frames.bit_length() - 4)
+    return -(-frames // step) * step
+
+
+def pow2_parts(batch: list[int]) -> list[list[int]]:
+    """``batch`` split into runs of power-of-two sizes, largest first (13 -> 8, 4, 1): with
+    :func:`bucket_frames`, a bounded set of batch shapes."""
+    parts, i, n = [], 0, len(batch)
+    while i < n:
+        size = 1 << ((n - i).bit_length() - 1)
+        parts.append(batch[i: i + size])
+        i += size
+    return parts
+
+
 def encode_split(codec: Codec, x: torch.Tensor, dtype: torch.dtype, tf32: bool = False) -> torch.Tensor:
     """``codec.quantizer.encode(codec.encoder(x))`` with its trunk (encoder, downsampling, window
     transformer) in ``dtype`` (and TF32 where ``tf32``, on CUDA) and its residual codebooks in
@@ -143,20 +193,41 @@ def encode_split(codec: Codec, x: torch.Tensor, dtype: torch.dtype, tf32: bool =
     return torch.cat([sem_codes, codes], dim=1)
 
 
+def default_autotune(device: torch.device, precision: str, layout: str) -> bool:
+    """Whether an encode runs cuDNN's autotuner by default: on CUDA, off the bit-exact default path
+    (a fast precision, or channels-last), see :class:`BatchEncoder`."""
+    return device.type == "cuda" and (precision != "float32" or layout != "ncl")
+
+
 class BatchEncoder:
     """A codec plus its resampler on one device: many clips at ``rate`` → codes per clip.
 
     ``precision`` (``codecPrecision``): ``float32`` runs the codec's own ``quantizer.encode(
     encoder(x))`` with TF32 off, as before the setting existed; ``tf32`` and ``bf16`` go through
-    :func:`encode_split` (``tf32`` on the CPU is float32)."""
+    :func:`encode_split` (``tf32`` on the CPU is float32). ``layout`` (``codecLayout``): the
+    encoder's conv stack NCL or channels-last (:meth:`~ttsfleet.inference.codec.Codec.
+    use_encoder_channels_last`). ``fused`` (None: on for a fast precision on CUDA): every Snake
+    through :func:`ttsfleet.kernels.snake.snake` (the Triton kernel where the kernel dispatch runs
+    Triton), the preceding conv's bias added in the same pass; off by default in float32, whose
+    codes stay those of the unfused expression. ``autotune`` (None: on CUDA, on whenever the job is
+    off the bit-exact default, i.e. a fast precision or channels-last): cuDNN's autotuner for the
+    encode; the serving decoder found cuDNN's heuristics picking channels-last kernels 20x slower
+    than the autotuner's (``CUDNN_CANDIDATES``). It times every new input shape, and a job's batches
+    would each have a new one, so with it the batch shapes are bucketed (``bucket_shapes``): each
+    batch padded to :func:`bucket_frames` and run in power-of-two parts (:func:`pow2_parts`). The
+    codec is causal and clips are independent in a batch, so neither changes a clip's codes (beyond
+    a conv algorithm's rounding)."""
 
     def __init__(self, codec_name: str, rate: int, device: str, batch_seconds: float,
-                 precision: str = "float32") -> None:
+                 precision: str = "float32", layout: str = "ncl", fused: bool | None = None,
+                 autotune: bool | None = None) -> None:
         import torch
         from ttsfleet.inference.codec import load_codec
 
         if precision not in PRECISIONS:
             raise UserError(f"codec precision {precision!r} is not one of {', '.join(PRECISIONS)}")
+        if layout not in LAYOUTS:
+            raise UserError(f"codec layout {layout!r} is not one of {', '.join(LAYOUTS)}")
         self.device = torch.device(device)
         if self.device.type == "cuda":  # full fp32 (no TF32): codes are argmins over distances
             torch.backends.cudnn.allow_tf32 = False
@@ -174,14 +245,52 @@ class BatchEncoder:
         self.resampler = PolyphaseResampler(rate, self.codec.sample_rate, self.device)
         self.budget = int(batch_seconds * rate)
         self.gpu_seconds = 0.0  # device time of the encode batches (CUDA events), GPU only
+        self.configure(layout, fused, autotune)
+
+    def configure(self, layout: str = "ncl", fused: bool | None = None,
+                  autotune: bool | None = None) -> None:
+        """Set the encoder's layout, Snake kernel and autotuner (the defaults as in the class doc):
+        the benchmark's A/B on one loaded codec."""
+        if layout not in LAYOUTS:
+            raise UserError(f"codec layout {layout!r} is not one of {', '.join(LAYOUTS)}")
+        cuda, fast = self.device.type == "cuda", self.precision != "float32"
+        self.layout = layout
+        self.codec.use_encoder_channels_last(layout == "channels-last")  # after the dtype cast
+        self.fused = (fast and cuda) if fused is None else fused
+        self.codec.use_fused_kernels(self.fused)
+        self.autotune = autotune if autotune is not None else default_autotune(self.device, self.precision,
+                                                                               layout)
+        self.bucket_shapes = self.autotune
+
+    @property
+    def snake_backend(self) -> str:
+        """Which Snake runs: ``expression`` (unfused, the reference's five ops), else the fused
+        function's backend here (``triton``, or ``reference``: one torch expression)."""
+        if not self.fused:
+            return "expression"
+        from ttsfleet.kernels import dispatch
+
+        return dispatch.plan(self.device).backend
+
+    def _frames(self, n: int) -> int:
+        """Codec frames of a clip of ``n`` samples at ``rate``."""
+        return -(-self.resampler.out_length(n) // self.codec.frame_length)
+
+    def _packed_length(self, n: int) -> int:
+        """A clip's share of the batch budget: its length, or its bucketed length (``bucket_shapes``)."""
+        if not self.bucket_shapes:
+            return n
+        samples = bucket_frames(self._frames(n)) * self.codec.frame_length
+        return -(-samples * self.resampler.down // self.resampler.up)
 
     def encode(self, clips: list[np.ndarray]) -> list[np.ndarray]:
         """int16 ``[num_codebooks, ceil(len_at_codec_rate / frame_length)]`` per clip."""
         out: list[np.ndarray | None] = [None] * len(clips)
-        for batch in pack([len(c) for c in clips], self.budget):
-            codes = self._encode_batch([clips[i] for i in batch])
-            for i, c in zip(batch, codes, strict=True):
-                out[i] = c
+        for batch in pack([self._packed_length(len(c)) for c in clips], self.budget):
+            for part in pow2_parts(batch) if self.bucket_shapes else [batch]:
+                codes = self._encode_batch([clips[i] for i in part])
+                for i, c in zip(part, codes, strict=True):
+                    out[i] = c
         return out  # type: ignore[return-value]
 
     def _encode_batch(self, clips: list[np.ndarray]) -> list[np.ndarray]:
@@ -192,14 +301,17 @@ class BatchEncoder:
         host = torch.zeros(len(clips), max(lengths), dtype=torch.float32)
         for j, c in enumerate(clips):
             host[j, : len(c)] = torch.from_numpy(c)
+        frame = self.codec.frame_length
+        width = max(self._frames(n) for n in lengths)
+        if self.bucket_shapes:
+            width = bucket_frames(width)
         timed = self.device.type == "cuda"
         if timed:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-        with torch.inference_mode():
+        with torch.inference_mode(), _autotuner(self.device, self.autotune):
             x = self.resampler(host.to(self.device, non_blocking=True), lengths)
-            frame = self.codec.frame_length
-            x = F.pad(x, (0, -x.shape[-1] % frame))[:, None, :]
+            x = F.pad(x, (0, width * frame - x.shape[-1]))[:, None, :]
             if self.split:
                 codes = encode_split(self.codec, x, self.trunk_dtype, self.precision == "tf32")
             else:
@@ -210,7 +322,7 @@ class BatchEncoder:
         host_codes = codes.cpu().numpy()
         if timed:
             self.gpu_seconds += start.elapsed_time(end) / 1000
-        frames = [-(-self.resampler.out_length(n) // frame) for n in lengths]
+        frames = [self._frames(n) for n in lengths]
         return [np.ascontiguousarray(host_codes[j, :, :t]) for j, t in enumerate(frames)]
 
 
@@ -266,7 +378,8 @@ class CodecStage:
                             "--config (or a preset: tiny, s2-pro)")
         self.encoder = BatchEncoder(config.codec, config.target_rate,
                                     device or pick_device(config.feature_device),
-                                    config.codec_batch_seconds, config.codec_precision)
+                                    config.codec_batch_seconds, config.codec_precision,
+                                    config.codec_layout)
 
     @property
     def gpu_seconds(self) -> float:
