@@ -22,7 +22,8 @@ echo "== gpu tests took $(( $(date +%s) - t0 )) s" | tee -a "$OUT/run.log"
 # codecPrecision: speed and agreement with float32 per precision (issue #25); CODEC=/models/codec.pth
 # for the real codec's agreement (random weights say nothing about it)
 timeout ${PRECISION_TIMEOUT:-150} python3 -P benchmarks/fill_jobs/bench_codec_precision.py run --device cuda \
-  --codec ${CODEC:-s2-pro} --corpus seeds --clips 16 --clip-seconds 10 --out "$OUT/codec_precision.json" \
+  --codec ${CODEC:-s2-pro} --corpus seeds --clips 16 --clip-seconds 10 --layouts ncl --snakes unfused \
+  --autotune off --out "$OUT/codec_precision.json" \
   2>&1 | tee "$OUT/codec_precision.txt"
 timeout ${BENCH_TIMEOUT:-215} python3 benchmarks/fill_jobs/bench_fill_gpu.py run --seeds seeds --out /tmp/fillbench \
   --items ${ITEMS:-8000} --seconds ${SECONDS_PER_PHASE:-70,35} --codec-precision ${CODEC_PRECISION:-float32} \

@@ -2,6 +2,10 @@
 # Device calls for issue #25 (2026-12-01, session 3): GPU tests of the new paths, the prefill GEMM
 # split, the bf16 + graphs codec, and the served path at c=1 / 64 / 128 with NVML busy sampled.
 # Usage (repo root on the device, carry .whl): benchmarks/inference_h200/speed_run.sh STAGES...
+# encode: `OUT=... speed_run.sh encode` (bench_codec_precision.py, the fill job's codec encode, s2-pro random weights:
+# {float32,tf32,bf16} x {ncl,channels-last} x Snake {unfused,fused}, audio-s/s + codes' agreement with
+# float32 NCL; ENC_PRECISIONS, ENC_LAYOUTS, ENC_SNAKES, ENC_AUTOTUNE (auto | on | off | auto,off),
+# ENC_CLIPS, ENC_CLIP_S, ENC_REPEATS, ENC_CODEC, ENC_CORPUS, ENC_TIMEOUT (200)).
 # stages: quicktests (QUICKTESTS: other test files), tests, gate (GATE_K: pytest -k), levers (decode_levers.py: cuBLAS decode rows,
 # top-k kernel, FP8 KV side by side), gemmproto (gemm_proto.py), engineab (bench engine c=64, eager
 # prefill vs graphs: ENGINE_LEVELS; enginespy: bench engine with the codec under py-spy; ENGINE_SIDES="b:--prefill-graphs" runs one side; ENGINE_CODEC=s2-pro puts the serving codec in the loop), benchgate (bench engine --gate: GATE_LEVELS,
@@ -110,6 +114,13 @@ for stage in "$@"; do
     codeccapture) timeout "${CAP_TIMEOUT:-540}" python3 -m benchmarks.inference_h200.codec_capture "$OUT/codec_capture.json" \
                     --budget-s "${CAP_BUDGET:-360}" ${CAP_CONFIGS:+--configs "$CAP_CONFIGS"} 2>&1 \
                     | tee "$OUT/codec_capture.txt" | tail -12 ;;
+    encode) # the fill job's codec encode (issue #25: >= 1,000 audio-s per GPU-s), one row per configuration
+            timeout "${ENC_TIMEOUT:-200}" python3 -P benchmarks/fill_jobs/bench_codec_precision.py run --device cuda \
+              --codec "${ENC_CODEC:-s2-pro}" --corpus "${ENC_CORPUS:-synthetic}" --clips "${ENC_CLIPS:-16}" \
+              --clip-seconds "${ENC_CLIP_S:-10}" --repeats "${ENC_REPEATS:-5}" \
+              --precisions "${ENC_PRECISIONS:-float32,tf32,bf16}" --layouts "${ENC_LAYOUTS:-ncl,channels-last}" \
+              --snakes "${ENC_SNAKES:-unfused,fused}" --autotune "${ENC_AUTOTUNE:-auto}" \
+              --out "$OUT/codec_encode.json" 2>&1 | tee "$OUT/codec_encode.txt" | tail -18 ;;
     codec) timeout 200 python3 -m benchmarks.inference_h200.codec_speed "$OUT/codec_speed.json" 2>&1 \
              | tee "$OUT/codec_speed.txt" | tail -30 ;;
     live) # LIVE_SPREAD: session lengths FRAMES x (1 +- spread) (0: one length, sessions stay in waves);
