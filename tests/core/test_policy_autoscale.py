@@ -237,7 +237,7 @@ def test_forecast_sizes_for_the_load_when_a_new_replica_is_ready():
     loads = [200, 225, 250, 275, 300]  # +25 per 15 s
     d = ramp(cfg, loads, 10)
     (p,) = d.pools
-    horizon = CAT.get("h200").model_load_s  # pod start to ready (169 s since 2026-12-04)
+    horizon = CAT.get("h200").model_load_s  # pod start to ready (96 s since run15, 2026-12-04)
     expected = 300 + (25 / 15) * horizon
     assert p.reason == "forecast" and p.direction == "up"
     assert p.desired == math.ceil(expected / 40 - 1e-9)
@@ -255,12 +255,12 @@ def test_forecast_extrapolates_growth_only_and_ignores_small_rises():
     cfg = CFG.model_copy(update={"forecast": True, "forecast_min_growth": 0.1})
     falling = ramp(cfg, [600, 550, 500, 450, 400], 15)
     assert falling.pools[0].reason != "forecast"
-    # 546 expected in the H200's 169 s model load is < 10% above the stable load of 506: noise
+    # 531 expected in the H200's 96 s model load is < 10% above the stable load of 506: noise
     gentle = [500, 503, 506, 509, 512]
     assert ramp(cfg, gentle, 13).pools[0].reason != "forecast"
     assert ramp(cfg.model_copy(update={"forecast_min_growth": 0.0}), gentle,
                 13).pools[0].reason == "forecast"
-    # 600 expected is 15% above 520: a burst's ramp
+    # 604 expected in 96 s is 16% above 520: a burst's ramp
     assert ramp(cfg, [500, 510, 520, 530, 540], 13).pools[0].reason == "forecast"
 
 

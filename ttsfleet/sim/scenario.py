@@ -88,7 +88,7 @@ class Scenario(BaseModel):
                                 description="the run's GPU classes; pass it, never re-read the built-in one")
     fleet: dict[str, int] = Field(default_factory=lambda: dict(DEFAULT_FLEET))
     pools: list[PoolSpec] = Field(default_factory=list, description="empty: one pool per class")
-    # Bursts outrun a replica's model load (169 s on the H200): the simulated deployment keeps 20%
+    # Bursts outrun a replica's model load (96 s on the H200): the simulated deployment keeps 20%
     # spare capacity (benchmarks/simulate/README.md, bursty trace and the burst-rule ablation,
     # 2026-12-01; the trend forecast added fill churn there and no p99). AutoscaleConfig's own
     # defaults (both off) keep a TTSDeployment's behaviour. Sizing: replicas carry AutoscaleConfig's
@@ -97,11 +97,12 @@ class Scenario(BaseModel):
     # 25.5 (0.35 s at 8, 0.83 s at 64), and replicas were sized for 16 (0.63 of it). On the
     # 2026-12-02 curve first audio stayed under the SLO wherever a replica admitted requests (64
     # slots), and the limit was the slot count: 0.63 x 64 = 40. On 2026-12-04's (catalog,
-    # _SERVED_H200: 128 slots; run5, then run10 with the channels-last codec) first audio stays
-    # under it to c=128 (run10: p99 at most 350 ms, at c=64), but real-time headroom (RTF p99 <=
-    # 0.5) holds at c=64 (run10: 0.450; run5: 0.463) and not at c=128 (0.793; 0.792): the limit is
-    # 64 measured in-flight streams, and 0.63 x 64 = 40 still (tests/core/test_simulator.py reads
-    # the recorded run).
+    # _SERVED_H200: 128 slots; run5, run10 with the channels-last codec, then run15 on the final
+    # defaults) first audio stays under it to c=128 (run15: p99 at most 247 ms, at c=128; run10: 350
+    # ms, at c=64), but real-time headroom (RTF p99 <= 0.5) holds at c=64 (run15: 0.445; run10:
+    # 0.450; run5: 0.463) and not at c=128 (0.754; 0.793; 0.792): the limit is 64 measured in-flight
+    # streams (run15's curve carries it as slo_concurrency 64), and 0.63 x 64 = 40 still
+    # (tests/core/test_simulator.py reads the recorded run).
     autoscale: AutoscaleConfig = AutoscaleConfig(burst_headroom=0.2)
     # The simulated kube-scheduler preempts fill for pending training by itself (the chart's
     # PriorityClasses: training above fill), so the policy evicts only for inference and headroom.

@@ -35,12 +35,13 @@ EMBEDDED_DAYS = 3.0
 #: (:mod:`ttsfleet.sim.calibrate`, benchmarks/simulate/calibrate_load.py): the share at which the
 #: default fleet's inference-only run of the embedded 3-day trace reads 50% GPU-busy, the ~50% the
 #: source write-up starts from, on the catalog's served curves and the scenario's sizing (40 in
-#: flight): 0.486, 49.6% (benchmarks/simulate/load-calibration-2026-12-04b.json, on run10's H200 curve,
-#: channels-last codec). Before: 0.455 on run5's curve (load-calibration-2026-12-04.json), 0.534 on
+#: flight): 0.459, 49.7% (benchmarks/simulate/load-calibration-2026-12-04c.json, on run15's H200 curve,
+#: the final defaults). Before: 0.486 on run10's curve (channels-last codec;
+#: load-calibration-2026-12-04b.json), 0.455 on run5's (load-calibration-2026-12-04.json), 0.534 on
 #: 2026-12-03's curve (64 slots, busy not measured; load-calibration-2026-12-03.json), 0.3 chosen by
-#: hand on 2026-12-01 (16 in flight on that day's curve: 32.7% on today's curve and sizing).
+#: hand on 2026-12-01 (16 in flight on that day's curve: 34.3% on today's curve and sizing).
 #: tests/core/test_sim_calibration.py fails when the curves, the sizing or the trace move under it.
-EMBEDDED_PEAK_LOAD = 0.486
+EMBEDDED_PEAK_LOAD = 0.459
 EMBEDDED_MEAN_FRAMES = 220.0
 EMBEDDED_SEED = 7
 
