@@ -21,7 +21,10 @@ what is compared). With ``--profile`` the kernels of
 three 64 x 4 pushes are summed by category (torch.profiler).
 
 Usage on the device: ``python3 -m benchmarks.inference_h200.codec_compile OUT.json [--variants ...]
-[--profile]``; on a CPU ``--device cpu --codec tiny`` checks the script (timings meaningless).
+[--profile] [--layout ncl|channels-last]`` (the served channels-last layout by default on CUDA, the
+server's cuDNN autotuner setting); on a CPU ``--device cpu --codec tiny`` checks the script (timings
+meaningless). Where today's push goes: ``CC_ARGS="--variants graphs --shapes 64x4,128x4"
+speed_run.sh codeccompile`` (``--profile`` is always passed there).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from typing import Any
 
 import torch
 from ttsfleet.inference.codec import load_codec
+from ttsfleet.inference.codec_batch import use_conv_autotuner
 
 SHAPES = ((1, 1), (16, 4), (64, 4), (128, 4))
 REPS = 20
@@ -145,19 +149,23 @@ def main() -> None:
                     help="comma list of graphs, compiled, compiled-static, compiled-autotune")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--shapes", default=",".join(f"{b}x{t}" for b, t in SHAPES))
+    ap.add_argument("--layout", choices=("ncl", "channels-last"), default=None,
+                    help="the decoder's conv layout (default: channels-last on CUDA, the H200's served one)")
     args = ap.parse_args()
     dev = torch.device(args.device)
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     slots = max(b for b, _ in shapes)
     if dev.type == "cuda":
-        torch.backends.cudnn.benchmark = True
+        use_conv_autotuner()  # as the server's codec (3 candidates per conv shape)
         torch.cuda.set_stream(torch.cuda.Stream(dev))  # as the engine's codec thread
-    codec = load_codec(args.codec, device=dev, fast=True)
+    layout = args.layout or ("channels-last" if dev.type == "cuda" else "ncl")
+    codec = load_codec(args.codec, device=dev, fast=True, channels_last=layout == "channels-last")
     gen = torch.Generator().manual_seed(0)
     codes = torch.randint(0, 1000, (slots, codec.num_codebooks, 64), generator=gen)
     variants = args.variants.split(",")
     report: dict[str, Any] = {"device": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu",
-                              "torch": torch.__version__, "codec": args.codec, "variants": {}}
+                              "torch": torch.__version__, "codec": args.codec, "layout": layout,
+                              "variants": {}}
     audio: dict[str, torch.Tensor] = {}
     for v in variants:
         dec = make_decoder(codec, v, slots)

@@ -94,7 +94,7 @@ for stage in "$@"; do
                 # shellcheck disable=SC2086  # a word list of paths
                 timeout "${QT_TIMEOUT:-300}" "${PYTEST[@]}" ${QUICKTESTS:-tests/inference_server/test_mps.py \
                   tests/kernels/test_prefill_gemm.py tests/kernels/test_snake.py tests/inference_model/test_codec.py \
-                  tests/inference_model/test_codec_compile.py} -k "not golden" 2>&1 | tee "$OUT/gpu_quicktests.txt" | tail -15 ;;
+                  tests/inference_model/test_codec_compile.py tests/inference_model/test_codec_encoder_layout.py} -k "not golden" 2>&1 | tee "$OUT/gpu_quicktests.txt" | tail -15 ;;
     tests) timeout 300 "${PYTEST[@]}" tests/inference_model/test_fused_decode.py tests/inference_model/test_gpu_s2pro_gate.py \
              tests/inference_model/test_chunked_prefill.py tests/inference_server/test_engine.py \
              tests/inference_model/test_prefill_graphs.py tests/kernels/test_gpu.py tests/kernels/test_attention_split.py \
