@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -45,3 +46,26 @@ def _few_threads():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(old)
+
+
+def _triton_interprets() -> bool:
+    """Whether this process runs Triton kernels through the interpreter (CPU, TRITON_INTERPRET=1 set
+    before triton was imported)."""
+    if torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") != "1":
+        return False
+    from ttsfleet.kernels import triton_gemm
+
+    return triton_gemm.INTERPRETING
+
+
+@pytest.fixture(params=["reference", "interpret"])
+def kernels(request: pytest.FixtureRequest):  # noqa: ANN201
+    """The torch reference, then Triton's interpreter (skipped where it is not active): the fused
+    codec kernels' tests run through both."""
+    from ttsfleet.kernels import dispatch
+
+    if request.param == "interpret" and not _triton_interprets():
+        pytest.skip("Triton's interpreter is not active in this process")
+    dispatch.configure(request.param)
+    yield request.param
+    dispatch.configure()

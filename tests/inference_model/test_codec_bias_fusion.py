@@ -10,33 +10,13 @@ Tolerance: float32 on CPU, the bias added inside oneDNN's conv or after it diffe
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 import torch
 from ttsfleet.inference import codec_layers
 from ttsfleet.inference.codec import load_codec
-from ttsfleet.kernels import dispatch
 
 ATOL = 1e-5
-
-
-def _triton_interprets() -> bool:
-    if torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") != "1":
-        return False
-    from ttsfleet.kernels import triton_gemm
-
-    return triton_gemm.INTERPRETING
-
-
-@pytest.fixture(params=["reference", "interpret"])
-def kernels(request: pytest.FixtureRequest):
-    if request.param == "interpret" and not _triton_interprets():
-        pytest.skip("Triton's interpreter is not active in this process")
-    dispatch.configure(request.param)
-    yield request.param
-    dispatch.configure()
 
 
 @pytest.fixture(params=[False, True], ids=["ncl", "channels_last"])

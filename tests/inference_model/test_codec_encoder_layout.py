@@ -15,8 +15,6 @@ The tiny checkpoint's conv biases are zero, so the tests give the encoder's rand
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 from ttsfleet.inference import codec_layers
@@ -111,23 +109,6 @@ def test_window_transformer_takes_channels_last_through_views() -> None:
         y3, y4 = wt(x), wt(x4)
     assert y4.shape == (2, 128, 1, 37) and y4.is_contiguous(memory_format=torch.channels_last)
     assert _close(y3, y4.squeeze(2)) < 1e-5  # a dense vs a transposed [B, T, C]: matmul rounding only
-
-
-def _triton_interprets() -> bool:
-    if torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") != "1":
-        return False
-    from ttsfleet.kernels import triton_gemm
-
-    return triton_gemm.INTERPRETING
-
-
-@pytest.fixture(params=["reference", "interpret"])
-def kernels(request: pytest.FixtureRequest):
-    if request.param == "interpret" and not _triton_interprets():
-        pytest.skip("Triton's interpreter is not active in this process")
-    dispatch.configure(request.param)
-    yield request.param
-    dispatch.configure()
 
 
 @pytest.mark.parametrize("channels_last", [False, True], ids=["ncl", "channels_last"])
