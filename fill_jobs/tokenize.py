@@ -193,6 +193,13 @@ def encode_split(codec: Codec, x: torch.Tensor, dtype: torch.dtype, tf32: bool =
     return torch.cat([sem_codes, codes], dim=1)
 
 
+def check_layout(layout: str) -> None:
+    """A :class:`UserError` naming the choices for a layout that is not one of :data:`LAYOUTS`
+    (checked before the codec loads, so a typo costs no load, and again on each reconfigure)."""
+    if layout not in LAYOUTS:
+        raise UserError(f"codec layout {layout!r} is not one of {', '.join(LAYOUTS)}")
+
+
 def default_autotune(device: torch.device, precision: str, layout: str) -> bool:
     """Whether an encode runs cuDNN's autotuner by default: on CUDA, off the bit-exact default path
     (a fast precision, or channels-last), see :class:`BatchEncoder`."""
@@ -226,8 +233,7 @@ class BatchEncoder:
 
         if precision not in PRECISIONS:
             raise UserError(f"codec precision {precision!r} is not one of {', '.join(PRECISIONS)}")
-        if layout not in LAYOUTS:
-            raise UserError(f"codec layout {layout!r} is not one of {', '.join(LAYOUTS)}")
+        check_layout(layout)
         self.device = torch.device(device)
         if self.device.type == "cuda":  # full fp32 (no TF32): codes are argmins over distances
             torch.backends.cudnn.allow_tf32 = False
@@ -251,8 +257,7 @@ class BatchEncoder:
                   autotune: bool | None = None) -> None:
         """Set the encoder's layout, Snake kernel and autotuner (the defaults as in the class doc):
         the benchmark's A/B on one loaded codec."""
-        if layout not in LAYOUTS:
-            raise UserError(f"codec layout {layout!r} is not one of {', '.join(LAYOUTS)}")
+        check_layout(layout)
         cuda, fast = self.device.type == "cuda", self.precision != "float32"
         self.layout = layout
         self.codec.use_encoder_channels_last(layout == "channels-last")  # after the dtype cast
