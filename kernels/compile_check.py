@@ -129,7 +129,7 @@ def _note(name: str, c: Compiled) -> None:
                        f"stack/local per thread, {c.shared} B dynamic shared")
 
 
-def _gemm(kind: str, cfg: Any, m: int, k: int, scheme: str) -> Case:
+def _gemm(kind: str, cfg: Any, m: int, k: int, scheme: str, prefetch: int = 0) -> Case:
     def run(target: Target) -> list[str]:
         from . import triton_gemm as tg
 
@@ -145,7 +145,8 @@ def _gemm(kind: str, cfg: Any, m: int, k: int, scheme: str) -> Case:
         per = tg.cdiv(tg.cdiv(k, grp), cfg.split_k)  # K blocks per program, as launch_gemm passes it
         const = dict(BM=cfg.block_m(m), BN=cfg.bn, BK=grp, SPLIT_K=cfg.split_k, PER=per, A_GROUP=grp,
                      W_ROW_GROUP=1 if mx else 128, W_K_GROUP=grp, MX=mx, A_FP8=True, EPI=epi, HAS_BIAS=False,
-                     SWAP=cfg.swap, H_GROUP=grp if epi else 1, W_TMA=cfg.tma, EXACT_CVT=False, USE_PDL=True)
+                     SWAP=cfg.swap, H_GROUP=grp if epi else 1, W_TMA=cfg.tma, EXACT_CVT=False, USE_PDL=True,
+                     PREFETCH=prefetch)
         if not cfg.tma:
             const["w_desc"] = None
         opts = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages, "launch_pdl": True}
@@ -154,9 +155,39 @@ def _gemm(kind: str, cfg: Any, m: int, k: int, scheme: str) -> Case:
         bad = [] if target.gemm_mma in c.ptx else [f"no {target.gemm_mma}"]
         if ("cp.async.bulk.tensor" in c.ptx) != cfg.tma:
             bad.append("TMA copies do not match the config")
-        return bad + _common(c, target)
+        return bad + _prefetch_bad(c.ptx, prefetch, epi) + _common(c, target)
 
     return run
+
+
+PREFETCH_OP = "cp.async.bulk.prefetch.L2.global"
+
+
+def _prefetch_bad(ptx: str, prefetch: int, epi: int) -> list[str]:
+    """With ``PREFETCH``: one L2 bulk prefetch per weight half (gate and up: two), all issued before
+    the PDL wait (after it they would prefetch nothing the loop does not already wait for); without:
+    none."""
+    found = ptx.count(PREFETCH_OP)
+    if not prefetch:
+        return [f"{found} L2 prefetches with PREFETCH=0"] if found else []
+    bad = [] if found == 1 + epi else [f"{found} L2 prefetches, expected {1 + epi}"]
+    wait = ptx.find("griddepcontrol.wait")
+    if found and not 0 <= ptx.rfind(PREFETCH_OP) < wait:
+        bad.append("an L2 prefetch after griddepcontrol.wait")
+    return bad
+
+
+def _prefetch_cases(scheme: str) -> Iterator[tuple[str, Any, int, int]]:
+    """The weight-prefetch variant (``TTSFLEET_GEMM_PREFETCH``) of each S2 Pro shape's M=1 pick, and
+    one config without TMA (the prefetch takes plain pointers either way)."""
+    from . import triton_gemm as tg
+
+    for kind, n, k in S2_SHAPES:
+        yield kind, tg.get_config(kind, 1, n, k), 1, k
+    kind, n, k = S2_SHAPES[0]
+    plain = [c for c in tg.config_space(kind, 64, n, k, scheme) if not c.tma and c.split_k > 1]
+    if plain:
+        yield kind, plain[0], 64, k
 
 
 def _decode_kernels(group: int) -> Case:
@@ -289,6 +320,8 @@ def cases(target: Target, representative: bool = False) -> Iterator[tuple[str, C
     for scheme in target.schemes:
         for kind, cfg, m, k in _gemm_configs(scheme, representative):
             yield f"{scheme} {kind} M={m} K={k} {cfg}", _gemm(kind, cfg, m, k, scheme)
+        for kind, cfg, m, k in _prefetch_cases(scheme):
+            yield f"{scheme} {kind} M={m} K={k} {cfg} PREFETCH=4", _gemm(kind, cfg, m, k, scheme, prefetch=4)
     for group in sorted({32 if s == "mxfp8" else 128 for s in target.schemes}, reverse=True):
         yield f"decode kernels group={group}", _decode_kernels(group)
     for vocab in S2_VOCABS:

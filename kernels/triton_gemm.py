@@ -128,6 +128,23 @@ def _w_tile(w_ptr, w_desc, row0, kk, k0, row_lim, K, s_wn, s_wk, BN: tl.constexp
 
 
 @triton.jit
+def _l2_prefetch_rows(w_ptr, row0, k0, span, row_lim, K, s_wn, BN: tl.constexpr):
+    """Ask L2 for ``span`` bytes of each weight row ``row0 .. row0+BN`` from column ``k0`` on (one
+    ``cp.async.bulk.prefetch.L2`` per row: FP8 rows are K-contiguous, so a program's K range of a
+    row is one contiguous run). Fire and forget: no register, no shared memory, no wait; a row past
+    ``row_lim`` or an empty range issues nothing. Needs 16-byte aligned rows (``tma_ok``)."""
+    rows = row0 + tl.arange(0, BN)
+    nbytes = tl.minimum(K - k0, span)
+    ok = (rows < row_lim) & (nbytes > 0)
+    addr = (w_ptr + rows.to(tl.int64) * s_wn + k0).to(tl.int64, bitcast=True)
+    tl.inline_asm_elementwise(
+        "{ .reg .pred p; setp.ne.b32 p, $2, 0; "
+        "@p cp.async.bulk.prefetch.L2.global [$1], $3; mov.u32 $0, 0; }",
+        "=r,l,r,r", [addr, ok.to(tl.int32), tl.zeros([BN], tl.int32) + nbytes], dtype=tl.int32, is_pure=False,
+        pack=1)
+
+
+@triton.jit
 def _w_scale(ws_ptr, rows, k0, ok, s_wsn, s_wsk, W_ROW_GROUP: tl.constexpr, W_K_GROUP: tl.constexpr,
              MX: tl.constexpr):
     ptrs = ws_ptr + (rows // W_ROW_GROUP) * s_wsn + (k0 // W_K_GROUP) * s_wsk
@@ -156,7 +173,7 @@ def fp8_gemm_kernel(
     A_GROUP: tl.constexpr, W_ROW_GROUP: tl.constexpr, W_K_GROUP: tl.constexpr,
     MX: tl.constexpr, A_FP8: tl.constexpr, EPI: tl.constexpr, HAS_BIAS: tl.constexpr,
     SWAP: tl.constexpr, H_GROUP: tl.constexpr, W_TMA: tl.constexpr, EXACT_CVT: tl.constexpr,
-    USE_PDL: tl.constexpr,
+    USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = 0,
 ):
     """out[m, n] = sum_k a[m, k] * w[n, k] with per-group scales; see the module docstring.
 
@@ -164,11 +181,19 @@ def fp8_gemm_kernel(
     writes FP8 codes to out_ptr [M, F] and group scales (H_GROUP wide) to hs_ptr.
     Program (pid_n, pid_m, pid_k) runs the PER K blocks ``pid_k * PER ..``; blocks past K are
     masked (pointer loads) or zero-filled (TMA) and contribute nothing.
+    PREFETCH > 0 (with PDL only): before waiting for the previous kernel, ask L2 for the first
+    PREFETCH of the program's K blocks of its weight rows (see :data:`PREFETCH_SWITCH`).
     """
-    pdl_entry(USE_PDL)
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
     pid_k = tl.program_id(2)
+    if USE_PDL and PREFETCH > 0:  # weights are never written by a predecessor: safe before the wait
+        k_first = pid_k * PER * BK
+        span = tl.minimum(PER, PREFETCH) * BK
+        _l2_prefetch_rows(w_ptr, pid_n * BN, k_first, span, F if EPI == 1 else N, K, s_wn, BN)
+        if EPI == 1:
+            _l2_prefetch_rows(w_ptr, F + pid_n * BN, k_first, span, 2 * F, K, s_wn, BN)
+    pdl_entry(USE_PDL)
     offs_m = pid_m * BM + tl.arange(0, BM)
     offs_n = pid_n * BN + tl.arange(0, BN)
     offs_k = tl.arange(0, BK)
@@ -488,6 +513,24 @@ def launch_opts() -> dict[str, Any]:
     return {"launch_pdl": True} if PDL else {}
 
 
+@cache
+def _l2_bytes(index: int) -> int:
+    return int(torch.cuda.get_device_properties(index).L2_cache_size)
+
+
+def _prefetch_blocks(dev: torch.device, qw: QuantizedWeight, per: int, programs: int,
+                     block_bytes: int) -> int:
+    """The launch's ``PREFETCH`` (K blocks per program asked of L2 before the PDL wait): the
+    ``TTSFLEET_GEMM_PREFETCH`` switch (:func:`.decode.gemm_prefetch_blocks`), 0 without PDL (the
+    interpreter) or where rows are not 16-byte aligned (the bulk prefetch needs it, as TMA does)."""
+    from .decode import gemm_prefetch, gemm_prefetch_blocks
+
+    mode = gemm_prefetch()
+    if mode == "off" or not PDL or dev.type != "cuda" or not tma_ok(qw) or qw.shape[1] % 16:
+        return 0
+    return gemm_prefetch_blocks(mode, per, programs, block_bytes, _l2_bytes(dev.index or 0))
+
+
 def _scheme_params(qw: QuantizedWeight) -> tuple[bool, int, int, int]:
     """(mx, act group, weight row group, weight k group)."""
     if qw.scheme == "mxfp8":
@@ -516,6 +559,8 @@ def launch_gemm(a: torch.Tensor, a_scale: torch.Tensor | None, qw: QuantizedWeig
     else:
         part = tickets = out  # unused
     use_tma = cfg.tma and tma_ok(qw)
+    per = cdiv(cdiv(k, bk), cfg.split_k)
+    prefetch = _prefetch_blocks(a.device, qw, per, tiles * cfg.split_k, bn * bk * nslot)
     sc = a_scale if a_scale is not None else a
     hs = h_scale if h_scale is not None else out
     sc_st = (sc.stride(0), sc.stride(1)) if sc.dim() == 2 else (0, 0)
@@ -527,11 +572,11 @@ def launch_gemm(a: torch.Tensor, a_scale: torch.Tensor | None, qw: QuantizedWeig
         a.stride(0), a.stride(1), *sc_st,
         qw.qweight.stride(0), qw.qweight.stride(1), qw.scale.stride(0), qw.scale.stride(1),
         out.stride(0), out.stride(1), *hs_st,
-        BM=bm, BN=bn, BK=bk, SPLIT_K=cfg.split_k, PER=cdiv(cdiv(k, bk), cfg.split_k), A_GROUP=a_grp,
+        BM=bm, BN=bn, BK=bk, SPLIT_K=cfg.split_k, PER=per, A_GROUP=a_grp,
         W_ROW_GROUP=w_row_group, W_K_GROUP=w_k_group, MX=mx, A_FP8=a_fp8, EPI=epi,
         HAS_BIAS=bias is not None, SWAP=cfg.swap, H_GROUP=a_grp if epi == 1 else 1, W_TMA=use_tma,
-        EXACT_CVT=INTERPRETING, USE_PDL=PDL, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        **launch_opts(),
+        EXACT_CVT=INTERPRETING, USE_PDL=PDL, PREFETCH=prefetch, num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages, **launch_opts(),
     )
 
 

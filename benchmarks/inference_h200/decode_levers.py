@@ -9,8 +9,12 @@ alternately, against the default step beside them:
 * ``topk-torch``: ``TTSFLEET_TOPK_SELECT=torch`` (the sampler's top-k through ``torch.topk``; the
   default, ``kernel``, selects inside the sampler's launch since 2026-12-03b);
 * ``fp8kv``: the FP8 KV cache (e4m3 + one exponent per position and KV head);
-* ``split`` / ``split@N``: decode attention with each (row, KV head)'s keys shared out among
-  several programs (``TTSFLEET_ATTN_SPLITS=auto`` / ``N``), where few rows leave SMs idle;
+* ``split@off`` / ``split@N``: decode attention with one program per (row, KV head), or its keys
+  shared out among N programs (``TTSFLEET_ATTN_SPLITS``; ``auto``, the default since 2026-12-04,
+  is what every other variant runs);
+* ``prefetch`` / ``prefetch@N``: each FP8 GEMM asks L2 for its first weight blocks before it waits
+  for the kernel ahead of it (``TTSFLEET_GEMM_PREFETCH=auto`` / ``N`` blocks per program; off by
+  default, not yet timed);
 * ``tile@WxK``: decode attention launched with W warps and K keys per block (``TTSFLEET_ATTN_TILE``;
   ``4x64`` the default, ``8x32`` the one without register spills on sm_90);
 * levers joined by ``+`` run together (``fp8kv+split``: the FP8 cache's slower key loop spread
@@ -24,7 +28,8 @@ medians (ms per step) and the ratio to the default; JSON to ``$OUT/decode_levers
     LEVER_BATCHES=1,8,32,64,128 LEVER_ROUNDS=3 (defaults)
     LEVER_CONTEXT=4096 LEVER_VARIANTS=default,fp8kv   # the FP8 cache where K/V dominate the bytes
     LEVER_CONTEXT=4096 LEVER_VARIANTS=default,split,split@4,fp8kv,fp8kv+split   # long contexts
-    LEVER_VARIANTS=default,tile@8x32,tile@8x64,split+tile@8x32   # the attention launch tile
+    LEVER_VARIANTS=default,tile@8x32,tile@8x64,split@off+tile@8x32   # the attention launch tile
+    LEVER_VARIANTS=default,prefetch,prefetch@2,prefetch@8   # the GEMMs' weight prefetch into L2
 """
 
 from __future__ import annotations
@@ -81,7 +86,9 @@ def _variant(name: str) -> dict[str, Any]:
     split = next((p for p in parts if p.startswith("split")), None)
     cublas = next((p for p in parts if p.startswith("cublas@")), None)
     decode.set_topk_select("torch" if "topk-torch" in parts else "kernel")
-    decode.set_attn_splits((split.partition("@")[2] or "auto") if split else "off")
+    decode.set_attn_splits((split.partition("@")[2] or "auto") if split else "auto")
+    prefetch = next((p for p in parts if p.startswith("prefetch")), None)
+    decode.set_gemm_prefetch((prefetch.partition("@")[2] or "auto") if prefetch else "off")
     tile = next((p for p in parts if p.startswith("tile@")), "tile@4x64")
     decode.set_attn_tile(tile.partition("@")[2])
     if cublas:
@@ -100,7 +107,8 @@ def main() -> None:
     t0 = time.time()
     model = load_model("s2-pro", device="cuda", dtype=torch.bfloat16, quantize="auto",
                        max_seq_len=max(1024, CONTEXT + 64))
-    variants = VARIANTS or ["default", "split", "fp8kv", *[f"cublas@{r}" for r in CUBLAS_ROWS]]
+    variants = VARIANTS or ["default", "prefetch", "prefetch@2", "fp8kv",
+                            *[f"cublas@{r}" for r in CUBLAS_ROWS]]
     if "default" not in variants:
         variants.insert(0, "default")  # every ratio is to the default beside it
     kinds = {_kv_kind(v) for v in variants}

@@ -7,7 +7,7 @@ What each test pins down, and how it can fail:
   re-parsing, or a CUDA graph's value changing under it, shows as a second parse);
 * ``set`` parses and replaces, a bad value leaves the current one; ``reset`` reads the environment
   again; a bad environment value raises the parse's one-line message at every ``get``;
-* the registry: the model's four switches with their defaults and messages, and every module of the
+* the registry: the model's switches with their defaults and messages, and every module of the
   source tree that defines a switch is one the server's start check imports (a new switch in a
   module the check does not import would otherwise go unchecked).
 """
@@ -36,6 +36,8 @@ MODEL_SWITCHES = {  # variable: (default, the parsed default, a bad value, its w
                              "TTSFLEET_ATTN_SPLITS='64': expected off, auto or a count 1..16"),
     "TTSFLEET_ATTN_TILE": ("4x64", (4, 64), "16x16",
                            "TTSFLEET_ATTN_TILE='16x16': expected one of 4x64, 4x32, 8x64, 8x32"),
+    "TTSFLEET_GEMM_PREFETCH": ("off", "off", "all",
+                               "TTSFLEET_GEMM_PREFETCH='all': expected off, auto or a count 1..64"),
 }
 
 
@@ -124,6 +126,7 @@ def test_the_model_switches_are_registered_with_their_defaults_and_messages() ->
     assert decode.topk_select == decode.TOPK_SELECT_SWITCH.get
     assert decode.set_attn_splits == decode.ATTN_SPLITS_SWITCH.set
     assert decode.attn_tile == decode.ATTN_TILE_SWITCH.get
+    assert decode.set_gemm_prefetch == decode.GEMM_PREFETCH_SWITCH.set
     assert model_layers.set_prompt_gqa == model_layers.PROMPT_GQA_SWITCH.set
 
 
@@ -145,7 +148,7 @@ def test_the_server_check_imports_every_module_that_defines_a_switch() -> None:
     from ttsfleet.inference.serve_config import SWITCH_MODULES
 
     assert _modules_defining_a_switch() == set(SWITCH_MODULES)
-    # and in a fresh process the start check alone registers exactly the model's four
+    # and in a fresh process the start check alone registers exactly the model's switches
     code = ("from ttsfleet.inference.serve_config import _check_process_switches\n"
             "from ttsfleet.switches import registered\n"
             "_check_process_switches({})\n"

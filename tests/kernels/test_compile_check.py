@@ -74,3 +74,19 @@ def test_each_rule_fails_on_ptx_that_breaks_it() -> None:
         f"{99 * 1024 + 1} B shared memory > {99 * 1024} B per block on sm_120a"]
     assert _common(Compiled(ok, 99 * 1024 + 1, b""), sm90) == []
     assert sm90.gemm_mma == "wgmma.mma_async" and "mma.sync" in sm120.gemm_mma
+
+
+def test_the_weight_prefetch_rule_fails_on_ptx_that_breaks_it() -> None:
+    """``TTSFLEET_GEMM_PREFETCH``'s compiled form: one L2 bulk prefetch per weight half, before the PDL
+    wait, and none when the launch asks for none."""
+    from ttsfleet.kernels.compile_check import PREFETCH_OP, _prefetch_bad
+
+    wait = "griddepcontrol.wait;"
+    assert _prefetch_bad(f"{PREFETCH_OP} [a], b;\n{wait}", 4, 0) == []
+    assert _prefetch_bad(f"{PREFETCH_OP} [a], b;\n{PREFETCH_OP} [c], d;\n{wait}", 4, 1) == []
+    assert _prefetch_bad(wait, 0, 1) == []
+    late = f"{wait}\n{PREFETCH_OP} [a], b;"
+    assert _prefetch_bad(late, 4, 0) == ["an L2 prefetch after griddepcontrol.wait"]
+    assert _prefetch_bad(f"{PREFETCH_OP} [a], b;\n{wait}", 4, 1) == ["1 L2 prefetches, expected 2"]
+    assert _prefetch_bad(wait, 4, 0) == ["0 L2 prefetches, expected 1"]
+    assert _prefetch_bad(f"{PREFETCH_OP} [a], b;\n{wait}", 0, 0) == ["1 L2 prefetches with PREFETCH=0"]
