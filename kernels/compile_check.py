@@ -216,17 +216,25 @@ def _decode_kernels(group: int) -> Case:
                 attn = dict(q_ptr="*bf16", k_ptr=cache, v_ptr=cache, o_ptr=out,
                             os_ptr="*u8" if group == 32 else "*fp32", slots_ptr="*i64", len_ptr="*i64",
                             ks_ptr="*u8", vs_ptr="*u8", scale="fp32")
+                key_bytes = 128 if fp8 else 256
+                off = dict(PREFETCH=0, KEY_BYTES=0)
                 kernels.append((f"attention kv_fp8={fp8}", ta._decode_attention_kernel, attn,
                                 dict(G=4, BLOCK_G=16, D=128, BLOCK_N=64, SLOT_IS_ROW=False, KEYS_BOUND=0,
-                                     KV_FP8=fp8, **common), 4))
+                                     KV_FP8=fp8, **off, **common), 4))
                 kernels.append((f"attention kv_fp8={fp8} tile=8x32", ta._decode_attention_kernel, attn,
                                 dict(G=4, BLOCK_G=16, D=128, BLOCK_N=32, SLOT_IS_ROW=False, KEYS_BOUND=0,
-                                     KV_FP8=fp8, **common), 8))
+                                     KV_FP8=fp8, **off, **common), 8))
+                kernels.append((f"attention kv_fp8={fp8} prefetch=2", ta._decode_attention_kernel, attn,
+                                dict(G=4, BLOCK_G=16, D=128, BLOCK_N=64, SLOT_IS_ROW=False, KEYS_BOUND=0,
+                                     KV_FP8=fp8, PREFETCH=2, KEY_BYTES=key_bytes, **common), 4))
                 if not quant:  # the split's first pass writes float32 states, whatever the output
                     part = dict(attn, m_ptr="*fp32", l_ptr="*fp32", acc_ptr="*fp32")
+                    split = dict(G=4, BLOCK_G=16, D=128, BLOCK_N=64, SPLITS=8, SLOT_IS_ROW=False,
+                                 KEYS_BOUND=0, KV_FP8=fp8, USE_PDL=True)
                     kernels.append((f"attention split kv_fp8={fp8}", tas._split_partial_kernel, part,
-                                    dict(G=4, BLOCK_G=16, D=128, BLOCK_N=64, SPLITS=8, SLOT_IS_ROW=False,
-                                         KEYS_BOUND=0, KV_FP8=fp8, USE_PDL=True), 4))
+                                    dict(split, **off), 4))
+                    kernels.append((f"attention split kv_fp8={fp8} prefetch=1", tas._split_partial_kernel,
+                                    part, dict(split, PREFETCH=1, KEY_BYTES=key_bytes), 4))
                 if not quant:
                     rope = dict(qkv_ptr="*bf16", qn_ptr="*bf16", kn_ptr="*bf16", rope_ptr="*bf16",
                                 pos_ptr="*i64", slot_ptr="*i64", k_ptr=cache, v_ptr=cache, q_ptr="*bf16",
@@ -241,7 +249,9 @@ def _decode_kernels(group: int) -> Case:
             for name, fn, types, const, warps in kernels:
                 c = _compile(fn, types, const, {"num_warps": warps, **pdl}, target)
                 _note(f"{target.name} {name} group={group} quant={quant}", c)
-                bad += [f"{name} quant={quant}: {b}" for b in _common(c, target)]
+                # K and V: one L2 prefetch each where the launch asks for any (_prefetch_bad: 1 + 1)
+                prefetch = _prefetch_bad(c.ptx, const.get("PREFETCH", 0), 1)
+                bad += [f"{name} quant={quant}: {b}" for b in _common(c, target) + prefetch]
         qtypes = dict(x_ptr="*bf16", q_ptr="*fp8e4nv", s_ptr="*u8" if group == 32 else "*fp32")
         c = _compile(tq.act_quant_kernel, qtypes, dict(GROUP=group, G_PER_PROG=max(1, 1024 // group),
                                                         MX=group == 32, EXACT_CVT=False, USE_PDL=True),

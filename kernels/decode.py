@@ -24,6 +24,7 @@ power-of-two scales dequantize exactly, so kernel and reference differ only in s
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 import torch
@@ -148,51 +149,72 @@ attn_tile = ATTN_TILE_SWITCH.get
 set_attn_tile = ATTN_TILE_SWITCH.set
 
 
-#: The FP8 GEMM's weight prefetch into L2 before it waits for its predecessor (programmatic
-#: dependent launch): ``off`` (the default), ``auto`` (:func:`gemm_prefetch_blocks`: the program's
-#: whole K range where the launch's weights fit in half of L2, else the leading blocks that do) or
-#: a count of K blocks per program 1 .. :data:`MAX_PREFETCH_BLOCKS`. Why: a decode GEMM is a weight
-#: stream and its weights are never written by the kernel before it, so their reads may start while
-#: the norm or attention ahead of it still runs, instead of after; the small GEMMs (qkv, o) sit at
-#: 34-48 % of copy bandwidth on an H200 with a fixed few us per launch (issue #26). Built and
-#: compiled for sm_90a / sm_120a without a GPU (``compile_check``), not yet timed: off until
-#: ``decode_levers.py``'s ``prefetch@auto`` row says otherwise. Process switch, read once.
+#: The decode kernels' prefetch into L2 before they wait for their predecessor (programmatic
+#: dependent launch), two switches of one form: ``off`` (the default), ``auto`` (as much of the
+#: program's share as fits the launch's bytes in half of L2, :func:`prefetch_blocks`) or a count of
+#: blocks per program 1 .. :data:`MAX_PREFETCH_BLOCKS`. Why: with PDL a kernel's programs start while
+#: the kernel ahead of it still runs, but until now they waited before touching memory; what no
+#: predecessor writes can be read then. ``TTSFLEET_GEMM_PREFETCH``: each FP8 GEMM's weight rows
+#: (K blocks of 128), which nothing writes; the small GEMMs (qkv, o) sit at 34-48 % of copy
+#: bandwidth on an H200 with a fixed few us per launch (issue #26). ``TTSFLEET_ATTN_PREFETCH``:
+#: decode attention's K/V rows (key blocks): the keys before the newest were written steps ago, and
+#: a prefetch is only a hint (a stale slot or length read before the wait costs bandwidth, never a
+#: result). Built and compiled for sm_90a / sm_120a without a GPU (``compile_check``), not yet timed:
+#: off until ``decode_levers.py``'s ``prefetch`` / ``kvprefetch`` rows say otherwise. Process
+#: switches, read once.
 GEMM_PREFETCH_ENV = "TTSFLEET_GEMM_PREFETCH"
-#: Most K blocks (128 wide) one program prefetches: 64 blocks = a whole 8,192-wide row share.
+ATTN_PREFETCH_ENV = "TTSFLEET_ATTN_PREFETCH"
+#: Most blocks one program prefetches: 64 K blocks = a whole 8,192-wide row share of a GEMM.
 MAX_PREFETCH_BLOCKS = 64
 
 
-def parse_gemm_prefetch(value: str) -> str | int:
-    """``off`` / ``auto`` / a count (blank: ``off``), else a ``ValueError`` naming the choices (the
-    server checks ``TTSFLEET_GEMM_PREFETCH`` with it at start)."""
-    value = value.strip().lower() or "off"
-    if value in ("off", "auto"):
-        return value
-    n = int(value) if value.isdigit() else 0
-    if not 1 <= n <= MAX_PREFETCH_BLOCKS:
-        raise ValueError(f"{GEMM_PREFETCH_ENV}={value!r}: expected off, auto or a count "
-                         f"1..{MAX_PREFETCH_BLOCKS}")
-    return n
+def _prefetch_parser(env: str):  # noqa: ANN202 - a parse function for ProcessSwitch
+    def parse(value: str) -> str | int:
+        """``off`` / ``auto`` / a count (blank: ``off``), else a ``ValueError`` naming the choices (the
+        server checks the variable with it at start)."""
+        value = value.strip().lower() or "off"
+        if value in ("off", "auto"):
+            return value
+        n = int(value) if value.isdigit() else 0
+        if not 1 <= n <= MAX_PREFETCH_BLOCKS:
+            raise ValueError(f"{env}={value!r}: expected off, auto or a count 1..{MAX_PREFETCH_BLOCKS}")
+        return n
+
+    return parse
 
 
+parse_gemm_prefetch = _prefetch_parser(GEMM_PREFETCH_ENV)
+parse_attn_prefetch = _prefetch_parser(ATTN_PREFETCH_ENV)
 GEMM_PREFETCH_SWITCH: ProcessSwitch[str | int] = ProcessSwitch(GEMM_PREFETCH_ENV, "off", parse_gemm_prefetch)
+ATTN_PREFETCH_SWITCH: ProcessSwitch[str | int] = ProcessSwitch(ATTN_PREFETCH_ENV, "off", parse_attn_prefetch)
 #: This process's GEMM weight prefetch (``TTSFLEET_GEMM_PREFETCH``, default ``off``).
 gemm_prefetch = GEMM_PREFETCH_SWITCH.get
 #: Choose the GEMM weight prefetch for this process (tests and benchmarks A/B it).
 set_gemm_prefetch = GEMM_PREFETCH_SWITCH.set
+#: This process's decode-attention K/V prefetch (``TTSFLEET_ATTN_PREFETCH``, default ``off``).
+attn_prefetch = ATTN_PREFETCH_SWITCH.get
+#: Choose the decode-attention K/V prefetch for this process.
+set_attn_prefetch = ATTN_PREFETCH_SWITCH.set
 
 
-def gemm_prefetch_blocks(mode: str | int, per: int, programs: int, block_bytes: int, l2_bytes: int) -> int:
-    """K blocks each of ``programs`` programs prefetches (0: none), for ``per`` blocks per program of
-    ``block_bytes`` weight bytes each (all its rows, gate and up together). ``auto``: as many as fit
-    the launch's weights in half of ``l2_bytes`` (the other half keeps the activations, partials and
-    what the running kernel reads), so an L2 smaller than one block step prefetches nothing."""
+def prefetch_blocks(mode: str | int, per: int, programs: int, block_bytes: int, l2_bytes: int) -> int:
+    """Blocks each of ``programs`` programs prefetches (0: none), for ``per`` blocks per program of
+    ``block_bytes`` bytes each (all its rows: gate and up together; keys and values together).
+    ``auto``: as many as fit the launch's bytes in half of ``l2_bytes`` (the other half keeps the
+    activations, partials and what the running kernel reads), so an L2 smaller than one block step
+    prefetches nothing."""
     if mode == "off":
         return 0
     if mode == "auto":
         step = max(1, programs * block_bytes)
         return min(per, (l2_bytes // 2) // step)
     return min(per, int(mode))
+
+
+@cache
+def l2_bytes(index: int) -> int:
+    """The device's L2 size (bytes), as its properties report it."""
+    return int(torch.cuda.get_device_properties(index).L2_cache_size)
 
 
 def attention_block_n(cache_len: int) -> int:

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from .decode import attention_block_n, attn_tile
 from .triton_decode import quantize_groups
-from .triton_gemm import INTERPRETING, PDL, _ue8m0_to_f32, launch_opts, pdl_entry
+from .triton_gemm import INTERPRETING, PDL, _ue8m0_to_f32, l2_prefetch, launch_opts, pdl_entry
 
 
 @triton.jit
@@ -73,6 +73,27 @@ def _row_keys(slots_ptr, len_ptr, b, s_len, SLOT_IS_ROW: tl.constexpr):
 
 
 @triton.jit
+def _prefetch_kv(k_ptr, v_ptr, slots_ptr, len_ptr, b, kvh, sp, s_len, sk_slot, sk_pos, sk_head, n_slots,
+                 cache_len, SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, PREFETCH: tl.constexpr,
+                 KEY_BYTES: tl.constexpr, SLOT_IS_ROW: tl.constexpr):
+    """Before the PDL wait: ask L2 for the K and V rows of the first PREFETCH key blocks of share
+    ``sp`` of row ``b``'s KV head ``kvh`` (one bulk prefetch per key and tensor). The slot and length
+    are read before the predecessor is done, so they may be stale: a wrong guess costs bandwidth,
+    never a result, and both are clamped so every address stays inside the cache."""
+    slot, n_keys = _row_keys(slots_ptr, len_ptr, b, s_len, SLOT_IS_ROW)
+    slot = tl.minimum(tl.maximum(slot, 0), n_slots - 1)
+    n_keys = tl.minimum(tl.maximum(n_keys, 0), cache_len)
+    per = tl.cdiv(tl.cdiv(n_keys, SPLITS), BLOCK_N) * BLOCK_N
+    lo = sp * per
+    keys = lo + tl.arange(0, PREFETCH * BLOCK_N)
+    ok = keys < tl.minimum(lo + per, n_keys)
+    offs = slot * sk_slot + kvh * sk_head + keys.to(tl.int64) * sk_pos
+    nbytes = tl.full([PREFETCH * BLOCK_N], KEY_BYTES, tl.int32)
+    l2_prefetch((k_ptr + offs).to(tl.int64, bitcast=True), nbytes, ok)
+    l2_prefetch((v_ptr + offs).to(tl.int64, bitcast=True), nbytes, ok)
+
+
+@triton.jit
 def _store_heads(out, o_ptr, os_ptr, b, kvh, heads, gmask, di, so_b, so_h, s_osb,
                  G: tl.constexpr, BLOCK_G: tl.constexpr, D: tl.constexpr, QUANT: tl.constexpr,
                  GROUP: tl.constexpr, MX: tl.constexpr, EXACT_CVT: tl.constexpr):
@@ -96,10 +117,14 @@ def _decode_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, os_ptr, slots_ptr, len_
                              G: tl.constexpr, BLOCK_G: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr,
                              SLOT_IS_ROW: tl.constexpr, KEYS_BOUND: tl.constexpr, QUANT: tl.constexpr,
                              GROUP: tl.constexpr, MX: tl.constexpr, OUT_DTYPE: tl.constexpr,
-                             EXACT_CVT: tl.constexpr, KV_FP8: tl.constexpr, USE_PDL: tl.constexpr):
-    pdl_entry(USE_PDL)
+                             EXACT_CVT: tl.constexpr, KV_FP8: tl.constexpr, USE_PDL: tl.constexpr,
+                             n_slots=1, cache_len=1, PREFETCH: tl.constexpr = 0, KEY_BYTES: tl.constexpr = 0):
     b = tl.program_id(0)
     kvh = tl.program_id(1)
+    if USE_PDL and PREFETCH > 0:
+        _prefetch_kv(k_ptr, v_ptr, slots_ptr, len_ptr, b, kvh, 0, s_len, sk_slot, sk_pos, sk_head, n_slots,
+                     cache_len, 1, BLOCK_N, PREFETCH, KEY_BYTES, SLOT_IS_ROW)
+    pdl_entry(USE_PDL)
     slot, n_keys = _row_keys(slots_ptr, len_ptr, b, s_len, SLOT_IS_ROW)
     gi = tl.arange(0, BLOCK_G)
     di = tl.arange(0, D)
@@ -146,6 +171,40 @@ def cache_scale_args(k_scale: Tensor | None, v_scale: Tensor | None,
     return k_scale, v_scale, (k_scale.stride(0), k_scale.stride(1), k_scale.stride(2))
 
 
+def kv_prefetch_args(k_cache: Tensor, v_cache: Tensor, programs: int, splits: int) -> dict[str, int]:
+    """The attention launch's prefetch arguments (``TTSFLEET_ATTN_PREFETCH``): key blocks per
+    program (a power of two, from the cache's length, not the rows' lengths, so a CUDA graph keeps
+    it), the bytes of one key row, the cache's slots and positions for the kernel's clamps. None
+    without PDL (the interpreter), off the GPU, or where a key row is not 16-byte aligned."""
+    from .decode import attn_prefetch, l2_bytes
+
+    mode = attn_prefetch()
+    key_bytes = k_cache.shape[-1] * k_cache.element_size()
+    aligned = all(t.data_ptr() % 16 == 0 and all(st * t.element_size() % 16 == 0 for st in t.stride()[:3])
+                  and t.stride(3) == 1 for t in (k_cache, v_cache)) and key_bytes % 16 == 0
+    if mode == "off" or not PDL or not k_cache.is_cuda or not aligned or k_cache.stride() != v_cache.stride():
+        return {}
+    n = kv_prefetch_blocks(mode, k_cache.shape[1], splits, programs, key_bytes,
+                           l2_bytes(k_cache.device.index or 0))
+    if n <= 0:
+        return {}
+    return {"PREFETCH": n, "KEY_BYTES": key_bytes, "n_slots": k_cache.shape[0], "cache_len": k_cache.shape[1]}
+
+
+def kv_prefetch_blocks(mode: str | int, cache_len: int, splits: int, programs: int, key_bytes: int,
+                       l2: int) -> int:
+    """Key blocks per program to prefetch: :func:`.decode.prefetch_blocks` over the share a program
+    can have at most (the cache's length over ``splits``), K and V rows together, rounded down to a
+    power of two (the kernel's key range is a ``tl.arange``)."""
+    from .decode import prefetch_blocks
+
+    block_n = attention_block_n(cache_len)
+    share = -(-cache_len // splits)
+    per = -(-share // block_n)
+    n = prefetch_blocks(mode, per, programs, 2 * block_n * key_bytes, l2)
+    return 1 << (n.bit_length() - 1) if n > 0 else 0
+
+
 def decode_attention_triton(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor | None,
                             lengths: Tensor, quant_group: int = 0, k_scale: Tensor | None = None,
                             v_scale: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
@@ -167,6 +226,7 @@ def decode_attention_triton(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: 
         G=g, BLOCK_G=block_g(g), D=d, BLOCK_N=attention_block_n(k_cache.shape[1]),
         SLOT_IS_ROW=slots is None, KEYS_BOUND=k_cache.shape[1] if INTERPRETING else 0,
         QUANT=quant, GROUP=max(quant_group, 1), MX=quant_group == 32, OUT_DTYPE=_TL[q.dtype],
-        EXACT_CVT=INTERPRETING, KV_FP8=fp8, USE_PDL=PDL, num_warps=attn_tile()[0], **launch_opts(),
+        EXACT_CVT=INTERPRETING, KV_FP8=fp8, USE_PDL=PDL, **kv_prefetch_args(k_cache, v_cache, bs * kv, 1),
+        num_warps=attn_tile()[0], **launch_opts(),
     )
     return (out.view(bs, h * d), osc) if quant else out

@@ -28,10 +28,12 @@ from .decode import attention_block_n, attn_tile
 from .triton_attention import (
     _TL,
     _attend_keys,
+    _prefetch_kv,
     _row_keys,
     _store_heads,
     block_g,
     cache_scale_args,
+    kv_prefetch_args,
     output_buffers,
 )
 from .triton_gemm import INTERPRETING, PDL, launch_opts, pdl_entry
@@ -42,12 +44,16 @@ def _split_partial_kernel(q_ptr, k_ptr, v_ptr, m_ptr, l_ptr, acc_ptr, slots_ptr,
                           scale, sq_b, sq_h, sk_slot, sk_pos, sk_head, s_len, ss_slot, ss_pos, ss_head,
                           G: tl.constexpr, BLOCK_G: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr,
                           SPLITS: tl.constexpr, SLOT_IS_ROW: tl.constexpr, KEYS_BOUND: tl.constexpr,
-                          KV_FP8: tl.constexpr, USE_PDL: tl.constexpr):
+                          KV_FP8: tl.constexpr, USE_PDL: tl.constexpr, n_slots=1, cache_len=1,
+                          PREFETCH: tl.constexpr = 0, KEY_BYTES: tl.constexpr = 0):
     """Program (row, KV head, share): the online-softmax state of keys ``[share * per, ...)``."""
-    pdl_entry(USE_PDL)
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     sp = tl.program_id(2)
+    if USE_PDL and PREFETCH > 0:
+        _prefetch_kv(k_ptr, v_ptr, slots_ptr, len_ptr, b, kvh, sp, s_len, sk_slot, sk_pos, sk_head, n_slots,
+                     cache_len, SPLITS, BLOCK_N, PREFETCH, KEY_BYTES, SLOT_IS_ROW)
+    pdl_entry(USE_PDL)
     slot, n_keys = _row_keys(slots_ptr, len_ptr, b, s_len, SLOT_IS_ROW)
     per = tl.cdiv(tl.cdiv(n_keys, SPLITS), BLOCK_N) * BLOCK_N  # whole key blocks per share
     lo = sp * per
@@ -117,7 +123,8 @@ def decode_attention_split(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: T
         0 if lengths.numel() == 1 else lengths.stride(0), *s_st,
         G=g, BLOCK_G=rows_g, D=d, BLOCK_N=attention_block_n(k_cache.shape[1]), SPLITS=splits,
         SLOT_IS_ROW=slots is None, KEYS_BOUND=k_cache.shape[1] if INTERPRETING else 0, KV_FP8=fp8,
-        USE_PDL=PDL, num_warps=attn_tile()[0], **launch_opts(),
+        USE_PDL=PDL, **kv_prefetch_args(k_cache, v_cache, bs * kv * splits, splits), num_warps=attn_tile()[0],
+        **launch_opts(),
     )
     _split_merge_kernel[(bs, kv)](
         m, total, acc, out, osc, out.stride(0), out.stride(1), osc.stride(0),

@@ -128,20 +128,25 @@ def _w_tile(w_ptr, w_desc, row0, kk, k0, row_lim, K, s_wn, s_wk, BN: tl.constexp
 
 
 @triton.jit
-def _l2_prefetch_rows(w_ptr, row0, k0, span, row_lim, K, s_wn, BN: tl.constexpr):
-    """Ask L2 for ``span`` bytes of each weight row ``row0 .. row0+BN`` from column ``k0`` on (one
-    ``cp.async.bulk.prefetch.L2`` per row: FP8 rows are K-contiguous, so a program's K range of a
-    row is one contiguous run). Fire and forget: no register, no shared memory, no wait; a row past
-    ``row_lim`` or an empty range issues nothing. Needs 16-byte aligned rows (``tma_ok``)."""
-    rows = row0 + tl.arange(0, BN)
-    nbytes = tl.minimum(K - k0, span)
-    ok = (rows < row_lim) & (nbytes > 0)
-    addr = (w_ptr + rows.to(tl.int64) * s_wn + k0).to(tl.int64, bitcast=True)
+def l2_prefetch(addr, nbytes, ok):
+    """Ask L2 for ``nbytes`` at each address (int64, 16-byte aligned; sizes multiples of 16) where
+    ``ok``: one ``cp.async.bulk.prefetch.L2`` per element (sm_90+). Fire and forget: no register, no
+    shared memory, no wait, never a fault on a wrong guess (the callers clamp addresses in bounds)."""
     tl.inline_asm_elementwise(
         "{ .reg .pred p; setp.ne.b32 p, $2, 0; "
         "@p cp.async.bulk.prefetch.L2.global [$1], $3; mov.u32 $0, 0; }",
-        "=r,l,r,r", [addr, ok.to(tl.int32), tl.zeros([BN], tl.int32) + nbytes], dtype=tl.int32, is_pure=False,
-        pack=1)
+        "=r,l,r,r", [addr, ok.to(tl.int32), nbytes.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _l2_prefetch_rows(w_ptr, row0, k0, span, row_lim, K, s_wn, BN: tl.constexpr):
+    """Ask L2 for ``span`` bytes of each weight row ``row0 .. row0+BN`` from column ``k0`` on: FP8 rows
+    are K-contiguous, so a program's K range of a row is one run. A row past ``row_lim`` or an empty
+    range issues nothing. Needs 16-byte aligned rows (``tma_ok``)."""
+    rows = row0 + tl.arange(0, BN)
+    nbytes = tl.minimum(K - k0, span)
+    addr = (w_ptr + rows.to(tl.int64) * s_wn + k0).to(tl.int64, bitcast=True)
+    l2_prefetch(addr, tl.zeros([BN], tl.int32) + nbytes, (rows < row_lim) & (nbytes > 0))
 
 
 @triton.jit
@@ -513,22 +518,17 @@ def launch_opts() -> dict[str, Any]:
     return {"launch_pdl": True} if PDL else {}
 
 
-@cache
-def _l2_bytes(index: int) -> int:
-    return int(torch.cuda.get_device_properties(index).L2_cache_size)
-
-
 def _prefetch_blocks(dev: torch.device, qw: QuantizedWeight, per: int, programs: int,
                      block_bytes: int) -> int:
     """The launch's ``PREFETCH`` (K blocks per program asked of L2 before the PDL wait): the
-    ``TTSFLEET_GEMM_PREFETCH`` switch (:func:`.decode.gemm_prefetch_blocks`), 0 without PDL (the
+    ``TTSFLEET_GEMM_PREFETCH`` switch (:func:`.decode.prefetch_blocks`), 0 without PDL (the
     interpreter) or where rows are not 16-byte aligned (the bulk prefetch needs it, as TMA does)."""
-    from .decode import gemm_prefetch, gemm_prefetch_blocks
+    from .decode import gemm_prefetch, l2_bytes, prefetch_blocks
 
     mode = gemm_prefetch()
     if mode == "off" or not PDL or dev.type != "cuda" or not tma_ok(qw) or qw.shape[1] % 16:
         return 0
-    return gemm_prefetch_blocks(mode, per, programs, block_bytes, _l2_bytes(dev.index or 0))
+    return prefetch_blocks(mode, per, programs, block_bytes, l2_bytes(dev.index or 0))
 
 
 def _scheme_params(qw: QuantizedWeight) -> tuple[bool, int, int, int]:

@@ -14,7 +14,8 @@ alternately, against the default step beside them:
   is what every other variant runs);
 * ``prefetch`` / ``prefetch@N``: each FP8 GEMM asks L2 for its first weight blocks before it waits
   for the kernel ahead of it (``TTSFLEET_GEMM_PREFETCH=auto`` / ``N`` blocks per program; off by
-  default, not yet timed);
+  default, not yet timed); ``kvprefetch`` / ``kvprefetch@N``: decode attention likewise for its
+  first K/V blocks (``TTSFLEET_ATTN_PREFETCH``);
 * ``tile@WxK``: decode attention launched with W warps and K keys per block (``TTSFLEET_ATTN_TILE``;
   ``4x64`` the default, ``8x32`` the one without register spills on sm_90);
 * levers joined by ``+`` run together (``fp8kv+split``: the FP8 cache's slower key loop spread
@@ -29,7 +30,7 @@ medians (ms per step) and the ratio to the default; JSON to ``$OUT/decode_levers
     LEVER_CONTEXT=4096 LEVER_VARIANTS=default,fp8kv   # the FP8 cache where K/V dominate the bytes
     LEVER_CONTEXT=4096 LEVER_VARIANTS=default,split,split@4,fp8kv,fp8kv+split   # long contexts
     LEVER_VARIANTS=default,tile@8x32,tile@8x64,split@off+tile@8x32   # the attention launch tile
-    LEVER_VARIANTS=default,prefetch,prefetch@2,prefetch@8   # the GEMMs' weight prefetch into L2
+    LEVER_VARIANTS=default,prefetch,prefetch@2,kvprefetch,prefetch+kvprefetch   # prefetch into L2
 """
 
 from __future__ import annotations
@@ -89,6 +90,8 @@ def _variant(name: str) -> dict[str, Any]:
     decode.set_attn_splits((split.partition("@")[2] or "auto") if split else "auto")
     prefetch = next((p for p in parts if p.startswith("prefetch")), None)
     decode.set_gemm_prefetch((prefetch.partition("@")[2] or "auto") if prefetch else "off")
+    kv_prefetch = next((p for p in parts if p.startswith("kvprefetch")), None)
+    decode.set_attn_prefetch((kv_prefetch.partition("@")[2] or "auto") if kv_prefetch else "off")
     tile = next((p for p in parts if p.startswith("tile@")), "tile@4x64")
     decode.set_attn_tile(tile.partition("@")[2])
     if cublas:
@@ -107,7 +110,7 @@ def main() -> None:
     t0 = time.time()
     model = load_model("s2-pro", device="cuda", dtype=torch.bfloat16, quantize="auto",
                        max_seq_len=max(1024, CONTEXT + 64))
-    variants = VARIANTS or ["default", "prefetch", "prefetch@2", "fp8kv",
+    variants = VARIANTS or ["default", "prefetch", "prefetch@2", "kvprefetch", "prefetch+kvprefetch",
                             *[f"cublas@{r}" for r in CUBLAS_ROWS]]
     if "default" not in variants:
         variants.insert(0, "default")  # every ratio is to the default beside it
