@@ -139,6 +139,61 @@ def _kv_exponent(amax):
 
 
 @triton.jit
+def _rope_q_head(qkv_ptr, qn_ptr, row, head, cos, sin, half, eps, s_qkv, D: tl.constexpr,
+                 QK_NORM: tl.constexpr, OUT_DTYPE: tl.constexpr):
+    """Query head ``head`` of row ``row`` normalised and rotated: its (even, odd) halves in OUT_DTYPE."""
+    base = qkv_ptr + row * s_qkv + head * D
+    x0 = tl.load(base + 2 * half).to(tl.float32)
+    x1 = tl.load(base + 2 * half + 1).to(tl.float32)
+    if QK_NORM:
+        x0, x1 = _head_norm(x0, x1, qn_ptr, eps, half, D, OUT_DTYPE)
+    return _rope_pair(x0, x1, cos, sin, OUT_DTYPE)
+
+
+@triton.jit
+def _store_kv_head(qkv_ptr, kn_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, row, kvh, slot, pos, cos, sin, half,
+                   eps, s_qkv, s_kslot, s_kpos, s_khead, s_sslot, s_spos, s_shead, H: tl.constexpr,
+                   KV: tl.constexpr, D: tl.constexpr, QK_NORM: tl.constexpr, KV_FP8: tl.constexpr,
+                   EXACT_CVT: tl.constexpr, OUT_DTYPE: tl.constexpr):
+    """KV head ``kvh`` of row ``row``: k normalised + rotated, v copied, both into the cache at
+    (``slot``, ``pos``) (an FP8 cache: what a dense one would hold, then e4m3 codes + one exponent)."""
+    dst = slot * s_kslot + pos * s_kpos + kvh * s_khead
+    kbase = qkv_ptr + row * s_qkv + (H + kvh) * D
+    x0 = tl.load(kbase + 2 * half).to(tl.float32)
+    x1 = tl.load(kbase + 2 * half + 1).to(tl.float32)
+    if QK_NORM:
+        x0, x1 = _head_norm(x0, x1, kn_ptr, eps, half, D, OUT_DTYPE)
+    vi = tl.arange(0, D)
+    v = tl.load(qkv_ptr + row * s_qkv + (H + KV + kvh) * D + vi)
+    if KV_FP8:  # what a dense cache would hold (q's dtype), then e4m3 codes + one exponent per head
+        r0, r1 = _rope_pair(x0, x1, cos, sin, OUT_DTYPE)  # (names of their own: Triton types each
+        k0, k1 = r0.to(tl.float32), r1.to(tl.float32)  # name once across the if/else branches)
+        ek, inv_k = _kv_exponent(tl.maximum(tl.max(tl.abs(k0), axis=0), tl.max(tl.abs(k1), axis=0)))
+        tl.store(k_ptr + dst + 2 * half, to_e4m3(k0 * inv_k, EXACT_CVT))
+        tl.store(k_ptr + dst + 2 * half + 1, to_e4m3(k1 * inv_k, EXACT_CVT))
+        vf = v.to(OUT_DTYPE).to(tl.float32)
+        ev, inv_v = _kv_exponent(tl.max(tl.abs(vf), axis=0))
+        tl.store(v_ptr + dst + vi, to_e4m3(vf * inv_v, EXACT_CVT))
+        sdst = slot * s_sslot + pos * s_spos + kvh * s_shead
+        tl.store(ks_ptr + sdst, ek.to(tl.uint8))
+        tl.store(vs_ptr + sdst, ev.to(tl.uint8))
+    else:
+        y0, y1 = _rope_pair(x0, x1, cos, sin, k_ptr.dtype.element_ty)
+        tl.store(k_ptr + dst + 2 * half, y0)
+        tl.store(k_ptr + dst + 2 * half + 1, y1)
+        tl.store(v_ptr + dst + vi, v.to(v_ptr.dtype.element_ty))
+
+
+@triton.jit
+def _rope_table(rope_ptr, pos_ptr, row, pos_stride, half, D: tl.constexpr):
+    """Row ``row``'s position and its (cos, sin) halves from the bf16 table, in float32."""
+    pos = tl.load(pos_ptr + row * pos_stride).to(tl.int64)
+    cos = tl.load(rope_ptr + pos * D + 2 * half).to(tl.float32)
+    sin = tl.load(rope_ptr + pos * D + 2 * half + 1).to(tl.float32)
+    return pos, cos, sin
+
+
+@triton.jit
 def _qkv_rope_store_kernel(qkv_ptr, qn_ptr, kn_ptr, rope_ptr, pos_ptr, slot_ptr, k_ptr, v_ptr, q_ptr,
                            ks_ptr, vs_ptr, eps, s_qkv, pos_stride, s_kslot, s_kpos, s_khead, s_qm, s_qh,
                            s_sslot, s_spos, s_shead,
@@ -149,50 +204,20 @@ def _qkv_rope_store_kernel(qkv_ptr, qn_ptr, kn_ptr, rope_ptr, pos_ptr, slot_ptr,
     row = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
     half = tl.arange(0, D // 2)
-    pos = tl.load(pos_ptr + row * pos_stride).to(tl.int64)
-    cos = tl.load(rope_ptr + pos * D + 2 * half).to(tl.float32)
-    sin = tl.load(rope_ptr + pos * D + 2 * half + 1).to(tl.float32)
+    pos, cos, sin = _rope_table(rope_ptr, pos_ptr, row, pos_stride, half, D)
     out_ty = q_ptr.dtype.element_ty
     if head < H:  # a query head: normalise, rotate, write q
-        base = qkv_ptr + row * s_qkv + head * D
-        x0 = tl.load(base + 2 * half).to(tl.float32)
-        x1 = tl.load(base + 2 * half + 1).to(tl.float32)
-        if QK_NORM:
-            x0, x1 = _head_norm(x0, x1, qn_ptr, eps, half, D, out_ty)
-        y0, y1 = _rope_pair(x0, x1, cos, sin, out_ty)
+        y0, y1 = _rope_q_head(qkv_ptr, qn_ptr, row, head, cos, sin, half, eps, s_qkv, D, QK_NORM, out_ty)
         tl.store(q_ptr + row * s_qm + head * s_qh + 2 * half, y0)
         tl.store(q_ptr + row * s_qm + head * s_qh + 2 * half + 1, y1)
     else:  # a KV head: normalise + rotate k, copy v, both into the cache at (slot, pos)
-        kvh = head - H
         if SLOT_IS_ROW:  # noqa: SIM108 - Triton code
             slot = row
         else:
             slot = tl.load(slot_ptr + row).to(tl.int64)
-        dst = slot * s_kslot + pos * s_kpos + kvh * s_khead
-        kbase = qkv_ptr + row * s_qkv + (H + kvh) * D
-        x0 = tl.load(kbase + 2 * half).to(tl.float32)
-        x1 = tl.load(kbase + 2 * half + 1).to(tl.float32)
-        if QK_NORM:
-            x0, x1 = _head_norm(x0, x1, kn_ptr, eps, half, D, out_ty)
-        vi = tl.arange(0, D)
-        v = tl.load(qkv_ptr + row * s_qkv + (H + KV + kvh) * D + vi)
-        if KV_FP8:  # what a dense cache would hold (q's dtype), then e4m3 codes + one exponent per head
-            r0, r1 = _rope_pair(x0, x1, cos, sin, out_ty)  # (names of their own: Triton types each
-            k0, k1 = r0.to(tl.float32), r1.to(tl.float32)  # name once across the if/else branches)
-            ek, inv_k = _kv_exponent(tl.maximum(tl.max(tl.abs(k0), axis=0), tl.max(tl.abs(k1), axis=0)))
-            tl.store(k_ptr + dst + 2 * half, to_e4m3(k0 * inv_k, EXACT_CVT))
-            tl.store(k_ptr + dst + 2 * half + 1, to_e4m3(k1 * inv_k, EXACT_CVT))
-            vf = v.to(out_ty).to(tl.float32)
-            ev, inv_v = _kv_exponent(tl.max(tl.abs(vf), axis=0))
-            tl.store(v_ptr + dst + vi, to_e4m3(vf * inv_v, EXACT_CVT))
-            sdst = slot * s_sslot + pos * s_spos + kvh * s_shead
-            tl.store(ks_ptr + sdst, ek.to(tl.uint8))
-            tl.store(vs_ptr + sdst, ev.to(tl.uint8))
-        else:
-            y0, y1 = _rope_pair(x0, x1, cos, sin, k_ptr.dtype.element_ty)
-            tl.store(k_ptr + dst + 2 * half, y0)
-            tl.store(k_ptr + dst + 2 * half + 1, y1)
-            tl.store(v_ptr + dst + vi, v.to(v_ptr.dtype.element_ty))
+        _store_kv_head(qkv_ptr, kn_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, row, head - H, slot, pos, cos, sin,
+                       half, eps, s_qkv, s_kslot, s_kpos, s_khead, s_sslot, s_spos, s_shead, H, KV, D,
+                       QK_NORM, KV_FP8, EXACT_CVT, out_ty)
 
 
 def qkv_rope_store(qkv: Tensor, n_head: int, n_kv: int, head_dim: int, rope: Tensor, pos: Tensor,
