@@ -390,3 +390,29 @@ def test_burst_headroom_and_node_knobs_through_the_cli(tmp_path):
         p = subprocess.run([*cli, *bad], capture_output=True, text=True, timeout=300, cwd=tmp_path)
         assert p.returncode == 2 and "Traceback" not in p.stderr
         assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_a_bursts_requests_take_free_slots_before_the_queue_bound_refuses_any():
+    """The server refuses a request only when the requests waiting beyond its free decode slots
+    reach its queue bound (inference/engine.py); the fluid applied the bound to the whole
+    second's arrivals before the slots took theirs, so a one-second burst that free slots would
+    have taken was refused (most of azure-code-1h's 2.80% 429s on 2026-12-04c)."""
+    sc = Scenario(fleet={"h200": 8})
+    (pool,) = build_pools(sc)
+    pool.ready = 1
+    slots = pool.max_running
+    assert slots == sc.catalog.get("h200").serving.max_running_requests
+    burst = slots + 2 * pool.queue_cap  # what one replica holds: its slots, then its queue bound
+    pool.second(float(burst), 20.0)
+    assert pool.rejected == 0
+    assert pool.in_flight + pool.queue + pool.frames / 20.0 == pytest.approx(burst)
+    pool.second(float(slots + 3 * pool.queue_cap), 20.0)  # past slots and bound: refused
+    assert pool.rejected > 0
+
+
+def test_the_queue_bound_is_the_servers_default_unless_set():
+    """4 x max_running_requests per replica (inference/serve_config.py), per class."""
+    sc = Scenario()
+    for c in sc.fleet:
+        assert sc.queue_for(c) == 4 * sc.catalog.get(c).serving.max_running_requests
+    assert Scenario(queue_per_replica=64).queue_for("h200") == 64

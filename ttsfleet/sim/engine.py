@@ -78,7 +78,8 @@ def build_pools(scenario: Scenario) -> list[PoolTraffic]:
     for spec in scenario.pools:
         cls = scenario.catalog.get(spec.gpu_class)
         p = PoolTraffic.build(spec.key, spec.gpu_class, cls.capacity, targets[spec.key],
-                              cls.serving.max_running_requests, scenario.queue_per_replica)
+                              cls.serving.max_running_requests,
+                              scenario.queue_for(spec.gpu_class))
         p.co_throughput, p.co_latency = co.inference_throughput, co.inference_latency
         # the policy's co-location limit for the pool (constant for a run: curve and target are)
         limit = colocation_limit(co, cls.capacity, targets[spec.key])

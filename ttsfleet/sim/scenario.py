@@ -26,6 +26,10 @@ DEFAULT_FLEET = {"h200": 32, "rtx5090": 32}
 #: benchmarks/fill_jobs/fill_gpu_2026-12-01.json. No other class was measured.
 FILL_BUSY_FRACTION = 0.97
 
+#: The inference server's default queue bound per decode slot (inference/serve_config.py: a
+#: replica refuses with 429 once 4 x max_running_requests requests wait beyond its free slots).
+SERVER_QUEUE_PER_SLOT = 4
+
 
 class TrainingJob(BaseModel):
     """A training job: arrives at ``submit_s`` and holds ``nodes`` whole nodes for ``duration_s``."""
@@ -126,8 +130,13 @@ class Scenario(BaseModel):
                              description="process exit until another pod can be bound to the GPU")
     policy_interval_s: float = Field(default=15.0, gt=0,
                                      description="operator cadence: autoscaler and fill timers")
-    queue_per_replica: int = Field(default=64, ge=0,
-                                   description="bounded server queue per replica; beyond it 429")
+    # The server's own default (inference/serve_config.py: max_queue 0 = 4 x max_running_requests,
+    # 512 on the H200's 128 slots, 256 on an RTX 5090's 64); 64 for every class before
+    # 2026-12-04d, when it was also applied before free slots admitted a second's arrivals.
+    queue_per_replica: int | None = Field(
+        default=None, ge=0, description="bounded server queue per replica (requests waiting "
+                                        "beyond its free decode slots); beyond it 429; null: "
+                                        "the server's default, 4 x the class's max_running_requests")
     observe_nodes: bool = Field(
         default=True, description="the adapter shows the policy the node topology (node-aware "
                                   "victims and placement); off: node-blind, as before 2026-12-01")
@@ -162,6 +171,12 @@ class Scenario(BaseModel):
                 raise ValueError(f"training job wants {j.nodes} {j.gpu_class} node(s), the fleet has "
                                  f"{len(self.node_sizes(j.gpu_class))}")
         return self
+
+    def queue_for(self, gpu_class: str) -> int:
+        """Requests one replica of ``gpu_class`` queues beyond its free decode slots before 429."""
+        if self.queue_per_replica is not None:
+            return self.queue_per_replica
+        return SERVER_QUEUE_PER_SLOT * self.catalog.get(gpu_class).serving.max_running_requests
 
     @property
     def checkpoint_overhead(self) -> float:

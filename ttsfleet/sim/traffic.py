@@ -71,7 +71,7 @@ class PoolTraffic:
     gpu_class: str
     target: float  # the policy's in-flight target per replica
     max_running: int
-    queue_cap: int  # per ready replica (plus one replica's worth)
+    queue_cap: int  # waiting beyond free slots, per ready replica (plus one replica's worth)
     fps_lut: list[float]
     ttfa_lut: list[float]
     busy_lut: list[float]
@@ -116,15 +116,18 @@ class PoolTraffic:
         """Advance one second; return the TTFA of the second's first and last arrival."""
         q0 = self.queue
         self.queue += arrivals
-        cap = (self.ready + 1) * self.queue_cap
-        if self.queue > cap:  # the server's bounded queue: beyond it 429 + Retry-After
-            self.rejected += self.queue - cap
-            self.queue = cap
         slots = self.ready * self.max_running - self.in_flight
         if slots > 0 and self.queue > 0:
             admitted = self.queue if self.queue < slots else slots
             self.queue -= admitted
             self.in_flight += admitted
+        # The server's bounded queue (inference/engine.py: refused only when the requests waiting
+        # beyond the free decode slots reach max_queue): what finds a slot is never refused, so
+        # the cap applies after admission; beyond it 429 + Retry-After.
+        cap = (self.ready + 1) * self.queue_cap
+        if self.queue > cap:
+            self.rejected += self.queue - cap
+            self.queue = cap
         self.in_flight_obs = self.in_flight
         if self.ready == 0 or self.in_flight <= 0:
             if self.colocated:  # an empty replica leaves its GPU to the co-tenant
