@@ -69,6 +69,17 @@ class AutoscaleConfig(WireModel):
         default=0.5, ge=0,
         description="the forecast acts only when it expects at least this share more load than "
                     "the step sizes for: a burst's ramp, not the noise of a steady load")
+    # Recurring bursts (2026-12-04d, benchmarks/simulate/: azure-code-1h, a burst every few
+    # minutes that ends within seconds): each panic scaled up, the stabilization window let the
+    # replicas go before the next burst, which then found them loading (p99 TTFA over the SLO) and
+    # evicted the fill admitted meanwhile. Off here (a TTSDeployment's behaviour); the simulator's
+    # scenario sets it.
+    burst_hold_s: float = Field(
+        default=0.0, ge=0,
+        description="after a panic, scale down only to the highest recommendation of this many "
+                    "seconds (instead of scaleDownStabilizationS), until that long passes "
+                    "without a panic: replicas scaled up for a burst stay warm while bursts "
+                    "recur; 0: off")
 
     @model_validator(mode="after")
     def _windows(self) -> AutoscaleConfig:

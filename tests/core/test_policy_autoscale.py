@@ -295,3 +295,59 @@ def test_forecast_keeps_history_beyond_the_stable_window():
     for i in range(1, 12):
         _, s0 = step(s0, 15.0 * i, 400, 10, 10)
     assert len(s0.samples) == 4  # forecast off: the stable window only, as before
+
+
+def _burst_then_quiet(cfg, quiet_until: float, ready: int = 2):
+    """A panic at t=45 (a burst 10x the ready capacity), then no load until ``quiet_until``;
+    returns each decision's (t, desired), the pool applying every decision at once."""
+    s, out, cur = AutoscaleState(), [], ready
+    for t in (0, 15, 30):
+        _, s = step(s, t, 40, cur, cur, cfg=cfg)
+    d, s = step(s, 45, 10 * 40 * ready, cur, cur, cfg=cfg)
+    assert d.panic
+    cur = d.pools[0].desired
+    t = 45.0
+    while t < quiet_until:
+        t += 15
+        d, s = step(s, t, 0, cur, cur, cfg=cfg)
+        cur = d.pools[0].desired
+        out.append((t, cur))
+    return out, s
+
+
+def test_burst_hold_keeps_a_bursts_replicas_warm_until_it_has_passed_without_a_panic():
+    """Bursts that recur every few minutes and end within seconds (azure-code-1h, 2026-12-04d)
+    found the replicas of the last one gone after the 300 s stabilization window; with
+    ``burst_hold_s`` a panic's replicas stay for that long after it, then leave as before."""
+    held = CFG.model_copy(update={"burst_hold_s": 900.0})
+    plain, s_plain = _burst_then_quiet(CFG, 1200)
+    hold, s_hold = _burst_then_quiet(held, 1200)
+    peak = hold[0][1]
+    assert peak > 2
+    # without the hold the pool shrinks once the 300 s window has passed; with it, not before 900 s
+    assert min(v for t, v in plain if t < 900) < peak
+    assert all(v == peak for t, v in hold if t <= 45 + 900 - 15)
+    assert min(v for t, v in hold) < peak  # ... and then it does scale down
+    # the last decision taken in panic (panic lasts one stable window after the burst's sample)
+    assert s_hold.last_panic == 90 and s_plain.last_panic == 90
+
+
+def test_burst_hold_needs_a_panic_and_is_off_by_default():
+    """A scale-down without a recent panic keeps the usual window, and the default is off."""
+    assert AutoscaleConfig().burst_hold_s == 0
+    from ttsfleet.policy.autoscale import stabilization_window
+
+    cfg = CFG.model_copy(update={"burst_hold_s": 900.0})
+    assert stabilization_window(cfg, None, 1000.0) == CFG.scale_down_stabilization_s
+    assert stabilization_window(cfg, 200.0, 1000.0) == 900.0
+    assert stabilization_window(cfg, 100.0, 1000.0) == CFG.scale_down_stabilization_s
+    assert stabilization_window(CFG, 900.0, 1000.0) == CFG.scale_down_stabilization_s
+    # a hold shorter than the stabilization window changes nothing
+    short = CFG.model_copy(update={"burst_hold_s": 60.0})
+    assert stabilization_window(short, 990.0, 1000.0) == CFG.scale_down_stabilization_s
+    # the load-driven path (no panic) is the plain window's, hold or not
+    s1 = s2 = AutoscaleState()
+    for i, load in enumerate([400] * 2 + [40] * 30):
+        d1, s1 = step(s1, 15.0 * i, load, 10, 10, cfg=cfg)
+        d2, s2 = step(s2, 15.0 * i, load, 10, 10)
+        assert d1.pools[0].desired == d2.pools[0].desired and not d1.panic

@@ -22,8 +22,9 @@ The algorithm, in the order it applies:
    audio p99 above the SLO, or queued requests beyond ``queue_depth_per_replica``, add replicas
    even if the load target is met. A new signal is one :class:`Pressure` row.
 6. Scale-up is immediate but bounded by ``max_scale_up_rate``; scale-down takes the highest
-   recommendation of the last ``scale_down_stabilization_s`` seconds and at most halves the pool
-   per step (``max_scale_down_rate``).
+   recommendation of the last ``scale_down_stabilization_s`` seconds (``burst_hold_s`` while a
+   panic is that recent: :func:`stabilization_window`) and at most halves the pool per step
+   (``max_scale_down_rate``).
 7. Every result is clamped to the pool's bounds by :func:`clamp_replicas`, the only clamp.
 """
 
@@ -129,6 +130,8 @@ class AutoscaleState:
     samples: tuple[tuple[float, float], ...] = ()
     recommendations: Mapping[str, tuple[tuple[float, int], ...]] = field(default_factory=dict)
     panic_until: float | None = None
+    #: The last decision taken in panic (what ``burst_hold_s`` counts from); None: none yet.
+    last_panic: float | None = None
 
 
 @dataclass(frozen=True)
@@ -230,6 +233,7 @@ class _Step:
     targets: Mapping[str, float]
     pressures: Sequence[Pressure]
     forecasts: Mapping[str, LoadForecast]
+    window: float  # the scale-down stabilization window in force (stabilization_window)
 
 
 class LoadForecast(NamedTuple):
@@ -284,6 +288,26 @@ def _check_pools(pools: Sequence[PoolSpec]) -> None:
         raise ValueError(f"pool names must be unique, got {keys}")
 
 
+def stabilization_window(config: AutoscaleConfig, last_panic: float | None, now: float) -> float:
+    """Seconds of recommendations a scale-down takes the highest of: ``burst_hold_s`` while the
+    last panic is younger than that, else ``scale_down_stabilization_s``.
+
+    Why: a burst that ends within seconds is over before a replica ordered for it has loaded, so
+    the replicas it brought only help if they are still warm at the next one; where bursts recur
+    faster than ``burst_hold_s``, letting them go after the usual window makes every burst meet
+    loading replicas and every scale-up evict the fill admitted between bursts.
+    """
+    hold = config.burst_hold_s
+    if hold > config.scale_down_stabilization_s and last_panic is not None and now - last_panic < hold:
+        return hold
+    return config.scale_down_stabilization_s
+
+
+def _history_kept_s(config: AutoscaleConfig) -> float:
+    """How far back the recommendations are kept: the longest window a scale-down may take."""
+    return max(config.scale_down_stabilization_s, config.burst_hold_s)
+
+
 def _panic_until(config: AutoscaleConfig, state: AutoscaleState, now: float, panic_load: float,
                  ready_capacity: float) -> float | None:
     """Panic starts when the short-window load needs ``panic_threshold`` x the ready capacity and
@@ -321,9 +345,10 @@ def decide_replicas(config: AutoscaleConfig, pools: Sequence[PoolSpec], catalog:
     spare = 1.0 + config.burst_headroom
     wanted = split_load(basis * spare, pools, targets)
     forecasts = load_forecasts(config, pools, catalog, samples, now, basis, targets)
+    last_panic = now if panic else state.last_panic
 
     step = _Step(config, now, panic, basis, panic_load, ready_capacity, targets, tuple(pressures),
-                 forecasts)
+                 forecasts, stabilization_window(config, last_panic, now))
     recs = dict(state.recommendations)
     decisions = []
     for p in pools:
@@ -331,7 +356,8 @@ def decide_replicas(config: AutoscaleConfig, pools: Sequence[PoolSpec], catalog:
                                              recs.get(p.key, ()))
         decisions.append(decision)
     decision = ScaleDecision(now, tuple(decisions), stable, panic_load, panic)
-    new_state = replace(state, samples=samples, recommendations=recs, panic_until=panic_until)
+    new_state = replace(state, samples=samples, recommendations=recs, panic_until=panic_until,
+                        last_panic=last_panic)
     return decision, new_state
 
 
@@ -366,12 +392,12 @@ def _decide_pool(step: _Step, p: PoolSpec, s: PoolSignals, want: int,
         msg += f"; capped by scale-up rate at {up_cap}"
     # Scale-down stabilization: the highest recommendation in the window wins.
     history = tuple((t, v) for (t, v) in history
-                    if t > step.now - cfg.scale_down_stabilization_s) + ((step.now, want),)
+                    if t > step.now - _history_kept_s(cfg)) + ((step.now, want),)
     if want < current:
         if step.panic:
             want, reason, msg = current, "panic", "panic mode: no scale-down"
         else:
-            stabilized = max(v for (_, v) in history)
+            stabilized = max(v for (t, v) in history if t > step.now - step.window)
             # at most 1/rate of the replicas go per step; the last one of a pool whose minimum is
             # 0 may go too (ceil(1/rate) = 1 would hold it for ever: found by the loop test)
             floor = math.ceil(current / cfg.max_scale_down_rate) if current > 1 else 0
@@ -379,7 +405,7 @@ def _decide_pool(step: _Step, p: PoolSpec, s: PoolSignals, want: int,
             if target > want:
                 reason = "stabilized"
                 msg = (f"load wants {want}; holding {min(target, current)} (max recommendation "
-                       f"in {cfg.scale_down_stabilization_s:.0f}s window, at most "
+                       f"in {step.window:.0f}s window, at most "
                        f"1/{cfg.max_scale_down_rate:g} removed per step)")
             want = min(target, current)
     clamped = clamp_replicas(p, want)

@@ -159,6 +159,7 @@ def register(root: typer.Typer) -> None:
             unit="s; unset: the class's model load time"),
         forecast_min_growth: float = _scenario_opt("autoscale", "forecast_min_growth",
                                                    "--forecast-min-growth"),
+        burst_hold: float = _scenario_opt("autoscale", "burst_hold_s", "--burst-hold", unit="s"),
         observe_nodes: bool = typer.Option(
             _scenario_default("observe_nodes"), "--node-aware/--node-blind",
             help=Scenario.model_fields["observe_nodes"].description),
@@ -249,7 +250,7 @@ def register(root: typer.Typer) -> None:
                     "scale_down_stabilization_s": scale_down_window,
                     "burst_headroom": burst_headroom, "forecast": forecast,
                     "forecast_horizon_s": forecast_horizon,
-                    "forecast_min_growth": forecast_min_growth}),
+                    "forecast_min_growth": forecast_min_growth, "burst_hold_s": burst_hold}),
                 observe_nodes=observe_nodes,
                 fill_policy=FillPolicyConfig(**{
                     **Scenario.model_fields["fill_policy"].default.model_dump(),
