@@ -15,7 +15,8 @@ beside fill instead of evicting it, at the measured interference cost) and the p
 
 Ablations (skip with --skip-ablations): the admission look-back on the bursty, flat, default and
 azure-code-1h cases; the fill busy fraction on the default case; the autoscaler's burst rules on
-the bursty and default cases; the 512-GPU case with the burst rules off, node-aware and blind.
+the bursty and default cases; the 512-GPU case with the burst rules off, node-aware and blind;
+the autoscaler's burst hold (off in the scenario) on every case but the 512-GPU one.
 """
 
 from __future__ import annotations
@@ -207,6 +208,45 @@ def burst_ablation(cases: dict[str, Case]) -> dict:
     return out
 
 
+#: The burst hold of the ablation (s): AutoscaleConfig.burst_hold_s, off in the scenario.
+BURST_HOLD_S = 1800.0
+
+
+def burst_hold_ablation(cases: dict[str, Case]) -> dict:
+    """Every case but the 512-GPU one with the autoscaler's burst hold on (``burst_hold_s``: a
+    panic's replicas kept warm while panics recur), inference-only and policy: what keeping them
+    would change against the main runs (off)."""
+    out: dict = {}
+    for name, case in cases.items():
+        if name == "speed":
+            continue
+        base = scenario_for(case)
+        sc = base.model_copy(update={"autoscale": base.autoscale.model_copy(
+            update={"burst_hold_s": BURST_HOLD_S})})
+        out[name] = {m: _brief(summarize(simulate(sc, case.trace, mode=m, warmup_s=case.warmup_s)))
+                     for m in ("inference-only", "policy")}
+    return out
+
+
+def burst_hold_table(ab: dict, results: dict) -> Table:
+    t = Table(title=f"burst hold {BURST_HOLD_S:g} s vs off: inference-only / policy")
+    for col in ("case", "GPU-busy inf-only off / hold", "GPU-busy policy off / hold",
+                "p99 TTFA ms policy off / hold", "SLO min policy off / hold",
+                "429 % policy off / hold", "fill lost % off / hold", "adm/h off / hold"):
+        t.add_column(col, justify="right")
+    for case, row in ab.items():
+        off = {m: _brief(results[case]["runs"][m]) for m in ("inference-only", "policy")}
+        a, b = off["policy"], row["policy"]
+        t.add_row(case, f"{off['inference-only']['gpu_busy']:.1%} / {row['inference-only']['gpu_busy']:.1%}",
+                  f"{a['gpu_busy']:.1%} / {b['gpu_busy']:.1%}",
+                  f"{a['ttfa_p99_ms']:.0f} / {b['ttfa_p99_ms']:.0f}",
+                  f"{a['slo_violation_minutes']} / {b['slo_violation_minutes']}",
+                  f"{a['rejected_pct']:.2f} / {b['rejected_pct']:.2f}",
+                  f"{a['fill_lost_pct']:.2f} / {b['fill_lost_pct']:.2f}",
+                  f"{a['admissions_per_h']:.1f} / {b['admissions_per_h']:.1f}")
+    return t
+
+
 def nodes_without_burst_rules(case: Case) -> dict:
     """The 512-GPU case with the burst rules off (the autoscaler of 2026-11-30): training wait
     without fill, and with fill node-aware and node-blind."""
@@ -314,6 +354,9 @@ def main() -> None:
         console.print("[dim]running the burst-rule ablation …[/dim]")
         doc["burst_rule_ablation"] = burst_ablation(all_cases)
         console.print(burst_table(doc["burst_rule_ablation"]))
+        console.print("[dim]running the burst-hold ablation …[/dim]")
+        doc["burst_hold_ablation"] = burst_hold_ablation(all_cases)
+        console.print(burst_hold_table(doc["burst_hold_ablation"], results))
         if "speed" in all_cases:
             doc["speed_case_burst_rules_off_nodes"] = nodes_without_burst_rules(all_cases["speed"])
     stamp = dt.date.today().isoformat()
