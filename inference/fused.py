@@ -8,7 +8,9 @@ RMSNorm (fused with the previous residual add, emitting the QKV GEMM's FP8 codes
 norm + RoPE + KV store → decode attention (emitting the O GEMM's FP8 codes) → O GEMM → residual add
 + RMSNorm (emitting FP8 codes) → SwiGLU MLP (two GEMMs). The activation quantizer never runs as a
 launch of its own; its codes are bit-identical to quantizing the bf16 tensors the reference passes.
-The fast model's 10-position frame uses the same blocks over a frame-local cache.
+The fast model's 10-position frame uses the same blocks over a frame-local cache. With
+``TTSFLEET_ROPE_ATTENTION=fused`` (:func:`ttsfleet.kernels.decode.rope_attention`) the q/k norm + RoPE
++ KV store happen inside decode attention's launch: one launch per block fewer, the same values.
 
 When it runs: where :func:`ttsfleet.kernels.dispatch.use_triton` says so for the device (the GPU
 catalog's class; ``TTSFLEET_KERNELS`` = auto | reference | interpret, read once). Sampling takes the
@@ -128,6 +130,24 @@ def enter_block(blk: Block, x: Tensor, branch: Tensor | None, rope: Tensor, pos:
     return q, x
 
 
+def enter_attend_block(blk: Block, x: Tensor, branch: Tensor | None, rope: Tensor, pos: Tensor, kv: tuple,
+                       attend: DecodeAttend) -> tuple[Act, Tensor]:
+    """:func:`enter_block` then :func:`attend_block` with the RoPE + KV store inside decode attention's
+    launch (:func:`ttsfleet.kernels.decode.rope_attention`): ``(attention output as the O GEMM reads
+    it, the residual stream)``, the same values as the two."""
+    att = blk.attention
+    a, x = kd.rmsnorm(x, blk.attention_norm.weight, blk.attention_norm.eps, branch, _group(att.wqkv.qweight))
+    qkv = _linear(att.wqkv, a, x.dtype)
+    norms = (att.q_norm.weight, att.k_norm.weight) if att.qk_norm else (None, None)
+    group = _group(att.wo.qweight)
+    quant = group if group and not att.head_dim % group and dispatch.use_triton(qkv) else 0
+    k_cache, v_cache, ks, vs = kv
+    y = kd.rope_attention(qkv, att.n_head, att.head_dim, rope, pos, k_cache, v_cache, attend.slots,
+                          attend.lengths, *norms, eps=att.q_norm.eps if att.qk_norm else 1e-6,
+                          quant_group=quant, k_scale=ks, v_scale=vs)
+    return (y if quant else y.reshape(y.shape[0], -1)), x
+
+
 def attend_block(blk: Block, q: Tensor, kv: tuple, attend: Attend) -> Act:
     """Attention of ``q`` over the layer's cache, as the O GEMM reads it: FP8 codes where a decode
     attend can emit them, else bf16 ``[rows, H * D]`` (the GEMM quantizes it). Rows meet here."""
@@ -160,10 +180,16 @@ def run_blocks(blocks: list[Block], x: Tensor, rope: Tensor, pos: Tensor, k: Ten
     codes its GEMM reads.
     """
     branch = None
+    rope_inside = (isinstance(attend, DecodeAttend) and attend.slots is slots
+                   and kd.rope_attention_mode() == "fused")
     for i, blk in enumerate(blocks):
         kv = layer_kv(k, v, k_scale, v_scale, i)
-        q, x = enter_block(blk, x, branch, rope, pos, kv, slots)
-        branch, x = leave_block(blk, attend_block(blk, q, kv, attend), x)
+        if rope_inside:
+            y, x = enter_attend_block(blk, x, branch, rope, pos, kv, attend)
+        else:
+            q, x = enter_block(blk, x, branch, rope, pos, kv, slots)
+            y = attend_block(blk, q, kv, attend)
+        branch, x = leave_block(blk, y, x)
     normed, x = kd.rmsnorm(x, final_norm.weight, final_norm.eps, branch)
     return x, normed
 

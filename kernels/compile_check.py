@@ -81,6 +81,9 @@ def _compile(fn: Any, types: dict[str, str], const: dict[str, Any], opts: dict[s
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
+    # a constexpr left out takes its default, as a launch does (typed as a runtime i32 it would
+    # compile the branches it guards, e.g. a fused path with its pointers typed as integers)
+    const = {**{p.name: p.default for p in fn.params if p.is_constexpr and p.has_default}, **const}
     sig = {n: "constexpr" if n in const else types.get(n, "i32") for n in fn.arg_names}
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if sig[n].startswith("*")}
     src = ASTSource(fn, sig, const, attrs)
@@ -227,6 +230,14 @@ def _decode_kernels(group: int) -> Case:
                 kernels.append((f"attention kv_fp8={fp8} prefetch=2", ta._decode_attention_kernel, attn,
                                 dict(G=4, BLOCK_G=16, D=128, BLOCK_N=64, SLOT_IS_ROW=False, KEYS_BOUND=0,
                                      KV_FP8=fp8, PREFETCH=2, KEY_BYTES=key_bytes, **common), 4))
+                # RoPE + KV store inside attention (TTSFLEET_ROPE_ATTENTION=fused): q_ptr is the QKV output
+                rope_types = dict(qn_ptr="*bf16", kn_ptr="*bf16", rope_ptr="*bf16", pos_ptr="*i64",
+                                  eps="fp32")
+                fused = dict(ROPE_FUSED=True, N_KV=8, QK_NORM=True)
+                kernels.append((f"attention kv_fp8={fp8} rope fused", ta._decode_attention_kernel,
+                                dict(attn, **rope_types),
+                                dict(G=4, BLOCK_G=16, D=128, BLOCK_N=64, SLOT_IS_ROW=False, KEYS_BOUND=0,
+                                     KV_FP8=fp8, **off, **fused, **common), 4))
                 if not quant:  # the split's first pass writes float32 states, whatever the output
                     part = dict(attn, m_ptr="*fp32", l_ptr="*fp32", acc_ptr="*fp32")
                     split = dict(G=4, BLOCK_G=16, D=128, BLOCK_N=64, SPLITS=8, SLOT_IS_ROW=False,
@@ -235,6 +246,9 @@ def _decode_kernels(group: int) -> Case:
                                     dict(split, **off), 4))
                     kernels.append((f"attention split kv_fp8={fp8} prefetch=1", tas._split_partial_kernel,
                                     part, dict(split, PREFETCH=1, KEY_BYTES=key_bytes), 4))
+                    kernels.append((f"attention split kv_fp8={fp8} rope fused", tas._split_partial_kernel,
+                                    dict(part, **rope_types),
+                                    dict(split, **off, **fused, EXACT_CVT=False), 4))
                 if not quant:
                     rope = dict(qkv_ptr="*bf16", qn_ptr="*bf16", kn_ptr="*bf16", rope_ptr="*bf16",
                                 pos_ptr="*i64", slot_ptr="*i64", k_ptr=cache, v_ptr=cache, q_ptr="*bf16",

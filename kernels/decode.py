@@ -217,6 +217,34 @@ def l2_bytes(index: int) -> int:
     return int(torch.cuda.get_device_properties(index).L2_cache_size)
 
 
+#: The RoPE + KV store done inside decode attention (``fused``: each attention program rotates its own
+#: query heads and stores its own KV head, one launch per layer fewer: 76 per S2 Pro frame, whose
+#: RoPE + store launches took 137 / 265 us of a 5.0 / 9.1 ms step at batch 1 / 64 on an H200,
+#: ``benchmarks/inference_h200/2026-12-01-step``) or ``separate`` (the default: the RoPE + store
+#: kernel, then attention). Same values either way (the same jit helpers; tested bit for bit in
+#: Triton's interpreter). Built 2026-12-04 without a GPU, compiled for sm_90a / sm_120a, not yet
+#: timed: ``decode_levers.py``'s ``ropefused`` row decides the default. Process switch, read once.
+ROPE_ATTENTION_ENV = "TTSFLEET_ROPE_ATTENTION"
+ROPE_ATTENTIONS = ("separate", "fused")
+
+
+def parse_rope_attention(value: str) -> str:
+    """``separate`` / ``fused`` (blank: ``separate``), else a ``ValueError`` naming the choices (the
+    server checks ``TTSFLEET_ROPE_ATTENTION`` with it at start)."""
+    value = value.strip().lower() or "separate"
+    if value not in ROPE_ATTENTIONS:
+        raise ValueError(f"{ROPE_ATTENTION_ENV}={value!r}: expected one of {', '.join(ROPE_ATTENTIONS)}")
+    return value
+
+
+ROPE_ATTENTION_SWITCH: ProcessSwitch[str] = ProcessSwitch(ROPE_ATTENTION_ENV, "separate",
+                                                          parse_rope_attention)
+#: This process's RoPE placement (``TTSFLEET_ROPE_ATTENTION``, default ``separate``).
+rope_attention_mode = ROPE_ATTENTION_SWITCH.get
+#: Choose the RoPE placement for this process (tests and benchmarks A/B it).
+set_rope_attention = ROPE_ATTENTION_SWITCH.set
+
+
 def attention_block_n(cache_len: int) -> int:
     """Keys per block of both attention kernels: the tile's, or 16 for a frame-local cache of <= 16
     positions."""
@@ -294,6 +322,35 @@ def attention_kernel_fits(q: Tensor, k_cache: Tensor, v_cache: Tensor) -> bool:
         return False  # (float32 on CUDA would run tf32 dots: not the reference's numerics)
     d = q.shape[-1]
     return d >= 16 and not d & (d - 1) and k_cache.is_contiguous() and v_cache.is_contiguous()
+
+
+def rope_attention(qkv: Tensor, n_head: int, head_dim: int, rope: Tensor, pos: Tensor, k_cache: Tensor,
+                   v_cache: Tensor, slots: Tensor | None, lengths: Tensor, q_norm: Tensor | None = None,
+                   k_norm: Tensor | None = None, eps: float = 1e-6, quant_group: int = 0,
+                   k_scale: Tensor | None = None, v_scale: Tensor | None = None) -> Any:
+    """:func:`qkv_rope_store` then :func:`decode_attention` (their arguments, ``n_kv`` the cache's):
+    in one launch where :func:`rope_attention_mode` is ``fused`` and the Triton kernel fits (two with
+    split-KV: partials then merge), else the two calls. Returns what :func:`decode_attention` does."""
+    kv = k_cache.shape[2]
+    shaped = qkv.new_empty(0, n_head, head_dim)  # what the fit check reads: dtype, device, head size
+    if (rope_attention_mode() == "fused" and dispatch.use_triton(qkv) and qkv.stride(1) == 1
+            and attention_kernel_fits(shaped, k_cache, v_cache)):
+        from .triton_attention import FusedRope
+
+        check_kv_cache(k_cache, v_cache, k_scale, v_scale)
+        fused = FusedRope(qkv, n_head, head_dim, rope, pos, q_norm, k_norm, eps)
+        splits = attention_splits(qkv, k_cache)
+        if splits > 1:
+            from .triton_attention_split import decode_attention_split
+
+            return decode_attention_split(fused, k_cache, v_cache, slots, lengths, splits, quant_group,
+                                          k_scale, v_scale)
+        from .triton_attention import decode_attention_triton
+
+        return decode_attention_triton(fused, k_cache, v_cache, slots, lengths, quant_group, k_scale, v_scale)
+    q = qkv_rope_store(qkv, n_head, kv, head_dim, rope, pos, k_cache, v_cache, slots, q_norm, k_norm, eps=eps,
+                       k_scale=k_scale, v_scale=v_scale)
+    return decode_attention(q, k_cache, v_cache, slots, lengths, quant_group, k_scale, v_scale)
 
 
 def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor | None, lengths: Tensor,

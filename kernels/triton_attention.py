@@ -16,6 +16,7 @@ order of its float32 sums, while reading half the bytes of a bf16 cache.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -23,7 +24,7 @@ import triton.language as tl
 from torch import Tensor
 
 from .decode import attention_block_n, attn_tile
-from .triton_decode import quantize_groups
+from .triton_decode import _rope_q_head, _rope_table, _store_kv_head, quantize_groups
 from .triton_gemm import INTERPRETING, PDL, _ue8m0_to_f32, l2_prefetch, launch_opts, pdl_entry
 
 
@@ -94,6 +95,33 @@ def _prefetch_kv(k_ptr, v_ptr, slots_ptr, len_ptr, b, kvh, sp, s_len, sk_slot, s
 
 
 @triton.jit
+def _fused_q(qkv_ptr, qn_ptr, kn_ptr, rope_ptr, pos_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, b, kvh, slot,
+             pos_stride, eps, s_qkv, sk_slot, sk_pos, sk_head, ss_slot, ss_pos, ss_head, store,
+             G: tl.constexpr, BLOCK_G: tl.constexpr, D: tl.constexpr, N_KV: tl.constexpr,
+             QK_NORM: tl.constexpr, KV_FP8: tl.constexpr, EXACT_CVT: tl.constexpr, Q_DTYPE: tl.constexpr):
+    """The RoPE + KV-store kernel's work for one (row, KV head), inside attention (``ROPE_FUSED``): the
+    G query heads normalised and rotated into registers ``[BLOCK_G, D]`` (rows past G zero, as the
+    masked load leaves them), and, where ``store``, the KV head's k and v written into the cache at
+    the row's position, then a barrier so the key loop's loads see them. The same helpers as
+    ``triton_decode._qkv_rope_store_kernel``, so the same values."""
+    row = b.to(tl.int64)
+    half = tl.arange(0, D // 2)
+    pos, cos, sin = _rope_table(rope_ptr, pos_ptr, row, pos_stride, half, D)
+    gi = tl.arange(0, BLOCK_G)
+    q = tl.zeros([BLOCK_G, D], Q_DTYPE)
+    for g in tl.static_range(G):
+        y0, y1 = _rope_q_head(qkv_ptr, qn_ptr, row, kvh * G + g, cos, sin, half, eps, s_qkv, D, QK_NORM,
+                              Q_DTYPE)
+        q = tl.where((gi == g)[:, None], tl.reshape(tl.join(y0, y1), (D,))[None, :], q)  # pairs interleaved
+    if store:
+        _store_kv_head(qkv_ptr, kn_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, row, kvh, slot, pos, cos, sin, half,
+                       eps, s_qkv, sk_slot, sk_pos, sk_head, ss_slot, ss_pos, ss_head, G * N_KV, N_KV, D,
+                       QK_NORM, KV_FP8, EXACT_CVT, Q_DTYPE)
+    tl.debug_barrier()
+    return q
+
+
+@triton.jit
 def _store_heads(out, o_ptr, os_ptr, b, kvh, heads, gmask, di, so_b, so_h, s_osb,
                  G: tl.constexpr, BLOCK_G: tl.constexpr, D: tl.constexpr, QUANT: tl.constexpr,
                  GROUP: tl.constexpr, MX: tl.constexpr, EXACT_CVT: tl.constexpr):
@@ -118,7 +146,12 @@ def _decode_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, os_ptr, slots_ptr, len_
                              SLOT_IS_ROW: tl.constexpr, KEYS_BOUND: tl.constexpr, QUANT: tl.constexpr,
                              GROUP: tl.constexpr, MX: tl.constexpr, OUT_DTYPE: tl.constexpr,
                              EXACT_CVT: tl.constexpr, KV_FP8: tl.constexpr, USE_PDL: tl.constexpr,
-                             n_slots=1, cache_len=1, PREFETCH: tl.constexpr = 0, KEY_BYTES: tl.constexpr = 0):
+                             n_slots=1, cache_len=1, PREFETCH: tl.constexpr = 0, KEY_BYTES: tl.constexpr = 0,
+                             qn_ptr=None, kn_ptr=None, rope_ptr=None, pos_ptr=None, pos_stride=0, eps=0.0,
+                             ROPE_FUSED: tl.constexpr = False, N_KV: tl.constexpr = 1,
+                             QK_NORM: tl.constexpr = False):
+    """Program (row, KV head). ROPE_FUSED: ``q_ptr`` is the QKV GEMM's output ``[rows, (H + 2KV) D]``
+    (row stride ``sq_b``) and the program first does the RoPE + KV-store kernel's work (:func:`_fused_q`)."""
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     if USE_PDL and PREFETCH > 0:
@@ -130,7 +163,12 @@ def _decode_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, os_ptr, slots_ptr, len_
     di = tl.arange(0, D)
     heads = kvh * G + gi
     gmask = gi < G
-    q = tl.load(q_ptr + b * sq_b + heads[:, None] * sq_h + di[None, :], mask=gmask[:, None], other=0.0)
+    if ROPE_FUSED:
+        q = _fused_q(q_ptr, qn_ptr, kn_ptr, rope_ptr, pos_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, b, kvh, slot,
+                     pos_stride, eps, sq_b, sk_slot, sk_pos, sk_head, ss_slot, ss_pos, ss_head, True, G,
+                     BLOCK_G, D, N_KV, QK_NORM, KV_FP8, EXACT_CVT, OUT_DTYPE)
+    else:
+        q = tl.load(q_ptr + b * sq_b + heads[:, None] * sq_h + di[None, :], mask=gmask[:, None], other=0.0)
     m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_G], tl.float32)
     acc = tl.zeros([BLOCK_G, D], tl.float32)
@@ -205,28 +243,69 @@ def kv_prefetch_blocks(mode: str | int, cache_len: int, splits: int, programs: i
     return 1 << (n.bit_length() - 1) if n > 0 else 0
 
 
-def decode_attention_triton(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor | None,
+@dataclass(frozen=True)
+class FusedRope:
+    """The RoPE + KV-store kernel's inputs (``triton_decode.qkv_rope_store`` less the caches), given to
+    decode attention in place of q: its programs then rotate their own query heads and store their
+    own KV head (``_fused_q``), one launch instead of two."""
+
+    qkv: Tensor  # [rows, (H + 2KV) D], row-contiguous
+    n_head: int
+    head_dim: int
+    rope: Tensor  # the [P, D/2, 2] table
+    pos: Tensor  # int64 [rows] or [1]
+    q_norm: Tensor | None = None
+    k_norm: Tensor | None = None
+    eps: float = 1e-6
+
+    def query(self, kv: int) -> tuple[Tensor, Tensor, int, int, dict]:
+        """(a q-shaped ``[rows, H, D]`` tensor for the output buffers, the kernel's ``q_ptr``, its row
+        and head strides, the kernel's fused arguments), as :func:`query_args` gives them."""
+        for w in (self.q_norm, self.k_norm):
+            if w is not None and w.dtype != self.qkv.dtype:
+                raise ValueError(f"q/k norm weights are {w.dtype} but qkv is {self.qkv.dtype}")
+        if self.qkv.stride(1) != 1:
+            raise ValueError("a fused RoPE needs row-contiguous qkv")
+        rows = self.qkv.shape[0]
+        shaped = self.qkv.new_empty(rows, self.n_head, self.head_dim)
+        norm = self.q_norm is not None
+        extra = dict(qn_ptr=self.q_norm if norm else self.qkv, kn_ptr=self.k_norm if norm else self.qkv,
+                     rope_ptr=self.rope, pos_ptr=self.pos, pos_stride=0 if self.pos.numel() == 1 else
+                     self.pos.stride(0), eps=self.eps, ROPE_FUSED=True, N_KV=kv, QK_NORM=norm)
+        return shaped, self.qkv, self.qkv.stride(0), self.head_dim, extra
+
+
+def query_args(q: Tensor | FusedRope, kv: int) -> tuple[Tensor, Tensor, int, int, dict]:
+    """The attention kernels' view of their query: q itself, or a :class:`FusedRope`'s."""
+    if isinstance(q, FusedRope):
+        return q.query(kv)
+    q = q.contiguous()
+    return q, q, q.stride(0), q.stride(1), {}
+
+
+def decode_attention_triton(q: Tensor | FusedRope, k_cache: Tensor, v_cache: Tensor, slots: Tensor | None,
                             lengths: Tensor, quant_group: int = 0, k_scale: Tensor | None = None,
                             v_scale: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
     """See :func:`ttsfleet.kernels.decode.decode_attention`; ``quant_group`` > 0 needs D % group == 0;
-    ``k_scale`` / ``v_scale`` (uint8 ``[slots, S, KV]``, equally strided): the FP8 cache's exponents."""
-    bs, h, d = q.shape
+    ``k_scale`` / ``v_scale`` (uint8 ``[slots, S, KV]``, equally strided): the FP8 cache's exponents.
+    ``q`` a :class:`FusedRope`: the RoPE + KV store happen in this launch."""
     kv = k_cache.shape[2]
+    q, q_ptr, sq_b, sq_h, fused = query_args(q, kv)
+    bs, h, d = q.shape
     g = h // kv
-    q = q.contiguous()
     quant = quant_group > 0
     out, osc = output_buffers(q, quant_group)
     fp8 = k_scale is not None
     ks, vs, s_st = cache_scale_args(k_scale, v_scale, lengths)
     _decode_attention_kernel[(bs, kv)](
-        q, k_cache, v_cache, out, osc, lengths if slots is None else slots, lengths, ks, vs,
+        q_ptr, k_cache, v_cache, out, osc, lengths if slots is None else slots, lengths, ks, vs,
         1.0 / math.sqrt(d),
-        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        sq_b, sq_h, k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         out.stride(0), out.stride(1), osc.stride(0), 0 if lengths.numel() == 1 else lengths.stride(0), *s_st,
         G=g, BLOCK_G=block_g(g), D=d, BLOCK_N=attention_block_n(k_cache.shape[1]),
         SLOT_IS_ROW=slots is None, KEYS_BOUND=k_cache.shape[1] if INTERPRETING else 0,
         QUANT=quant, GROUP=max(quant_group, 1), MX=quant_group == 32, OUT_DTYPE=_TL[q.dtype],
         EXACT_CVT=INTERPRETING, KV_FP8=fp8, USE_PDL=PDL, **kv_prefetch_args(k_cache, v_cache, bs * kv, 1),
-        num_warps=attn_tile()[0], **launch_opts(),
+        **fused, num_warps=attn_tile()[0], **launch_opts(),
     )
     return (out.view(bs, h * d), osc) if quant else out

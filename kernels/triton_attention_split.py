@@ -27,7 +27,9 @@ from torch import Tensor
 from .decode import attention_block_n, attn_tile
 from .triton_attention import (
     _TL,
+    FusedRope,
     _attend_keys,
+    _fused_q,
     _prefetch_kv,
     _row_keys,
     _store_heads,
@@ -35,6 +37,7 @@ from .triton_attention import (
     cache_scale_args,
     kv_prefetch_args,
     output_buffers,
+    query_args,
 )
 from .triton_gemm import INTERPRETING, PDL, launch_opts, pdl_entry
 
@@ -45,8 +48,14 @@ def _split_partial_kernel(q_ptr, k_ptr, v_ptr, m_ptr, l_ptr, acc_ptr, slots_ptr,
                           G: tl.constexpr, BLOCK_G: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr,
                           SPLITS: tl.constexpr, SLOT_IS_ROW: tl.constexpr, KEYS_BOUND: tl.constexpr,
                           KV_FP8: tl.constexpr, USE_PDL: tl.constexpr, n_slots=1, cache_len=1,
-                          PREFETCH: tl.constexpr = 0, KEY_BYTES: tl.constexpr = 0):
-    """Program (row, KV head, share): the online-softmax state of keys ``[share * per, ...)``."""
+                          PREFETCH: tl.constexpr = 0, KEY_BYTES: tl.constexpr = 0, qn_ptr=None, kn_ptr=None,
+                          rope_ptr=None, pos_ptr=None, pos_stride=0, eps=0.0,
+                          ROPE_FUSED: tl.constexpr = False, N_KV: tl.constexpr = 1,
+                          QK_NORM: tl.constexpr = False, EXACT_CVT: tl.constexpr = False):
+    """Program (row, KV head, share): the online-softmax state of keys ``[share * per, ...)``.
+    ROPE_FUSED (``q_ptr`` the QKV output, as in the one-pass kernel): every share rotates its query
+    heads; the share whose keys hold the row's position (share 0 where no share does) stores the
+    KV head there."""
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     sp = tl.program_id(2)
@@ -61,7 +70,14 @@ def _split_partial_kernel(q_ptr, k_ptr, v_ptr, m_ptr, l_ptr, acc_ptr, slots_ptr,
     gi = tl.arange(0, BLOCK_G)
     di = tl.arange(0, D)
     heads = kvh * G + gi
-    q = tl.load(q_ptr + b * sq_b + heads[:, None] * sq_h + di[None, :], mask=(gi < G)[:, None], other=0.0)
+    if ROPE_FUSED:
+        pos = tl.load(pos_ptr + b * pos_stride).to(tl.int32)
+        owner = tl.minimum(tl.where(pos < n_keys, pos // tl.maximum(per, 1), 0), SPLITS - 1)
+        q = _fused_q(q_ptr, qn_ptr, kn_ptr, rope_ptr, pos_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, b, kvh, slot,
+                     pos_stride, eps, sq_b, sk_slot, sk_pos, sk_head, ss_slot, ss_pos, ss_head, sp == owner,
+                     G, BLOCK_G, D, N_KV, QK_NORM, KV_FP8, EXACT_CVT, q_ptr.dtype.element_ty)
+    else:
+        q = tl.load(q_ptr + b * sq_b + heads[:, None] * sq_h + di[None, :], mask=(gi < G)[:, None], other=0.0)
     m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_G], tl.float32)
     acc = tl.zeros([BLOCK_G, D], tl.float32)
@@ -101,16 +117,16 @@ def _split_merge_kernel(m_ptr, l_ptr, acc_ptr, o_ptr, os_ptr, so_b, so_h, s_osb,
                  QUANT, GROUP, MX, EXACT_CVT)
 
 
-def decode_attention_split(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor | None, lengths: Tensor,
-                           splits: int, quant_group: int = 0, k_scale: Tensor | None = None,
+def decode_attention_split(q: Tensor | FusedRope, k_cache: Tensor, v_cache: Tensor, slots: Tensor | None,
+                           lengths: Tensor, splits: int, quant_group: int = 0, k_scale: Tensor | None = None,
                            v_scale: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
     """:func:`~ttsfleet.kernels.triton_attention.decode_attention_triton`'s contract, the keys of every
     (row, KV head) shared out among ``splits`` programs (two launches)."""
-    bs, h, d = q.shape
     kv = k_cache.shape[2]
+    q, q_ptr, sq_b, sq_h, fused = query_args(q, kv)
+    bs, h, d = q.shape
     g = h // kv
     rows_g = block_g(g)
-    q = q.contiguous()
     out, osc = output_buffers(q, quant_group)
     m = torch.empty(bs, kv, splits, rows_g, device=q.device, dtype=torch.float32)
     total = torch.empty_like(m)
@@ -118,13 +134,14 @@ def decode_attention_split(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: T
     fp8 = k_scale is not None
     ks, vs, s_st = cache_scale_args(k_scale, v_scale, lengths)
     _split_partial_kernel[(bs, kv, splits)](
-        q, k_cache, v_cache, m, total, acc, lengths if slots is None else slots, lengths, ks, vs,
-        1.0 / math.sqrt(d), q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        q_ptr, k_cache, v_cache, m, total, acc, lengths if slots is None else slots, lengths, ks, vs,
+        1.0 / math.sqrt(d), sq_b, sq_h, k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         0 if lengths.numel() == 1 else lengths.stride(0), *s_st,
         G=g, BLOCK_G=rows_g, D=d, BLOCK_N=attention_block_n(k_cache.shape[1]), SPLITS=splits,
         SLOT_IS_ROW=slots is None, KEYS_BOUND=k_cache.shape[1] if INTERPRETING else 0, KV_FP8=fp8,
-        USE_PDL=PDL, **kv_prefetch_args(k_cache, v_cache, bs * kv * splits, splits), num_warps=attn_tile()[0],
-        **launch_opts(),
+        USE_PDL=PDL, **kv_prefetch_args(k_cache, v_cache, bs * kv * splits, splits),
+        **(dict(fused, EXACT_CVT=INTERPRETING) if fused else {}),
+        num_warps=attn_tile()[0], **launch_opts(),
     )
     _split_merge_kernel[(bs, kv)](
         m, total, acc, out, osc, out.stride(0), out.stride(1), osc.stride(0),

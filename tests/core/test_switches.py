@@ -40,6 +40,8 @@ MODEL_SWITCHES = {  # variable: (default, the parsed default, a bad value, its w
                                "TTSFLEET_GEMM_PREFETCH='all': expected off, auto or a count 1..64"),
     "TTSFLEET_ATTN_PREFETCH": ("off", "off", "0",
                                "TTSFLEET_ATTN_PREFETCH='0': expected off, auto or a count 1..64"),
+    "TTSFLEET_ROPE_ATTENTION": ("separate", "separate", "both",
+                                "TTSFLEET_ROPE_ATTENTION='both': expected one of separate, fused"),
 }
 
 
@@ -130,6 +132,7 @@ def test_the_model_switches_are_registered_with_their_defaults_and_messages() ->
     assert decode.attn_tile == decode.ATTN_TILE_SWITCH.get
     assert decode.set_gemm_prefetch == decode.GEMM_PREFETCH_SWITCH.set
     assert decode.attn_prefetch == decode.ATTN_PREFETCH_SWITCH.get
+    assert decode.set_rope_attention == decode.ROPE_ATTENTION_SWITCH.set
     assert model_layers.set_prompt_gqa == model_layers.PROMPT_GQA_SWITCH.set
 
 

@@ -181,10 +181,12 @@ def test_unfusable_rows_keep_the_reference_sampler() -> None:
     assert _batch([SamplingParams(top_k=0, temperature=0.0)]).fusable  # greedy ignores top_k
 
 
-@pytest.mark.parametrize("fusable,quantize,select", [(True, "bf16", "torch"), (False, "bf16", "torch"),
-                                                     (True, "bsgemm_fp8", "torch"), (True, "mxfp8", "torch"),
-                                                     (True, "bf16", "kernel")])
-def test_fused_decode_step_emits_the_reference_frames(fusable: bool, quantize: str, select: str,
+@pytest.mark.parametrize("fusable,quantize,select,rope", [
+    (True, "bf16", "torch", "separate"), (False, "bf16", "torch", "separate"),
+    (True, "bsgemm_fp8", "torch", "separate"), (True, "mxfp8", "torch", "separate"),
+    (True, "bf16", "kernel", "separate"), (True, "bf16", "kernel", "fused"),
+    (True, "bsgemm_fp8", "torch", "fused")])
+def test_fused_decode_step_emits_the_reference_frames(fusable: bool, quantize: str, select: str, rope: str,
                                                       request: pytest.FixtureRequest) -> None:
     """Whole frames (main token + 10 codes) of the fused path equal the reference path's; with FP8
     weights the fused norms / attention hand the GEMMs FP8 codes the reference quantizes itself.
@@ -195,13 +197,24 @@ def test_fused_decode_step_emits_the_reference_frames(fusable: bool, quantize: s
     trained-like margins ``test_gpu_s2pro_gate.py`` is the GPU's check of the same claim. ``mxfp8``
     is the RTX 5090 / 6000 PRO scheme: its whole fused path (1x32 codes from the norms and attention,
     the mxfp8 GEMM configs) runs here, the numerics half of the sm_120 path (``compile_check`` is the
-    other half). ``select="kernel"``: the sampler selects its top-k inside its one launch."""
+    other half). ``select="kernel"``: the sampler selects its top-k inside its one launch.
+    ``rope="fused"``: the RoPE + KV store inside decode attention's launch (slow and fast blocks)."""
     if quantize != "bf16" and DEV == "cuda":
         pytest.skip("FP8 frames are compared bit-exactly in the interpreter; the S2 Pro gate covers the GPU")
     from ttsfleet.kernels import decode as kd
 
     kd.set_topk_select(select)
     request.addfinalizer(kd.TOPK_SELECT_SWITCH.reset)  # the environment's (or default) again
+    kd.set_rope_attention(rope)
+    request.addfinalizer(kd.ROPE_ATTENTION_SWITCH.reset)
+    separate_calls = []  # the separate RoPE + KV store kernel's launches during decode steps
+    launch = _kernels().qkv_rope_store
+
+    def counted(*args: object, **kwargs: object) -> torch.Tensor:
+        separate_calls.append(1)
+        return launch(*args, **kwargs)
+
+    request.getfixturevalue("monkeypatch").setattr(_kernels(), "qkv_rope_store", counted)
     model = load_model("tiny", device=DEV, dtype=torch.float32, quantize=quantize)
     g = torch.Generator().manual_seed(5)
     prompt = torch.randint(0, 500, (1 + model.config.num_codebooks, 9), generator=g)
@@ -217,11 +230,14 @@ def test_fused_decode_step_emits_the_reference_frames(fusable: bool, quantize: s
         window = torch.full((bs, 16, model.config.num_codebooks), -1, dtype=torch.int32, device=DEV)
         slots = torch.tensor([2, 0, 1], device=DEV)
         out = []
+        separate_calls.clear()  # (prefill's causal attention keeps the separate kernel)
         for _ in range(steps):
             f = model.decode_step(cache, slots, batch, window)
             window = torch.cat([window[:, 1:], f[:, None, 1:].int()], dim=1)
             out.append(f)
         frames[mode] = (torch.stack(out), cache.lengths.clone(), cache.pending_logits.clone())
+    # the fused decode path launches it per block unless the RoPE runs inside attention
+    assert (len(separate_calls) == 0) == (rope == "fused"), len(separate_calls)
     (ref, ref_len, ref_logits), (got, got_len, got_logits) = frames.values()
     assert torch.equal(got, ref)
     assert torch.equal(got_len, ref_len)
