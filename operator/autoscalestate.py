@@ -9,7 +9,9 @@ monotonic clock. What a restart must not lose is what can still hold replicas up
   steady state writes nothing; each is stored with its wall time, rounded *up* to a second;
 * each pool's newest recommendation, without its time (it moves every step); a restart counts it
   from the restart, which holds it at least as long as the lost time would have;
-* the panic deadline (wall time, rounded up).
+* the panic deadline (wall time, rounded up);
+* the last panic step (wall time, rounded up), which ``burst_hold_s`` holds the scale-down window
+  from: without it a restarted operator would drop to the shorter window until the next panic.
 
 The load samples (means over the last seconds) are measured again after a restart. Wall times
 are fixed once per monotonic instant (:class:`WallClock`), so clock drift never rewrites them.
@@ -72,17 +74,20 @@ def to_status(state: AutoscaleState, clock: WallClock, now: float, wall: float) 
             recs.append({"pool": pool, "replicas": int(v), "time": iso(clock.wall_of(t, now, wall))})
     # Lists and an always-present string: a merge patch replaces them whole (a removed pool or an
     # ended panic leaves nothing stale behind that would differ on every step).
-    out: dict[str, Any] = {"recommendations": recs, "latest": latest, "panicUntil": ""}
+    out: dict[str, Any] = {"recommendations": recs, "latest": latest, "panicUntil": "", "lastPanic": ""}
     if state.panic_until is not None:
         used.add(state.panic_until)
         out["panicUntil"] = iso(clock.wall_of(state.panic_until, now, wall))
+    if state.last_panic is not None:
+        used.add(state.last_panic)
+        out["lastPanic"] = iso(clock.wall_of(state.last_panic, now, wall))
     clock.keep_only(used)
     return out
 
 
 def from_status(stored: Mapping[str, Any], now: float, wall: float) -> tuple[AutoscaleState, WallClock]:
     """The state a restarted operator continues from: held recommendations at their times, each
-    pool's newest one as of now, the panic deadline if it is still ahead."""
+    pool's newest one as of now, the panic deadline if it is still ahead, the last panic step."""
     clock = WallClock()
     recs: dict[str, list[tuple[float, int]]] = {}
     for r in stored.get("recommendations") or []:
@@ -99,6 +104,11 @@ def from_status(stored: Mapping[str, Any], now: float, wall: float) -> tuple[Aut
     if panic is not None and panic > wall:
         panic_until = now + (panic - wall)
         clock.walls[panic_until] = panic
-    state = dataclasses.replace(AutoscaleState(), panic_until=panic_until,
+    last = parse_time(stored.get("lastPanic"))
+    last_panic = None
+    if last is not None:
+        last_panic = now - (wall - last)
+        clock.walls[last_panic] = last
+    state = dataclasses.replace(AutoscaleState(), panic_until=panic_until, last_panic=last_panic,
                                 recommendations={k: tuple(sorted(v)) for k, v in recs.items()})
     return state, clock

@@ -360,6 +360,8 @@ class AutoscalerMemory(WireModel):
     recommendations: list[HeldRecommendation] = Field(default_factory=list)
     latest: list[LatestRecommendation] = Field(default_factory=list)
     panic_until: str = Field(default="", description="panic mode lasts until (UTC); empty: no panic")
+    last_panic: str = Field(default="", description="the last panic step (UTC, rounded up): what "
+                            "burstHoldS counts from; empty: none yet")
 
 
 class TTSDeploymentStatus(WireModel):

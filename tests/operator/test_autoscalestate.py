@@ -27,14 +27,16 @@ STEP = 5.0
 LOAD = [10, 30, 60, 60, 60, 60, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
 
 
-def step(state: AutoscaleState, replicas: int, t: float, load: float) -> tuple[int, AutoscaleState]:
+def step(state: AutoscaleState, replicas: int, t: float, load: float,
+         cfg: AutoscaleConfig = CFG) -> tuple[int, AutoscaleState]:
     sig = DeploymentSignals(t=t, pools={"h200": PoolSignals(in_flight=load, ready_replicas=replicas,
                                                             current_replicas=replicas)})
-    decision, state = decide_replicas(CFG, POOLS, CATALOG, state, sig)
+    decision, state = decide_replicas(cfg, POOLS, CATALOG, state, sig)
     return decision.pools[0].desired, state
 
 
-def run(loads: list[float], restart_at: int | None = None) -> tuple[list[int], list[dict]]:
+def run(loads: list[float], restart_at: int | None = None,
+        cfg: AutoscaleConfig = CFG) -> tuple[list[int], list[dict]]:
     """Replicas decided per step (and the status written), restarting once before ``restart_at``."""
     state, clock, replicas, out, written = AutoscaleState(), WallClock(), 1, [], []
     mono0 = 0.0
@@ -45,7 +47,7 @@ def run(loads: list[float], restart_at: int | None = None) -> tuple[list[int], l
             AutoscalerMemory.model_validate(stored)  # the CRD's own model
             mono0 = 1000.0  # a new process: another monotonic origin
             state, clock = from_status(stored, t + mono0, wall)
-        replicas, state = step(state, replicas, t + mono0, load)
+        replicas, state = step(state, replicas, t + mono0, load, cfg)
         out.append(replicas)
         written.append(to_status(state, clock, t + mono0, wall))
     return out, written
@@ -93,3 +95,19 @@ def test_panic_survives_a_restart() -> None:
     assert restored.panic_until is not None and restored.panic_until >= 500.0 + (state.panic_until - 1)
     expired, _ = from_status(stored, 500.0, WALL0 + 3600)
     assert expired.panic_until is None
+
+
+#: The burst hold (``burstHoldS``): after a panic the scale-down window is 60 s instead of 30 s.
+HOLD = CFG.model_copy(update={"burst_hold_s": 60.0})
+#: A burst that panics, then quiet long enough for the hold to decide when replicas drop.
+BURST = [10, 200, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+
+
+def test_the_last_panic_survives_a_restart() -> None:
+    full, written = run(BURST, cfg=HOLD)
+    assert any(w["lastPanic"] for w in written)
+    plain, _ = run(BURST)
+    assert full != plain, "the hold did not change the decisions: the test would not see it lost"
+    for restart_at in range(2, len(BURST)):
+        restarted, _ = run(BURST, restart_at, cfg=HOLD)
+        assert restarted == full, f"restart before step {restart_at}: {restarted} vs {full}"
