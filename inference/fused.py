@@ -24,7 +24,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 from ttsfleet.kernels import decode as kd
 from ttsfleet.kernels import dispatch
@@ -260,7 +259,7 @@ def fast_decode(model: DualARModel, hidden: Tensor, cb0: Tensor, sampling: Sampl
         _, normed = run_blocks(layers, x, model.fast_rope, positions[k:k + 1], fk, fv, None,
                                decode_attend(None, positions[k + 1:k + 2]), model.fast_norm)
         if k:
-            logits = F.linear(normed.float(), model.fast_head)
+            logits = model.codebook_logits(normed)
             win = None if window is None else window[:, :, k]
             codes.append(_sample(logits, sampling, step, 1 + k, win))
     return torch.stack(codes, dim=1)

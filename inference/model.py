@@ -93,7 +93,7 @@ from ttsfleet.quantization import BF16, QuantScheme, is_fp8, parse_scheme
 from . import fused
 from .fused import fused_enabled
 from .model_config import DualARConfig
-from .model_layers import Block, Linear, RMSNorm, attend, rope_table
+from .model_layers import Block, Linear, RMSNorm, attend, head_logits, rope_table
 from .sampling import SamplingBatch, sample, sample_main
 
 if TYPE_CHECKING:
@@ -279,6 +279,9 @@ class DualARModel(nn.Module):
         self.register_buffer("main_head", torch.empty(0), persistent=False)
         self.register_buffer("main_head_ids", torch.empty(0, dtype=torch.int64), persistent=False)
         self.register_buffer("fast_head", torch.empty(0), persistent=False)
+        # the heads' bf16 rows where the checkpoint's are bf16 (exact), for TTSFLEET_HEAD_GEMM=bf16
+        self.register_buffer("main_head_bf16", None, persistent=False)
+        self.register_buffer("fast_head_bf16", None, persistent=False)
         self.register_buffer("fast_positions", torch.empty(0, dtype=torch.int64), persistent=False)
         self.quantization: QuantScheme = BF16  # the scheme its projections run (set by quantize_)
         self.restrict_main_head = True  # False: reference path over the whole vocab (tests only)
@@ -299,6 +302,9 @@ class DualARModel(nn.Module):
         self.main_head_ids = ids
         self.main_head = self._lm_head_weight().detach().index_select(0, ids).float().contiguous()
         self.fast_head = self.fast_output.weight.detach().float().clone()
+        main, fast = self._lm_head_weight().detach(), self.fast_output.weight.detach()
+        self.main_head_bf16 = main.index_select(0, ids).contiguous() if main.dtype == torch.bfloat16 else None
+        self.fast_head_bf16 = fast.clone() if fast.dtype == torch.bfloat16 else None
         self.fast_positions = torch.arange(c.num_codebooks + 1, device=self.device)
 
     def quantize_(self, scheme: str) -> None:
@@ -390,10 +396,14 @@ class DualARModel(nn.Module):
         w = self.embeddings.weight if self.output is None else None
         return F.linear(normed, w) if w is not None else self.output(normed)
 
+    def codebook_logits(self, normed: Tensor) -> Tensor:
+        """Float32 codebook logits ``[..., codebook_size]`` of the fast model's normed hidden."""
+        return head_logits(normed, self.fast_head, self.fast_head_bf16)
+
     def main_logits(self, normed: Tensor) -> Tensor:
         """Float32 main-token logits ``[..., n_allowed]`` (columns in ``main_head_ids`` order)."""
         if self.restrict_main_head:
-            return F.linear(normed.float(), self.main_head)
+            return head_logits(normed, self.main_head, self.main_head_bf16)
         full = F.linear(normed.float(), self._lm_head_weight().float())  # [..., vocab]
         return full.index_select(-1, self.main_head_ids)
 
@@ -572,7 +582,7 @@ class DualARModel(nn.Module):
             q, k, v = blk.attention.qkv(blk.attention_norm(x), rope)
             x = x + blk.attention.wo(attend(q, k, v, None, causal=True))
             x = self._ffn_block(blk, x)
-        return F.linear(self.fast_norm(x).float(), self.fast_head)
+        return self.codebook_logits(self.fast_norm(x))
 
     def _fast_decode(self, hidden: Tensor, cb0: Tensor, sampling: SamplingBatch, window: Tensor | None,
                      step: Tensor) -> Tensor:
@@ -585,7 +595,7 @@ class DualARModel(nn.Module):
         codes = [cb0]
         for k in range(1, n):
             x = self._fast_layers_step(self.fast_embeddings(codes[-1])[:, None], k, fk, fv)
-            logits = F.linear(self.fast_norm(x[:, 0]).float(), self.fast_head)
+            logits = self.codebook_logits(self.fast_norm(x[:, 0]))
             win = None if window is None else window[:, :, k]
             codes.append(sample(logits, sampling, step, draw=1 + k, window=win))
         return torch.stack(codes, dim=1)

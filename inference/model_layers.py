@@ -66,6 +66,45 @@ class RMSNorm(nn.Module):
         return y.type_as(x) * self.weight
 
 
+#: How the two sampling heads (main token, codebooks) compute their float32 logits: ``float32`` (the
+#: default: ``F.linear`` of float32 copies, FP32 SIMT GEMMs) or ``bf16`` (CUDA, a bf16 model: the
+#: checkpoint's own bf16 rows through cuBLAS's bf16 tensor-core GEMM with float32 output,
+#: ``torch.mm(out_dtype=float32)``). The same products either way (a bf16 x bf16 product is exact in
+#: float32, and the float32 copies are exact), float32 sums in another order, half the bytes read
+#: (the heads are 0.42 GB of a frame's 8.1 GB floor on S2 Pro) and tensor cores at batch 64, where
+#: the float32 heads took 395 us of a 9.1 ms step (H200, ``2026-12-01-step``). Built 2026-12-04
+#: without a GPU (torch's ``mm.dtype`` has no CPU kernel), not yet timed: ``decode_levers.py``'s
+#: ``headbf16`` row. Process switch, read once.
+HEAD_GEMM_ENV = "TTSFLEET_HEAD_GEMM"
+HEAD_GEMMS = ("float32", "bf16")
+
+
+def parse_head_gemm(value: str) -> str:
+    """``float32`` / ``bf16`` (blank: ``float32``), else a ``ValueError`` naming the choices (the
+    server checks ``TTSFLEET_HEAD_GEMM`` with it at start)."""
+    value = value.strip().lower() or "float32"
+    if value not in HEAD_GEMMS:
+        raise ValueError(f"{HEAD_GEMM_ENV}={value!r}: expected one of {', '.join(HEAD_GEMMS)}")
+    return value
+
+
+HEAD_GEMM_SWITCH: ProcessSwitch[str] = ProcessSwitch(HEAD_GEMM_ENV, "float32", parse_head_gemm)
+#: The heads' GEMM for this process (``TTSFLEET_HEAD_GEMM``, default ``float32``).
+head_gemm = HEAD_GEMM_SWITCH.get
+#: Choose the heads' GEMM for this process (tests and benchmarks A/B it).
+set_head_gemm = HEAD_GEMM_SWITCH.set
+
+
+def head_logits(x: Tensor, head: Tensor, head_bf16: Tensor | None) -> Tensor:
+    """Float32 logits ``x @ head.T`` (``head``: float32 ``[V, dim]``; ``head_bf16``: its bf16 rows when
+    the checkpoint's are bf16, else None): the bf16 GEMM with float32 output where :func:`head_gemm`
+    says ``bf16``, ``x`` is bf16 on CUDA and ``head_bf16`` exists; else ``F.linear`` in float32."""
+    if head_bf16 is not None and x.is_cuda and x.dtype == torch.bfloat16 and head_gemm() == "bf16":
+        rows = x.reshape(-1, x.shape[-1])
+        return torch.mm(rows, head_bf16.t(), out_dtype=torch.float32).view(*x.shape[:-1], head_bf16.shape[0])
+    return F.linear(x.float(), head)
+
+
 def rope_table(n_pos: int, head_dim: int, base: float) -> Tensor:
     """``[n_pos, head_dim // 2, 2]`` (cos, sin) in **bf16**, as the reference stores it."""
     inv = 1.0 / (base ** (torch.arange(0, head_dim, 2)[: head_dim // 2].float() / head_dim))

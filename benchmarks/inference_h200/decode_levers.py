@@ -18,6 +18,8 @@ alternately, against the default step beside them:
   first K/V blocks (``TTSFLEET_ATTN_PREFETCH``);
 * ``ropefused``: the q/k norm + RoPE + KV store inside decode attention's launch
   (``TTSFLEET_ROPE_ATTENTION=fused``: one launch per block fewer);
+* ``headbf16``: the sampling heads through cuBLAS's bf16 GEMM with float32 output
+  (``TTSFLEET_HEAD_GEMM=bf16``: the same products, half the bytes, tensor cores);
 * ``tile@WxK``: decode attention launched with W warps and K keys per block (``TTSFLEET_ATTN_TILE``;
   ``4x64`` the default, ``8x32`` the one without register spills on sm_90);
 * levers joined by ``+`` run together (``fp8kv+split``: the FP8 cache's slower key loop spread
@@ -34,6 +36,7 @@ medians (ms per step) and the ratio to the default; JSON to ``$OUT/decode_levers
     LEVER_VARIANTS=default,tile@8x32,tile@8x64,split@off+tile@8x32   # the attention launch tile
     LEVER_VARIANTS=default,prefetch,prefetch@2,kvprefetch,prefetch+kvprefetch   # prefetch into L2
     LEVER_VARIANTS=default,ropefused,ropefused+prefetch+kvprefetch   # RoPE inside attention
+    LEVER_VARIANTS=default,headbf16   # the heads' bf16 GEMM
 """
 
 from __future__ import annotations
@@ -82,6 +85,7 @@ def _kv_kind(name: str) -> str:
 def _variant(name: str) -> dict[str, Any]:
     """Switch the process to variant ``name`` (levers joined by ``+`` combine, e.g.
     ``fp8kv+split``); returns its cache kind."""
+    from ttsfleet.inference import model_layers
     from ttsfleet.kernels import decode, dispatch
 
     from ttsfleet.catalog import GpuCatalog
@@ -96,6 +100,7 @@ def _variant(name: str) -> dict[str, Any]:
     kv_prefetch = next((p for p in parts if p.startswith("kvprefetch")), None)
     decode.set_attn_prefetch((kv_prefetch.partition("@")[2] or "auto") if kv_prefetch else "off")
     decode.set_rope_attention("fused" if "ropefused" in parts else "separate")
+    model_layers.set_head_gemm("bf16" if "headbf16" in parts else "float32")
     tile = next((p for p in parts if p.startswith("tile@")), "tile@4x64")
     decode.set_attn_tile(tile.partition("@")[2])
     if cublas:
@@ -114,8 +119,8 @@ def main() -> None:
     t0 = time.time()
     model = load_model("s2-pro", device="cuda", dtype=torch.bfloat16, quantize="auto",
                        max_seq_len=max(1024, CONTEXT + 64))
-    variants = VARIANTS or ["default", "prefetch", "prefetch@2", "kvprefetch", "ropefused",
-                            "ropefused+prefetch+kvprefetch", *[f"cublas@{r}" for r in CUBLAS_ROWS]]
+    variants = VARIANTS or ["default", "prefetch", "prefetch@2", "kvprefetch", "ropefused", "headbf16",
+                            "ropefused+prefetch+kvprefetch+headbf16", *[f"cublas@{r}" for r in CUBLAS_ROWS]]
     if "default" not in variants:
         variants.insert(0, "default")  # every ratio is to the default beside it
     kinds = {_kv_kind(v) for v in variants}
