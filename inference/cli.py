@@ -73,6 +73,11 @@ def serve(
                                      "decoder's convolutions (channels-last: cuDNN's NHWC kernels, 1.15x "
                                      "faster pushes on an H200; env TTSFLEET_CODEC_LAYOUT, default: the GPU "
                                      "class's, channels-last on an H200, else ncl)."),
+    preset_text: str = typer.Option(None, metavar="TEXT", help="bytes | qwen-bpe: how a random-weight "
+                                    "preset (s2-pro, ...) tokenizes text; qwen-bpe: S2 Pro's own text "
+                                    "vocabulary, prompts of the real model's length (needs pip install "
+                                    "--no-deps dashscope for Qwen's ranks; env TTSFLEET_PRESET_TEXT, "
+                                    "default bytes)."),
     catalog: str = typer.Option(None, help="GPU catalog file merged over the built-in classes: a class "
                                 "it adds gets its scheme, limits and kernels (env TTSFLEET_CATALOG)."),
     codec_fast: bool = typer.Option(None, "--codec-fast/--no-codec-fast", help="CUDA: bf16 codec, fused "
@@ -114,7 +119,7 @@ def serve(
         max_text_chars=max_text_chars, max_new_tokens=max_new_tokens, drain_grace_s=drain_grace_s,
         drain_timeout_s=drain_timeout_s, body_timeout_s=body_timeout_s, seed=seed,
         prefill_chunk_tokens=prefill_chunk_tokens, prefill_coalesce_ms=prefill_coalesce_ms, catalog=catalog,
-        codec_gather_ms=codec_gather_ms, codec_layout=codec_layout,
+        codec_gather_ms=codec_gather_ms, codec_layout=codec_layout, preset_text=preset_text,
         codec_fast=codec_fast, codec_compile=codec_compile, prefill_graphs=prefill_graphs,
         gil_switch_ms=gil_switch_ms, prefix_reuse=prefix_reuse, codec_process=codec_process, mps=mps)
     code = run(cfg, log_level=log_level)

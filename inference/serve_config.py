@@ -22,6 +22,7 @@ from ttsfleet.contracts.serving import (
     CODEC_COMPILE_MODES,
     CODEC_LAYOUTS,
     INFERENCE_PORT,
+    PRESET_TEXTS,
     SERVER_ENV,
     read_server_env,
 )
@@ -72,6 +73,11 @@ class ServeConfig:
     #: on its GPU (``ServingDefaults.codec_layout``: channels-last on an H200, measured +6 % served
     #: frames/s side by side), NCL on the CPU and without a class.
     codec_layout: str = ""
+    #: A random-weight preset's text tokenizer: ``bytes`` (one token per byte) or ``qwen-bpe`` (Qwen's
+    #: BPE, S2 Pro's own text vocabulary: a benchmark's prompts at the real model's length, ~4x fewer
+    #: tokens; ``inference.tokenizer.QwenTextTokenizer``). A checkpoint directory's own tokenizer
+    #: ignores it.
+    preset_text: str = "bytes"
     #: bf16 codec + fused Snake kernel + CUDA graphs for every stream-count bucket (CUDA only; CPU
     #: serving keeps float32). On since the side-by-side H200 run of 2026-12-02
     #: (benchmarks/inference_h200/2026-12-02-ab: 3.4x the frames/s at c=64, first audio p99 9.0 ->
@@ -164,6 +170,10 @@ class ServeConfig:
             raise UserError(f"codec layout {self.codec_layout!r} (--codec-layout / {ENV['codec_layout']}) "
                             f"is not {' or '.join(CODEC_LAYOUTS)}")
         self.mps = check_mps_mode(self.mps, f"--mps / {ENV['mps']}")
+        self.preset_text = self.preset_text.strip().lower()
+        if self.preset_text not in PRESET_TEXTS:
+            raise UserError(f"preset text {self.preset_text!r} (--preset-text / {ENV['preset_text']}) is not "
+                            f"{' or '.join(PRESET_TEXTS)}")
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise UserError(f"device {self.device!r} is not auto, cpu or cuda[:N]")
         if not 1 <= self.port <= 65535:

@@ -165,7 +165,7 @@ class ServerState:
                                            quantize=quant, seed=cfg.seed, catalog=cfg.gpu_catalog)
             fast_codec = on_cuda and cfg.codec_fast
             self.codec = load_codec(cfg.checkpoint, device=device, fast=fast_codec)
-            self.tokenizer = load_tokenizer(cfg.checkpoint)
+            self.tokenizer = load_tokenizer(cfg.checkpoint, cfg.preset_text)
             self.engine = Engine(self.model, self.codec, EngineConfig(
                 max_running_requests=cfg.max_running_requests, max_queue=cfg.max_queue,
                 cuda_graph_max_bs=cfg.cuda_graph_max_bs, device=device, pad_to_buckets=on_cuda,

@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 from typing import Protocol
 
+from ttsfleet.contracts.serving import PRESET_TEXTS
 from ttsfleet.errors import UserError
 
 IM_START, IM_END, VOICE = "<|im_start|>", "<|im_end|>", "<|voice|>"
@@ -163,27 +164,99 @@ class TiktokenTokenizer(_Base):
         return self._enc.decode(ids)
 
 
-def preset_tokenizer(name: str) -> TinyTokenizer:
-    """The byte-level tokenizer of a random-weight model preset (``s2-pro``, ...): tiny's layout with the
-    preset's ``<|im_start|>`` / ``<|im_end|>`` / ``<|voice|>`` / semantic ids, so a served preset (a
-    benchmark at the real shape) builds prompts of the real format; the text itself is bytes."""
+#: Qwen's pre-tokenizer split (the regex of Qwen's byte-level BPE, whose 151,643 ranks are S2 Pro's
+#: text vocabulary, ids 0 .. 151,642).
+QWEN_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def qwen_ranks_path() -> Path:
+    """Qwen's BPE ranks (``qwen.tiktoken``) as Alibaba's ``dashscope`` package ships them (found without
+    importing the package); a :class:`UserError` naming the install where it is absent."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("dashscope")
+    roots = [] if spec is None else list(spec.submodule_search_locations or [])
+    for root in roots:
+        path = Path(root) / "resources" / "qwen.tiktoken"
+        if path.is_file():
+            return path
+    raise UserError("the qwen-bpe preset text needs Qwen's BPE ranks: pip install --no-deps dashscope "
+                    "(it ships resources/qwen.tiktoken)")
+
+
+class QwenTextTokenizer(TinyTokenizer):
+    """A random-weight preset's tokenizer whose text goes through Qwen's BPE (S2 Pro's text vocabulary)
+    instead of one token per byte: the specials keep the preset's layout (:func:`preset_tokenizer`),
+    so prompts have the real format *and* the real model's length. Why: byte-level text made the
+    served benchmark's 290-character prompt 355 tokens where S2 Pro's tokenizer gives about 90, so
+    prefill weighed ~4x what it does in service. Decoding maps ids below the ranks' count to text,
+    others through the specials (the few specials the preset places among the ranks, e.g.
+    ``<|speaker:N|>`` at 20 + N, decode as text: random weights never emit them)."""
+
+    def __init__(self, ranks_file: Path, **preset_ids: int) -> None:
+        import tiktoken
+
+        super().__init__(**preset_ids)
+        ranks = {base64.b64decode(tok): int(rank) for tok, rank in
+                 (line.split() for line in ranks_file.read_bytes().splitlines() if line.strip())}
+        self._bpe = tiktoken.Encoding(name="qwen-bpe", pat_str=QWEN_PATTERN, mergeable_ranks=ranks,
+                                      special_tokens={})
+        self._n_ranks = len(ranks)
+
+    def encode(self, text: str) -> list[int]:
+        out: list[int] = []
+        for part in self._split.split(text):
+            if part in self.specials:
+                out.append(self.specials[part])
+            elif part:
+                out.extend(self._bpe.encode_ordinary(part))
+        return out
+
+    def decode(self, ids: list[int]) -> str:
+        text, run = [], []
+        for i in [*ids, -1]:
+            if 0 <= i < self._n_ranks:
+                run.append(i)
+                continue
+            text.append(self._bpe.decode(run))
+            run = []
+            text.append(self._inv.get(i, ""))
+        return "".join(text)
+
+
+def preset_tokenizer(name: str, text: str = "bytes") -> TinyTokenizer:
+    """The tokenizer of a random-weight model preset (``s2-pro``, ...): tiny's layout with the preset's
+    ``<|im_start|>`` / ``<|im_end|>`` / ``<|voice|>`` / semantic ids, so a served preset (a benchmark
+    at the real shape) builds prompts of the real format; the text itself is bytes, or (``text=
+    "qwen-bpe"``, :class:`QwenTextTokenizer`) Qwen's BPE where the preset's vocabulary holds it."""
     from .model_config import preset
 
     c = preset(name)
-    return TinyTokenizer(im_start=10 if c.im_start_id is None else c.im_start_id, im_end=c.im_end_id,
-                         voice=12 if c.voice_id is None else c.voice_id,
-                         semantic_begin=c.semantic_begin_id, num_semantic=c.num_semantic)
+    ids = dict(im_start=10 if c.im_start_id is None else c.im_start_id, im_end=c.im_end_id,
+               voice=12 if c.voice_id is None else c.voice_id, semantic_begin=c.semantic_begin_id,
+               num_semantic=c.num_semantic)
+    if text == "bytes":
+        return TinyTokenizer(**ids)
+    if text != "qwen-bpe":
+        raise UserError(f"preset text {text!r} is not one of {', '.join(PRESET_TEXTS)}")
+    ranks = qwen_ranks_path()
+    tok = QwenTextTokenizer(ranks, **ids)
+    if tok._n_ranks > c.semantic_begin_id:  # the ranks must sit below the preset's own ids
+        raise UserError(f"preset {name!r} has {c.semantic_begin_id} text ids, fewer than Qwen's BPE's "
+                        f"{tok._n_ranks}: use the bytes preset text")
+    return tok
 
 
-def load_tokenizer(name_or_dir: str | Path) -> Tokenizer:
-    """``"tiny"``, another random-weight model preset (:func:`preset_tokenizer`) or a checkpoint directory
-    holding ``tokenizer.json`` or ``tokenizer.tiktoken``."""
+def load_tokenizer(name_or_dir: str | Path, preset_text: str = "bytes") -> Tokenizer:
+    """``"tiny"``, another random-weight model preset (:func:`preset_tokenizer`, its text as
+    ``preset_text`` says) or a checkpoint directory holding ``tokenizer.json`` or ``tokenizer.tiktoken``."""
     from .model_config import PRESETS
 
     if str(name_or_dir) == "tiny":
         return TinyTokenizer()
     if str(name_or_dir) in PRESETS and not Path(name_or_dir).exists():
-        return preset_tokenizer(str(name_or_dir))
+        return preset_tokenizer(str(name_or_dir), preset_text)
     d = Path(name_or_dir)
     if d.is_file():
         d = d.parent

@@ -37,6 +37,9 @@ index_args=()
 if [ -n "${TORCH_INDEX_URL:-}" ]; then index_args=(--extra-index-url "$TORCH_INDEX_URL"); fi
 echo "== pip install $TORCH_PIN + .[all] (one resolver run)"
 python3 -P -m pip install -q --disable-pip-version-check "${index_args[@]}" "$TORCH_PIN" -e ".[all]"
+# Qwen's BPE ranks (S2 Pro's text vocabulary) as Alibaba's dashscope ships them, for the qwen-bpe
+# preset text; only its data file is read (never imported), so none of its dependencies is needed
+python3 -P -m pip install -q --disable-pip-version-check --no-deps "dashscope==2.0.2"
 
 bash scripts/kube-local.sh build   # the local Kubernetes control plane (cached; tests/operator/kube)
 

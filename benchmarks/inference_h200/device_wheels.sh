@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 DEST=.whl
 TOP=(pydantic cffi fastapi uvicorn soundfile soxr python-multipart websockets py-spy "fish-audio-sdk==1.3.0"
-     pytest-asyncio)
+     pytest-asyncio tiktoken)
 # in the image (2026-11-17 list, normalised names): never carried
 IMAGE="anyio certifi click h11 httpcore httpx idna numpy typing_extensions rich markdown_it_py mdurl
 pygments prometheus_client msgpack pytest pluggy iniconfig packaging shellingham typer
@@ -19,5 +19,7 @@ rm -rf "$DEST"; mkdir -p "$DEST"
 python3 -P -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
   --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d "$DEST" "${TOP[@]}"
+# Qwen's BPE ranks for --preset-text qwen-bpe: the data file only (installed --no-deps, never imported)
+python3 -P -m pip download -q --no-deps --only-binary=:all: -d "$DEST" "dashscope==2.0.2"
 for name in $IMAGE; do rm -f "$DEST"/"$name"-*.whl; done
 ls "$DEST"; du -sh "$DEST"

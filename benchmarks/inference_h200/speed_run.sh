@@ -15,6 +15,8 @@
 # ab: SERVE_ARGS_A / SERVE_ARGS_B alternated AB_ROUNDS times in one call),
 # serve runs with --gpu-class h200, whose catalog default since 2026-12-03d is the codec process under
 # MPS (the server starts the daemon itself; `--no-codec-process` in SERVE_ARGS is the codec thread),
+# SERVE_ARGS="--preset-text qwen-bpe": prompts at S2 Pro's real length (Qwen's BPE: the 290-character
+# text 85 tokens instead of 355 as bytes; needs the dashscope wheel device_wheels.sh fetches),
 # LEVELS ("1:8 64:640 128:1280" = concurrency:requests), FRAMES (128), PYSPY_AT (a concurrency:
 # py-spy samples the server's threads during that level).
 set -u

@@ -58,6 +58,10 @@ CODEC_GATHER_MS = "TTSFLEET_CODEC_GATHER_MS"
 #: The codec decoder's memory layout: ``ncl`` (the default) or ``channels-last`` (cuDNN's NHWC
 #: convolutions, :data:`CODEC_LAYOUTS`).
 CODEC_LAYOUT = "TTSFLEET_CODEC_LAYOUT"
+#: How a random-weight preset checkpoint (``s2-pro``, ...) tokenizes text: ``bytes`` (the default) or
+#: ``qwen-bpe`` (Qwen's BPE, S2 Pro's text vocabulary: prompts of the real model's length).
+PRESET_TEXT = "TTSFLEET_PRESET_TEXT"
+PRESET_TEXTS: tuple[str, ...] = ("bytes", "qwen-bpe")
 CODEC_LAYOUTS: tuple[str, ...] = ("ncl", "channels-last")
 #: ``1`` (the default): the codec runs bf16 with the fused Snake kernel, replayed from CUDA graphs
 #: for every stream-count bucket (CUDA only); ``0``: float32, eager.
@@ -115,6 +119,7 @@ SERVER_ENV: Mapping[str, str] = MappingProxyType({
     "prefill_coalesce_ms": PREFILL_COALESCE_MS,
     "codec_gather_ms": CODEC_GATHER_MS,
     "codec_layout": CODEC_LAYOUT,
+    "preset_text": PRESET_TEXT,
     "codec_fast": CODEC_FAST,
     "codec_compile": CODEC_COMPILE,
     "prefill_graphs": PREFILL_GRAPHS,
