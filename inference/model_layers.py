@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from ttsfleet.switches import ProcessSwitch
+from ttsfleet.switches import ProcessSwitch, one_of
 
 #: SDPA backends for prompt attention, cuDNN's left out: it cost the host 1.3 ms per call at S2 Pro's
 #: shape (prefill of 300-400 tokens on an H200, 2026-12-02: 58 % of the prefill call's CPU time, the
@@ -79,13 +79,9 @@ HEAD_GEMM_ENV = "TTSFLEET_HEAD_GEMM"
 HEAD_GEMMS = ("float32", "bf16")
 
 
-def parse_head_gemm(value: str) -> str:
-    """``float32`` / ``bf16`` (blank: ``float32``), else a ``ValueError`` naming the choices (the
-    server checks ``TTSFLEET_HEAD_GEMM`` with it at start)."""
-    value = value.strip().lower() or "float32"
-    if value not in HEAD_GEMMS:
-        raise ValueError(f"{HEAD_GEMM_ENV}={value!r}: expected one of {', '.join(HEAD_GEMMS)}")
-    return value
+#: ``float32`` / ``bf16`` (blank: ``float32``), else a ``ValueError`` naming the choices (the server
+#: checks ``TTSFLEET_HEAD_GEMM`` with it at start).
+parse_head_gemm = one_of(HEAD_GEMM_ENV, HEAD_GEMMS, "float32")
 
 
 HEAD_GEMM_SWITCH: ProcessSwitch[str] = ProcessSwitch(HEAD_GEMM_ENV, "float32", parse_head_gemm)

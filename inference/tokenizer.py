@@ -90,8 +90,12 @@ class TinyTokenizer(_Base):
             if part in self.specials:
                 out.append(self.specials[part])
             elif part:
-                out.extend(self.BYTE_OFFSET + b for b in part.encode("utf-8"))
+                out.extend(self._encode_text(part))
         return out
+
+    def _encode_text(self, text: str) -> list[int]:
+        """Text between specials: one id per UTF-8 byte."""
+        return [self.BYTE_OFFSET + b for b in text.encode("utf-8")]
 
     def decode(self, ids: list[int]) -> str:
         buf = bytearray()
@@ -204,14 +208,9 @@ class QwenTextTokenizer(TinyTokenizer):
                                       special_tokens={})
         self._n_ranks = len(ranks)
 
-    def encode(self, text: str) -> list[int]:
-        out: list[int] = []
-        for part in self._split.split(text):
-            if part in self.specials:
-                out.append(self.specials[part])
-            elif part:
-                out.extend(self._bpe.encode_ordinary(part))
-        return out
+    def _encode_text(self, text: str) -> list[int]:
+        """Text between specials: Qwen's BPE."""
+        return self._bpe.encode_ordinary(text)
 
     def decode(self, ids: list[int]) -> str:
         text, run = [], []

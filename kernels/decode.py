@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ttsfleet.switches import ProcessSwitch
+from ttsfleet.switches import ProcessSwitch, one_of
 
 from . import dispatch
 
@@ -67,13 +67,9 @@ TOPK_SELECT_ENV = "TTSFLEET_TOPK_SELECT"
 TOPK_SELECTS = ("torch", "kernel")
 
 
-def parse_topk_select(value: str) -> str:
-    """The selection ``value`` names (blank: ``kernel``, the default), else a ``ValueError`` naming
-    the choices (the server checks ``TTSFLEET_TOPK_SELECT`` with it at start)."""
-    value = value.strip().lower() or "kernel"
-    if value not in TOPK_SELECTS:
-        raise ValueError(f"{TOPK_SELECT_ENV}={value!r}: expected one of {', '.join(TOPK_SELECTS)}")
-    return value
+#: ``torch`` / ``kernel`` (blank: ``kernel``, the default), else a ``ValueError`` naming the choices
+#: (the server checks ``TTSFLEET_TOPK_SELECT`` with it at start).
+parse_topk_select = one_of(TOPK_SELECT_ENV, TOPK_SELECTS, "kernel")
 
 
 #: The switch (:class:`ttsfleet.switches.ProcessSwitch`: read once, registered for the server's start
@@ -135,10 +131,7 @@ ATTN_TILES = ("4x64", "4x32", "8x64", "8x32")
 def parse_attn_tile(value: str) -> tuple[int, int]:
     """``(warps, keys per block)`` of a tile name (blank: ``4x64``), else a ``ValueError`` naming
     the choices (the server checks ``TTSFLEET_ATTN_TILE`` with it at start)."""
-    value = value.strip().lower() or "4x64"
-    if value not in ATTN_TILES:
-        raise ValueError(f"{ATTN_TILE_ENV}={value!r}: expected one of {', '.join(ATTN_TILES)}")
-    warps, keys = value.split("x")
+    warps, keys = one_of(ATTN_TILE_ENV, ATTN_TILES, "4x64")(value).split("x")
     return int(warps), int(keys)
 
 
@@ -228,13 +221,9 @@ ROPE_ATTENTION_ENV = "TTSFLEET_ROPE_ATTENTION"
 ROPE_ATTENTIONS = ("separate", "fused")
 
 
-def parse_rope_attention(value: str) -> str:
-    """``separate`` / ``fused`` (blank: ``separate``), else a ``ValueError`` naming the choices (the
-    server checks ``TTSFLEET_ROPE_ATTENTION`` with it at start)."""
-    value = value.strip().lower() or "separate"
-    if value not in ROPE_ATTENTIONS:
-        raise ValueError(f"{ROPE_ATTENTION_ENV}={value!r}: expected one of {', '.join(ROPE_ATTENTIONS)}")
-    return value
+#: ``separate`` / ``fused`` (blank: ``separate``), else a ``ValueError`` naming the choices (the
+#: server checks ``TTSFLEET_ROPE_ATTENTION`` with it at start).
+parse_rope_attention = one_of(ROPE_ATTENTION_ENV, ROPE_ATTENTIONS, "separate")
 
 
 ROPE_ATTENTION_SWITCH: ProcessSwitch[str] = ProcessSwitch(ROPE_ATTENTION_ENV, "separate",

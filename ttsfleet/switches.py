@@ -74,6 +74,20 @@ class ProcessSwitch(Generic[T]):
         return f"ProcessSwitch({self.env}, default={self.default!r}, {shown})"
 
 
+def one_of(env: str, choices: tuple[str, ...], default: str) -> Callable[[str], str]:
+    """The parse of a switch with named choices: the value stripped and lower-cased (blank:
+    ``default``), else a ``ValueError`` whose one line names the variable and the choices, the same
+    message for every such switch."""
+
+    def parse(value: str) -> str:
+        value = value.strip().lower() or default
+        if value not in choices:
+            raise ValueError(f"{env}={value!r}: expected one of {', '.join(choices)}")
+        return value
+
+    return parse
+
+
 def registered() -> list[ProcessSwitch]:
     """Every switch constructed so far (their modules imported), in variable-name order, so a check
     over them reports the same first error whatever the import order was."""

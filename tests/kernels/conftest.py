@@ -15,3 +15,21 @@ def gen() -> torch.Generator:
     seed = int(os.environ.get("TTSFLEET_TEST_SEED", "0")) or int.from_bytes(os.urandom(4), "little")
     print(f"seed={seed}")
     return torch.Generator().manual_seed(seed)
+
+
+@pytest.fixture
+def kernels_on():  # noqa: ANN201
+    """The Triton kernels for the test's device (Triton's interpreter on CPU; ``tests/conftest.py``
+    sets ``TRITON_INTERPRET`` first), and after it the dispatch and every decode switch a test may
+    have set back to what the environment says."""
+    pytest.importorskip("triton")
+    from ttsfleet.kernels import decode, dispatch, triton_gemm
+
+    if not torch.cuda.is_available() and not triton_gemm.INTERPRETING:
+        pytest.skip("triton was imported before TRITON_INTERPRET could be set")
+    dispatch.configure("auto" if torch.cuda.is_available() else "interpret")
+    yield
+    dispatch.configure()
+    for switch in (decode.ATTN_SPLITS_SWITCH, decode.ATTN_TILE_SWITCH, decode.ROPE_ATTENTION_SWITCH,
+                   decode.GEMM_PREFETCH_SWITCH, decode.ATTN_PREFETCH_SWITCH, decode.TOPK_SELECT_SWITCH):
+        switch.reset()

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from ttsfleet.kernels import decode, dispatch
+from ttsfleet.kernels import decode
 from ttsfleet.kernels.decode import (
     MAX_SPLITS,
     attention_splits,
@@ -35,21 +35,6 @@ from ttsfleet.kernels.decode import (
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPE = torch.bfloat16 if DEV == "cuda" else torch.float32
 ATOL = 2e-2 if DEV == "cuda" else 1e-5
-
-
-@pytest.fixture
-def kernels_on():  # noqa: ANN201
-    """The Triton kernels (the interpreter on CPU), the split switch restored after."""
-    pytest.importorskip("triton")
-    from ttsfleet.kernels import triton_gemm
-
-    if DEV == "cpu" and not triton_gemm.INTERPRETING:
-        pytest.skip("triton was imported before TRITON_INTERPRET could be set")
-    dispatch.configure("interpret" if DEV == "cpu" else "auto")
-    yield
-    dispatch.configure()
-    decode.set_attn_splits("")  # the default
-    decode.set_attn_tile("4x64")
 
 
 def _inputs(cache_len: int = 200, d: int = 64, kv: int = 2, g: int = 4):  # noqa: ANN202

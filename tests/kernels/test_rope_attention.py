@@ -24,25 +24,11 @@ from __future__ import annotations
 import pytest
 import torch
 from ttsfleet.inference.model_layers import rope_table
-from ttsfleet.kernels import decode, dispatch
+from ttsfleet.kernels import decode
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPE = torch.bfloat16 if DEV == "cuda" else torch.float32
 H, KV, D, SLOTS, S = 8, 2, 64, 5, 150
-
-
-@pytest.fixture
-def kernels_on():  # noqa: ANN201
-    pytest.importorskip("triton")
-    from ttsfleet.kernels import triton_gemm
-
-    if DEV == "cpu" and not triton_gemm.INTERPRETING:
-        pytest.skip("triton was imported before TRITON_INTERPRET could be set")
-    dispatch.configure("interpret" if DEV == "cpu" else "auto")
-    yield
-    dispatch.configure()
-    decode.set_attn_splits("")
-    decode.set_rope_attention("")
 
 
 def _case(rows_as_slots: bool, qk_norm: bool, fp8: bool):  # noqa: ANN202
