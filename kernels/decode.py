@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ttsfleet.switches import ProcessSwitch, one_of
+from ttsfleet.switches import ProcessSwitch, off_auto_or_count, one_of
 
 from . import dispatch
 
@@ -100,16 +100,9 @@ MAX_SPLITS = 16
 NOMINAL_SMS = 132
 
 
-def parse_attn_splits(value: str) -> str | int:
-    """``off`` / ``auto`` / a count (blank: ``auto``), else a ``ValueError`` naming the choices (the
-    server checks ``TTSFLEET_ATTN_SPLITS`` with it at start)."""
-    value = value.strip().lower() or "auto"
-    if value in ("off", "auto"):
-        return value
-    n = int(value) if value.isdigit() else 0
-    if not 1 <= n <= MAX_SPLITS:
-        raise ValueError(f"{ATTN_SPLITS_ENV}={value!r}: expected off, auto or a count 1..{MAX_SPLITS}")
-    return n
+#: ``off`` / ``auto`` / a count (blank: ``auto``), else a ``ValueError`` naming the choices (the
+#: server checks ``TTSFLEET_ATTN_SPLITS`` with it at start).
+parse_attn_splits = off_auto_or_count(ATTN_SPLITS_ENV, MAX_SPLITS, "auto")
 
 
 ATTN_SPLITS_SWITCH: ProcessSwitch[str | int] = ProcessSwitch(ATTN_SPLITS_ENV, "auto", parse_attn_splits)
@@ -161,23 +154,8 @@ ATTN_PREFETCH_ENV = "TTSFLEET_ATTN_PREFETCH"
 MAX_PREFETCH_BLOCKS = 64
 
 
-def _prefetch_parser(env: str):  # noqa: ANN202 - a parse function for ProcessSwitch
-    def parse(value: str) -> str | int:
-        """``off`` / ``auto`` / a count (blank: ``off``), else a ``ValueError`` naming the choices (the
-        server checks the variable with it at start)."""
-        value = value.strip().lower() or "off"
-        if value in ("off", "auto"):
-            return value
-        n = int(value) if value.isdigit() else 0
-        if not 1 <= n <= MAX_PREFETCH_BLOCKS:
-            raise ValueError(f"{env}={value!r}: expected off, auto or a count 1..{MAX_PREFETCH_BLOCKS}")
-        return n
-
-    return parse
-
-
-parse_gemm_prefetch = _prefetch_parser(GEMM_PREFETCH_ENV)
-parse_attn_prefetch = _prefetch_parser(ATTN_PREFETCH_ENV)
+parse_gemm_prefetch = off_auto_or_count(GEMM_PREFETCH_ENV, MAX_PREFETCH_BLOCKS, "off")
+parse_attn_prefetch = off_auto_or_count(ATTN_PREFETCH_ENV, MAX_PREFETCH_BLOCKS, "off")
 GEMM_PREFETCH_SWITCH: ProcessSwitch[str | int] = ProcessSwitch(GEMM_PREFETCH_ENV, "off", parse_gemm_prefetch)
 ATTN_PREFETCH_SWITCH: ProcessSwitch[str | int] = ProcessSwitch(ATTN_PREFETCH_ENV, "off", parse_attn_prefetch)
 #: This process's GEMM weight prefetch (``TTSFLEET_GEMM_PREFETCH``, default ``off``).
