@@ -731,6 +731,8 @@ class Engine:
         finally:
             self.stats.prefill_s += time.perf_counter() - t0
         self.stats.prefill_calls += 1
+        if self.metrics is not None:
+            self.metrics["inference_prefill_tokens"].labels(self.label).inc(sum(n for _, n in plan))
         for st, n in plan:
             st.prefilled += n
             self.stats.prefill_chunks += 1

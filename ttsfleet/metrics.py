@@ -90,6 +90,10 @@ CONTRACT_LIST: tuple[MetricSpec, ...] = (
        "Decode batch size per decode step.", [L_MODEL], BATCH_BUCKETS),
     _m("inference", "inference_frames", "counter",
        "Audio frames decoded (one slow step plus its codebooks; 21.53 frames = 1 s).", [L_MODEL]),
+    _m("inference", "inference_prefill_tokens", "counter",
+       "Prompt tokens prefilled into the KV cache (a prompt's reused head is counted in "
+       "inference_prefill_tokens_reused instead): with inference_requests, the prompt length a "
+       "workload carries, which sets prefill's share of the GPU.", [L_MODEL]),
     _m("inference", "inference_prefill_tokens_reused", "counter",
        "Prompt tokens restored from a head prefilled earlier (real-time mode's prefill at connection "
        "open, later text segments) instead of prefilled again.", [L_MODEL]),

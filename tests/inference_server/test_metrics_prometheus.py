@@ -60,6 +60,22 @@ def test_metrics_follow_the_contract(client):
     assert info["cuda_graph_max_bs"] == "8" and info["model"] == "tiny"
 
 
+def test_prefilled_prompt_tokens_are_counted(client):
+    """One request's prompt, every token of it, on ``inference_prefill_tokens`` (the workload's
+    prompt length, which the served benchmark's --preset-text changes 4x)."""
+    from ttsfleet.inference.model_config import preset
+    from ttsfleet.inference.prompt import build_prompt
+    from ttsfleet.inference.tokenizer import load_tokenizer
+
+    name = spec("inference_prefill_tokens").exposed_names[0]
+    t0 = sum(s.value for s in _scrape(client).get(name, []))
+    text = "count my prompt tokens"
+    resp = client.post("/v1/tts", json={"text": text, "format": "pcm", "max_new_tokens": 4, "seed": 3})
+    assert resp.status_code == 200
+    grown = sum(s.value for s in _scrape(client)[name]) - t0
+    assert grown == build_prompt(load_tokenizer("tiny"), preset("tiny"), text).shape[-1]
+
+
 def codec_counts(client) -> tuple[float, float, float]:
     """The server's codec pushes, frames and busy seconds on /metrics (0 before the first push)."""
     scrape = _scrape(client)
