@@ -12,7 +12,11 @@ import asyncio
 import contextlib
 import datetime
 import itertools
+import signal
+import sys
+import threading
 import uuid
+import warnings
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -26,6 +30,7 @@ from prometheus_client import generate_latest
 from ttsfleet.operator.main import operator_task
 from ttsfleet.operator.runtime import Runtime
 
+from tests.operator import stopping
 from ttsfleet.catalog import GpuCatalog
 from ttsfleet.metrics import make_collectors
 
@@ -168,17 +173,58 @@ contexts: [{{name: kmock, context: {{cluster: kmock, user: kmock}}}}]
 
 @contextlib.asynccontextmanager
 async def running_operator(rt: Runtime, namespaces: tuple[str, ...] = ("ns1",)) -> AsyncIterator[Runtime]:
-    """Run the real operator wiring in this event loop; stop it on exit (inside the test body)."""
+    """Run the real operator wiring in this event loop; stop it on exit (inside the test body).
+
+    The stop is bounded in real time (:mod:`tests.operator.stopping`): the stop flag, then
+    cancellation; an operator task that still runs raises :class:`~tests.operator.stopping.StuckTask`
+    naming where it waits (a note on the test's own error when the block failed) instead of hanging."""
     stop, ready = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(operator_task(rt, namespaces=namespaces, stop_flag=stop, ready_flag=ready))
+    task = asyncio.create_task(operator_task(rt, namespaces=namespaces, stop_flag=stop, ready_flag=ready),
+                               name="kopf operator (running_operator)")
     rt.kopf_task = task  # type: ignore[attr-defined]  # a test may kill it (cancel) mid-pass
+    failing: BaseException | None = None
     try:
-        await asyncio.wait_for(ready.wait(), timeout=30)
+        await _until_ready(task, ready)
         yield rt
+    except BaseException as exc:
+        failing = exc
+        raise
     finally:
         stop.set()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(task, timeout=30)
+        try:
+            await stopping.stop_task(task, "the kopf operator task")
+        except Exception as problem:  # StuckTask, or what the operator itself failed with
+            stopping.note(failing, problem)
+        finally:
+            _remove_kopf_signal_handlers()
+
+
+async def _until_ready(task: asyncio.Task[None], ready: asyncio.Event, timeout_s: float = 30) -> None:
+    """Wait (on the loop's clock, as before) for kopf's ready flag; an operator that ends first
+    raises what it failed with, not a timeout."""
+    flag = asyncio.create_task(ready.wait(), name="operator ready flag")
+    try:
+        await asyncio.wait({flag, task}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        flag.cancel()
+    if ready.is_set():
+        return
+    if task.done():
+        task.result()  # its exception, or CancelledError when it was cancelled
+        raise RuntimeError("the operator task ended before it was ready")
+    raise TimeoutError(f"the operator was not ready within {timeout_s:g} s (loop clock)")
+
+
+def _remove_kopf_signal_handlers() -> None:
+    """kopf (``spawn_tasks``) adds loop handlers for SIGINT and SIGTERM that only set its stop flag,
+    and never removes them: after an in-process operator stopped, the process ignored Ctrl-C and
+    CI's SIGTERM for as long as that loop lived (a hung teardown: for good). Restore the defaults."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, ValueError, RuntimeError):
+            loop.remove_signal_handler(sig)
 
 
 @pytest.fixture
@@ -236,3 +282,84 @@ async def metrics_servers() -> AsyncIterator[Callable[[], Any]]:
     yield make
     for s in servers:
         await s.stop()
+
+
+# A failed operator test must cost that test, never the run (a CI run once hung for good in such a
+# teardown, in pytest-asyncio's ``_cancel_all_tasks``; see tests/operator/stopping.py).
+#: Real seconds one test's teardown may run its event loop before the loop is stopped (the
+#: bounded stops of running_operator and its helpers, worst case, take well under this).
+TEARDOWN_LIMIT_S = 120.0
+
+
+def _test_loop(item: pytest.Item) -> asyncio.AbstractEventLoop | None:
+    """The event loop pytest-asyncio ran ``item`` in (its runner is torn down in this teardown
+    when function-scoped), found as looptime finds it: through the test's loop policy."""
+    policy = getattr(item, "funcargs", {}).get("event_loop_policy")
+    if policy is None:
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            loop = policy.get_event_loop()
+    except RuntimeError:
+        return None
+    return None if loop.is_closed() else loop
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    """Bound the teardown: past TEARDOWN_LIMIT_S the test's loop is stopped (what it waited for
+    is named, on the terminal at once and as this test's teardown error), and the run goes on."""
+    loop = _test_loop(item)
+    if loop is None:
+        return (yield)
+    terminal = item.config.pluginmanager.get_plugin("terminalreporter")
+    capture = item.config.pluginmanager.get_plugin("capturemanager")
+
+    def shout(report: str) -> None:  # on the terminal now, not in the captured teardown output
+        if terminal is None:
+            return
+        with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():
+            terminal.write_sep("!", f"{item.nodeid}: teardown stuck")
+            terminal.write_line(report)
+
+    dog = stopping.LoopWatchdog(loop, TEARDOWN_LIMIT_S, on_fire=shout)
+    try:
+        return (yield)
+    finally:
+        dog.disarm()
+        if dog.report is not None:
+            pytest.fail(f"teardown of {item.nodeid} {dog.report}", pytrace=False)
+
+
+WAITED = "where the test waited when pytest-timeout stopped it"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> pytest.TestReport:
+    """pytest-timeout's failure shows threads, not tasks: add where the test's own task waited
+    (e.g. which ``wait_for``) and the other tasks pending in its loop."""
+    report: pytest.TestReport = yield
+    if (report.when == "call" and report.failed and call.excinfo is not None
+            and "from pytest-timeout" in str(call.excinfo.value)):
+        loop = _test_loop(item)
+        pending = [t for t in asyncio.all_tasks(loop) if not t.done()] if loop is not None else []
+        name = getattr(item, "originalname", item.name)
+        mine = [t for t in pending if getattr(t.get_coro(), "__name__", "") == name]
+        if mine:
+            report.sections.append((WAITED, stopping.describe(mine)))
+        others = [t for t in pending if t not in mine]
+        if others:
+            report.sections.append(("other asyncio tasks pending at the timeout", stopping.describe(others)))
+    return report
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Print a failure's error on the terminal as it happens, not only in the final summary: if
+    the teardown (or anything later) never ends, the log still says what failed."""
+    if not report.failed or report.when not in ("setup", "call"):
+        return
+    crash = getattr(report.longrepr, "reprcrash", None)
+    text = f"{crash.path}:{crash.lineno}: {crash.message}" if crash is not None else str(report.longrepr)
+    waited = "".join(f"\n{title}:\n{body}" for title, body in report.sections if title == WAITED)
+    print(f"\n!!! {report.nodeid} failed ({report.when}): {text}{waited}", file=sys.__stderr__, flush=True)

@@ -15,9 +15,11 @@ as that release's ServiceAccount, so RBAC decides every call exactly as it would
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import contextvars
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +27,12 @@ import helm_python as helm
 import httpx
 import pytest
 from ttsfleet.devtools.localkube import FakeNode, LocalKube
-from ttsfleet.devtools.wait import wait_for_async as wait_for
+from ttsfleet.devtools.wait import WaitTimeout, wait_for_async
 from ttsfleet.operator.runtime import Runtime
 
 import tests.operator.conftest as kmock_suite
 from tests.kube import started
+from tests.operator import stopping
 from ttsfleet.catalog import GpuCatalog
 
 REPO = Path(__file__).resolve().parents[3]
@@ -106,21 +109,86 @@ class Api:
         return name
 
 
+# What a condition last saw, for the timeout message: [value] while a wait_for runs (the
+# conditions below set it; they run inline in the waiting task, so they see its context).
+_SEEN: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar("kube_wait_seen", default=None)
+_NOTHING = object()
+
+
+def observed(value: Any) -> None:
+    """Record what a condition saw (its timeout message shows the last one)."""
+    holder = _SEEN.get()
+    if holder is not None:
+        holder[0] = value
+
+
+def summary(value: Any, limit: int = 20) -> str:
+    """Objects as ``ns/name phase node`` lines (a deleting one marked), anything else as repr."""
+    def one(obj: Any) -> str:
+        if not (isinstance(obj, dict) and isinstance(obj.get("metadata"), dict)):
+            return repr(obj)[:300]
+        meta, status, spec = obj["metadata"], obj.get("status") or {}, obj.get("spec") or {}
+        where = f"{meta.get('namespace')}/" if meta.get("namespace") else ""
+        bits = [f"{obj.get('kind') or ''} {where}{meta.get('name')}".strip(), str(status.get("phase") or ""),
+                str(spec.get("nodeName") or ""), "deleting" if meta.get("deletionTimestamp") else ""]
+        return " ".join(b for b in bits if b)
+    if isinstance(value, list):
+        lines = [one(v) for v in value[:limit]]
+        if len(value) > limit:
+            lines.append(f"... {len(value) - limit} more")
+        return f"{len(value)} item(s)" + "".join(f"\n    {line}" for line in lines)
+    return one(value)
+
+
+async def wait_for(cond: Callable[[], Any], timeout: float = 60.0, what: str | None = None,
+                   **kw: Any) -> Any:
+    """:func:`ttsfleet.devtools.wait.wait_for_async` whose timeout also says what the condition
+    last saw (the list :func:`exactly` / :func:`empty` got, the object :func:`gone` found, else
+    the condition's last value)."""
+    holder: list[Any] = [_NOTHING]
+    last: list[Any] = [_NOTHING]
+
+    def watched() -> Any:
+        value = cond()
+        if asyncio.iscoroutine(value):
+            async def awaited() -> Any:
+                last[0] = result = await value
+                return result
+            return awaited()
+        last[0] = value
+        return value
+    token = _SEEN.set(holder)
+    try:
+        return await wait_for_async(watched, timeout, what or repr(cond), **kw)
+    except WaitTimeout as exc:
+        seen = holder[0] if holder[0] is not _NOTHING else last[0]
+        if seen is _NOTHING:
+            raise
+        raise WaitTimeout(f"{exc}; last seen: {summary(seen)}") from None
+    finally:
+        _SEEN.reset(token)
+
+
 # Conditions for wait_for, shared by the e2e modules.
 async def gone(api: Api, path: str) -> bool:
     """True once ``path`` is not found (deleted and its finalizers done)."""
-    return await api.get(path) is None
+    obj = await api.get(path)
+    observed(obj)
+    return obj is None
 
 
 async def exactly(found: Awaitable[list[Any]], n: int) -> list[Any] | None:
     """The awaited list when it holds exactly ``n`` items, else None (keep waiting)."""
     items = await found
+    observed(items)
     return items if len(items) == n else None
 
 
 async def empty(found: Awaitable[list[Any]]) -> bool:
     """True once the awaited list is empty."""
-    return not await found
+    items = await found
+    observed(items)
+    return not items
 
 
 async def bound_claim(api: Api, ns: str, name: str = "ckpt") -> None:
@@ -195,8 +263,17 @@ async def running_operator(kube: LocalKube, release: str, tmp_path: Path,
     rt_kw.setdefault("catalog", GpuCatalog.default())  # the tests' entry point: the built-in catalog
     rt = Runtime.from_environment(**rt_kw)
     namespaces = tuple(RELEASES[release]["values"]["operator"].get("watchNamespaces", ()))
+    failing: BaseException | None = None
     try:
         async with kmock_suite.running_operator(rt, namespaces) as running:
             yield running
+    except BaseException as exc:
+        failing = exc
+        raise
     finally:
-        await rt.aclose()
+        # In a task of its own and bounded: ClusterCache.aclose awaits its cancelled informers
+        # under suppress(CancelledError), which would swallow a cancellation of this task.
+        try:
+            await stopping.run_bounded(rt.aclose, "Runtime.aclose()", timeout_s=15.0, cancel_s=5.0)
+        except Exception as problem:
+            stopping.note(failing, problem)

@@ -25,6 +25,10 @@ from ttsfleet.catalog import GpuCatalog
 
 from .conftest import Api, bound_claim, gone, running_operator, wait_for
 
+# A hang costs this test, not the run (see test_e2e_fill.py): ~5x its duration (13 s),
+# at least 120 s (the session's first test also starts the control plane).
+pytestmark = pytest.mark.timeout(120, method="signal")
+
 NS = "tts-b200"
 TTSD = f"/apis/ttsfleet.io/v1alpha1/namespaces/{NS}/ttsdeployments"
 CRD = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/ttsdeployments.ttsfleet.io"

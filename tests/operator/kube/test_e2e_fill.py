@@ -18,10 +18,17 @@ from typing import Any
 import pytest
 from ttsfleet.devtools.localkube import LocalKube
 
+from tests.operator import stopping
 from tests.operator.conftest import MetricsServer
 
 from . import audit
 from .conftest import Api, bound_claim, empty, exactly, gone, running_operator, wait_for
+
+# A hang must cost this test, not the run: pytest-timeout's alarm (signal: it fails the test where
+# it waits; tests/operator/conftest.py then names that wait and bounds the teardown, which the one
+# alarm no longer covers) at ~5x the tests' duration (the longest seen: 43 s and 46 s, 2026-12-04),
+# setup included.
+pytestmark = pytest.mark.timeout(240, method="signal")
 
 NS = "tts-fill"
 OPERATOR = audit.sa_user("ttsfleet", "ttsfleet")
@@ -73,15 +80,29 @@ class PodMetrics:
     @contextlib.asynccontextmanager
     async def feeding(self) -> AsyncIterator[PodMetrics]:
         """Serve the pods' metrics (new pods picked up every 0.5 s) while the block runs; stop
-        every server after it, however the block ends."""
-        feeder = asyncio.create_task(self.run())
+        every server after it, however the block ends, in bounded time (a stop that does not
+        end raises StuckTask, or notes it on the block's own error)."""
+        feeder = asyncio.create_task(self.run(), name=f"PodMetrics feeder ({self.selector})")
+        failing: BaseException | None = None
         try:
             yield self
+        except BaseException as exc:
+            failing = exc
+            raise
         finally:
-            feeder.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await feeder
-            await self.stop()
+            problems: list[Exception] = []
+            try:
+                # cancelled at once (no grace): the feeder only loops; what it failed with, if
+                # it died before, is raised here
+                await stopping.stop_task(feeder, "the PodMetrics feeder", grace_s=0, cancel_s=10.0)
+            except Exception as problem:
+                problems.append(problem)
+            try:
+                await stopping.run_bounded(self.stop, "stopping the pod metrics servers", timeout_s=20.0)
+            except Exception as problem:
+                problems.append(problem)
+            for problem in problems:
+                stopping.note(failing, problem)
 
 
 async def test_fill_yields_to_inference_by_preemption_and_ahead_of_need(

@@ -18,6 +18,10 @@ from ttsfleet.devtools.localkube import LocalKube
 from . import audit
 from .conftest import REPO, Api, gone, running_operator, wait_for
 
+# A hang costs this test, not the run (see test_e2e_fill.py): ~5x its duration (14 s the longest),
+# at least 120 s (the session's first test also starts the control plane).
+pytestmark = pytest.mark.timeout(120, method="signal")
+
 NS = "tts-inf"
 OPERATOR = audit.sa_user("ttsfleet", "ttsfleet")
 TTSD = f"/apis/ttsfleet.io/v1alpha1/namespaces/{NS}/ttsdeployments"

@@ -21,6 +21,10 @@ from . import audit
 from .conftest import Api, bound_claim, empty, exactly, gone, running_operator, wait_for
 from .test_e2e_fill import PodMetrics, fill_job, pods
 
+# A hang costs this test, not the run (see test_e2e_fill.py): ~5x its duration (44 s the longest),
+# at least 120 s (the session's first test also starts the control plane).
+pytestmark = pytest.mark.timeout(210, method="signal")
+
 NS = "tts-restart"
 TTSD = f"/apis/ttsfleet.io/v1alpha1/namespaces/{NS}/ttsdeployments"
 DEPLOY = f"/apis/apps/v1/namespaces/{NS}/deployments/steady-h200"

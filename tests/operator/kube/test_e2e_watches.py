@@ -19,6 +19,10 @@ from . import audit
 from .conftest import Api, bound_claim, empty, exactly, running_operator, wait_for
 from .test_e2e_fill import fill_job, pods
 
+# A hang costs this test, not the run (see test_e2e_fill.py): ~5x its duration (21 s),
+# at least 120 s (the session's first test also starts the control plane).
+pytestmark = pytest.mark.timeout(120, method="signal")
+
 NS = "tts-watch"
 OPERATOR = audit.sa_user("ttsfleet", "ttsfleet")
 FJ = f"/apis/ttsfleet.io/v1alpha1/namespaces/{NS}/filljobs"
