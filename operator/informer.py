@@ -16,7 +16,6 @@ same view. The policy never sees this module: it gets the same plain dicts a LIS
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 from collections.abc import Callable, Mapping
@@ -269,9 +268,15 @@ class ClusterCache:
         return {f"{n}_{k}": getattr(i, k) for n, i in self.informers.items() for k in ("lists", "watches")}
 
     async def aclose(self) -> None:
+        """Cancel the informers and wait for them; their own ends (cancelled, or an error) are
+        collected, but a cancellation of the caller propagates at once, even past an informer slow
+        to stop (a suppress around each await swallowed it, and a test runner cancelling this task
+        then waited on it forever)."""
         for task in self.tasks:
             task.cancel()
-        for task in self.tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        if self.tasks:
+            done, _ = await asyncio.wait(self.tasks)  # a cancelled caller stops waiting at once
+            for task in done:
+                if not task.cancelled():
+                    task.exception()  # retrieved: an informer's own end is not the closer's error
         self.tasks = []

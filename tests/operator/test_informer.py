@@ -52,3 +52,29 @@ async def test_a_created_pod_is_seen_before_its_watch_event(cluster: Any) -> Non
     finally:
         await cache.aclose()
         await kube.aclose()
+
+
+async def test_aclose_lets_its_callers_cancellation_through() -> None:
+    """Closing waits for the informers, but a cancellation of the closer itself propagates: with a
+    suppress around each await, a runner cancelling the closer would wait on it forever (the CI
+    hang of 2026-12-04 had such a wait in its stack)."""
+    import asyncio
+
+    release = asyncio.Event()
+
+    async def slow_informer() -> None:  # ends only once released, whatever cancels it
+        while not release.is_set():
+            try:
+                await release.wait()
+            except asyncio.CancelledError:
+                continue
+
+    cache = ClusterCache(None)  # type: ignore[arg-type]  # no API server: nothing is started
+    cache.tasks = [asyncio.create_task(slow_informer())]
+    closer = asyncio.create_task(cache.aclose())
+    await asyncio.sleep(0)
+    closer.cancel()
+    done, _ = await asyncio.wait({closer}, timeout=2)
+    release.set()
+    await asyncio.gather(*cache.tasks, return_exceptions=True)
+    assert closer in done and closer.cancelled(), "aclose swallowed its caller's cancellation"
