@@ -33,7 +33,7 @@ from .sampling import SamplingBatch, sample, sample_main
 
 if TYPE_CHECKING:
     from .model import DualARModel, KVCache
-    from .model_layers import Block, FeedForward, Linear
+    from .model_layers import Attention, Block, FeedForward, Linear
 
 
 def fused_enabled(t: Tensor) -> bool:
@@ -120,13 +120,33 @@ def enter_block(blk: Block, x: Tensor, branch: Tensor | None, rope: Tensor, pos:
     output, None for the first) + RMSNorm, QKV GEMM, q/k norm + RoPE + K/V store -> ``(q [rows, H,
     D], the residual stream)``. Everything here is per row: a CUDA graph of it may run padded rows."""
     att = blk.attention
-    a, x = kd.rmsnorm(x, blk.attention_norm.weight, blk.attention_norm.eps, branch, _group(att.wqkv.qweight))
-    qkv = _linear(att.wqkv, a, x.dtype)
-    norms = (att.q_norm.weight, att.k_norm.weight) if att.qk_norm else (None, None)
+    qkv, x = _qkv(blk, x, branch)
     k_cache, v_cache, ks, vs = kv
     q = kd.qkv_rope_store(qkv, att.n_head, att.n_kv, att.head_dim, rope, pos, k_cache, v_cache, slots,
-                          *norms, eps=att.q_norm.eps if att.qk_norm else 1e-6, k_scale=ks, v_scale=vs)
+                          *_qk_norms(att), eps=_qk_eps(att), k_scale=ks, v_scale=vs)
     return q, x
+
+
+def _qkv(blk: Block, x: Tensor, branch: Tensor | None) -> tuple[Tensor, Tensor]:
+    """Residual add + RMSNorm (emitting the QKV GEMM's codes) and the QKV GEMM: ``(qkv, the residual
+    stream)``."""
+    att = blk.attention
+    a, x = kd.rmsnorm(x, blk.attention_norm.weight, blk.attention_norm.eps, branch, _group(att.wqkv.qweight))
+    return _linear(att.wqkv, a, x.dtype), x
+
+
+def _qk_norms(att: Attention) -> tuple[Tensor | None, Tensor | None]:
+    return (att.q_norm.weight, att.k_norm.weight) if att.qk_norm else (None, None)
+
+
+def _qk_eps(att: Attention) -> float:
+    return att.q_norm.eps if att.qk_norm else 1e-6
+
+
+def _o_codes_group(att: Attention, t: Tensor) -> int:
+    """The activation group in which decode attention can hand the O GEMM FP8 codes (0: bf16 out)."""
+    group = _group(att.wo.qweight)
+    return group if group and not att.head_dim % group and dispatch.use_triton(t) else 0
 
 
 def enter_attend_block(blk: Block, x: Tensor, branch: Tensor | None, rope: Tensor, pos: Tensor, kv: tuple,
@@ -135,24 +155,20 @@ def enter_attend_block(blk: Block, x: Tensor, branch: Tensor | None, rope: Tenso
     launch (:func:`ttsfleet.kernels.decode.rope_attention`): ``(attention output as the O GEMM reads
     it, the residual stream)``, the same values as the two."""
     att = blk.attention
-    a, x = kd.rmsnorm(x, blk.attention_norm.weight, blk.attention_norm.eps, branch, _group(att.wqkv.qweight))
-    qkv = _linear(att.wqkv, a, x.dtype)
-    norms = (att.q_norm.weight, att.k_norm.weight) if att.qk_norm else (None, None)
-    group = _group(att.wo.qweight)
-    quant = group if group and not att.head_dim % group and dispatch.use_triton(qkv) else 0
+    qkv, x = _qkv(blk, x, branch)
+    quant = _o_codes_group(att, qkv)
     k_cache, v_cache, ks, vs = kv
     y = kd.rope_attention(qkv, att.n_head, att.head_dim, rope, pos, k_cache, v_cache, attend.slots,
-                          attend.lengths, *norms, eps=att.q_norm.eps if att.qk_norm else 1e-6,
-                          quant_group=quant, k_scale=ks, v_scale=vs)
+                          attend.lengths, *_qk_norms(att), eps=_qk_eps(att), quant_group=quant,
+                          k_scale=ks, v_scale=vs)
     return (y if quant else y.reshape(y.shape[0], -1)), x
 
 
 def attend_block(blk: Block, q: Tensor, kv: tuple, attend: Attend) -> Act:
     """Attention of ``q`` over the layer's cache, as the O GEMM reads it: FP8 codes where a decode
     attend can emit them, else bf16 ``[rows, H * D]`` (the GEMM quantizes it). Rows meet here."""
-    att = blk.attention
-    group = _group(att.wo.qweight)
-    if group and isinstance(attend, DecodeAttend) and not att.head_dim % group and dispatch.use_triton(q):
+    group = _o_codes_group(blk.attention, q)
+    if group and isinstance(attend, DecodeAttend):
         return attend.quantized(q, *kv[:2], group, *kv[2:])
     y = attend(q, *kv)
     return y.reshape(y.shape[0], -1)

@@ -300,10 +300,11 @@ class DualARModel(nn.Module):
         ids = torch.cat([torch.arange(c.semantic_begin_id, c.semantic_end_id + 1),
                          torch.tensor([c.im_end_id])]).to(self.device, torch.int64)
         self.main_head_ids = ids
-        self.main_head = self._lm_head_weight().detach().index_select(0, ids).float().contiguous()
-        self.fast_head = self.fast_output.weight.detach().float().clone()
-        main, fast = self._lm_head_weight().detach(), self.fast_output.weight.detach()
-        self.main_head_bf16 = main.index_select(0, ids).contiguous() if main.dtype == torch.bfloat16 else None
+        main = self._lm_head_weight().detach().index_select(0, ids).contiguous()
+        fast = self.fast_output.weight.detach()
+        self.main_head = main.float().contiguous()
+        self.fast_head = fast.float().clone()
+        self.main_head_bf16 = main if main.dtype == torch.bfloat16 else None
         self.fast_head_bf16 = fast.clone() if fast.dtype == torch.bfloat16 else None
         self.fast_positions = torch.arange(c.num_codebooks + 1, device=self.device)
 

@@ -291,6 +291,23 @@ def attention_kernel_fits(q: Tensor, k_cache: Tensor, v_cache: Tensor) -> bool:
     return d >= 16 and not d & (d - 1) and k_cache.is_contiguous() and v_cache.is_contiguous()
 
 
+def _triton_attention(query: Any, rows: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor | None,
+                      lengths: Tensor, quant_group: int, k_scale: Tensor | None,
+                      v_scale: Tensor | None) -> Any:
+    """The Triton decode attention for ``query`` (q, or a ``FusedRope``): split-KV where
+    :func:`attention_splits` gives more than one share for ``rows`` (the tensor whose row count and
+    device it reads), else the one-pass kernel."""
+    splits = attention_splits(rows, k_cache)
+    if splits > 1:
+        from .triton_attention_split import decode_attention_split
+
+        return decode_attention_split(query, k_cache, v_cache, slots, lengths, splits, quant_group, k_scale,
+                                      v_scale)
+    from .triton_attention import decode_attention_triton
+
+    return decode_attention_triton(query, k_cache, v_cache, slots, lengths, quant_group, k_scale, v_scale)
+
+
 def rope_attention(qkv: Tensor, n_head: int, head_dim: int, rope: Tensor, pos: Tensor, k_cache: Tensor,
                    v_cache: Tensor, slots: Tensor | None, lengths: Tensor, q_norm: Tensor | None = None,
                    k_norm: Tensor | None = None, eps: float = 1e-6, quant_group: int = 0,
@@ -306,15 +323,7 @@ def rope_attention(qkv: Tensor, n_head: int, head_dim: int, rope: Tensor, pos: T
 
         check_kv_cache(k_cache, v_cache, k_scale, v_scale)
         fused = FusedRope(qkv, n_head, head_dim, rope, pos, q_norm, k_norm, eps)
-        splits = attention_splits(qkv, k_cache)
-        if splits > 1:
-            from .triton_attention_split import decode_attention_split
-
-            return decode_attention_split(fused, k_cache, v_cache, slots, lengths, splits, quant_group,
-                                          k_scale, v_scale)
-        from .triton_attention import decode_attention_triton
-
-        return decode_attention_triton(fused, k_cache, v_cache, slots, lengths, quant_group, k_scale, v_scale)
+        return _triton_attention(fused, qkv, k_cache, v_cache, slots, lengths, quant_group, k_scale, v_scale)
     q = qkv_rope_store(qkv, n_head, kv, head_dim, rope, pos, k_cache, v_cache, slots, q_norm, k_norm, eps=eps,
                        k_scale=k_scale, v_scale=v_scale)
     return decode_attention(q, k_cache, v_cache, slots, lengths, quant_group, k_scale, v_scale)
@@ -332,15 +341,7 @@ def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor 
     """
     check_kv_cache(k_cache, v_cache, k_scale, v_scale)
     if dispatch.use_triton(q) and attention_kernel_fits(q, k_cache, v_cache):
-        splits = attention_splits(q, k_cache)
-        if splits > 1:
-            from .triton_attention_split import decode_attention_split
-
-            return decode_attention_split(q, k_cache, v_cache, slots, lengths, splits, quant_group, k_scale,
-                                          v_scale)
-        from .triton_attention import decode_attention_triton
-
-        return decode_attention_triton(q, k_cache, v_cache, slots, lengths, quant_group, k_scale, v_scale)
+        return _triton_attention(q, q, k_cache, v_cache, slots, lengths, quant_group, k_scale, v_scale)
     if quant_group:
         raise ValueError("a quantized attention output needs the Triton kernel")
     bs = q.shape[0]

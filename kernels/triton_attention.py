@@ -24,7 +24,7 @@ import triton.language as tl
 from torch import Tensor
 
 from .decode import attention_block_n, attn_tile
-from .triton_decode import _rope_q_head, _rope_table, _store_kv_head, quantize_groups
+from .triton_decode import _rope_q_head, _rope_table, _store_kv_head, check_rope_inputs, quantize_groups
 from .triton_gemm import INTERPRETING, PDL, _ue8m0_to_f32, l2_prefetch, launch_opts, pdl_entry
 
 
@@ -261,11 +261,7 @@ class FusedRope:
     def query(self, kv: int) -> tuple[Tensor, Tensor, int, int, dict]:
         """(a q-shaped ``[rows, H, D]`` tensor for the output buffers, the kernel's ``q_ptr``, its row
         and head strides, the kernel's fused arguments), as :func:`query_args` gives them."""
-        for w in (self.q_norm, self.k_norm):
-            if w is not None and w.dtype != self.qkv.dtype:
-                raise ValueError(f"q/k norm weights are {w.dtype} but qkv is {self.qkv.dtype}")
-        if self.qkv.stride(1) != 1:
-            raise ValueError("a fused RoPE needs row-contiguous qkv")
+        check_rope_inputs(self.qkv, self.q_norm, self.k_norm)
         rows = self.qkv.shape[0]
         shaped = self.qkv.new_empty(rows, self.n_head, self.head_dim)
         norm = self.q_norm is not None

@@ -220,6 +220,16 @@ def _qkv_rope_store_kernel(qkv_ptr, qn_ptr, kn_ptr, rope_ptr, pos_ptr, slot_ptr,
                        QK_NORM, KV_FP8, EXACT_CVT, out_ty)
 
 
+def check_rope_inputs(qkv: Tensor, q_norm: Tensor | None, k_norm: Tensor | None) -> None:
+    """What the RoPE + KV-store work reads, separate kernel or fused into attention: row-contiguous
+    qkv and q/k norm weights of its dtype (a ``ValueError`` naming which)."""
+    for w in (q_norm, k_norm):
+        if w is not None and w.dtype != qkv.dtype:
+            raise ValueError(f"q/k norm weights are {w.dtype} but qkv is {qkv.dtype}")
+    if qkv.stride(1) != 1:
+        raise ValueError("the RoPE + KV store needs row-contiguous qkv")
+
+
 def qkv_rope_store(qkv: Tensor, n_head: int, n_kv: int, head_dim: int, rope: Tensor, pos: Tensor,
                    k_cache: Tensor, v_cache: Tensor, slots: Tensor | None,
                    q_norm: Tensor | None = None, k_norm: Tensor | None = None, eps: float = 1e-6,
@@ -234,12 +244,9 @@ def qkv_rope_store(qkv: Tensor, n_head: int, n_kv: int, head_dim: int, rope: Ten
     does (bit for bit).
     """
     m = qkv.shape[0]
-    for w in (q_norm, k_norm):
-        if w is not None and w.dtype != qkv.dtype:
-            raise ValueError(f"q/k norm weights are {w.dtype} but qkv is {qkv.dtype}")
-    if k_cache.stride(3) != 1 or k_cache.stride() != v_cache.stride() or qkv.stride(1) != 1:
-        raise ValueError("qkv_rope_store needs row-contiguous qkv and equally strided, head-contiguous "
-                         "caches")
+    check_rope_inputs(qkv, q_norm, k_norm)
+    if k_cache.stride(3) != 1 or k_cache.stride() != v_cache.stride():
+        raise ValueError("qkv_rope_store needs equally strided, head-contiguous caches")
     fp8 = check_kv_cache(k_cache, v_cache, k_scale, v_scale)
     q = torch.empty(m, n_head, head_dim, device=qkv.device, dtype=qkv.dtype)
     norm = q_norm is not None

@@ -187,7 +187,7 @@ def fp8_gemm_kernel(
     Program (pid_n, pid_m, pid_k) runs the PER K blocks ``pid_k * PER ..``; blocks past K are
     masked (pointer loads) or zero-filled (TMA) and contribute nothing.
     PREFETCH > 0 (with PDL only): before waiting for the previous kernel, ask L2 for the first
-    PREFETCH of the program's K blocks of its weight rows (see :data:`PREFETCH_SWITCH`).
+    PREFETCH of the program's K blocks of its weight rows (``decode.GEMM_PREFETCH_SWITCH``).
     """
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
