@@ -21,6 +21,7 @@ from ttsfleet.inference.mps import check_mode as check_mps_mode
 from ttsfleet.contracts.serving import (
     CODEC_COMPILE_MODES,
     CODEC_LAYOUTS,
+    DEFAULT_QUEUE_PER_SLOT,
     INFERENCE_PORT,
     PRESET_TEXTS,
     SERVER_ENV,
@@ -47,7 +48,7 @@ class ServeConfig:
     gpu_class: str = ""
     quantization: str = AUTO  # a scheme of ttsfleet.quantization, or auto (the GPU class's)
     max_running_requests: int = 0  # 0 = the GPU class default (or 16 on CPU)
-    max_queue: int = 0  # 0 = 4 x max_running_requests
+    max_queue: int = 0  # 0 = DEFAULT_QUEUE_PER_SLOT (4) x max_running_requests
     device: str = "auto"
     api_keys: tuple[str, ...] = ()
     references_dir: str = ""
@@ -144,7 +145,7 @@ class ServeConfig:
         if not self.codec_layout.strip():  # likewise the codec's conv layout
             self.codec_layout = gpu.serving.codec_layout if gpu and self.device != "cpu" else "ncl"
         if self.max_queue == 0:
-            self.max_queue = 4 * self.max_running_requests
+            self.max_queue = DEFAULT_QUEUE_PER_SLOT * self.max_running_requests
         _at_least(1, max_queue=self.max_queue)
         if self.cuda_graph_max_bs == 0:
             self.cuda_graph_max_bs = cuda_graph_max_bs(self.max_running_requests)

@@ -206,7 +206,7 @@ class QwenTextTokenizer(TinyTokenizer):
                  (line.split() for line in ranks_file.read_bytes().splitlines() if line.strip())}
         self._bpe = tiktoken.Encoding(name="qwen-bpe", pat_str=QWEN_PATTERN, mergeable_ranks=ranks,
                                       special_tokens={})
-        self._n_ranks = len(ranks)
+        self.n_ranks = len(ranks)
 
     def _encode_text(self, text: str) -> list[int]:
         """Text between specials: Qwen's BPE."""
@@ -215,7 +215,7 @@ class QwenTextTokenizer(TinyTokenizer):
     def decode(self, ids: list[int]) -> str:
         text, run = [], []
         for i in [*ids, -1]:
-            if 0 <= i < self._n_ranks:
+            if 0 <= i < self.n_ranks:
                 run.append(i)
                 continue
             text.append(self._bpe.decode(run))
@@ -241,9 +241,9 @@ def preset_tokenizer(name: str, text: str = "bytes") -> TinyTokenizer:
         raise UserError(f"preset text {text!r} is not one of {', '.join(PRESET_TEXTS)}")
     ranks = qwen_ranks_path()
     tok = QwenTextTokenizer(ranks, **ids)
-    if tok._n_ranks > c.semantic_begin_id:  # the ranks must sit below the preset's own ids
+    if tok.n_ranks > c.semantic_begin_id:  # the ranks must sit below the preset's own ids
         raise UserError(f"preset {name!r} has {c.semantic_begin_id} text ids, fewer than Qwen's BPE's "
-                        f"{tok._n_ranks}: use the bytes preset text")
+                        f"{tok.n_ranks}: use the bytes preset text")
     return tok
 
 

@@ -49,9 +49,9 @@ def test_the_same_prompt_at_the_real_models_length(qwen: QwenTextTokenizer) -> N
 
 
 def test_qwens_ranks_sit_below_the_presets_specials_and_merge(qwen: QwenTextTokenizer) -> None:
-    assert qwen._n_ranks == 151_643 < preset("s2-pro").semantic_begin_id
+    assert qwen.n_ranks == 151_643 < preset("s2-pro").semantic_begin_id
     words = qwen.encode(" quick brown")
-    assert len(words) == 2 and all(i < qwen._n_ranks for i in words)
+    assert len(words) == 2 and all(i < qwen.n_ranks for i in words)
     assert qwen.decode(words) == " quick brown"
     text = "Grüße, 東京! 12:30"
     assert qwen.decode(qwen.encode(text)) == text

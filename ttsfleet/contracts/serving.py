@@ -37,6 +37,10 @@ QUANTIZATION = "TTSFLEET_QUANTIZATION"
 MAX_RUNNING_REQUESTS = "TTSFLEET_MAX_RUNNING_REQUESTS"
 CUDA_GRAPH_MAX_BS = "TTSFLEET_CUDA_GRAPH_MAX_BS"
 MAX_QUEUE = "TTSFLEET_MAX_QUEUE"
+#: The server's queue bound when ``max_queue`` is 0 (its default), per decode slot: a replica refuses
+#: with 429 once this many x ``max_running_requests`` requests wait beyond its free slots (the
+#: simulator models the same bound).
+DEFAULT_QUEUE_PER_SLOT = 4
 DEVICE = "TTSFLEET_DEVICE"
 API_KEYS = "TTSFLEET_API_KEYS"  # comma-separated
 REFERENCES_DIR = "TTSFLEET_REFERENCES_DIR"

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ttsfleet.catalog import GpuCatalog
 from ttsfleet.config import AutoscaleConfig, ColocationConfig, FillPolicyConfig, PoolSpec
+from ttsfleet.contracts.serving import DEFAULT_QUEUE_PER_SLOT
 from ttsfleet.errors import UserError
 
 #: The embedded default fleet of `ttsfleet simulate`.
@@ -25,10 +26,6 @@ DEFAULT_FLEET = {"h200": 32, "rtx5090": 32}
 #: start-up, which the simulator models separately as the fill start time), 2026-12-01,
 #: benchmarks/fill_jobs/fill_gpu_2026-12-01.json. No other class was measured.
 FILL_BUSY_FRACTION = 0.97
-
-#: The inference server's default queue bound per decode slot (inference/serve_config.py: a
-#: replica refuses with 429 once 4 x max_running_requests requests wait beyond its free slots).
-SERVER_QUEUE_PER_SLOT = 4
 
 
 class TrainingJob(BaseModel):
@@ -176,7 +173,7 @@ class Scenario(BaseModel):
         """Requests one replica of ``gpu_class`` queues beyond its free decode slots before 429."""
         if self.queue_per_replica is not None:
             return self.queue_per_replica
-        return SERVER_QUEUE_PER_SLOT * self.catalog.get(gpu_class).serving.max_running_requests
+        return DEFAULT_QUEUE_PER_SLOT * self.catalog.get(gpu_class).serving.max_running_requests
 
     @property
     def checkpoint_overhead(self) -> float:
