@@ -193,6 +193,53 @@ def _prefetch_cases(scheme: str) -> Iterator[tuple[str, Any, int, int]]:
         yield kind, plain[0], 64, k
 
 
+#: (M, TMA, PREFETCH) of the one-launch MLP compiled per scheme; the representative set keeps the first.
+ONE_LAUNCH_CASES = ((1, True, 8), (1, False, 0), (64, True, 0))
+
+
+def _mlp_one_launch(m: int, scheme: str, tma: bool, prefetch: int) -> Case:
+    """The one-launch SwiGLU MLP (``TTSFLEET_MLP_LAUNCH=one``) at the S2 Pro shape, planned for 132
+    SMs: both GEMMs' tensor-core MMAs, TMA exactly when asked, the work ticket's atomics, the L2
+    prefetch of the down weights exactly when asked."""
+
+    def run(target: Target) -> list[str]:
+        from . import triton_gemm as tg
+        from . import triton_mlp as tm
+
+        (_, n, d), (_, _, f) = S2_SHAPES[0], S2_SHAPES[1]
+        mx = scheme == "mxfp8"
+        grp = tg.act_group(scheme)
+        plan = tm.one_launch_plan(m, d, n // 2, grp, 132)
+        scale = "*u8" if mx else "*fp32"
+        ptrs = dict(a_ptr="*fp8e4nv", as_ptr=scale, gu_ptr="*fp8e4nv", gus_ptr=scale, dn_ptr="*fp8e4nv",
+                    dns_ptr=scale, h_ptr="*fp8e4nv", hs_ptr=scale, out_ptr="*bf16", gu_part="*fp32",
+                    dn_part="*fp32", gu_tickets="*i32", dn_tickets="*i32", counters="*i32")
+        const: dict[str, Any] = dict(
+            BM=plan.bm, GU_BN=tm.GATE_UP_BN, GU_TILES=plan.gu_tiles, GU_SPLIT=plan.gu_split,
+            GU_PER=tg.cdiv(tg.cdiv(d, grp), plan.gu_split), DN_BN=plan.dn_bn, DN_TILES=plan.dn_tiles,
+            DN_SPLIT=plan.dn_split, DN_PER=tg.cdiv(tg.cdiv(f, grp), plan.dn_split), BK=grp, A_GROUP=grp,
+            W_ROW_GROUP=1 if mx else 128, W_K_GROUP=grp, MX=mx, SWAP=True, W_TMA=tma, EXACT_CVT=False,
+            USE_PDL=True, PREFETCH=prefetch)
+        if tma:
+            ptrs["gu_desc"] = f"tensordesc<fp8e4nv[{tm.GATE_UP_BN}, {grp}]>"
+            ptrs["dn_desc"] = f"tensordesc<fp8e4nv[{plan.dn_bn}, {grp}]>"
+        else:
+            const.update(gu_desc=None, dn_desc=None)
+        opts = {"num_warps": plan.num_warps, "num_stages": 3, "launch_pdl": True}
+        c = _compile(tm.swiglu_mlp_one_launch_kernel, ptrs, const, opts, target)
+        _note(f"{target.name} {scheme} one-launch MLP M={m} tma={tma} PREFETCH={prefetch}", c)
+        bad = [] if c.ptx.count(target.gemm_mma) >= 2 else [f"fewer than two {target.gemm_mma} sites"]
+        if ("cp.async.bulk.tensor" in c.ptx) != tma:
+            bad.append("TMA copies do not match the config")
+        if "atom.global" not in c.ptx and "atom.acq_rel.gpu" not in c.ptx:
+            bad.append("no global atomics (the work ticket)")
+        if (PREFETCH_OP in c.ptx) != bool(prefetch):
+            bad.append(f"L2 prefetch {'missing' if prefetch else 'present'} with PREFETCH={prefetch}")
+        return bad + _common(c, target)
+
+    return run
+
+
 def _decode_kernels(group: int) -> Case:
     """Norm, attention (dense / FP8 cache; bf16 or FP8-code output; one pass and split), RoPE + KV
     store, quantizer."""
@@ -346,6 +393,9 @@ def cases(target: Target, representative: bool = False) -> Iterator[tuple[str, C
             yield f"{scheme} {kind} M={m} K={k} {cfg}", _gemm(kind, cfg, m, k, scheme)
         for kind, cfg, m, k in _prefetch_cases(scheme):
             yield f"{scheme} {kind} M={m} K={k} {cfg} PREFETCH=4", _gemm(kind, cfg, m, k, scheme, prefetch=4)
+        for m, tma, prefetch in ONE_LAUNCH_CASES[:1] if representative else ONE_LAUNCH_CASES:
+            yield (f"{scheme} one-launch MLP M={m} tma={tma} PREFETCH={prefetch}",
+                   _mlp_one_launch(m, scheme, tma, prefetch))
     for group in sorted({32 if s == "mxfp8" else 128 for s in target.schemes}, reverse=True):
         yield f"decode kernels group={group}", _decode_kernels(group)
     for vocab in S2_VOCABS:

@@ -212,6 +212,30 @@ rope_attention_mode = ROPE_ATTENTION_SWITCH.get
 set_rope_attention = ROPE_ATTENTION_SWITCH.set
 
 
+#: The FP8 SwiGLU MLP's launches at decode M (<= 64 rows): ``two`` (the default: the gate_up GEMM
+#: with the SwiGLU epilogue, then the down GEMM) or ``one`` (both GEMMs' tiles as work items of one
+#: persistent launch whose down items prefetch their weights into L2 while gate_up runs,
+#: :func:`ttsfleet.kernels.triton_mlp.swiglu_mlp_one_launch`). Why: at M=1 on an H200 the two launches
+#: take 33.6 us against a 17.6 us weight floor (issue #26's target: <= 24 us); 76 MLPs per S2 Pro
+#: frame. The same values as two launches with the same tiles (bit for bit in Triton's interpreter).
+#: Built 2026-12-05 without a GPU, compiled for sm_90a / sm_120a, not yet timed: ``decode_levers.py``'s
+#: ``mlp1`` row decides the default. Process switch, read once.
+MLP_LAUNCH_ENV = "TTSFLEET_MLP_LAUNCH"
+MLP_LAUNCHES = ("two", "one")
+
+
+#: ``two`` / ``one`` (blank: ``two``), else a ``ValueError`` naming the choices (the server checks
+#: ``TTSFLEET_MLP_LAUNCH`` with it at start).
+parse_mlp_launch = one_of(MLP_LAUNCH_ENV, MLP_LAUNCHES, "two")
+
+
+MLP_LAUNCH_SWITCH: ProcessSwitch[str] = ProcessSwitch(MLP_LAUNCH_ENV, "two", parse_mlp_launch)
+#: This process's MLP launches (``TTSFLEET_MLP_LAUNCH``, default ``two``).
+mlp_launch = MLP_LAUNCH_SWITCH.get
+#: Choose the MLP launches for this process (tests and benchmarks A/B them).
+set_mlp_launch = MLP_LAUNCH_SWITCH.set
+
+
 def attention_block_n(cache_len: int) -> int:
     """Keys per block of both attention kernels: the tile's, or 16 for a frame-local cache of <= 16
     positions."""

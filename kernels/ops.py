@@ -142,7 +142,8 @@ def linear_fp8_codes(xq: Tensor, xs: Tensor, qw: QuantizedWeight, out_dtype: tor
 
 def swiglu_mlp_fp8_codes(xq: Tensor, xs: Tensor, gate_up: QuantizedWeight, down: QuantizedWeight,
                          out_dtype: torch.dtype) -> Tensor:
-    """:func:`swiglu_mlp_fp8` on activations already quantized: two launches."""
+    """:func:`swiglu_mlp_fp8` on activations already quantized: two launches, or one at decode M
+    with ``TTSFLEET_MLP_LAUNCH=one`` (:func:`.decode.mlp_launch`)."""
     _check_codes(xq, xs, gate_up)
     if _large(xq, gate_up, down):
         from .cublas_fp8 import swiglu_mlp_codes
@@ -151,8 +152,15 @@ def swiglu_mlp_fp8_codes(xq: Tensor, xs: Tensor, gate_up: QuantizedWeight, down:
         out = swiglu_mlp_codes(xq.reshape(-1, d), xs.reshape(-1, xs.shape[-1]), gate_up, down, out_dtype)
         return out.view(*xq.shape[:-1], d)
     if dispatch.use_triton(xq):
-        from .triton_mlp import swiglu_mlp_fp8_triton
+        from . import decode
+        from .triton_mlp import ONE_LAUNCH_MAX_M, swiglu_mlp_fp8_triton, swiglu_mlp_one_launch
 
+        d = xq.shape[-1]
+        rows = xq.numel() // max(d, 1)
+        if decode.mlp_launch() == "one" and rows <= ONE_LAUNCH_MAX_M:
+            out = swiglu_mlp_one_launch(xq.reshape(-1, d), xs.reshape(-1, xs.shape[-1]), gate_up, down,
+                                        out_dtype)
+            return out.view(*xq.shape[:-1], d)
         return swiglu_mlp_fp8_triton(xq, gate_up, down, x_scale=xs, out_dtype=out_dtype)
     return swiglu_mlp_fp8_codes_ref(xq, xs, gate_up, down, out_dtype)
 

@@ -199,6 +199,63 @@ def fp8_gemm_kernel(
         if EPI == 1:
             _l2_prefetch_rows(w_ptr, F + pid_n * BN, k_first, span, 2 * F, K, s_wn, BN)
     pdl_entry(USE_PDL)
+    res, res_u = gemm_tile(a_ptr, as_ptr, w_ptr, w_desc, ws_ptr, M, N, K, F, pid_n, pid_m, pid_k,
+                           s_am, s_ak, s_asm, s_ask, s_wn, s_wk, s_wsn, s_wsk, BM, BN, BK, PER, A_GROUP,
+                           W_ROW_GROUP, W_K_GROUP, MX, A_FP8, EPI, SWAP, W_TMA, EXACT_CVT, False)
+    finish_tile(res, res_u, pid_m * tl.num_programs(0) + pid_n, pid_n, pid_m, pid_k, part_ptr, ticket_ptr,
+                out_ptr, bias_ptr, hs_ptr, M, N, F, s_om, s_on, s_hsm, s_hsk, BM, BN, SPLIT_K, EPI, HAS_BIAS,
+                MX, H_GROUP, EXACT_CVT)
+
+
+@triton.jit
+def _load(ptrs, mask, other, CG: tl.constexpr):
+    """``tl.load`` through L2 only when ``CG`` (data another program of this launch wrote: its L1
+    lines could be stale), else as any load."""
+    if CG:
+        x = tl.load(ptrs, mask=mask, other=other, cache_modifier=".cg")
+    else:
+        x = tl.load(ptrs, mask=mask, other=other)
+    return x
+
+
+@triton.jit
+def _a_tile(a_ptr, as_ptr, offs_m, kk, k0, m_ok, live, K, s_am, s_ak, s_asm, s_ask, A_GROUP: tl.constexpr,
+            MX: tl.constexpr, A_FP8: tl.constexpr, EXACT_CVT: tl.constexpr, A_CG: tl.constexpr):
+    """The activation tile ``[BM, BK]`` as FP8 codes and its row scales ``[BM]`` (codes as given, or
+    bf16/fp32 quantized here: BK == A_GROUP, so each row of the tile is one scale group). ``A_CG``:
+    read through L2 only (codes written by another program of the same launch)."""
+    a_mask = m_ok[:, None] & (kk < K)[None, :]
+    a_ptrs = a_ptr + offs_m[:, None] * s_am + kk[None, :] * s_ak
+    s_ptrs = as_ptr + offs_m * s_asm + (k0 // A_GROUP) * s_ask
+    a_raw = _load(a_ptrs, a_mask, 0.0, A_CG)
+    if A_FP8:
+        a_q = a_raw
+        if MX:
+            sa = _ue8m0_to_f32(_load(s_ptrs, m_ok & live, 127, A_CG))
+        else:
+            sa = _load(s_ptrs, m_ok & live, 1.0, A_CG)
+    else:
+        af = a_raw.to(tl.float32)
+        amax = tl.max(tl.abs(af), axis=1)
+        if MX:
+            sa = _ue8m0_to_f32(_ue8m0_from_amax(amax))
+        else:
+            sa = tl.maximum(tl.math.div_rn(amax, tl.full(amax.shape, 448.0, tl.float32)), FLT_MIN)
+        inv = tl.math.div_rn(tl.full(sa.shape, 1.0, tl.float32), sa)  # one division per row
+        a_q = to_e4m3(af * inv[:, None], EXACT_CVT)
+    return a_q, sa
+
+
+@triton.jit
+def gemm_tile(a_ptr, as_ptr, w_ptr, w_desc, ws_ptr, M, N, K, F, pid_n, pid_m, pid_k,
+              s_am, s_ak, s_asm, s_ask, s_wn, s_wk, s_wsn, s_wsk,
+              BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PER: tl.constexpr, A_GROUP: tl.constexpr,
+              W_ROW_GROUP: tl.constexpr, W_K_GROUP: tl.constexpr, MX: tl.constexpr, A_FP8: tl.constexpr,
+              EPI: tl.constexpr, SWAP: tl.constexpr, W_TMA: tl.constexpr, EXACT_CVT: tl.constexpr,
+              A_CG: tl.constexpr):
+    """One program's share of a GEMM tile: the float32 sums ``[BM, BN]`` over its PER K blocks (and,
+    for the SwiGLU epilogue, those of the up rows F + n). The one copy of the main loop: the GEMM
+    kernel and the one-launch MLP (:mod:`.triton_mlp`) both run it."""
     offs_m = pid_m * BM + tl.arange(0, BM)
     offs_n = pid_n * BN + tl.arange(0, BN)
     offs_k = tl.arange(0, BK)
@@ -218,25 +275,8 @@ def fp8_gemm_kernel(
         k0 = (pid_k * PER + i) * BK
         kk = k0 + offs_k
         live = k0 < K
-        a_mask = m_ok[:, None] & (kk < K)[None, :]
-        a_raw = tl.load(a_ptr + offs_m[:, None] * s_am + kk[None, :] * s_ak, mask=a_mask, other=0.0)
-        if A_FP8:
-            a_q = a_raw
-            if MX:
-                sa = _ue8m0_to_f32(tl.load(as_ptr + offs_m * s_asm + (k0 // A_GROUP) * s_ask,
-                                           mask=m_ok & live, other=127))
-            else:
-                sa = tl.load(as_ptr + offs_m * s_asm + (k0 // A_GROUP) * s_ask, mask=m_ok & live, other=1.0)
-        else:
-            # prologue quantization: BK == A_GROUP, so each row of the tile is one scale group
-            af = a_raw.to(tl.float32)
-            amax = tl.max(tl.abs(af), axis=1)
-            if MX:
-                sa = _ue8m0_to_f32(_ue8m0_from_amax(amax))
-            else:
-                sa = tl.maximum(tl.math.div_rn(amax, tl.full(amax.shape, 448.0, tl.float32)), FLT_MIN)
-            inv = tl.math.div_rn(tl.full(sa.shape, 1.0, tl.float32), sa)  # one division per row
-            a_q = to_e4m3(af * inv[:, None], EXACT_CVT)
+        a_q, sa = _a_tile(a_ptr, as_ptr, offs_m, kk, k0, m_ok, live, K, s_am, s_ak, s_asm, s_ask, A_GROUP, MX,
+                          A_FP8, EXACT_CVT, A_CG)
         w_t = _w_tile(w_ptr, w_desc, pid_n * BN, kk, k0, n_lim, K, s_wn, s_wk, BN, W_TMA)
         sw = _w_scale(ws_ptr, offs_n, k0, n_ok & live, s_wsn, s_wsk, W_ROW_GROUP, W_K_GROUP, MX)
         acc = _scaled_dot(acc, a_q, w_t, sa, sw, SWAP)
@@ -251,11 +291,25 @@ def fp8_gemm_kernel(
     else:
         res = acc
         res_u = acc_u
+    return res, res_u
 
+
+@triton.jit
+def finish_tile(res, res_u, tile, pid_n, pid_m, pid_k, part_ptr, ticket_ptr, out_ptr, bias_ptr, hs_ptr,
+                M, N, F, s_om, s_on, s_hsm, s_hsk, BM: tl.constexpr, BN: tl.constexpr, SPLIT_K: tl.constexpr,
+                EPI: tl.constexpr, HAS_BIAS: tl.constexpr, MX: tl.constexpr, H_GROUP: tl.constexpr,
+                EXACT_CVT: tl.constexpr):
+    """Hand one program's sums of output tile ``tile`` on: with split-K, store them as its partial and
+    take the tile's ticket (the last of its SPLIT_K programs sums every partial in slot order and runs
+    the epilogue); else run the epilogue. Returns 1 where this program wrote the tile's output, 0
+    where another program of the tile will (the one-launch MLP counts finished tiles with it)."""
+    offs_m = pid_m * BM + tl.arange(0, BM)
+    offs_n = pid_n * BN + tl.arange(0, BN)
+    m_ok = offs_m < M
+    n_ok = offs_n < (F if EPI == 1 else N)
     lm = tl.arange(0, BM)
     ln = tl.arange(0, BN)
     if SPLIT_K > 1:
-        tile = pid_m * tl.num_programs(0) + pid_n
         NSLOT: tl.constexpr = 2 if EPI == 1 else 1
         loc = lm[:, None] * BN + ln[None, :]
         slot = part_ptr + ((tile * SPLIT_K + pid_k) * NSLOT) * (BM * BN) + loc
@@ -264,6 +318,7 @@ def fp8_gemm_kernel(
             tl.store(slot + BM * BN, res_u)
         tl.debug_barrier()
         ticket = tl.atomic_add(ticket_ptr + tile, 1, sem="acq_rel", scope="gpu")
+        wrote = (ticket == SPLIT_K - 1).to(tl.int32)
         if ticket == SPLIT_K - 1:
             # sum every slot (own included) in slot order: the result does not depend on which
             # program finished last, so split-K output is deterministic run to run
@@ -278,8 +333,10 @@ def fp8_gemm_kernel(
             _epilogue(res, res_u, offs_m, offs_n, m_ok, n_ok, out_ptr, bias_ptr, hs_ptr, s_om, s_on, s_hsm,
                       s_hsk, pid_n, F, EPI, HAS_BIAS, MX, BM, BN, H_GROUP, EXACT_CVT)
     else:
+        wrote = 1
         _epilogue(res, res_u, offs_m, offs_n, m_ok, n_ok, out_ptr, bias_ptr, hs_ptr, s_om, s_on, s_hsm, s_hsk,
                   pid_n, F, EPI, HAS_BIAS, MX, BM, BN, H_GROUP, EXACT_CVT)
+    return wrote
 
 
 @triton.jit

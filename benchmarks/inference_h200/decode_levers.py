@@ -18,6 +18,8 @@ alternately, against the default step beside them:
   first K/V blocks (``TTSFLEET_ATTN_PREFETCH``);
 * ``ropefused``: the q/k norm + RoPE + KV store inside decode attention's launch
   (``TTSFLEET_ROPE_ATTENTION=fused``: one launch per block fewer);
+* ``mlp1``: every FP8 MLP of <= 64 rows in one persistent launch (``TTSFLEET_MLP_LAUNCH=one``: the
+  down weights prefetched into L2 while gate_up runs; 76 MLPs per frame);
 * ``headbf16``: the sampling heads through cuBLAS's bf16 GEMM with float32 output
   (``TTSFLEET_HEAD_GEMM=bf16``: the same products, half the bytes, tensor cores);
 * ``tile@WxK``: decode attention launched with W warps and K keys per block (``TTSFLEET_ATTN_TILE``;
@@ -37,6 +39,7 @@ medians (ms per step) and the ratio to the default; JSON to ``$OUT/decode_levers
     LEVER_VARIANTS=default,prefetch,prefetch@2,kvprefetch,prefetch+kvprefetch   # prefetch into L2
     LEVER_VARIANTS=default,ropefused,ropefused+prefetch+kvprefetch   # RoPE inside attention
     LEVER_VARIANTS=default,headbf16   # the heads' bf16 GEMM
+    LEVER_VARIANTS=default,mlp1,mlp1+prefetch   # the MLP in one launch
 """
 
 from __future__ import annotations
@@ -100,6 +103,7 @@ def _variant(name: str) -> dict[str, Any]:
     kv_prefetch = next((p for p in parts if p.startswith("kvprefetch")), None)
     decode.set_attn_prefetch((kv_prefetch.partition("@")[2] or "auto") if kv_prefetch else "off")
     decode.set_rope_attention("fused" if "ropefused" in parts else "separate")
+    decode.set_mlp_launch("one" if "mlp1" in parts else "two")
     model_layers.set_head_gemm("bf16" if "headbf16" in parts else "float32")
     tile = next((p for p in parts if p.startswith("tile@")), "tile@4x64")
     decode.set_attn_tile(tile.partition("@")[2])
@@ -120,7 +124,9 @@ def main() -> None:
     model = load_model("s2-pro", device="cuda", dtype=torch.bfloat16, quantize="auto",
                        max_seq_len=max(1024, CONTEXT + 64))
     variants = VARIANTS or ["default", "prefetch", "prefetch@2", "kvprefetch", "ropefused", "headbf16",
-                            "ropefused+prefetch+kvprefetch+headbf16", *[f"cublas@{r}" for r in CUBLAS_ROWS]]
+                            "mlp1", "ropefused+prefetch+kvprefetch+headbf16",
+                            "mlp1+ropefused+prefetch+kvprefetch+headbf16",
+                            *[f"cublas@{r}" for r in CUBLAS_ROWS]]
     if "default" not in variants:
         variants.insert(0, "default")  # every ratio is to the default beside it
     kinds = {_kv_kind(v) for v in variants}

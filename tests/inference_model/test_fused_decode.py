@@ -181,13 +181,13 @@ def test_unfusable_rows_keep_the_reference_sampler() -> None:
     assert _batch([SamplingParams(top_k=0, temperature=0.0)]).fusable  # greedy ignores top_k
 
 
-@pytest.mark.parametrize("fusable,quantize,select,rope", [
-    (True, "bf16", "torch", "separate"), (False, "bf16", "torch", "separate"),
-    (True, "bsgemm_fp8", "torch", "separate"), (True, "mxfp8", "torch", "separate"),
-    (True, "bf16", "kernel", "separate"), (True, "bf16", "kernel", "fused"),
-    (True, "bsgemm_fp8", "torch", "fused")])
+@pytest.mark.parametrize("fusable,quantize,select,rope,mlp", [
+    (True, "bf16", "torch", "separate", "two"), (False, "bf16", "torch", "separate", "two"),
+    (True, "bsgemm_fp8", "torch", "separate", "two"), (True, "mxfp8", "torch", "separate", "two"),
+    (True, "bf16", "kernel", "separate", "two"), (True, "bf16", "kernel", "fused", "two"),
+    (True, "bsgemm_fp8", "torch", "fused", "two"), (True, "bsgemm_fp8", "kernel", "fused", "one")])
 def test_fused_decode_step_emits_the_reference_frames(fusable: bool, quantize: str, select: str, rope: str,
-                                                      request: pytest.FixtureRequest) -> None:
+                                                      mlp: str, request: pytest.FixtureRequest) -> None:
     """Whole frames (main token + 10 codes) of the fused path equal the reference path's; with FP8
     weights the fused norms / attention hand the GEMMs FP8 codes the reference quantizes itself.
 
@@ -198,7 +198,8 @@ def test_fused_decode_step_emits_the_reference_frames(fusable: bool, quantize: s
     is the RTX 5090 / 6000 PRO scheme: its whole fused path (1x32 codes from the norms and attention,
     the mxfp8 GEMM configs) runs here, the numerics half of the sm_120 path (``compile_check`` is the
     other half). ``select="kernel"``: the sampler selects its top-k inside its one launch.
-    ``rope="fused"``: the RoPE + KV store inside decode attention's launch (slow and fast blocks)."""
+    ``rope="fused"``: the RoPE + KV store inside decode attention's launch (slow and fast blocks).
+    ``mlp="one"``: every MLP of <= 64 rows (decode, and this short prompt's prefill) in one launch."""
     if quantize != "bf16" and DEV == "cuda":
         pytest.skip("FP8 frames are compared bit-exactly in the interpreter; the S2 Pro gate covers the GPU")
     from ttsfleet.kernels import decode as kd
@@ -207,6 +208,8 @@ def test_fused_decode_step_emits_the_reference_frames(fusable: bool, quantize: s
     request.addfinalizer(kd.TOPK_SELECT_SWITCH.reset)  # the environment's (or default) again
     kd.set_rope_attention(rope)
     request.addfinalizer(kd.ROPE_ATTENTION_SWITCH.reset)
+    kd.set_mlp_launch(mlp)
+    request.addfinalizer(kd.MLP_LAUNCH_SWITCH.reset)
     separate_calls = []  # the separate RoPE + KV store kernel's launches during decode steps
     launch = _kernels().qkv_rope_store
 
@@ -215,6 +218,7 @@ def test_fused_decode_step_emits_the_reference_frames(fusable: bool, quantize: s
         return launch(*args, **kwargs)
 
     request.getfixturevalue("monkeypatch").setattr(_kernels(), "qkv_rope_store", counted)
+    one_launch_calls = _count_one_launch_mlps(request.getfixturevalue("monkeypatch"))
     model = load_model("tiny", device=DEV, dtype=torch.float32, quantize=quantize)
     g = torch.Generator().manual_seed(5)
     prompt = torch.randint(0, 500, (1 + model.config.num_codebooks, 9), generator=g)
@@ -238,10 +242,27 @@ def test_fused_decode_step_emits_the_reference_frames(fusable: bool, quantize: s
         frames[mode] = (torch.stack(out), cache.lengths.clone(), cache.pending_logits.clone())
     # the fused decode path launches it per block unless the RoPE runs inside attention
     assert (len(separate_calls) == 0) == (rope == "fused"), len(separate_calls)
+    # FP8 MLPs of <= 64 rows take the one launch exactly when it is switched on
+    assert bool(one_launch_calls) == (mlp == "one" and quantize != "bf16"), len(one_launch_calls)
     (ref, ref_len, ref_logits), (got, got_len, got_logits) = frames.values()
     assert torch.equal(got, ref)
     assert torch.equal(got_len, ref_len)
     torch.testing.assert_close(got_logits, ref_logits, rtol=1e-4, atol=1e-4)
+
+
+def _count_one_launch_mlps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Record the rows of every one-launch MLP call (``kernels.triton_mlp.swiglu_mlp_one_launch``)."""
+    from ttsfleet.kernels import triton_mlp
+
+    calls: list[int] = []
+    real = triton_mlp.swiglu_mlp_one_launch
+
+    def counted(xq: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
+        calls.append(int(xq.shape[0]))
+        return real(xq, *args, **kwargs)
+
+    monkeypatch.setattr(triton_mlp, "swiglu_mlp_one_launch", counted)
+    return calls
 
 
 def test_fused_path_is_off_in_reference_mode() -> None:
