@@ -15,7 +15,11 @@ partly prefilled) → ``running`` → finished. Every loop iteration:
    ``model.prefill_batch`` call. A long prompt is spread over several iterations, each bounded, so
    admission never stalls the running batch for long, and every waiting prompt of an iteration gets
    its first frame at the same step (time to first audio does not grow with queue position within
-   the budget). ``prefill_chunk_tokens = 0``: whole prompts, at least one per iteration;
+   the budget). ``prefill_chunk_tokens = 0``: whole prompts, at least one per iteration. The order
+   is "clocked first" (:mod:`ttsfleet.inference.admission_order`): requests whose first-audio clock
+   runs — every request, and a live session's voice-head prefix job once its first text waits for
+   it (:meth:`Engine.make_urgent`) — before background prefix jobs, which no text waits for yet
+   (a background job that waited ``prefix_job_max_wait_s`` counts as clocked);
 3. a request whose last chunk ran joins the running batch, and one decode step is *launched* over
    the whole running batch; its frames are copied to a pinned host buffer behind a CUDA event;
 4. the frames of the previous step (``pipeline_depth`` = 1) are read back — by then the GPU is
@@ -49,6 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from ttsfleet.inference.admission_order import BACKGROUND_MAX_WAIT_S, Entry, admission_order, passed_over
 from ttsfleet.inference.codec_batch import BatchedCodec, CodecMeter, build_slot_decoder, use_conv_autotuner
 from ttsfleet.inference.codec_process import CodecProcess, CodecSource, DecoderPlan
 from ttsfleet.inference.graph_capture import CAPTURE_LOCK
@@ -63,8 +68,10 @@ DEFAULT_WINDOW = 16
 #: Padded decode steps between two resets of the pad slot (each step adds one position to it).
 PAD_RESET_STEPS = 32
 #: What can hold a waiting request back at an iteration: no free KV slot, the iteration's prefill
-#: token budget spent, the decode batch full, or prefill coalescing waiting for company.
-ADMISSION_WAIT_REASONS = ("slots", "budget", "batch", "hold")
+#: token budget spent, the decode batch full, prefill coalescing waiting for company, or (deferred)
+#: only background prefix-only jobs left, passed over by later requests whose first-audio clock runs
+#: (:mod:`ttsfleet.inference.admission_order`).
+ADMISSION_WAIT_REASONS = ("slots", "budget", "batch", "hold", "deferred")
 
 
 class EngineOverloaded(Exception):
@@ -109,6 +116,11 @@ class RequestHandle:
         self.prefilled_at: float | None = None  # the whole prompt in the cache
         self.first_frame_at: float | None = None
         self.first_codes_at: float | None = None  # the first chunk of codes handed to the codec
+        #: A prefix-only job that a waiting text now needs (:meth:`Engine.make_urgent`): the engine
+        #: plans it with the requests whose first-audio clock runs. Written once (False -> True) by
+        #: the event loop's thread, read by the engine thread at each iteration: a plain bool
+        #: attribute, whose write and read are atomic in CPython, so no lock.
+        self.urgent = False
 
     def post(self, ev: Event) -> None:
         """Thread-safe: called from the engine or codec thread."""
@@ -155,6 +167,12 @@ class _Running:
     @property
     def prompt_len(self) -> int:
         return int(self.req.prompt.shape[-1])
+
+    @property
+    def clocked(self) -> bool:
+        """Someone's time to first audio runs on it: every request, and a prefix-only job once a
+        text waits for it (its handle marked urgent)."""
+        return not self.prefix_only or self.handle.urgent
 
     @property
     def restored(self) -> int:
@@ -221,6 +239,10 @@ class EngineConfig:
     prefill_coalesce_s: float = 0.0
     #: With this many prompts waiting (or a full token budget of them) the prefill runs at once.
     prefill_coalesce_prompts: int = 4
+    #: Longest a background prefix-only job (no text waits for it yet) lets requests whose
+    #: first-audio clock runs go first, in seconds since it was submitted; then it counts as one of
+    #: them (:mod:`ttsfleet.inference.admission_order`). 0 = plain FIFO, continuations first.
+    prefix_job_max_wait_s: float = BACKGROUND_MAX_WAIT_S
     window: int = DEFAULT_WINDOW
     device: str = "cpu"
     #: Pad each decode batch up to the next captured size (CUDA graphs); padded rows use a scratch slot.
@@ -352,6 +374,8 @@ class Engine:
             raise ValueError("prefill_token_budget must be >= 1 and prefill_chunk_tokens >= 0")
         if config.pipeline_depth < 0 or config.codec_max_frames < 1 or config.codec_gather_ms < 0:
             raise ValueError("pipeline_depth and codec_gather_ms must be >= 0 and codec_max_frames >= 1")
+        if config.prefix_job_max_wait_s < 0:
+            raise ValueError("prefix_job_max_wait_s must be >= 0")
         if config.codec_compile is not None and config.codec_compile not in CODEC_COMPILE_MODES:
             raise ValueError(f"codec_compile {config.codec_compile!r} is not None or one of "
                              f"{', '.join(CODEC_COMPILE_MODES)}")
@@ -504,6 +528,17 @@ class Engine:
         self._inbox.put(Submit(st))
         return st.handle
 
+    def make_urgent(self, handle: RequestHandle) -> None:
+        """A text now waits for this prefix-only job (called on the event loop): from the engine's
+        next iteration on it is planned with the requests whose first-audio clock runs, ahead of
+        background prefix jobs (:mod:`ttsfleet.inference.admission_order`). Idempotent.
+
+        The engine re-reads the flag every iteration and never blocks in its inbox while a job is
+        waiting or prefilling; the :class:`Wake` only makes sure it looks at once either way."""
+        if not handle.urgent:
+            handle.urgent = True
+            self._inbox.put(Wake())
+
     def cancel(self, handle: RequestHandle) -> None:
         """The client went away: free its slot at the next step (idempotent)."""
         if not handle.cancelled.is_set():
@@ -630,45 +665,91 @@ class Engine:
     def _admit(self) -> None:
         """Plan this iteration's prefill within the token budget, then run it as one batched call.
 
-        Requests already prefilling continue first (in turn, one chunk each), then waiting requests
-        take free KV slots while the budget lasts. Every piece of the plan goes into a single
-        ``model.prefill_batch``; a request whose whole prompt is in joins the running batch (and so
-        the decode step that follows). With chunking off, whole prompts: at least one per iteration,
-        more while they fit the budget.
+        Who goes first is :func:`~ttsfleet.inference.admission_order.admission_order`: requests
+        whose first-audio clock runs (every request; a prefix-only job once a text waits for it)
+        before background prefix-only jobs, and within each, requests already prefilling (one chunk
+        each, in turn) before waiting ones taking free KV slots; FIFO otherwise, while the budget
+        lasts. Every piece of the plan goes into a single ``model.prefill_batch``; a request whose
+        whole prompt is in joins the running batch (and so the decode step that follows). With
+        chunking off, whole prompts: at least one per iteration, more while they fit the budget.
         """
-        budget = self.cfg.prefill_token_budget
-        chunk = self.cfg.prefill_chunk_tokens
-        plan: list[tuple[_Running, int]] = []
-        while self.prefilling and budget > 0:
-            st = self.prefilling.popleft()
-            n = min(chunk, budget, st.prompt_len - st.prefilled)
-            plan.append((st, n))
-            budget -= n
-        if self._hold_arrivals(continuing=bool(plan)):
+        if not (self.prefilling or self.waiting):
+            return
+        prefilling, waiting = list(self.prefilling), list(self.waiting)
+        entries = self._order_entries(prefilling, waiting)
+        order = admission_order(entries, self.cfg.prefix_job_max_wait_s)
+        if self._hold_arrivals([waiting[i - len(prefilling)] for i in order if i >= len(prefilling)],
+                               continuing=bool(prefilling)):
             self.stats.prefill_holds += 1
             self._admission_wait("hold")
             return
-        blocker = None
-        while self.waiting and (blocker := self._admission_blocker(budget, len(plan))) is None:
-            left = self.waiting[0].prompt_len - self.waiting[0].restored
-            if chunk <= 0:
-                if plan and left > budget:
-                    blocker = "budget"  # the rest waits for the next iteration; decode keeps going meanwhile
-                    break
-                n = left
-            else:
-                n = min(chunk, budget, left)
-            st = self.waiting.popleft()
-            st.slot = self.free_slots.popleft()
-            st.handle.admitted_at = time.perf_counter()
-            if st.restored:
-                self._restore_prefix(st)
-            plan.append((st, n))
-            budget -= n
+        plan, planned, blocker = self._plan(order, prefilling, waiting)
+        self.prefilling = deque(st for i, st in enumerate(prefilling) if i not in planned)
+        self.waiting = deque(st for i, st in enumerate(waiting, len(prefilling)) if i not in planned)
         if self.waiting and blocker is not None:  # always set when requests are left waiting
-            self._admission_wait(blocker)
+            deferred = passed_over(entries, planned, self.cfg.prefix_job_max_wait_s)
+            self._admission_wait("deferred" if deferred else blocker)
         if plan:
             self._prefill(plan)
+
+    def _plan(self, order: list[int], prefilling: list[_Running],
+              waiting: list[_Running]) -> tuple[list[tuple[_Running, int]], set[int], str | None]:
+        """This iteration's prefill pieces in admission ``order`` (indices into ``prefilling`` then
+        ``waiting``) within the token budget: (the pieces, the indices planned, what held back the
+        first waiting request left waiting, or None). A continuation takes its next chunk while
+        budget is left; the first waiting request held back holds the later ones too (FIFO)."""
+        budget = self.cfg.prefill_token_budget
+        plan: list[tuple[_Running, int]] = []
+        planned: set[int] = set()
+        admitted = 0
+        blocker = None
+        for i in order:
+            if i < len(prefilling):
+                if budget <= 0:
+                    continue
+                st = prefilling[i]
+                n = min(self.cfg.prefill_chunk_tokens, budget, st.prompt_len - st.prefilled)
+            else:
+                st = waiting[i - len(prefilling)]
+                if blocker is not None:
+                    continue
+                blocker = self._admission_blocker(budget, admitted)
+                blocker = blocker or self._whole_prompt_blocker(st, budget, planning=bool(plan))
+                if blocker is not None:
+                    continue
+                n = self._admit_one(st, budget)
+                admitted += 1
+            plan.append((st, n))
+            planned.add(i)
+            budget -= n
+        return plan, planned, blocker
+
+    @staticmethod
+    def _order_entries(prefilling: list[_Running], waiting: list[_Running]) -> list[Entry]:
+        """What the admission order looks at, continuations first, each list in its FIFO order."""
+        now = time.perf_counter()
+        return [Entry(clocked=st.clocked, waited_s=now - st.handle.submitted_at, continuing=continuing)
+                for continuing, group in ((True, prefilling), (False, waiting)) for st in group]
+
+    def _whole_prompt_blocker(self, st: _Running, budget: int, planning: bool) -> str | None:
+        """With chunking off, "budget" when the request's whole prompt does not fit what is left of
+        the budget and something is planned already (``planning``): it waits for the next iteration,
+        decode keeps going meanwhile."""
+        if self.cfg.prefill_chunk_tokens <= 0 and planning and st.prompt_len - st.restored > budget:
+            return "budget"
+        return None
+
+    def _admit_one(self, st: _Running, budget: int) -> int:
+        """Give a waiting request a KV slot (its head restored, if it brings one); returns the prompt
+        tokens it prefills this iteration."""
+        left = st.prompt_len - st.restored
+        chunk = self.cfg.prefill_chunk_tokens
+        n = left if chunk <= 0 else min(chunk, budget, left)
+        st.slot = self.free_slots.popleft()
+        st.handle.admitted_at = time.perf_counter()
+        if st.restored:
+            self._restore_prefix(st)
+        return n
 
     def _admission_blocker(self, budget: int, planned: int) -> str | None:
         """What stops the next waiting request's admission now (one of ADMISSION_WAIT_REASONS), or
@@ -699,15 +780,18 @@ class Engine:
         if self.metrics is not None:
             self.metrics["inference_prefill_tokens_reused"].labels(self.label).inc(st.restored)
 
-    def _hold_arrivals(self, continuing: bool) -> bool:
+    def _hold_arrivals(self, ordered: list[_Running], continuing: bool) -> bool:
         """Whether this iteration leaves the waiting prompts for a fuller prefill call: what the
-        engine sees, handed to the pure rule (``continuing``: a prompt mid-prefill is planned)."""
-        if not self.waiting:
+        engine sees, handed to the pure rule. ``ordered``: the waiting requests in admission order
+        (the tokens counted are those of the prompts that would go first); ``continuing``: a prompt
+        is mid-prefill, so a call runs anyway. The wait is the oldest request's, whatever its place:
+        no hold makes anyone wait longer than the window."""
+        if not ordered:
             return False
         room = self.static_bs - len(self.running) - len(self.prefilling)
-        head = list(itertools.islice(self.waiting, self._coalesce.enough_prompts))
-        seen = Arrivals(waiting_prompts=len(self.waiting), waiting_tokens=sum(st.prompt_len for st in head),
-                        oldest_wait_s=time.perf_counter() - head[0].handle.submitted_at,
+        head = ordered[:self._coalesce.enough_prompts]
+        seen = Arrivals(waiting_prompts=len(ordered), waiting_tokens=sum(st.prompt_len for st in head),
+                        oldest_wait_s=time.perf_counter() - self.waiting[0].handle.submitted_at,
                         admissible=min(len(self.free_slots), room), decoding=bool(self.running),
                         continuing=continuing)
         return hold_arrivals(self._coalesce, seen)

@@ -19,7 +19,9 @@ measured from the first text to the first audio sent.
 Real-time mode, as the write-up describes it: when the session opens (a cloned voice: its
 references make a prompt head of hundreds of tokens) the voice head is prefilled at once, while the
 client is still getting its text ready (:meth:`Generation.open_prefix`); the first segment then
-prefills only its own tokens, so that prefill is off the first audio's path.
+prefills only its own tokens, so that prefill is off the first audio's path. The head's job runs in
+the background (requests whose first audio is awaited go first) until the first segment is cut while
+it is not done: then it is marked urgent (:meth:`Generation.need_prefix`).
 """
 
 from __future__ import annotations
@@ -209,10 +211,13 @@ class LiveSession:
 
     async def _prefix_ready(self) -> None:
         """Wait for the voice head's prefill begun at open (its end is near by now); a failed one only
-        means the segments prefill whole."""
+        means the segments prefill whole. Not done yet: the listener's first-audio clock now runs on
+        it, so it is marked urgent (the engine plans it ahead of other sessions' head jobs)."""
         if self.prefix is None or self._prefix_awaited:
             return
         self._prefix_awaited = True  # once: the later segments find it settled
+        if not self.prefix.done():
+            self.gen.need_prefix()
         try:
             await asyncio.shield(self.prefix)
         except Exception:

@@ -161,6 +161,8 @@ class Generation:
         self._active = False  # a segment is in the engine and not done
         self.prefix: Any = None  # the voice head's K/V (PrefixKV), once prefilled
         self.prefix_tokens_reused = 0
+        self._prefix_job: Any = None  # the voice head's prefill job's RequestHandle (open_prefix)
+        self._prefix_needed = False  # a text waits for the voice head (need_prefix)
 
     def _head(self) -> Any:
         """The voice head's tokens when there is one worth keeping (and reuse is on), else None."""
@@ -184,9 +186,21 @@ class Generation:
             handle = self.state.engine.prefill_prefix(head, asyncio.get_running_loop())
         except (EngineOverloaded, EngineStopped, PromptTooLong):
             return
+        self._prefix_job = handle
+        if self._prefix_needed:  # the text came before the job was submitted
+            self.state.engine.make_urgent(handle)
         ev = await handle.next()
         if ev.kind == "done" and ev.prefix is not None:
             self.prefix = ev.prefix
+
+    def need_prefix(self) -> None:
+        """The first text is cut and waits for the voice head: from now on its prefill job has a
+        first-audio clock running, so the engine plans it with the requests ahead of other sessions'
+        head jobs, which nobody waits for yet (:mod:`ttsfleet.inference.admission_order`). Also
+        before :meth:`open_prefix` has submitted the job: it is then marked as it is submitted."""
+        self._prefix_needed = True
+        if self._prefix_job is not None and self.prefix is None:
+            self.state.engine.make_urgent(self._prefix_job)
 
     @property
     def frames_per_second(self) -> float:

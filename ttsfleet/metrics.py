@@ -112,8 +112,10 @@ CONTRACT_LIST: tuple[MetricSpec, ...] = (
        [L_MODEL, L_STAGE], LATENCY_BUCKETS),
     _m("inference", "inference_admission_waits", "counter",
        "Engine iterations that ended with requests still waiting for admission, by what held the "
-       "oldest back (slots: no free KV slot; budget: the iteration's prefill tokens spent, first on "
-       "prompts already prefilling; batch: the decode batch full; hold: prefill coalescing waits).",
+       "next in line back (slots: no free KV slot; budget: the iteration's prefill tokens spent, first "
+       "on prompts already prefilling; batch: the decode batch full; hold: prefill coalescing waits; "
+       "deferred: only background prefix-only jobs, which no text waits for yet, were left, passed "
+       "over by later requests whose first-audio clock runs: the engine's clocked-first order).",
        [L_MODEL, L_REASON]),
     _m("inference", "inference_codec_pushes", "counter",
        "Codec decode calls, in the codec thread or the codec process: one batched push of streams x "
