@@ -10,7 +10,9 @@ norm + RoPE + KV store â†’ decode attention (emitting the O GEMM's FP8 codes) â†
 launch of its own; its codes are bit-identical to quantizing the bf16 tensors the reference passes.
 The fast model's 10-position frame uses the same blocks over a frame-local cache. With
 ``TTSFLEET_ROPE_ATTENTION=fused`` (:func:`ttsfleet.kernels.decode.rope_attention`) the q/k norm + RoPE
-+ KV store happen inside decode attention's launch: one launch per block fewer, the same values.
++ KV store happen inside decode attention's launch: one launch per block fewer, the same values. With
+``TTSFLEET_FAST_ATTN_LAUNCH=one`` the fast model's QKV GEMM, RoPE + store, attention and O GEMM are
+one launch (:func:`one_launch_attention`), likewise the same values.
 
 When it runs: where :func:`ttsfleet.kernels.dispatch.use_triton` says so for the device (the GPU
 catalog's class; ``TTSFLEET_KERNELS`` = auto | reference | interpret, read once). Sampling takes the
@@ -178,9 +180,40 @@ def leave_block(blk: Block, y: Act, x: Tensor) -> tuple[Tensor, Tensor]:
     """The block's second half after attention: O GEMM, residual add + RMSNorm, SwiGLU MLP ->
     ``(the MLP output, which the next norm adds, the residual stream)``. Per row, like
     :func:`enter_block`."""
-    o = _linear(blk.attention.wo, y, x.dtype)
+    return ffn_half(blk, _linear(blk.attention.wo, y, x.dtype), x)
+
+
+def ffn_half(blk: Block, o: Tensor, x: Tensor) -> tuple[Tensor, Tensor]:
+    """Residual add of the O projection ``o`` + RMSNorm, SwiGLU MLP -> ``(the MLP output, the
+    residual stream)``."""
     f, x = kd.rmsnorm(x, blk.ffn_norm.weight, blk.ffn_norm.eps, o, _group(blk.feed_forward.gate_up_q))
     return _mlp(blk.feed_forward, f, x.dtype), x
+
+
+def one_launch_attention(blk: Block, x: Tensor, branch: Tensor | None, rope: Tensor, pos: Tensor, kv: tuple,
+                         attend: Attend) -> tuple[Tensor, Tensor] | None:
+    """The block's attention half (residual add + RMSNorm, then QKV GEMM, RoPE + K/V store, attention
+    and O GEMM in one launch: :func:`ttsfleet.kernels.decode.frame_attention_block`) -> ``(the O
+    projection, the residual stream)``, where ``TTSFLEET_FAST_ATTN_LAUNCH=one`` and it applies: a
+    frame-local dense cache (rows are slots, one shared position: the fast model), FP8 weights in one
+    activation group without biases (heads narrower than a group: the attention hands the O GEMM its
+    output in the stream's dtype, which the GEMM quantizes, as the separate launches do), at most 64
+    rows on the Triton kernels. None elsewhere."""
+    from ttsfleet.kernels.triton_attention_block import MAX_ROWS, FrameAttention
+
+    att = blk.attention
+    k_cache, v_cache, ks, _ = kv
+    group = _group(att.wqkv.qweight)
+    if not (kd.fast_attn_launch() == "one" and isinstance(attend, DecodeAttend) and attend.slots is None
+            and ks is None and group and group == _group(att.wo.qweight)
+            and att.wqkv.bias is None and att.wo.bias is None and x.shape[0] <= MAX_ROWS
+            and pos.numel() == 1 and attend.lengths.numel() == 1 and k_cache.dtype == x.dtype
+            and dispatch.use_triton(x)):
+        return None
+    a, x = kd.rmsnorm(x, blk.attention_norm.weight, blk.attention_norm.eps, branch, group)
+    fa = FrameAttention(att.n_head, att.head_dim, rope, pos, k_cache, v_cache, attend.lengths,
+                        *_qk_norms(att), eps=_qk_eps(att))
+    return kd.frame_attention_block(a[0], a[1], att.wqkv.qweight, att.wo.qweight, fa, x.dtype), x
 
 
 def run_blocks(blocks: list[Block], x: Tensor, rope: Tensor, pos: Tensor, k: Tensor, v: Tensor,
@@ -199,6 +232,9 @@ def run_blocks(blocks: list[Block], x: Tensor, rope: Tensor, pos: Tensor, k: Ten
                    and kd.rope_attention_mode() == "fused")
     for i, blk in enumerate(blocks):
         kv = layer_kv(k, v, k_scale, v_scale, i)
+        if (one := one_launch_attention(blk, x, branch, rope, pos, kv, attend)) is not None:
+            branch, x = ffn_half(blk, *one)
+            continue
         if rope_inside:
             y, x = enter_attend_block(blk, x, branch, rope, pos, kv, attend)
         else:

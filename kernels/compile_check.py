@@ -240,6 +240,57 @@ def _mlp_one_launch(m: int, scheme: str, tma: bool, prefetch: int) -> Case:
     return run
 
 
+def _attention_block_one_launch(m: int, scheme: str) -> Case:
+    """The fast model's attention half in one launch (``TTSFLEET_FAST_ATTN_LAUNCH=one``) at the S2 Pro
+    fast shape (32 heads, 8 KV heads of 128, a 10-position frame cache), planned for 132 SMs: both
+    GEMMs' tensor-core MMAs, TMA weight copies, the work ticket's atomics, the O weights' L2 prefetch."""
+
+    def run(target: Target) -> list[str]:
+        from . import triton_attention_block as tb
+        from . import triton_gemm as tg
+        from .decode import attention_block_n
+
+        d, heads, kv, hd = 2560, 32, 8, 128
+        mx = scheme == "mxfp8"
+        grp = tg.act_group(scheme)
+        plan = tb.block_plan(m, d, (heads + 2 * kv) * hd, heads * hd, kv, grp, 132)
+        scale = "*u8" if mx else "*fp32"
+        ptrs = dict(a_ptr="*fp8e4nv", as_ptr=scale, wqkv_ptr="*fp8e4nv", wqkvs_ptr=scale, qkv_ptr="*bf16",
+                    wo_ptr="*fp8e4nv", wos_ptr=scale, att_ptr="*fp8e4nv", atts_ptr=scale, out_ptr="*bf16",
+                    k_ptr="*bf16", v_ptr="*bf16", len_ptr="*i64", qn_ptr="*bf16", kn_ptr="*bf16",
+                    rope_ptr="*fp32", pos_ptr="*i64", qkv_part="*fp32", o_part="*fp32", qkv_tickets="*i32",
+                    o_tickets="*i32", counters="*i32", eps="fp32", scale="fp32",
+                    wqkv_desc=f"tensordesc<fp8e4nv[{tb.QKV_BN}, {grp}]>",
+                    wo_desc=f"tensordesc<fp8e4nv[{tb.O_BN}, {grp}]>")
+        g = heads // kv
+        const = dict(BM=plan.bm, QKV_BN=tb.QKV_BN, QKV_TILES=plan.qkv_tiles, QKV_SPLIT=plan.qkv_split,
+                     QKV_PER=tg.cdiv(tg.cdiv(d, grp), plan.qkv_split), O_BN=tb.O_BN, O_TILES=plan.o_tiles,
+                     O_SPLIT=plan.o_split, O_PER=tg.cdiv(tg.cdiv(heads * hd, grp), plan.o_split), BK=grp,
+                     A_GROUP=grp, W_ROW_GROUP=1 if mx else 128, W_K_GROUP=grp, MX=mx, SWAP=True, W_TMA=True,
+                     G=g, BLOCK_G=max(16, g), HEAD_D=hd, BLOCK_N=attention_block_n(10), KEYS_BOUND=0, N_KV=kv,
+                     QK_NORM=False, OUT_DTYPE=tl_bf16(), EXACT_CVT=False, USE_PDL=True, PREFETCH=4,
+                     ATT_CODES=True)
+        opts = {"num_warps": plan.num_warps, "num_stages": 3, "launch_pdl": True}
+        c = _compile(tb.attention_block_one_launch_kernel, ptrs, const, opts, target)
+        _note(f"{target.name} {scheme} one-launch attention block M={m}", c)
+        bad = [] if c.ptx.count(target.gemm_mma) >= 2 else [f"fewer than two {target.gemm_mma} sites"]
+        if "cp.async.bulk.tensor" not in c.ptx:
+            bad.append("no TMA copies")
+        if "atom.global" not in c.ptx and "atom.acq_rel.gpu" not in c.ptx:
+            bad.append("no global atomics (the work ticket)")
+        if PREFETCH_OP not in c.ptx:
+            bad.append("no L2 prefetch of the O weights")
+        return bad + _common(c, target)
+
+    return run
+
+
+def tl_bf16() -> Any:
+    import triton.language as tl
+
+    return tl.bfloat16
+
+
 def _decode_kernels(group: int) -> Case:
     """Norm, attention (dense / FP8 cache; bf16 or FP8-code output; one pass and split), RoPE + KV
     store, quantizer."""
@@ -396,6 +447,8 @@ def cases(target: Target, representative: bool = False) -> Iterator[tuple[str, C
         for m, tma, prefetch in ONE_LAUNCH_CASES[:1] if representative else ONE_LAUNCH_CASES:
             yield (f"{scheme} one-launch MLP M={m} tma={tma} PREFETCH={prefetch}",
                    _mlp_one_launch(m, scheme, tma, prefetch))
+        for m in (1,) if representative else (1, 64):
+            yield f"{scheme} one-launch attention block M={m}", _attention_block_one_launch(m, scheme)
     for group in sorted({32 if s == "mxfp8" else 128 for s in target.schemes}, reverse=True):
         yield f"decode kernels group={group}", _decode_kernels(group)
     for vocab in S2_VOCABS:

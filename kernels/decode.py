@@ -236,6 +236,39 @@ mlp_launch = MLP_LAUNCH_SWITCH.get
 set_mlp_launch = MLP_LAUNCH_SWITCH.set
 
 
+#: The fast model's attention half at decode (QKV GEMM -> RoPE + KV store + attention over the frame
+#: cache -> O GEMM): ``separate`` (the default: its three or four launches) or ``one`` (one persistent
+#: launch of work items, :func:`frame_attention_block`). Why: 15.7 + 10.5 MB of weights and a few KB
+#: of attention per layer pass, 40 passes per S2 Pro frame, where the QKV and O GEMMs alone took 7.8
+#: and 6.5 us at M=1 for 3.7 and 2.5 us of bytes (issue #26). The same values as the separate launches
+#: with the same tiles (bit for bit in Triton's interpreter). Built 2026-12-05 without a GPU, compiled
+#: for sm_90a / sm_120a, not yet timed: ``decode_levers.py``'s ``fastattn1`` row decides the default.
+#: Process switch, read once.
+FAST_ATTN_LAUNCH_ENV = "TTSFLEET_FAST_ATTN_LAUNCH"
+FAST_ATTN_LAUNCHES = ("separate", "one")
+
+
+#: ``separate`` / ``one`` (blank: ``separate``), else a ``ValueError`` naming the choices (the server
+#: checks ``TTSFLEET_FAST_ATTN_LAUNCH`` with it at start).
+parse_fast_attn_launch = one_of(FAST_ATTN_LAUNCH_ENV, FAST_ATTN_LAUNCHES, "separate")
+
+
+FAST_ATTN_LAUNCH_SWITCH: ProcessSwitch[str] = ProcessSwitch(FAST_ATTN_LAUNCH_ENV, "separate",
+                                                            parse_fast_attn_launch)
+#: This process's fast attention launches (``TTSFLEET_FAST_ATTN_LAUNCH``, default ``separate``).
+fast_attn_launch = FAST_ATTN_LAUNCH_SWITCH.get
+#: Choose the fast attention launches for this process (tests and benchmarks A/B them).
+set_fast_attn_launch = FAST_ATTN_LAUNCH_SWITCH.set
+
+
+def frame_attention_block(*args: Any, **kwargs: Any) -> Tensor:
+    """The fast model's attention half in one launch (Triton); see
+    ``triton_attention_block.attention_block_one_launch``."""
+    from .triton_attention_block import attention_block_one_launch
+
+    return attention_block_one_launch(*args, **kwargs)
+
+
 def attention_block_n(cache_len: int) -> int:
     """Keys per block of both attention kernels: the tile's, or 16 for a frame-local cache of <= 16
     positions."""

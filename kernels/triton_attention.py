@@ -158,6 +158,22 @@ def _decode_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, os_ptr, slots_ptr, len_
         _prefetch_kv(k_ptr, v_ptr, slots_ptr, len_ptr, b, kvh, 0, s_len, sk_slot, sk_pos, sk_head, n_slots,
                      cache_len, 1, BLOCK_N, PREFETCH, KEY_BYTES, SLOT_IS_ROW)
     pdl_entry(USE_PDL)
+    attend_row_head(q_ptr, k_ptr, v_ptr, o_ptr, os_ptr, slots_ptr, len_ptr, ks_ptr, vs_ptr, scale, b, kvh,
+                    sq_b, sq_h, sk_slot, sk_pos, sk_head, so_b, so_h, s_osb, s_len, ss_slot, ss_pos, ss_head,
+                    qn_ptr, kn_ptr, rope_ptr, pos_ptr, pos_stride, eps, G, BLOCK_G, D, BLOCK_N, SLOT_IS_ROW,
+                    KEYS_BOUND, QUANT, GROUP, MX, OUT_DTYPE, EXACT_CVT, KV_FP8, ROPE_FUSED, N_KV, QK_NORM)
+
+
+@triton.jit
+def attend_row_head(q_ptr, k_ptr, v_ptr, o_ptr, os_ptr, slots_ptr, len_ptr, ks_ptr, vs_ptr, scale, b, kvh,
+                    sq_b, sq_h, sk_slot, sk_pos, sk_head, so_b, so_h, s_osb, s_len, ss_slot, ss_pos, ss_head,
+                    qn_ptr, kn_ptr, rope_ptr, pos_ptr, pos_stride, eps, G: tl.constexpr,
+                    BLOCK_G: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr, SLOT_IS_ROW: tl.constexpr,
+                    KEYS_BOUND: tl.constexpr, QUANT: tl.constexpr, GROUP: tl.constexpr, MX: tl.constexpr,
+                    OUT_DTYPE: tl.constexpr, EXACT_CVT: tl.constexpr, KV_FP8: tl.constexpr,
+                    ROPE_FUSED: tl.constexpr, N_KV: tl.constexpr, QK_NORM: tl.constexpr):
+    """Row ``b``'s attention for KV head ``kvh`` (its G query heads): the one-pass kernel's program,
+    and a work item of the one-launch attention block (:mod:`.triton_attention_block`)."""
     slot, n_keys = _row_keys(slots_ptr, len_ptr, b, s_len, SLOT_IS_ROW)
     gi = tl.arange(0, BLOCK_G)
     di = tl.arange(0, D)

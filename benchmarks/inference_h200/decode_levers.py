@@ -19,7 +19,9 @@ alternately, against the default step beside them:
 * ``ropefused``: the q/k norm + RoPE + KV store inside decode attention's launch
   (``TTSFLEET_ROPE_ATTENTION=fused``: one launch per block fewer);
 * ``mlp1``: every FP8 MLP of <= 64 rows in one persistent launch (``TTSFLEET_MLP_LAUNCH=one``: the
-  down weights prefetched into L2 while gate_up runs; 76 MLPs per frame);
+  down weights prefetched into L2 while gate_up runs; 76 MLPs per frame); ``fastattn1``: the fast
+  model's QKV GEMM, RoPE + store, attention and O GEMM in one launch (``TTSFLEET_FAST_ATTN_LAUNCH=one``;
+  40 per frame);
 * ``headbf16``: the sampling heads through cuBLAS's bf16 GEMM with float32 output
   (``TTSFLEET_HEAD_GEMM=bf16``: the same products, half the bytes, tensor cores);
 * ``tile@WxK``: decode attention launched with W warps and K keys per block (``TTSFLEET_ATTN_TILE``;
@@ -39,7 +41,7 @@ medians (ms per step) and the ratio to the default; JSON to ``$OUT/decode_levers
     LEVER_VARIANTS=default,prefetch,prefetch@2,kvprefetch,prefetch+kvprefetch   # prefetch into L2
     LEVER_VARIANTS=default,ropefused,ropefused+prefetch+kvprefetch   # RoPE inside attention
     LEVER_VARIANTS=default,headbf16   # the heads' bf16 GEMM
-    LEVER_VARIANTS=default,mlp1,mlp1+prefetch   # the MLP in one launch
+    LEVER_VARIANTS=default,mlp1,fastattn1,mlp1+fastattn1,mlp1+fastattn1+prefetch   # one-launch kernels
 """
 
 from __future__ import annotations
@@ -104,6 +106,7 @@ def _variant(name: str) -> dict[str, Any]:
     decode.set_attn_prefetch((kv_prefetch.partition("@")[2] or "auto") if kv_prefetch else "off")
     decode.set_rope_attention("fused" if "ropefused" in parts else "separate")
     decode.set_mlp_launch("one" if "mlp1" in parts else "two")
+    decode.set_fast_attn_launch("one" if "fastattn1" in parts else "separate")
     model_layers.set_head_gemm("bf16" if "headbf16" in parts else "float32")
     tile = next((p for p in parts if p.startswith("tile@")), "tile@4x64")
     decode.set_attn_tile(tile.partition("@")[2])
@@ -124,8 +127,8 @@ def main() -> None:
     model = load_model("s2-pro", device="cuda", dtype=torch.bfloat16, quantize="auto",
                        max_seq_len=max(1024, CONTEXT + 64))
     variants = VARIANTS or ["default", "prefetch", "prefetch@2", "kvprefetch", "ropefused", "headbf16",
-                            "mlp1", "ropefused+prefetch+kvprefetch+headbf16",
-                            "mlp1+ropefused+prefetch+kvprefetch+headbf16",
+                            "mlp1", "fastattn1", "ropefused+prefetch+kvprefetch+headbf16",
+                            "mlp1+fastattn1+ropefused+prefetch+kvprefetch+headbf16",
                             *[f"cublas@{r}" for r in CUBLAS_ROWS]]
     if "default" not in variants:
         variants.insert(0, "default")  # every ratio is to the default beside it

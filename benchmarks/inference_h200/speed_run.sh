@@ -9,7 +9,8 @@
 # stages: quicktests (QUICKTESTS: other test files), tests (`TTSFLEET_GEMM_PREFETCH=auto TTSFLEET_ATTN_PREFETCH=auto
 # TTSFLEET_ROPE_ATTENTION=fused TTSFLEET_HEAD_GEMM=bf16 speed_run.sh tests`: the same set, the S2 Pro gate
 # included, with the levers on), gate (GATE_K: pytest -k), levers (decode_levers.py: cuBLAS decode rows,
-# top-k kernel, FP8 KV side by side), mlp (mlp_launch.py: the MLP in two launches vs one, MLP_MS, MLP_ROUNDS), gemmproto (gemm_proto.py), engineab (bench engine c=64, eager
+# top-k kernel, FP8 KV side by side), onelaunch (one_launch.py: the MLP and the fast attention half in one launch
+# vs their launches: ONE_MS, ONE_ROUNDS, ONE_PARTS), gemmproto (gemm_proto.py), engineab (bench engine c=64, eager
 # prefill vs graphs: ENGINE_LEVELS; enginespy: bench engine with the codec under py-spy; ENGINE_SIDES="b:--prefill-graphs" runs one side; ENGINE_CODEC=s2-pro puts the serving codec in the loop), benchgate (bench engine --gate: GATE_LEVELS,
 # GATE_PER_CLIENT, GATE_CODEC), prefill, prefillhost, prefillgraphs, codec, codeclayout (codec_layout.py: NCL vs channels-last pushes; CL_ARGS adds its flags), codeccapture (codec_capture.py: start-up graph capture per cuDNN setting; CAP_CONFIGS, CAP_BUDGET), codeccompile (CC_ARGS), live (real-time mode on/off side by side: LIVE_C, LIVE_SESSIONS, LIVE_ROUNDS; needs the fish-audio-sdk wheels and the reference voice made here first, the device has no espeak-ng: `python3 -P benchmarks/inference_serve/live_prefix.py x --reference-wav benchmarks/inference_serve/live_ref.wav --write-reference`, untracked, travels with the tree), serve, ab. Env: SERVE_ARGS (extra `ttsfleet serve` flags;
 # ab: SERVE_ARGS_A / SERVE_ARGS_B alternated AB_ROUNDS times in one call),
@@ -103,7 +104,7 @@ for stage in "$@"; do
              tests/inference_model/test_chunked_prefill.py tests/inference_server/test_engine.py \
              tests/inference_model/test_prefill_graphs.py tests/kernels/test_gpu.py tests/kernels/test_attention_split.py \
              tests/kernels/test_prefetch.py tests/kernels/test_rope_attention.py tests/inference_model/test_head_gemm.py \
-             tests/kernels/test_mlp_one_launch.py -k "not sweep" 2>&1 | tee "$OUT/gpu_tests.txt" | tail -15 ;;
+             tests/kernels/test_mlp_one_launch.py tests/kernels/test_attention_block.py -k "not sweep" 2>&1 | tee "$OUT/gpu_tests.txt" | tail -15 ;;
     gate) timeout "${GATE_TIMEOUT:-300}" "${PYTEST[@]}" tests/inference_model/test_gpu_s2pro_gate.py -k "${GATE_K:-}" 2>&1 \
             | tee "$OUT/gpu_gate.txt" | tail -15 ;;
     prefillhost) timeout 200 python3 -m benchmarks.inference_h200.prefill_host "$OUT/prefill_host.json" 2>&1 \
@@ -144,8 +145,8 @@ for stage in "$@"; do
         --gate --no-breakdown --out "$OUT/benchgate" 2>&1 | tee "$OUT/benchgate.txt" | tail -12 ;;
     levers) timeout "${LEVERS_TIMEOUT:-240}" python3 -m benchmarks.inference_h200.decode_levers 2>&1 \
               | tee "$OUT/decode_levers.txt" | tail -30 ;;
-    mlp) timeout "${MLP_TIMEOUT:-200}" python3 -m benchmarks.inference_h200.mlp_launch 2>&1 \
-           | tee "$OUT/mlp_launch.txt" | tail -8 ;;
+    onelaunch) timeout "${ONE_TIMEOUT:-240}" python3 -m benchmarks.inference_h200.one_launch 2>&1 \
+                 | tee "$OUT/one_launch.txt" | tail -12 ;;
     convs) timeout "${CONVS_TIMEOUT:-150}" python3 -m benchmarks.inference_h200.codec_convs 2>&1 \
              | tee "$OUT/codec_convs.txt" | tail -8 ;;
     gemmproto) timeout "${PROTO_TIMEOUT:-200}" python3 -m benchmarks.inference_h200.gemm_proto 2>&1 \

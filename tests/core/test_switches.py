@@ -44,6 +44,8 @@ MODEL_SWITCHES = {  # variable: (default, the parsed default, a bad value, its w
                                 "TTSFLEET_ROPE_ATTENTION='both': expected one of separate, fused"),
     "TTSFLEET_MLP_LAUNCH": ("two", "two", "three",
                             "TTSFLEET_MLP_LAUNCH='three': expected one of two, one"),
+    "TTSFLEET_FAST_ATTN_LAUNCH": ("separate", "separate", "fused",
+                                  "TTSFLEET_FAST_ATTN_LAUNCH='fused': expected one of separate, one"),
     "TTSFLEET_HEAD_GEMM": ("float32", "float32", "fp8",
                            "TTSFLEET_HEAD_GEMM='fp8': expected one of float32, bf16"),
 }
@@ -138,6 +140,7 @@ def test_the_model_switches_are_registered_with_their_defaults_and_messages() ->
     assert decode.attn_prefetch == decode.ATTN_PREFETCH_SWITCH.get
     assert decode.set_rope_attention == decode.ROPE_ATTENTION_SWITCH.set
     assert decode.mlp_launch == decode.MLP_LAUNCH_SWITCH.get
+    assert decode.set_fast_attn_launch == decode.FAST_ATTN_LAUNCH_SWITCH.set
     assert model_layers.set_prompt_gqa == model_layers.PROMPT_GQA_SWITCH.set
     assert model_layers.head_gemm == model_layers.HEAD_GEMM_SWITCH.get
 

@@ -181,13 +181,13 @@ def test_unfusable_rows_keep_the_reference_sampler() -> None:
     assert _batch([SamplingParams(top_k=0, temperature=0.0)]).fusable  # greedy ignores top_k
 
 
-@pytest.mark.parametrize("fusable,quantize,select,rope,mlp", [
-    (True, "bf16", "torch", "separate", "two"), (False, "bf16", "torch", "separate", "two"),
-    (True, "bsgemm_fp8", "torch", "separate", "two"), (True, "mxfp8", "torch", "separate", "two"),
-    (True, "bf16", "kernel", "separate", "two"), (True, "bf16", "kernel", "fused", "two"),
-    (True, "bsgemm_fp8", "torch", "fused", "two"), (True, "bsgemm_fp8", "kernel", "fused", "one")])
+@pytest.mark.parametrize("fusable,quantize,select,rope,launches", [
+    (True, "bf16", "torch", "separate", "separate"), (False, "bf16", "torch", "separate", "separate"),
+    (True, "bsgemm_fp8", "torch", "separate", "separate"), (True, "mxfp8", "torch", "separate", "separate"),
+    (True, "bf16", "kernel", "separate", "separate"), (True, "bf16", "kernel", "fused", "separate"),
+    (True, "bsgemm_fp8", "torch", "fused", "separate"), (True, "bsgemm_fp8", "kernel", "fused", "one")])
 def test_fused_decode_step_emits_the_reference_frames(fusable: bool, quantize: str, select: str, rope: str,
-                                                      mlp: str, request: pytest.FixtureRequest) -> None:
+                                                      launches: str, request: pytest.FixtureRequest) -> None:
     """Whole frames (main token + 10 codes) of the fused path equal the reference path's; with FP8
     weights the fused norms / attention hand the GEMMs FP8 codes the reference quantizes itself.
 
@@ -199,7 +199,8 @@ def test_fused_decode_step_emits_the_reference_frames(fusable: bool, quantize: s
     the mxfp8 GEMM configs) runs here, the numerics half of the sm_120 path (``compile_check`` is the
     other half). ``select="kernel"``: the sampler selects its top-k inside its one launch.
     ``rope="fused"``: the RoPE + KV store inside decode attention's launch (slow and fast blocks).
-    ``mlp="one"``: every MLP of <= 64 rows (decode, and this short prompt's prefill) in one launch."""
+    ``launches="one"``: every FP8 MLP of <= 64 rows (decode, and this short prompt's prefill) in one
+    launch, and the fast model's attention half (QKV, RoPE + store, attention, O) in one."""
     if quantize != "bf16" and DEV == "cuda":
         pytest.skip("FP8 frames are compared bit-exactly in the interpreter; the S2 Pro gate covers the GPU")
     from ttsfleet.kernels import decode as kd
@@ -208,8 +209,10 @@ def test_fused_decode_step_emits_the_reference_frames(fusable: bool, quantize: s
     request.addfinalizer(kd.TOPK_SELECT_SWITCH.reset)  # the environment's (or default) again
     kd.set_rope_attention(rope)
     request.addfinalizer(kd.ROPE_ATTENTION_SWITCH.reset)
-    kd.set_mlp_launch(mlp)
+    kd.set_mlp_launch("one" if launches == "one" else "two")
     request.addfinalizer(kd.MLP_LAUNCH_SWITCH.reset)
+    kd.set_fast_attn_launch(launches)
+    request.addfinalizer(kd.FAST_ATTN_LAUNCH_SWITCH.reset)
     separate_calls = []  # the separate RoPE + KV store kernel's launches during decode steps
     launch = _kernels().qkv_rope_store
 
@@ -218,7 +221,7 @@ def test_fused_decode_step_emits_the_reference_frames(fusable: bool, quantize: s
         return launch(*args, **kwargs)
 
     request.getfixturevalue("monkeypatch").setattr(_kernels(), "qkv_rope_store", counted)
-    one_launch_calls = _count_one_launch_mlps(request.getfixturevalue("monkeypatch"))
+    one_launch_calls = _count_one_launches(request.getfixturevalue("monkeypatch"))
     model = load_model("tiny", device=DEV, dtype=torch.float32, quantize=quantize)
     g = torch.Generator().manual_seed(5)
     prompt = torch.randint(0, 500, (1 + model.config.num_codebooks, 9), generator=g)
@@ -242,26 +245,33 @@ def test_fused_decode_step_emits_the_reference_frames(fusable: bool, quantize: s
         frames[mode] = (torch.stack(out), cache.lengths.clone(), cache.pending_logits.clone())
     # the fused decode path launches it per block unless the RoPE runs inside attention
     assert (len(separate_calls) == 0) == (rope == "fused"), len(separate_calls)
-    # FP8 MLPs of <= 64 rows take the one launch exactly when it is switched on
-    assert bool(one_launch_calls) == (mlp == "one" and quantize != "bf16"), len(one_launch_calls)
+    # FP8 MLPs of <= 64 rows and the fast model's attention halves take one launch exactly when on
+    one = launches == "one" and quantize != "bf16"
+    assert (set(one_launch_calls) == {"mlp", "fast attention"}) == one, one_launch_calls
+    # per decode step: every fast layer at every codebook position (a prefill has no frame cache)
+    per_step = model.config.n_fast_layer * model.config.num_codebooks
+    assert one_launch_calls.count("fast attention") == (steps * per_step if one else 0)
     (ref, ref_len, ref_logits), (got, got_len, got_logits) = frames.values()
     assert torch.equal(got, ref)
     assert torch.equal(got_len, ref_len)
     torch.testing.assert_close(got_logits, ref_logits, rtol=1e-4, atol=1e-4)
 
 
-def _count_one_launch_mlps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Record the rows of every one-launch MLP call (``kernels.triton_mlp.swiglu_mlp_one_launch``)."""
-    from ttsfleet.kernels import triton_mlp
+def _count_one_launches(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record each one-launch MLP (``kernels.triton_mlp.swiglu_mlp_one_launch``) and fast attention half
+    (``kernels.decode.frame_attention_block``) call."""
+    from ttsfleet.kernels import decode, triton_mlp
 
-    calls: list[int] = []
-    real = triton_mlp.swiglu_mlp_one_launch
+    calls: list[str] = []
+    for module, name, kind in ((triton_mlp, "swiglu_mlp_one_launch", "mlp"),
+                               (decode, "frame_attention_block", "fast attention")):
+        real = getattr(module, name)
 
-    def counted(xq: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
-        calls.append(int(xq.shape[0]))
-        return real(xq, *args, **kwargs)
+        def counted(*args: object, _real=real, _kind=kind, **kwargs: object) -> torch.Tensor:  # noqa: ANN001
+            calls.append(_kind)
+            return _real(*args, **kwargs)
 
-    monkeypatch.setattr(triton_mlp, "swiglu_mlp_one_launch", counted)
+        monkeypatch.setattr(module, name, counted)
     return calls
 
 

@@ -1,0 +1,175 @@
+"""The two one-launch kernels against the launches they replace, side by side on one GPU (issue #26).
+
+Why: both were built without a GPU (2026-12-05). The MLP's target is <= 24 us at M=1 (two launches:
+33.6 us against a 17.6 us weight floor, 2026-12-01); the fast model's attention half (QKV GEMM, RoPE +
+K/V store + attention over a 10-position frame cache, O GEMM: 26 MB of weights) is launches around
+little data. Before timing, each M checks the one launch against the production launches (relative
+error) and a second replay (bits), so a wrong kernel is never timed. Then, per M, CUDA-graph replays
+(``kernels.bench``'s method: enough weight copies cycled that nothing is served from L2) of:
+
+* MLP: ``two`` (the default launches, tuned configs), ``two+prefetch`` (``TTSFLEET_GEMM_PREFETCH=auto``),
+  ``one`` (``TTSFLEET_MLP_LAUNCH=one``: down weights prefetched into L2 while gate_up runs),
+  ``one@noprefetch``;
+* fast attention: ``separate`` (QKV GEMM, RoPE inside attention's launch, O GEMM), ``separate+prefetch``,
+  ``one`` (``TTSFLEET_FAST_ATTN_LAUNCH=one``), ``one@noprefetch``.
+
+Rounds alternate the variants; the table gives medians (us), the spread ((max-min) / median) and the
+weight floor at the measured copy bandwidth. JSON to ``$OUT/one_launch.json``.
+
+    python3 -m benchmarks.inference_h200.one_launch     # on the device, from the repo root
+    ONE_MS=1,8,16,32,64 ONE_ROUNDS=5 ONE_PARTS=mlp,attention (defaults)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import torch
+
+MS = [int(v) for v in os.environ.get("ONE_MS", "1,8,16,32,64").split(",")]
+ROUNDS = int(os.environ.get("ONE_ROUNDS", "5"))
+PARTS = os.environ.get("ONE_PARTS", "mlp,attention").split(",")
+HEADS, KV, HEAD_DIM, FRAME = 32, 8, 128, 10  # S2 Pro's fast model
+
+
+def _mlp_variants(xq: torch.Tensor, xs: torch.Tensor, weights: list) -> dict[str, Callable[[], list]]:
+    from ttsfleet.kernels import decode
+    from ttsfleet.kernels import triton_mlp as tm
+    from ttsfleet.kernels.ops import swiglu_mlp_fp8_codes
+
+    def two(prefetch: str) -> list:
+        decode.set_gemm_prefetch(prefetch)  # read at launch: the graph captures its launches
+        return [partial(swiglu_mlp_fp8_codes, xq, xs, a, b, torch.bfloat16) for a, b in weights]
+
+    def one(prefetch: int | None) -> list:
+        return [partial(tm.swiglu_mlp_one_launch, xq, xs, a, b, torch.bfloat16, prefetch=prefetch)
+                for a, b in weights]
+
+    return {"two": lambda: two("off"), "two+prefetch": lambda: two("auto"), "one": lambda: one(None),
+            "one@noprefetch": lambda: one(0)}
+
+
+def _frame(m: int) -> Any:
+    """A frame cache of ``m`` rows at position 5 of 10, as the fast model's 6th codebook sees it."""
+    from ttsfleet.inference.model_layers import rope_table
+    from ttsfleet.kernels.triton_attention_block import FrameAttention
+
+    cache = [torch.randn(m, FRAME, KV, HEAD_DIM, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+    at = torch.tensor([5], device="cuda")
+    rope = rope_table(FRAME + 1, HEAD_DIM, 1e6).to("cuda")
+    return FrameAttention(HEADS, HEAD_DIM, rope, at, *cache, at + 1)
+
+
+def _separate(xq: torch.Tensor, xs: torch.Tensor, wqkv: Any, wo: Any, fa: Any) -> torch.Tensor:
+    """The production launches: QKV GEMM, RoPE + store inside attention (FP8 codes out), O GEMM."""
+    from ttsfleet.kernels import decode
+    from ttsfleet.kernels.ops import linear_fp8_codes
+
+    qkv = linear_fp8_codes(xq, xs, wqkv, torch.bfloat16)
+    codes, scales = decode.rope_attention(qkv, HEADS, HEAD_DIM, fa.rope, fa.pos, fa.k_cache, fa.v_cache, None,
+                                          fa.lengths, quant_group=128)
+    return linear_fp8_codes(codes, scales, wo, torch.bfloat16)
+
+
+def _attention_variants(xq: torch.Tensor, xs: torch.Tensor, weights: list,
+                        fa: Any) -> dict[str, Callable[[], list]]:
+    from ttsfleet.kernels import decode
+    from ttsfleet.kernels.triton_attention_block import attention_block_one_launch
+
+    decode.set_rope_attention("fused")
+
+    def separate(prefetch: str) -> list:
+        decode.set_gemm_prefetch(prefetch)
+        return [partial(_separate, xq, xs, a, b, fa) for a, b in weights]
+
+    def one(prefetch: int | None) -> list:
+        return [partial(attention_block_one_launch, xq, xs, a, b, fa, torch.bfloat16, prefetch=prefetch)
+                for a, b in weights]
+
+    return {"separate": lambda: separate("off"), "separate+prefetch": lambda: separate("auto"),
+            "one": lambda: one(None), "one@noprefetch": lambda: one(0)}
+
+
+def _check(one: Callable[[], torch.Tensor], base: Callable[[], torch.Tensor]) -> dict[str, Any]:
+    from ttsfleet.kernels.testing import rel_err
+
+    got, again = one(), one()
+    return {"replay_equal": bool(torch.equal(got, again)), "rel_err_vs_launches": rel_err(got, base())}
+
+
+def _time(variants: dict[str, Callable[[], list]]) -> dict[str, Any]:
+    from ttsfleet.kernels import decode
+    from ttsfleet.kernels.bench import graph_us
+
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(ROUNDS):
+        for name, calls in variants.items():
+            times[name].append(graph_us(calls()))
+    decode.GEMM_PREFETCH_SWITCH.reset()
+    meds = {n: statistics.median(ts) for n, ts in times.items()}
+    return {n: {"median": meds[n], "spread": (max(ts) - min(ts)) / meds[n], "all": ts}
+            for n, ts in times.items()}
+
+
+def _print(part: str, m: int, us: dict[str, Any], base: str, check: dict[str, Any]) -> None:
+    cells = "  ".join(f"{n} {v['median']:6.2f} ({100 * v['spread']:.0f}%)" for n, v in us.items())
+    print(f"{part:9s} M={m:3d}  {cells}  | one/{base} {us['one']['median'] / us[base]['median']:.3f}  "
+          f"check {check}", flush=True)
+
+
+def _mlp_row(m: int, xq: torch.Tensor, xs: torch.Tensor, weights: list) -> dict[str, Any]:
+    from ttsfleet.kernels.triton_mlp import swiglu_mlp_one_launch
+
+    a, b = weights[0]
+    check = _check(lambda: swiglu_mlp_one_launch(xq, xs, a, b, torch.bfloat16),
+                   lambda: _mlp_variants(xq, xs, [(a, b)])["two"]()[0]())
+    us = _time(_mlp_variants(xq, xs, weights))
+    _print("mlp", m, us, "two", check)
+    return {"part": "mlp", "M": m, "check": check, "us": us}
+
+
+def _attention_row(m: int, xq: torch.Tensor, xs: torch.Tensor, weights: list) -> dict[str, Any]:
+    from ttsfleet.kernels.triton_attention_block import attention_block_one_launch
+
+    fa, (a, b) = _frame(m), weights[0]
+    check = _check(lambda: attention_block_one_launch(xq, xs, a, b, fa, torch.bfloat16),
+                   lambda: _separate(xq, xs, a, b, fa))
+    us = _time(_attention_variants(xq, xs, weights, fa))
+    _print("attention", m, us, "separate", check)
+    return {"part": "attention", "M": m, "check": check, "us": us}
+
+
+def main() -> None:
+    from ttsfleet.kernels.bench import INTER, H, _mlp_weights_fp8, copy_bandwidth, n_copies
+    from ttsfleet.kernels.ops import quantize_activation, quantize_weight
+
+    bw = copy_bandwidth()
+    gus, dns = _mlp_weights_fp8()
+    mlp_w = list(zip(gus, dns, strict=True))
+    n_qkv, hd = (HEADS + 2 * KV) * HEAD_DIM, HEADS * HEAD_DIM
+    att_w = [(quantize_weight(torch.randn(n_qkv, H, device="cuda") / H**0.5, "bsgemm_fp8"),
+              quantize_weight(torch.randn(H, hd, device="cuda") / hd**0.5, "bsgemm_fp8"))
+             for _ in range(n_copies(n_qkv * H + H * hd))]
+    floors = {"mlp": 3 * H * INTER / bw * 1e6, "attention": (n_qkv * H + H * hd) / bw * 1e6}
+    result: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "gpu": torch.cuda.get_device_name(),
+                              "copy_bw_gbs": bw / 1e9, "floor_us": floors, "rows": []}
+    print(f"{result['gpu']}  copy {bw / 1e9:.0f} GB/s  weight floors (us): "
+          + "  ".join(f"{k} {v:.1f}" for k, v in floors.items()), flush=True)
+    for m in MS:
+        xq, xs = quantize_activation(torch.randn(m, H, device="cuda", dtype=torch.bfloat16))
+        if "mlp" in PARTS:
+            result["rows"].append(_mlp_row(m, xq, xs, mlp_w))
+        if "attention" in PARTS:
+            result["rows"].append(_attention_row(m, xq, xs, att_w))
+    with open(os.path.join(os.environ.get("OUT", "."), "one_launch.json"), "w") as fh:
+        json.dump(result, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
