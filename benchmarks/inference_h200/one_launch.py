@@ -44,6 +44,7 @@ def _mlp_variants(xq: torch.Tensor, xs: torch.Tensor, weights: list) -> dict[str
     from ttsfleet.kernels.ops import swiglu_mlp_fp8_codes
 
     def two(prefetch: str) -> list:
+        decode.set_mlp_launch("two")  # whatever TTSFLEET_MLP_LAUNCH says: the launches it replaces
         decode.set_gemm_prefetch(prefetch)  # read at launch: the graph captures its launches
         return [partial(swiglu_mlp_fp8_codes, xq, xs, a, b, torch.bfloat16) for a, b in weights]
 
