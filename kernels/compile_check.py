@@ -260,11 +260,11 @@ def _attention_block_one_launch(m: int, scheme: str) -> Case:
                     k_ptr="*bf16", v_ptr="*bf16", len_ptr="*i64", qn_ptr="*bf16", kn_ptr="*bf16",
                     rope_ptr="*fp32", pos_ptr="*i64", qkv_part="*fp32", o_part="*fp32", qkv_tickets="*i32",
                     o_tickets="*i32", counters="*i32", eps="fp32", scale="fp32",
-                    wqkv_desc=f"tensordesc<fp8e4nv[{tb.QKV_BN}, {grp}]>",
-                    wo_desc=f"tensordesc<fp8e4nv[{tb.O_BN}, {grp}]>")
+                    wqkv_desc=f"tensordesc<fp8e4nv[{plan.qkv_bn}, {grp}]>",
+                    wo_desc=f"tensordesc<fp8e4nv[{plan.o_bn}, {grp}]>")
         g = heads // kv
-        const = dict(BM=plan.bm, QKV_BN=tb.QKV_BN, QKV_TILES=plan.qkv_tiles, QKV_SPLIT=plan.qkv_split,
-                     QKV_PER=tg.cdiv(tg.cdiv(d, grp), plan.qkv_split), O_BN=tb.O_BN, O_TILES=plan.o_tiles,
+        const = dict(BM=plan.bm, QKV_BN=plan.qkv_bn, QKV_TILES=plan.qkv_tiles, QKV_SPLIT=plan.qkv_split,
+                     QKV_PER=tg.cdiv(tg.cdiv(d, grp), plan.qkv_split), O_BN=plan.o_bn, O_TILES=plan.o_tiles,
                      O_SPLIT=plan.o_split, O_PER=tg.cdiv(tg.cdiv(heads * hd, grp), plan.o_split), BK=grp,
                      A_GROUP=grp, W_ROW_GROUP=1 if mx else 128, W_K_GROUP=grp, MX=mx, SWAP=True, W_TMA=True,
                      G=g, BLOCK_G=max(16, g), HEAD_D=hd, BLOCK_N=attention_block_n(10), KEYS_BOUND=0, N_KV=kv,

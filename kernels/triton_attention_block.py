@@ -50,16 +50,19 @@ from .triton_gemm import (
 
 #: Most rows one launch takes (one row tile); more rows keep the separate launches.
 MAX_ROWS = 64
+#: Default tile widths (output columns) of the QKV and O items: a first guess, not yet timed.
 QKV_BN = 64
 O_BN = 64
 
 
 @dataclass(frozen=True)
 class BlockPlan:
-    """``bm`` rows; QKV tiles of :data:`QKV_BN` columns in ``qkv_split`` K shares, ``m x kv`` attention
-    items, O tiles of :data:`O_BN` columns in ``o_split`` shares; ``programs`` persistent programs."""
+    """``bm`` rows; QKV tiles of ``qkv_bn`` columns in ``qkv_split`` K shares, ``m x kv`` attention
+    items, O tiles of ``o_bn`` columns in ``o_split`` shares; ``programs`` persistent programs."""
 
     bm: int
+    qkv_bn: int
+    o_bn: int
     qkv_tiles: int
     qkv_split: int
     att_items: int
@@ -79,7 +82,8 @@ def _split(tiles: int, k_blocks: int, room: int) -> int:
     return max(fits) if fits else 1
 
 
-def block_plan(m: int, d: int, n_qkv: int, hd: int, kv: int, group: int, sms: int) -> BlockPlan | None:
+def block_plan(m: int, d: int, n_qkv: int, hd: int, kv: int, group: int, sms: int, qkv_bn: int = QKV_BN,
+               o_bn: int = O_BN) -> BlockPlan | None:
     """The split for ``m`` rows of model dim ``d``, QKV width ``n_qkv``, ``hd`` = heads x head dim, ``kv``
     KV heads, activation ``group``, on ``sms`` SMs; None above :data:`MAX_ROWS` rows. QKV takes up to
     half the SMs; the O shares fill what QKV and the attention items leave, so the O items are taken
@@ -88,11 +92,11 @@ def block_plan(m: int, d: int, n_qkv: int, hd: int, kv: int, group: int, sms: in
     if m < 1 or m > MAX_ROWS:
         return None
     bm = min(64, max(16, triton.next_power_of_2(m)))
-    qkv_tiles, o_tiles = cdiv(n_qkv, QKV_BN), cdiv(d, O_BN)
+    qkv_tiles, o_tiles = cdiv(n_qkv, qkv_bn), cdiv(d, o_bn)
     qkv_split = _split(qkv_tiles, cdiv(d, group), sms // 2)
     o_split = _split(o_tiles, cdiv(hd, group), sms - qkv_tiles * qkv_split - m * kv)
-    plan = BlockPlan(bm=bm, qkv_tiles=qkv_tiles, qkv_split=qkv_split, att_items=m * kv, o_tiles=o_tiles,
-                     o_split=o_split, programs=1, num_warps=4)
+    plan = BlockPlan(bm=bm, qkv_bn=qkv_bn, o_bn=o_bn, qkv_tiles=qkv_tiles, qkv_split=qkv_split,
+                     att_items=m * kv, o_tiles=o_tiles, o_split=o_split, programs=1, num_warps=4)
     return BlockPlan(**{**plan.__dict__, "programs": max(1, min(sms, plan.items))})
 
 
@@ -212,7 +216,7 @@ def _o_prefetch(dev: torch.device, wo: QuantizedWeight, plan: BlockPlan, per: in
 
     if not PDL or dev.type != "cuda" or not tma_ok(wo) or wo.shape[1] % 16:
         return 0
-    return prefetch_blocks("auto", per, plan.o_tiles * plan.o_split, O_BN * bk, l2_bytes(dev.index or 0))
+    return prefetch_blocks("auto", per, plan.o_tiles * plan.o_split, plan.o_bn * bk, l2_bytes(dev.index or 0))
 
 
 @dataclass(frozen=True)
@@ -253,8 +257,8 @@ def attention_block_one_launch(aq: torch.Tensor, as_: torch.Tensor, wqkv: Quanti
     codes = fa.head_dim % grp == 0  # else the attention writes q's dtype and the O GEMM quantizes it
     att, atts = output_buffers(qkv.new_empty(m, fa.n_head, fa.head_dim), grp if codes else 0)
     out = torch.empty(m, wo.shape[0], device=aq.device, dtype=out_dtype)
-    qkv_part_n = plan.qkv_tiles * plan.qkv_split * plan.bm * QKV_BN if plan.qkv_split > 1 else 0
-    o_part_n = plan.o_tiles * plan.o_split * plan.bm * O_BN if plan.o_split > 1 else 0
+    qkv_part_n = plan.qkv_tiles * plan.qkv_split * plan.bm * plan.qkv_bn if plan.qkv_split > 1 else 0
+    o_part_n = plan.o_tiles * plan.o_split * plan.bm * plan.o_bn if plan.o_split > 1 else 0
     part, tickets = _workspace(aq.device, qkv_part_n + o_part_n + 1, plan.qkv_tiles + plan.o_tiles + 4)
     use_tma = tma_ok(wqkv) and tma_ok(wo)
     qkv_per, o_per = cdiv(cdiv(d, bk), plan.qkv_split), cdiv(cdiv(hd, bk), plan.o_split)
@@ -263,8 +267,8 @@ def attention_block_one_launch(aq: torch.Tensor, as_: torch.Tensor, wqkv: Quanti
     g = fa.n_head // kv
     kc = fa.k_cache
     attention_block_one_launch_kernel[(plan.programs,)](
-        aq, as_, wqkv.qweight, _weight_desc(wqkv, QKV_BN, bk) if use_tma else None, wqkv.scale, qkv,
-        wo.qweight, _weight_desc(wo, O_BN, bk) if use_tma else None, wo.scale, att, atts, out,
+        aq, as_, wqkv.qweight, _weight_desc(wqkv, plan.qkv_bn, bk) if use_tma else None, wqkv.scale, qkv,
+        wo.qweight, _weight_desc(wo, plan.o_bn, bk) if use_tma else None, wo.scale, att, atts, out,
         kc, fa.v_cache, fa.lengths, fa.q_norm if norm else qkv, fa.k_norm if norm else qkv, fa.rope, fa.pos,
         part, part[qkv_part_n:], tickets, tickets[plan.qkv_tiles:], tickets[plan.qkv_tiles + plan.o_tiles:],
         m, d, wqkv.shape[0], hd, 0 if fa.pos.numel() == 1 else fa.pos.stride(0),
@@ -272,8 +276,8 @@ def attention_block_one_launch(aq: torch.Tensor, as_: torch.Tensor, wqkv: Quanti
         *aq.stride(), *as_.stride(), *wqkv.qweight.stride(), *wqkv.scale.stride(), *wo.qweight.stride(),
         *wo.scale.stride(), qkv.stride(0), att.stride(0), att.stride(1), atts.stride(0), *out.stride(),
         kc.stride(0), kc.stride(1), kc.stride(2),
-        BM=plan.bm, QKV_BN=QKV_BN, QKV_TILES=plan.qkv_tiles, QKV_SPLIT=plan.qkv_split, QKV_PER=qkv_per,
-        O_BN=O_BN, O_TILES=plan.o_tiles, O_SPLIT=plan.o_split, O_PER=o_per, BK=bk, A_GROUP=grp,
+        BM=plan.bm, QKV_BN=plan.qkv_bn, QKV_TILES=plan.qkv_tiles, QKV_SPLIT=plan.qkv_split, QKV_PER=qkv_per,
+        O_BN=plan.o_bn, O_TILES=plan.o_tiles, O_SPLIT=plan.o_split, O_PER=o_per, BK=bk, A_GROUP=grp,
         W_ROW_GROUP=w_row_group, W_K_GROUP=w_k_group, MX=mx, SWAP=True, W_TMA=use_tma, G=g,
         BLOCK_G=block_g(g), HEAD_D=fa.head_dim, BLOCK_N=attention_block_n(kc.shape[1]),
         KEYS_BOUND=kc.shape[1] if INTERPRETING else 0, N_KV=kv, QK_NORM=norm, OUT_DTYPE=_tl_dtype(out_dtype),

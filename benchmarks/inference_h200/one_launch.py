@@ -11,7 +11,8 @@ error) and a second replay (bits), so a wrong kernel is never timed. Then, per M
   ``one`` (``TTSFLEET_MLP_LAUNCH=one``: down weights prefetched into L2 while gate_up runs),
   ``one@noprefetch``;
 * fast attention: ``separate`` (QKV GEMM, RoPE inside attention's launch, O GEMM), ``separate+prefetch``,
-  ``one`` (``TTSFLEET_FAST_ATTN_LAUNCH=one``), ``one@noprefetch``.
+  ``one`` (``TTSFLEET_FAST_ATTN_LAUNCH=one``), ``one@noprefetch``, ``one@o128`` (O tiles of 128 columns:
+  20 O items, all taken while QKV runs at M=1, instead of 40).
 
 Rounds alternate the variants; the table gives medians (us), the spread ((max-min) / median) and the
 weight floor at the measured copy bandwidth. JSON to ``$OUT/one_launch.json``.
@@ -81,7 +82,8 @@ def _separate(xq: torch.Tensor, xs: torch.Tensor, wqkv: Any, wo: Any, fa: Any) -
 def _attention_variants(xq: torch.Tensor, xs: torch.Tensor, weights: list,
                         fa: Any) -> dict[str, Callable[[], list]]:
     from ttsfleet.kernels import decode
-    from ttsfleet.kernels.triton_attention_block import attention_block_one_launch
+    from ttsfleet.kernels.bench import H
+    from ttsfleet.kernels.triton_attention_block import O_BN, attention_block_one_launch
 
     decode.set_rope_attention("fused")
 
@@ -89,12 +91,16 @@ def _attention_variants(xq: torch.Tensor, xs: torch.Tensor, weights: list,
         decode.set_gemm_prefetch(prefetch)
         return [partial(_separate, xq, xs, a, b, fa) for a, b in weights]
 
-    def one(prefetch: int | None) -> list:
-        return [partial(attention_block_one_launch, xq, xs, a, b, fa, torch.bfloat16, prefetch=prefetch)
-                for a, b in weights]
+    def one(prefetch: int | None, o_bn: int = O_BN) -> list:
+        from ttsfleet.kernels.triton_attention_block import _sms, block_plan
+
+        a, b = weights[0]
+        plan = block_plan(xq.shape[0], H, a.shape[0], b.shape[1], KV, 128, _sms(xq.device), o_bn=o_bn)
+        return [partial(attention_block_one_launch, xq, xs, qkv_w, o_w, fa, torch.bfloat16, plan=plan,
+                        prefetch=prefetch) for qkv_w, o_w in weights]
 
     return {"separate": lambda: separate("off"), "separate+prefetch": lambda: separate("auto"),
-            "one": lambda: one(None), "one@noprefetch": lambda: one(0)}
+            "one": lambda: one(None), "one@noprefetch": lambda: one(0), "one@o128": lambda: one(None, 128)}
 
 
 def _check(one: Callable[[], torch.Tensor], base: Callable[[], torch.Tensor]) -> dict[str, Any]:

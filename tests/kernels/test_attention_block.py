@@ -60,22 +60,22 @@ def _separate(xq, xs, wqkv, wo, fa, plan, scheme: str) -> torch.Tensor:  # noqa:
     common = dict(swap=True, num_warps=plan.num_warps, num_stages=3, tma=True)
     m = xq.shape[0]
     qkv = torch.empty(m, wqkv.shape[0], device=DEV, dtype=DTYPE)
-    tg.launch_gemm(xq, xs, wqkv, qkv, None, tg.GemmConfig(bn=_tb().QKV_BN, split_k=plan.qkv_split, **common))
+    tg.launch_gemm(xq, xs, wqkv, qkv, None, tg.GemmConfig(bn=plan.qkv_bn, split_k=plan.qkv_split, **common))
     group = tg.act_group(scheme)
     rope = FusedRope(qkv, fa.n_head, fa.head_dim, fa.rope, fa.pos, fa.q_norm, fa.k_norm, fa.eps)
     codes, scales = decode_attention_triton(rope, fa.k_cache, fa.v_cache, None, fa.lengths, quant_group=group)
     out = torch.empty(m, wo.shape[0], device=DEV, dtype=DTYPE)
     tg.launch_gemm(codes.view(m, -1), scales, wo, out, None,
-                   tg.GemmConfig(bn=_tb().O_BN, split_k=plan.o_split, **common))
+                   tg.GemmConfig(bn=plan.o_bn, split_k=plan.o_split, **common))
     return out
 
 
 @pytest.mark.parametrize("scheme,qk_norm", [("bsgemm_fp8", False), ("mxfp8", True), ("bsgemm_fp8", True)])
-@pytest.mark.parametrize("qkv_split,o_split,programs", [(1, 1, 4), (2, 3, 7), (1, 2, 200)])
+@pytest.mark.parametrize("qkv_split,o_split,programs,o_bn", [(1, 1, 4, 64), (2, 3, 7, 64), (1, 2, 200, 128)])
 def test_one_launch_equals_the_separate_launches(scheme: str, qk_norm: bool, qkv_split: int, o_split: int,
-                                                 programs: int, gen: torch.Generator) -> None:
-    """Bit for bit (output and the cache's new K/V), with split and unsplit QKV / O, fewer programs than
-    items and more; the counters and tickets zero afterwards."""
+                                                 programs: int, o_bn: int, gen: torch.Generator) -> None:
+    """Bit for bit (output and the cache's new K/V), with split and unsplit QKV / O, O tiles of 64 and
+    128 columns, fewer programs than items and more; the counters and tickets zero afterwards."""
     from ttsfleet.kernels import triton_gemm as tg
 
     tb = _tb()
@@ -87,7 +87,7 @@ def test_one_launch_equals_the_separate_launches(scheme: str, qk_norm: bool, qkv
     xq, xs = xq.to(DEV), xs.to(DEV)
     cache = [randn(gen, m, positions, kv, hd, device=DEV, dtype=DTYPE) for _ in range(2)]
     norms = [(randn(gen, hd) * 0.1 + 1).to(DEV, DTYPE) if qk_norm else None for _ in range(2)]
-    base = tb.block_plan(m, d, wqkv.shape[0], heads * hd, kv, group, programs)
+    base = tb.block_plan(m, d, wqkv.shape[0], heads * hd, kv, group, programs, o_bn=o_bn)
     plan = tb.BlockPlan(**{**base.__dict__, "qkv_split": qkv_split, "o_split": o_split, "programs": programs})
     results = []
     for run in (lambda fa: tb.attention_block_one_launch(xq, xs, wqkv, wo, fa, DTYPE, plan=plan),
