@@ -36,7 +36,6 @@ from .triton_attention import attend_row_head, block_g, output_buffers
 from .triton_gemm import (
     INTERPRETING,
     PDL,
-    SPLIT_CHOICES,
     _l2_prefetch_rows,
     _scheme_params,
     _weight_desc,
@@ -47,6 +46,7 @@ from .triton_gemm import (
     pdl_entry,
     tma_ok,
 )
+from .work_queue import count_done, leave, most_shares, sm_count, take_ticket, wait_for, waiting_prefetch
 
 #: Most rows one launch takes (one row tile); more rows keep the separate launches.
 MAX_ROWS = 64
@@ -76,12 +76,6 @@ class BlockPlan:
         return self.qkv_tiles * self.qkv_split + self.att_items + self.o_tiles * self.o_split
 
 
-def _split(tiles: int, k_blocks: int, room: int) -> int:
-    """The most K shares (each >= 2 blocks) whose items still fit ``room`` programs (at least 1)."""
-    fits = [s for s in SPLIT_CHOICES if (s == 1 or k_blocks >= 2 * s) and tiles * s <= max(room, tiles)]
-    return max(fits) if fits else 1
-
-
 def block_plan(m: int, d: int, n_qkv: int, hd: int, kv: int, group: int, sms: int, qkv_bn: int = QKV_BN,
                o_bn: int = O_BN) -> BlockPlan | None:
     """The split for ``m`` rows of model dim ``d``, QKV width ``n_qkv``, ``hd`` = heads x head dim, ``kv``
@@ -93,8 +87,8 @@ def block_plan(m: int, d: int, n_qkv: int, hd: int, kv: int, group: int, sms: in
         return None
     bm = min(64, max(16, triton.next_power_of_2(m)))
     qkv_tiles, o_tiles = cdiv(n_qkv, qkv_bn), cdiv(d, o_bn)
-    qkv_split = _split(qkv_tiles, cdiv(d, group), sms // 2)
-    o_split = _split(o_tiles, cdiv(hd, group), sms - qkv_tiles * qkv_split - m * kv)
+    qkv_split = most_shares(qkv_tiles, cdiv(d, group), sms // 2)
+    o_split = most_shares(o_tiles, cdiv(hd, group), sms - qkv_tiles * qkv_split - m * kv)
     plan = BlockPlan(bm=bm, qkv_bn=qkv_bn, o_bn=o_bn, qkv_tiles=qkv_tiles, qkv_split=qkv_split,
                      att_items=m * kv, o_tiles=o_tiles, o_split=o_split, programs=1, num_warps=4)
     return BlockPlan(**{**plan.__dict__, "programs": max(1, min(sms, plan.items))})
@@ -114,17 +108,8 @@ def _qkv_item(item, a_ptr, as_ptr, w_ptr, w_desc, ws_ptr, qkv_ptr, part, tickets
                        W_K_GROUP, MX, True, 0, SWAP, W_TMA, EXACT_CVT, False)
     wrote = finish_tile(res, res, pid_n, pid_n, 0, pid_k, part, tickets, qkv_ptr, qkv_ptr, qkv_ptr, M, NQKV,
                         0, s_qkv, 1, 0, 0, BM, BN, SPLIT, 0, False, MX, 1, EXACT_CVT)
-    tl.debug_barrier()
     if wrote:
-        tl.atomic_add(done_ptr, 1, sem="release", scope="gpu")
-
-
-@triton.jit
-def _wait_for(count_ptr, target):
-    """Spin until ``count_ptr`` reaches ``target`` (acquire: what the counted items wrote is visible)."""
-    seen = tl.atomic_add(count_ptr, 0, sem="acquire", scope="gpu")
-    while seen < target:
-        seen = tl.atomic_add(count_ptr, 0, sem="acquire", scope="gpu")
+        count_done(done_ptr)
 
 
 @triton.jit
@@ -140,7 +125,7 @@ def _o_item(item, att_ptr, atts_ptr, w_ptr, w_desc, ws_ptr, out_ptr, part, ticke
     pid_k = item % SPLIT
     if PREFETCH > 0:
         _l2_prefetch_rows(w_ptr, pid_n * BN, pid_k * PER * BK, PREFETCH * BK, D, HD, s_wn, BN)
-    _wait_for(done_ptr, att_items)
+    wait_for(done_ptr, att_items)
     res, _ = gemm_tile(att_ptr, atts_ptr, w_ptr, w_desc, ws_ptr, M, D, HD, 0, pid_n, 0, pid_k, s_att, 1,
                        s_atts, 1, s_wn, s_wk, s_wsn, s_wsk, BM, BN, BK, PER, A_GROUP, W_ROW_GROUP, W_K_GROUP,
                        MX, ATT_CODES, 0, SWAP, W_TMA, EXACT_CVT, True)
@@ -171,7 +156,7 @@ def attention_block_one_launch_kernel(
     att_items = M * N_KV
     first_o = QKV_ITEMS + att_items
     items = first_o + O_TILES * O_SPLIT
-    item = tl.atomic_add(counters, 1, sem="relaxed", scope="gpu")
+    item = take_ticket(counters)
     while item < items:
         if item < QKV_ITEMS:
             _qkv_item(item, a_ptr, as_ptr, wqkv_ptr, wqkv_desc, wqkvs_ptr, qkv_ptr, qkv_part, qkv_tickets,
@@ -179,44 +164,21 @@ def attention_block_one_launch_kernel(
                       BM, QKV_BN, BK, QKV_SPLIT, QKV_PER, A_GROUP, W_ROW_GROUP, W_K_GROUP, MX, SWAP, W_TMA,
                       EXACT_CVT)
         elif item < first_o:
-            _wait_for(counters + 1, QKV_TILES)
+            wait_for(counters + 1, QKV_TILES)
             pair = item - QKV_ITEMS
             attend_row_head(qkv_ptr, k_ptr, v_ptr, att_ptr, atts_ptr, len_ptr, len_ptr, len_ptr, len_ptr,
                             scale, pair // N_KV, pair % N_KV, s_qkv, HEAD_D, sk_slot, sk_pos, sk_head, s_att,
                             s_att_h, s_atts, s_len, 0, 0, 0, qn_ptr, kn_ptr, rope_ptr, pos_ptr, pos_stride,
                             eps, G, BLOCK_G, HEAD_D, BLOCK_N, True, KEYS_BOUND, ATT_CODES, A_GROUP, MX,
                             OUT_DTYPE, EXACT_CVT, False, True, N_KV, QK_NORM)
-            tl.debug_barrier()
-            tl.atomic_add(counters + 2, 1, sem="release", scope="gpu")
+            count_done(counters + 2)
         else:
             _o_item(item - first_o, att_ptr, atts_ptr, wo_ptr, wo_desc, wos_ptr, out_ptr, o_part, o_tickets,
                     counters + 2, att_items, M, D, HD, s_att, s_atts, s_own, s_owk, s_owsn, s_owsk, s_om,
                     s_on, BM, O_BN, BK, O_SPLIT, O_PER, A_GROUP, W_ROW_GROUP, W_K_GROUP, MX, SWAP, W_TMA,
                     EXACT_CVT, PREFETCH, ATT_CODES)
-        item = tl.atomic_add(counters, 1, sem="relaxed", scope="gpu")
-    tl.debug_barrier()
-    out = tl.atomic_add(counters + 3, 1, sem="acq_rel", scope="gpu")
-    if out == tl.num_programs(0) - 1:  # the last program out: nobody touches the counters any more
-        tl.store(counters, 0)
-        tl.store(counters + 1, 0)
-        tl.store(counters + 2, 0)
-        tl.store(counters + 3, 0)
-
-
-def _sms(dev: torch.device) -> int:
-    from .decode import NOMINAL_SMS
-
-    return torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else NOMINAL_SMS
-
-
-def _o_prefetch(dev: torch.device, wo: QuantizedWeight, plan: BlockPlan, per: int, bk: int) -> int:
-    """O weight blocks each O item asks L2 for while it waits (as many as keep the items' bytes in
-    half of L2); 0 in the interpreter or where rows are not 16-byte aligned."""
-    from .decode import l2_bytes, prefetch_blocks
-
-    if not PDL or dev.type != "cuda" or not tma_ok(wo) or wo.shape[1] % 16:
-        return 0
-    return prefetch_blocks("auto", per, plan.o_tiles * plan.o_split, plan.o_bn * bk, l2_bytes(dev.index or 0))
+        item = take_ticket(counters)
+    leave(counters, 4)
 
 
 @dataclass(frozen=True)
@@ -247,7 +209,7 @@ def attention_block_one_launch(aq: torch.Tensor, as_: torch.Tensor, wqkv: Quanti
     hd = fa.n_head * fa.head_dim
     mx, grp, w_row_group, w_k_group = _scheme_params(wqkv)
     bk = min(grp, w_k_group)
-    plan = plan or block_plan(m, d, wqkv.shape[0], hd, kv, grp, _sms(aq.device))
+    plan = plan or block_plan(m, d, wqkv.shape[0], hd, kv, grp, sm_count(aq.device))
     if plan is None:
         raise ValueError(f"the one-launch attention block takes at most {MAX_ROWS} rows, got {m}")
     if fa.k_cache.shape[0] < m or fa.k_cache.dtype != out_dtype:
@@ -262,7 +224,8 @@ def attention_block_one_launch(aq: torch.Tensor, as_: torch.Tensor, wqkv: Quanti
     part, tickets = _workspace(aq.device, qkv_part_n + o_part_n + 1, plan.qkv_tiles + plan.o_tiles + 4)
     use_tma = tma_ok(wqkv) and tma_ok(wo)
     qkv_per, o_per = cdiv(cdiv(d, bk), plan.qkv_split), cdiv(cdiv(hd, bk), plan.o_split)
-    blocks = _o_prefetch(aq.device, wo, plan, o_per, bk) if prefetch is None else prefetch
+    if prefetch is None:
+        prefetch = waiting_prefetch(aq.device, wo, o_per, plan.o_tiles * plan.o_split, plan.o_bn * bk)
     norm = fa.q_norm is not None
     g = fa.n_head // kv
     kc = fa.k_cache
@@ -281,7 +244,7 @@ def attention_block_one_launch(aq: torch.Tensor, as_: torch.Tensor, wqkv: Quanti
         W_ROW_GROUP=w_row_group, W_K_GROUP=w_k_group, MX=mx, SWAP=True, W_TMA=use_tma, G=g,
         BLOCK_G=block_g(g), HEAD_D=fa.head_dim, BLOCK_N=attention_block_n(kc.shape[1]),
         KEYS_BOUND=kc.shape[1] if INTERPRETING else 0, N_KV=kv, QK_NORM=norm, OUT_DTYPE=_tl_dtype(out_dtype),
-        EXACT_CVT=INTERPRETING, USE_PDL=PDL, PREFETCH=blocks, ATT_CODES=codes, num_warps=plan.num_warps,
+        EXACT_CVT=INTERPRETING, USE_PDL=PDL, PREFETCH=prefetch, ATT_CODES=codes, num_warps=plan.num_warps,
         num_stages=3, **launch_opts(),
     )
     return out

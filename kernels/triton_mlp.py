@@ -34,7 +34,6 @@ from .layout import QuantizedWeight, cdiv
 from .triton_gemm import (
     INTERPRETING,
     PDL,
-    SPLIT_CHOICES,
     _l2_prefetch_rows,
     _scheme_params,
     _weight_desc,
@@ -48,6 +47,7 @@ from .triton_gemm import (
     pdl_entry,
     tma_ok,
 )
+from .work_queue import count_done, leave, most_shares, sm_count, take_ticket, wait_for, waiting_prefetch
 
 
 def swiglu_mlp_fp8_triton(x: torch.Tensor, gate_up: QuantizedWeight, down: QuantizedWeight,
@@ -126,10 +126,7 @@ def one_launch_plan(m: int, d: int, f: int, group: int, sms: int, gu_split: int 
     gu_tiles = cdiv(f, GATE_UP_BN)
     dn_bn = 128 if d >= 128 * 8 else 64
     dn_tiles = cdiv(d, dn_bn)
-    k_blocks = cdiv(f, group)
-    room = max(sms - gu_tiles * gu_split, dn_tiles)
-    fits = [s for s in SPLIT_CHOICES if (s == 1 or k_blocks >= 2 * s) and dn_tiles * s <= room]
-    dn_split = max(fits) if fits else 1
+    dn_split = most_shares(dn_tiles, cdiv(f, group), sms - gu_tiles * gu_split)
     items = gu_tiles * gu_split + dn_tiles * dn_split
     return OneLaunchPlan(bm=bm, gu_tiles=gu_tiles, gu_split=gu_split, dn_bn=dn_bn, dn_tiles=dn_tiles,
                          dn_split=dn_split, programs=max(1, min(sms, items)), num_warps=8 if bm >= 32 else 4)
@@ -152,9 +149,8 @@ def _gate_up_item(item, a_ptr, as_ptr, gu_ptr, gu_desc, gus_ptr, h_ptr, hs_ptr, 
                            W_ROW_GROUP, W_K_GROUP, MX, True, 1, SWAP, W_TMA, EXACT_CVT, False)
     wrote = finish_tile(res, res_u, pid_n, pid_n, 0, pid_k, gu_part, gu_tickets, h_ptr, h_ptr, hs_ptr, M,
                         2 * F, F, s_hm, s_hk, s_hsm, s_hsk, BM, BN, SPLIT, 1, False, MX, A_GROUP, EXACT_CVT)
-    tl.debug_barrier()
     if wrote:
-        tl.atomic_add(done_ptr, 1, sem="release", scope="gpu")
+        count_done(done_ptr)
 
 
 @triton.jit
@@ -171,9 +167,7 @@ def _down_item(item, h_ptr, hs_ptr, dn_ptr, dn_desc, dns_ptr, out_ptr, dn_part, 
     pid_k = item % SPLIT
     if PREFETCH > 0:
         _l2_prefetch_rows(dn_ptr, pid_n * BN, pid_k * PER * BK, PREFETCH * BK, D, F, s_dnn, BN)
-    done = tl.atomic_add(done_ptr, 0, sem="acquire", scope="gpu")
-    while done < H_TILES:
-        done = tl.atomic_add(done_ptr, 0, sem="acquire", scope="gpu")
+    wait_for(done_ptr, H_TILES)
     res, _ = gemm_tile(h_ptr, hs_ptr, dn_ptr, dn_desc, dns_ptr, M, D, F, 0, pid_n, 0, pid_k,
                        s_hm, s_hk, s_hsm, s_hsk, s_dnn, s_dnk, s_dnsn, s_dnsk, BM, BN, BK, PER, A_GROUP,
                        W_ROW_GROUP, W_K_GROUP, MX, True, 0, SWAP, W_TMA, EXACT_CVT, True)
@@ -199,7 +193,7 @@ def swiglu_mlp_one_launch_kernel(
     pdl_entry(USE_PDL)  # the counters and workspaces are touched only after the predecessor is done
     GU_ITEMS: tl.constexpr = GU_TILES * GU_SPLIT
     ITEMS: tl.constexpr = GU_ITEMS + DN_TILES * DN_SPLIT
-    item = tl.atomic_add(counters, 1, sem="relaxed", scope="gpu")
+    item = take_ticket(counters)
     while item < ITEMS:
         if item < GU_ITEMS:
             _gate_up_item(item, a_ptr, as_ptr, gu_ptr, gu_desc, gus_ptr, h_ptr, hs_ptr, gu_part, gu_tickets,
@@ -211,31 +205,8 @@ def swiglu_mlp_one_launch_kernel(
                        counters + 1, M, D, F, s_hm, s_hk, s_hsm, s_hsk, s_dnn, s_dnk, s_dnsn, s_dnsk, s_om,
                        s_on, BM, DN_BN, BK, DN_SPLIT, DN_PER, GU_TILES, A_GROUP, W_ROW_GROUP, W_K_GROUP, MX,
                        SWAP, W_TMA, EXACT_CVT, PREFETCH)
-        item = tl.atomic_add(counters, 1, sem="relaxed", scope="gpu")
-    tl.debug_barrier()
-    out = tl.atomic_add(counters + 2, 1, sem="acq_rel", scope="gpu")
-    if out == tl.num_programs(0) - 1:  # the last program out: nobody touches the counters any more
-        tl.store(counters, 0)
-        tl.store(counters + 1, 0)
-        tl.store(counters + 2, 0)
-
-
-def _sms(dev: torch.device) -> int:
-    from .decode import NOMINAL_SMS
-
-    return torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else NOMINAL_SMS
-
-
-def _down_prefetch(dev: torch.device, down: QuantizedWeight, plan: OneLaunchPlan, per: int, bk: int) -> int:
-    """Down weight blocks each down item asks L2 for while it waits: as many as keep every item's
-    bytes within half of L2 (:func:`.decode.prefetch_blocks` ``auto``); 0 in the interpreter or
-    where rows are not 16-byte aligned."""
-    from .decode import l2_bytes, prefetch_blocks
-
-    if not PDL or dev.type != "cuda" or not tma_ok(down) or down.shape[1] % 16:
-        return 0
-    items = plan.dn_tiles * plan.dn_split
-    return prefetch_blocks("auto", per, items, plan.dn_bn * bk, l2_bytes(dev.index or 0))
+        item = take_ticket(counters)
+    leave(counters, 3)
 
 
 def swiglu_mlp_one_launch(xq: torch.Tensor, xs: torch.Tensor, gate_up: QuantizedWeight, down: QuantizedWeight,
@@ -248,7 +219,7 @@ def swiglu_mlp_one_launch(xq: torch.Tensor, xs: torch.Tensor, gate_up: Quantized
     f = gate_up.shape[0] // 2
     mx, grp, w_row_group, w_k_group = _scheme_params(gate_up)
     bk = min(grp, w_k_group)
-    plan = plan or one_launch_plan(m, d, f, grp, _sms(xq.device))
+    plan = plan or one_launch_plan(m, d, f, grp, sm_count(xq.device))
     if plan is None:
         raise ValueError(f"the one-launch MLP takes M <= {ONE_LAUNCH_MAX_M} rows, got {m}")
     hq = torch.empty(m, f, device=xq.device, dtype=torch.float8_e4m3fn)
@@ -259,7 +230,8 @@ def swiglu_mlp_one_launch(xq: torch.Tensor, xs: torch.Tensor, gate_up: Quantized
     part, tickets = _workspace(xq.device, gu_part_n + dn_part_n + 1, plan.gu_tiles + plan.dn_tiles + 3)
     use_tma = tma and tma_ok(gate_up) and tma_ok(down)
     gu_per, dn_per = cdiv(cdiv(d, bk), plan.gu_split), cdiv(cdiv(f, bk), plan.dn_split)
-    blocks = _down_prefetch(xq.device, down, plan, dn_per, bk) if prefetch is None else prefetch
+    if prefetch is None:
+        prefetch = waiting_prefetch(xq.device, down, dn_per, plan.dn_tiles * plan.dn_split, plan.dn_bn * bk)
     swiglu_mlp_one_launch_kernel[(plan.programs,)](
         xq, xs, gate_up.qweight, _weight_desc(gate_up, GATE_UP_BN, bk) if use_tma else None, gate_up.scale,
         down.qweight, _weight_desc(down, plan.dn_bn, bk) if use_tma else None, down.scale, hq, hs, out,
@@ -271,7 +243,7 @@ def swiglu_mlp_one_launch(xq: torch.Tensor, xs: torch.Tensor, gate_up: Quantized
         BM=plan.bm, GU_BN=GATE_UP_BN, GU_TILES=plan.gu_tiles, GU_SPLIT=plan.gu_split, GU_PER=gu_per,
         DN_BN=plan.dn_bn, DN_TILES=plan.dn_tiles, DN_SPLIT=plan.dn_split, DN_PER=dn_per, BK=bk, A_GROUP=grp,
         W_ROW_GROUP=w_row_group, W_K_GROUP=w_k_group, MX=mx, SWAP=True, W_TMA=use_tma, EXACT_CVT=INTERPRETING,
-        USE_PDL=PDL, PREFETCH=blocks,
+        USE_PDL=PDL, PREFETCH=prefetch,
         num_warps=plan.num_warps, num_stages=3, **launch_opts(),
     )
     return out

@@ -92,10 +92,11 @@ def _attention_variants(xq: torch.Tensor, xs: torch.Tensor, weights: list,
         return [partial(_separate, xq, xs, a, b, fa) for a, b in weights]
 
     def one(prefetch: int | None, o_bn: int = O_BN) -> list:
-        from ttsfleet.kernels.triton_attention_block import _sms, block_plan
+        from ttsfleet.kernels.triton_attention_block import block_plan
+        from ttsfleet.kernels.work_queue import sm_count
 
         a, b = weights[0]
-        plan = block_plan(xq.shape[0], H, a.shape[0], b.shape[1], KV, 128, _sms(xq.device), o_bn=o_bn)
+        plan = block_plan(xq.shape[0], H, a.shape[0], b.shape[1], KV, 128, sm_count(xq.device), o_bn=o_bn)
         return [partial(attention_block_one_launch, xq, xs, qkv_w, o_w, fa, torch.bfloat16, plan=plan,
                         prefetch=prefetch) for qkv_w, o_w in weights]
 

@@ -20,7 +20,6 @@ if not torch.cuda.is_available():
 pytest.importorskip("triton")
 
 from ttsfleet.inference.model_layers import rope_table  # noqa: E402
-from ttsfleet.kernels import dispatch  # noqa: E402
 from ttsfleet.kernels.ops import quantize_weight  # noqa: E402
 from ttsfleet.kernels.reference import quantize_activation_ref  # noqa: E402
 from ttsfleet.kernels.testing import randn  # noqa: E402
@@ -29,10 +28,7 @@ DEV = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPE = torch.bfloat16
 
 
-@pytest.fixture(autouse=True)
-def _interpreter_or_gpu(kernels_on: None) -> None:  # noqa: PT004 - the kernels_on fixture's set-up
-    if DEV == "cuda" and not dispatch.plan("cuda").fused:
-        pytest.skip("the catalog does not run the Triton kernels on this GPU")
+pytestmark = pytest.mark.usefixtures("kernels_on")  # the interpreter on CPU, compiled on a GPU
 
 
 def _tb():  # noqa: ANN202

@@ -18,7 +18,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 pytest.importorskip("triton")
 
-from ttsfleet.kernels import decode, dispatch  # noqa: E402
+from ttsfleet.kernels import decode  # noqa: E402
 from ttsfleet.kernels.layout import cdiv  # noqa: E402
 from ttsfleet.kernels.ops import quantize_weight, swiglu_mlp_fp8_codes  # noqa: E402
 from ttsfleet.kernels.reference import quantize_activation_ref, swiglu_mlp_fp8_codes_ref  # noqa: E402
@@ -28,10 +28,7 @@ DEV = "cuda" if torch.cuda.is_available() else "cpu"
 S2_D, S2_F = 2560, 9728
 
 
-@pytest.fixture(autouse=True)
-def _interpreter_or_gpu(kernels_on: None) -> None:  # noqa: PT004 - the kernels_on fixture's set-up
-    if DEV == "cuda" and not dispatch.plan("cuda").fused:
-        pytest.skip("the catalog does not run the Triton kernels on this GPU")
+pytestmark = pytest.mark.usefixtures("kernels_on")  # the interpreter on CPU, compiled on a GPU
 
 
 def _tm():  # noqa: ANN202
