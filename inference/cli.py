@@ -97,6 +97,10 @@ def serve(
                                       "voice's prompt head once and reuse it: at a live session's open "
                                       "(real-time mode) and across a long text's segments (env "
                                       "TTSFLEET_PREFIX_REUSE, default on)."),
+    prefix_job_wait_ms: float = typer.Option(None, help="Longest a live session's voice-head prefill, while "
+                                             "no text waits for it, lets requests whose first audio is "
+                                             "awaited go first; 0 = plain FIFO (env "
+                                             "TTSFLEET_PREFIX_JOB_WAIT_MS, default 1000)."),
     codec_process: bool = typer.Option(None, "--codec-process/--no-codec-process", help="Decode audio in a "
                                        "child process with its own copy of the codec, off the engine's "
                                        "interpreter (env TTSFLEET_CODEC_PROCESS; default: the GPU class's "
@@ -121,7 +125,8 @@ def serve(
         prefill_chunk_tokens=prefill_chunk_tokens, prefill_coalesce_ms=prefill_coalesce_ms, catalog=catalog,
         codec_gather_ms=codec_gather_ms, codec_layout=codec_layout, preset_text=preset_text,
         codec_fast=codec_fast, codec_compile=codec_compile, prefill_graphs=prefill_graphs,
-        gil_switch_ms=gil_switch_ms, prefix_reuse=prefix_reuse, codec_process=codec_process, mps=mps)
+        gil_switch_ms=gil_switch_ms, prefix_reuse=prefix_reuse, prefix_job_wait_ms=prefix_job_wait_ms,
+        codec_process=codec_process, mps=mps)
     code = run(cfg, log_level=log_level)
     if code:
         raise typer.Exit(code)

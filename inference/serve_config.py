@@ -99,6 +99,9 @@ class ServeConfig:
     #: Prefill a cloned voice's prompt head once and reuse its K/V: at a live session's open (the
     #: write-up's real-time mode) and across the segments of a long text (inference/prefix.py).
     prefix_reuse: bool = True
+    #: Longest a voice-head prefix job that no text waits for yet lets clocked requests go first, in
+    #: ms (``inference.admission_order``; 0 = plain FIFO, the order before 2026-12-05).
+    prefix_job_wait_ms: float = 1000.0
     #: Decode audio in a child process that loads the same codec (its own interpreter, so the codec's
     #: Python work does not share the engine thread's GIL; a second CUDA context on the GPU, shared
     #: through MPS: ``mps``). None: the GPU class's catalog default on a GPU (on for the H200,
@@ -181,8 +184,8 @@ class ServeConfig:
             raise UserError(f"port {self.port} is out of range")
         _at_least(0, cpu_threads=self.cpu_threads, prefill_chunk_tokens=self.prefill_chunk_tokens,
                   prefill_coalesce_ms=self.prefill_coalesce_ms, codec_gather_ms=self.codec_gather_ms,
-                  body_timeout_s=self.body_timeout_s,
-                  gil_switch_ms=self.gil_switch_ms)
+                  body_timeout_s=self.body_timeout_s, gil_switch_ms=self.gil_switch_ms,
+                  prefix_job_wait_ms=self.prefix_job_wait_ms)
         _at_least(1, max_text_chars=self.max_text_chars, max_new_tokens=self.max_new_tokens)
         from ttsfleet.inference.model_config import PRESETS  # random-weight presets (tiny, s2-pro, ...)
 

@@ -175,6 +175,7 @@ class ServerState:
                 prefill_graphs=on_cuda and cfg.cuda_graphs and cfg.prefill_graphs,
                 prefill_chunk_tokens=cfg.prefill_chunk_tokens,
                 prefill_coalesce_s=cfg.prefill_coalesce_ms / 1000, codec_gather_ms=cfg.codec_gather_ms,
+                prefix_job_max_wait_s=cfg.prefix_job_wait_ms / 1000,
                 codec_channels_last=cfg.codec_layout == "channels-last",
                 codec_process=CodecSource(cfg.checkpoint, device, fast_codec) if cfg.codec_process
                 else None))

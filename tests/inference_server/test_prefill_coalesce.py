@@ -49,12 +49,14 @@ def test_off_never_holds_and_bad_rules_are_refused() -> None:
             CoalesceRule(**bad)
 
 
-def test_serve_config_takes_milliseconds_and_refuses_nonsense() -> None:
-    cfg = ServeConfig.from_env({"TTSFLEET_PREFILL_COALESCE_MS": "20"}, checkpoint="tiny")
-    assert cfg.prefill_coalesce_ms == 20.0
+@pytest.mark.parametrize("var,field", [("TTSFLEET_PREFILL_COALESCE_MS", "prefill_coalesce_ms"),
+                                       ("TTSFLEET_PREFIX_JOB_WAIT_MS", "prefix_job_wait_ms")])
+def test_serve_config_takes_milliseconds_and_refuses_nonsense(var: str, field: str) -> None:
+    cfg = ServeConfig.from_env({var: "20"}, checkpoint="tiny")
+    assert getattr(cfg, field) == 20.0
     for bad in ("-1", "nan", "inf"):
-        with pytest.raises(UserError, match="prefill_coalesce_ms"):
-            ServeConfig.from_env({"TTSFLEET_PREFILL_COALESCE_MS": bad}, checkpoint="tiny")
+        with pytest.raises(UserError, match=field):
+            ServeConfig.from_env({var: bad}, checkpoint="tiny")
 
 
 @pytest.fixture(scope="module")

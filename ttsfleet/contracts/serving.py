@@ -85,6 +85,9 @@ GIL_SWITCH_MS = "TTSFLEET_GIL_SWITCH_MS"
 #: ``1`` (the default): a cloned voice's prompt head is prefilled once and reused, at a live
 #: session's open (real-time mode) and across a long text's segments; ``0``: every prompt whole.
 PREFIX_REUSE = "TTSFLEET_PREFIX_REUSE"
+#: Milliseconds a live session's voice-head prefix job no text waits for yet lets requests whose first
+#: audio is awaited go first (``ttsfleet.inference.admission_order``, default 1000); 0 = plain FIFO.
+PREFIX_JOB_WAIT_MS = "TTSFLEET_PREFIX_JOB_WAIT_MS"
 #: ``1``: decode audio in a child process (``ttsfleet.inference.codec_process``: the codec's Python
 #: work off the engine's interpreter); ``0``: in the engine process's codec thread. Unset: the GPU
 #: class's catalog default on a GPU (``serving.codec_process``: on for the H200), else ``0``.
@@ -129,6 +132,7 @@ SERVER_ENV: Mapping[str, str] = MappingProxyType({
     "prefill_graphs": PREFILL_GRAPHS,
     "gil_switch_ms": GIL_SWITCH_MS,
     "prefix_reuse": PREFIX_REUSE,
+    "prefix_job_wait_ms": PREFIX_JOB_WAIT_MS,
     "codec_process": CODEC_PROCESS,
     "mps": MPS,
     "catalog": CATALOG,
