@@ -137,3 +137,28 @@ def test_more_rows_than_one_tile_are_refused(gen: torch.Generator) -> None:
     xq, xs = quantize_activation_ref(randn(gen, 65, 256, dtype=torch.bfloat16), 128)
     with pytest.raises(ValueError, match="M <= 64"):
         _tm().swiglu_mlp_one_launch(xq.to(DEV), xs.to(DEV), gu, dn, torch.bfloat16)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (graph capture)")
+def test_a_cuda_graph_of_it_replays_the_eager_result(gen: torch.Generator) -> None:
+    """The counters return to zero at the end of every launch, so a captured launch replays: three
+    replays of a graph holding two launches give the eager bits (a counter left set would make a
+    replay skip its items or spin forever: the pytest timeout catches that)."""
+    from ttsfleet.kernels import triton_gemm as tg
+
+    gu, dn = _weights(gen, "bsgemm_fp8", S2_D, S2_F)
+    xq, xs = quantize_activation_ref(randn(gen, 4, S2_D, dtype=torch.bfloat16), 128)
+    xq, xs = xq.to(DEV), xs.to(DEV)
+    eager = _tm().swiglu_mlp_one_launch(xq, xs, gu, dn, torch.bfloat16)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        first = _tm().swiglu_mlp_one_launch(xq, xs, gu, dn, torch.bfloat16)
+        second = _tm().swiglu_mlp_one_launch(xq, xs, gu, dn, torch.bfloat16)
+    for _ in range(3):
+        first.zero_()
+        second.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(first, eager) and torch.equal(second, eager)
+    assert int(tg._workspace(xq.device, 1, 1)[1].abs().sum()) == 0
