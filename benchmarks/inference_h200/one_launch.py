@@ -19,6 +19,8 @@ weight floor at the measured copy bandwidth. JSON to ``$OUT/one_launch.json``.
 
     python3 -m benchmarks.inference_h200.one_launch     # on the device, from the repo root
     ONE_MS=1,8,16,32,64 ONE_ROUNDS=5 ONE_PARTS=mlp,attention (defaults)
+    ONE_DRY=1 ONE_MS=1 python3 -P benchmarks/inference_h200/one_launch.py   # CPU: the checks only, at S2
+        Pro size in Triton's interpreter (~1 min), so the script's own plumbing is tried before a device call
 """
 
 from __future__ import annotations
@@ -33,6 +35,10 @@ from typing import Any
 
 import torch
 
+DRY = os.environ.get("ONE_DRY") == "1"  # CPU, Triton's interpreter, checks only (no timing)
+if DRY:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+DEV = "cpu" if DRY else "cuda"
 MS = [int(v) for v in os.environ.get("ONE_MS", "1,8,16,32,64").split(",")]
 ROUNDS = int(os.environ.get("ONE_ROUNDS", "5"))
 PARTS = os.environ.get("ONE_PARTS", "mlp,attention").split(",")
@@ -62,9 +68,9 @@ def _frame(m: int) -> Any:
     from ttsfleet.inference.model_layers import rope_table
     from ttsfleet.kernels.triton_attention_block import FrameAttention
 
-    cache = [torch.randn(m, FRAME, KV, HEAD_DIM, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
-    at = torch.tensor([5], device="cuda")
-    rope = rope_table(FRAME + 1, HEAD_DIM, 1e6).to("cuda")
+    cache = [torch.randn(m, FRAME, KV, HEAD_DIM, device=DEV, dtype=torch.bfloat16) for _ in range(2)]
+    at = torch.tensor([5], device=DEV)
+    rope = rope_table(FRAME + 1, HEAD_DIM, 1e6).to(DEV)
     return FrameAttention(HEADS, HEAD_DIM, rope, at, *cache, at + 1)
 
 
@@ -137,6 +143,9 @@ def _mlp_row(m: int, xq: torch.Tensor, xs: torch.Tensor, weights: list) -> dict[
     a, b = weights[0]
     check = _check(lambda: swiglu_mlp_one_launch(xq, xs, a, b, torch.bfloat16),
                    lambda: _mlp_variants(xq, xs, [(a, b)])["two"]()[0]())
+    if DRY:
+        print(f"mlp       M={m:3d}  check {check}", flush=True)
+        return {"part": "mlp", "M": m, "check": check}
     us = _time(_mlp_variants(xq, xs, weights))
     _print("mlp", m, us, "two", check)
     return {"part": "mlp", "M": m, "check": check, "us": us}
@@ -148,29 +157,40 @@ def _attention_row(m: int, xq: torch.Tensor, xs: torch.Tensor, weights: list) ->
     fa, (a, b) = _frame(m), weights[0]
     check = _check(lambda: attention_block_one_launch(xq, xs, a, b, fa, torch.bfloat16),
                    lambda: _separate(xq, xs, a, b, fa))
+    if DRY:
+        print(f"attention M={m:3d}  check {check}", flush=True)
+        return {"part": "attention", "M": m, "check": check}
     us = _time(_attention_variants(xq, xs, weights, fa))
     _print("attention", m, us, "separate", check)
     return {"part": "attention", "M": m, "check": check, "us": us}
 
 
-def main() -> None:
-    from ttsfleet.kernels.bench import INTER, H, _mlp_weights_fp8, copy_bandwidth, n_copies
-    from ttsfleet.kernels.ops import quantize_activation, quantize_weight
+def _weights(n: int, k: int, copies: int) -> list:
+    from ttsfleet.kernels.ops import quantize_weight
 
-    bw = copy_bandwidth()
-    gus, dns = _mlp_weights_fp8()
-    mlp_w = list(zip(gus, dns, strict=True))
+    return [quantize_weight(torch.randn(n, k, device=DEV) / k**0.5, "bsgemm_fp8") for _ in range(copies)]
+
+
+def main() -> None:
+    from ttsfleet.kernels import dispatch
+    from ttsfleet.kernels.bench import INTER, H, copy_bandwidth, n_copies
+    from ttsfleet.kernels.ops import quantize_activation
+
+    if DRY:
+        dispatch.configure("interpret")
+    bw = float("nan") if DRY else copy_bandwidth()
     n_qkv, hd = (HEADS + 2 * KV) * HEAD_DIM, HEADS * HEAD_DIM
-    att_w = [(quantize_weight(torch.randn(n_qkv, H, device="cuda") / H**0.5, "bsgemm_fp8"),
-              quantize_weight(torch.randn(H, hd, device="cuda") / hd**0.5, "bsgemm_fp8"))
-             for _ in range(n_copies(n_qkv * H + H * hd))]
+    copies = (1, 1) if DRY else (n_copies(3 * H * INTER), n_copies(n_qkv * H + H * hd))
+    mlp_w = list(zip(_weights(2 * INTER, H, copies[0]), _weights(H, INTER, copies[0]), strict=True))
+    att_w = list(zip(_weights(n_qkv, H, copies[1]), _weights(H, hd, copies[1]), strict=True))
     floors = {"mlp": 3 * H * INTER / bw * 1e6, "attention": (n_qkv * H + H * hd) / bw * 1e6}
-    result: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "gpu": torch.cuda.get_device_name(),
+    result: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M:%S"),
+                              "gpu": "interpreter (dry run)" if DRY else torch.cuda.get_device_name(),
                               "copy_bw_gbs": bw / 1e9, "floor_us": floors, "rows": []}
     print(f"{result['gpu']}  copy {bw / 1e9:.0f} GB/s  weight floors (us): "
           + "  ".join(f"{k} {v:.1f}" for k, v in floors.items()), flush=True)
     for m in MS:
-        xq, xs = quantize_activation(torch.randn(m, H, device="cuda", dtype=torch.bfloat16))
+        xq, xs = quantize_activation(torch.randn(m, H, device=DEV, dtype=torch.bfloat16))
         if "mlp" in PARTS:
             result["rows"].append(_mlp_row(m, xq, xs, mlp_w))
         if "attention" in PARTS:
