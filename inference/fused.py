@@ -198,17 +198,19 @@ def one_launch_attention(blk: Block, x: Tensor, branch: Tensor | None, rope: Ten
     frame-local dense cache (rows are slots, one shared position: the fast model), FP8 weights in one
     activation group without biases (heads narrower than a group: the attention hands the O GEMM its
     output in the stream's dtype, which the GEMM quantizes, as the separate launches do), at most 64
-    rows on the Triton kernels. None elsewhere."""
+    rows, on the Triton kernels where their attention fits. None elsewhere."""
+    if kd.fast_attn_launch() != "one" or not isinstance(attend, DecodeAttend) or attend.slots is not None:
+        return None
     from ttsfleet.kernels.triton_attention_block import MAX_ROWS, FrameAttention
 
     att = blk.attention
     k_cache, v_cache, ks, _ = kv
     group = _group(att.wqkv.qweight)
-    if not (kd.fast_attn_launch() == "one" and isinstance(attend, DecodeAttend) and attend.slots is None
-            and ks is None and group and group == _group(att.wo.qweight)
+    if not (ks is None and group and group == _group(att.wo.qweight)
             and att.wqkv.bias is None and att.wo.bias is None and x.shape[0] <= MAX_ROWS
             and pos.numel() == 1 and attend.lengths.numel() == 1 and k_cache.dtype == x.dtype
-            and dispatch.use_triton(x)):
+            and dispatch.use_triton(x)
+            and kd.attention_kernel_fits(x.new_empty(0, att.n_head, att.head_dim), k_cache, v_cache)):
         return None
     a, x = kd.rmsnorm(x, blk.attention_norm.weight, blk.attention_norm.eps, branch, group)
     fa = FrameAttention(att.n_head, att.head_dim, rope, pos, k_cache, v_cache, attend.lengths,
