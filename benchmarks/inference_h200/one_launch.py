@@ -9,7 +9,7 @@ error) and a second replay (bits), so a wrong kernel is never timed. Then, per M
 
 * MLP: ``two`` (the default launches, tuned configs), ``two+prefetch`` (``TTSFLEET_GEMM_PREFETCH=auto``),
   ``one`` (``TTSFLEET_MLP_LAUNCH=one``: down weights prefetched into L2 while gate_up runs),
-  ``one@noprefetch``;
+  ``one@noprefetch``, ``one@gu2`` (gate_up in 2 K shares: 152 items instead of 76 at M=1);
 * fast attention: ``separate`` (QKV GEMM, RoPE inside attention's launch, O GEMM), ``separate+prefetch``,
   ``one`` (``TTSFLEET_FAST_ATTN_LAUNCH=one``), ``one@noprefetch``, ``one@o128`` (O tiles of 128 columns:
   20 O items, all taken while QKV runs at M=1, instead of 40).
@@ -55,12 +55,16 @@ def _mlp_variants(xq: torch.Tensor, xs: torch.Tensor, weights: list) -> dict[str
         decode.set_gemm_prefetch(prefetch)  # read at launch: the graph captures its launches
         return [partial(swiglu_mlp_fp8_codes, xq, xs, a, b, torch.bfloat16) for a, b in weights]
 
-    def one(prefetch: int | None) -> list:
-        return [partial(tm.swiglu_mlp_one_launch, xq, xs, a, b, torch.bfloat16, prefetch=prefetch)
-                for a, b in weights]
+    def one(prefetch: int | None, gu_split: int = 1) -> list:
+        from ttsfleet.kernels.work_queue import sm_count
+
+        a, b = weights[0]
+        plan = tm.one_launch_plan(xq.shape[0], a.shape[1], b.shape[1], 128, sm_count(xq.device), gu_split)
+        return [partial(tm.swiglu_mlp_one_launch, xq, xs, gu, dn, torch.bfloat16, plan=plan,
+                        prefetch=prefetch) for gu, dn in weights]
 
     return {"two": lambda: two("off"), "two+prefetch": lambda: two("auto"), "one": lambda: one(None),
-            "one@noprefetch": lambda: one(0)}
+            "one@noprefetch": lambda: one(0), "one@gu2": lambda: one(None, 2)}
 
 
 def _frame(m: int) -> Any:
