@@ -18,7 +18,8 @@ Rounds alternate the variants; the table gives medians (us), the spread ((max-mi
 weight floor at the measured copy bandwidth. JSON to ``$OUT/one_launch.json``.
 
     python3 -m benchmarks.inference_h200.one_launch     # on the device, from the repo root
-    ONE_MS=1,8,16,32,64 ONE_ROUNDS=5 ONE_PARTS=mlp,attention (defaults)
+    ONE_MS=1,8,64 ONE_EXTRA_MS=1 ONE_ROUNDS=5 ONE_PARTS=mlp,attention (defaults; the variants past
+        the launches and the default one launch run at ONE_EXTRA_MS only)
     ONE_DRY=1 ONE_MS=1 python3 -P benchmarks/inference_h200/one_launch.py   # CPU: the checks only, at S2
         Pro size in Triton's interpreter (~1 min), so the script's own plumbing is tried before a device call
 """
@@ -39,7 +40,11 @@ DRY = os.environ.get("ONE_DRY") == "1"  # CPU, Triton's interpreter, checks only
 if DRY:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 DEV = "cpu" if DRY else "cuda"
-MS = [int(v) for v in os.environ.get("ONE_MS", "1,8,16,32,64").split(",")]
+MS = [int(v) for v in os.environ.get("ONE_MS", "1,8,64").split(",")]
+#: Where the variants beyond the launches and the default one launch (no prefetch, other plans) run:
+#: each is a compile of its own (~10 s on the device), so only at these M.
+EXTRA_MS = [int(v) for v in os.environ.get("ONE_EXTRA_MS", "1").split(",")]
+BASIC = ("two", "one", "separate")
 ROUNDS = int(os.environ.get("ONE_ROUNDS", "5"))
 PARTS = os.environ.get("ONE_PARTS", "mlp,attention").split(",")
 HEADS, KV, HEAD_DIM, FRAME = 32, 8, 128, 10  # S2 Pro's fast model
@@ -121,10 +126,12 @@ def _check(one: Callable[[], torch.Tensor], base: Callable[[], torch.Tensor]) ->
     return {"replay_equal": bool(torch.equal(got, again)), "rel_err_vs_launches": rel_err(got, base())}
 
 
-def _time(variants: dict[str, Callable[[], list]]) -> dict[str, Any]:
+def _time(variants: dict[str, Callable[[], list]], m: int) -> dict[str, Any]:
     from ttsfleet.kernels import decode
     from ttsfleet.kernels.bench import graph_us
 
+    if m not in EXTRA_MS:
+        variants = {name: calls for name, calls in variants.items() if name in BASIC}
     times: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(ROUNDS):
         for name, calls in variants.items():
@@ -150,7 +157,7 @@ def _mlp_row(m: int, xq: torch.Tensor, xs: torch.Tensor, weights: list) -> dict[
     if DRY:
         print(f"mlp       M={m:3d}  check {check}", flush=True)
         return {"part": "mlp", "M": m, "check": check}
-    us = _time(_mlp_variants(xq, xs, weights))
+    us = _time(_mlp_variants(xq, xs, weights), m)
     _print("mlp", m, us, "two", check)
     return {"part": "mlp", "M": m, "check": check, "us": us}
 
@@ -164,7 +171,7 @@ def _attention_row(m: int, xq: torch.Tensor, xs: torch.Tensor, weights: list) ->
     if DRY:
         print(f"attention M={m:3d}  check {check}", flush=True)
         return {"part": "attention", "M": m, "check": check}
-    us = _time(_attention_variants(xq, xs, weights, fa))
+    us = _time(_attention_variants(xq, xs, weights, fa), m)
     _print("attention", m, us, "separate", check)
     return {"part": "attention", "M": m, "check": check, "us": us}
 

@@ -10,7 +10,7 @@
 # TTSFLEET_ROPE_ATTENTION=fused TTSFLEET_HEAD_GEMM=bf16 speed_run.sh tests`: the same set, the S2 Pro gate
 # included, with the levers on), gate (GATE_K: pytest -k), levers (decode_levers.py: cuBLAS decode rows,
 # top-k kernel, FP8 KV side by side), onelaunch (one_launch.py: the MLP and the fast attention half in one launch
-# vs their launches: ONE_MS, ONE_ROUNDS, ONE_PARTS), gemmproto (gemm_proto.py), engineab (bench engine c=64, eager
+# vs their launches: ONE_MS, ONE_EXTRA_MS, ONE_ROUNDS, ONE_PARTS; ~25 kernel compiles, ONE_TIMEOUT 420), gemmproto (gemm_proto.py), engineab (bench engine c=64, eager
 # prefill vs graphs: ENGINE_LEVELS; enginespy: bench engine with the codec under py-spy; ENGINE_SIDES="b:--prefill-graphs" runs one side; ENGINE_CODEC=s2-pro puts the serving codec in the loop), benchgate (bench engine --gate: GATE_LEVELS,
 # GATE_PER_CLIENT, GATE_CODEC), prefill, prefillhost, prefillgraphs, codec, codeclayout (codec_layout.py: NCL vs channels-last pushes; CL_ARGS adds its flags), codeccapture (codec_capture.py: start-up graph capture per cuDNN setting; CAP_CONFIGS, CAP_BUDGET), codeccompile (CC_ARGS), live (real-time mode on/off side by side: LIVE_C, LIVE_SESSIONS, LIVE_ROUNDS; needs the fish-audio-sdk wheels and the reference voice made here first, the device has no espeak-ng: `python3 -P benchmarks/inference_serve/live_prefix.py x --reference-wav benchmarks/inference_serve/live_ref.wav --write-reference`, untracked, travels with the tree), serve, ab. Env: SERVE_ARGS (extra `ttsfleet serve` flags;
 # ab: SERVE_ARGS_A / SERVE_ARGS_B alternated AB_ROUNDS times in one call),
@@ -145,7 +145,7 @@ for stage in "$@"; do
         --gate --no-breakdown --out "$OUT/benchgate" 2>&1 | tee "$OUT/benchgate.txt" | tail -12 ;;
     levers) timeout "${LEVERS_TIMEOUT:-240}" python3 -m benchmarks.inference_h200.decode_levers 2>&1 \
               | tee "$OUT/decode_levers.txt" | tail -30 ;;
-    onelaunch) timeout "${ONE_TIMEOUT:-240}" python3 -m benchmarks.inference_h200.one_launch 2>&1 \
+    onelaunch) timeout "${ONE_TIMEOUT:-420}" python3 -m benchmarks.inference_h200.one_launch 2>&1 \
                  | tee "$OUT/one_launch.txt" | tail -12 ;;
     convs) timeout "${CONVS_TIMEOUT:-150}" python3 -m benchmarks.inference_h200.codec_convs 2>&1 \
              | tee "$OUT/codec_convs.txt" | tail -8 ;;
