@@ -6,6 +6,8 @@ on, so the helpers cannot live only under tests/.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
@@ -39,3 +41,22 @@ def poison_(t: Tensor) -> Tensor:
     if t.is_floating_point():
         return t.fill_(float("nan"))
     return t.fill_(-123456)
+
+
+def graph_replays_equal(launch: Callable[[], Tensor], replays: int = 3) -> bool:
+    """Whether a CUDA graph holding two calls of ``launch`` gives the eager call's bits at each of
+    ``replays`` replays (outputs zeroed before each, so a replay that skips work shows). Why two
+    calls: a kernel that leaves state set (a work counter, a ticket) breaks the call after it."""
+    eager = launch()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        first, second = launch(), launch()
+    for _ in range(replays):
+        first.zero_()
+        second.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        if not (torch.equal(first, eager) and torch.equal(second, eager)):
+            return False
+    return True

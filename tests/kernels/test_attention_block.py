@@ -22,7 +22,7 @@ pytest.importorskip("triton")
 from ttsfleet.inference.model_layers import rope_table  # noqa: E402
 from ttsfleet.kernels.ops import quantize_weight  # noqa: E402
 from ttsfleet.kernels.reference import quantize_activation_ref  # noqa: E402
-from ttsfleet.kernels.testing import randn  # noqa: E402
+from ttsfleet.kernels.testing import graph_replays_equal, randn  # noqa: E402
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPE = torch.bfloat16
@@ -125,15 +125,4 @@ def test_a_cuda_graph_of_it_replays_the_eager_result(gen: torch.Generator) -> No
     cache = [randn(gen, 4, 10, kv, hd, device=DEV, dtype=DTYPE) for _ in range(2)]
     at = torch.tensor([5], device=DEV)
     fa = tb.FrameAttention(heads, hd, rope_table(11, hd, 1e6).to(DEV), at, *cache, at + 1)
-    eager = tb.attention_block_one_launch(xq, xs, wqkv, wo, fa, DTYPE)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        first = tb.attention_block_one_launch(xq, xs, wqkv, wo, fa, DTYPE)
-        second = tb.attention_block_one_launch(xq, xs, wqkv, wo, fa, DTYPE)
-    for _ in range(3):
-        first.zero_()
-        second.zero_()
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(first, eager) and torch.equal(second, eager)
+    assert graph_replays_equal(lambda: tb.attention_block_one_launch(xq, xs, wqkv, wo, fa, DTYPE))

@@ -22,7 +22,7 @@ from ttsfleet.kernels import decode  # noqa: E402
 from ttsfleet.kernels.layout import cdiv  # noqa: E402
 from ttsfleet.kernels.ops import quantize_weight, swiglu_mlp_fp8_codes  # noqa: E402
 from ttsfleet.kernels.reference import quantize_activation_ref, swiglu_mlp_fp8_codes_ref  # noqa: E402
-from ttsfleet.kernels.testing import randn, rel_err  # noqa: E402
+from ttsfleet.kernels.testing import graph_replays_equal, randn, rel_err  # noqa: E402
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 S2_D, S2_F = 2560, 9728
@@ -149,16 +149,5 @@ def test_a_cuda_graph_of_it_replays_the_eager_result(gen: torch.Generator) -> No
     gu, dn = _weights(gen, "bsgemm_fp8", S2_D, S2_F)
     xq, xs = quantize_activation_ref(randn(gen, 4, S2_D, dtype=torch.bfloat16), 128)
     xq, xs = xq.to(DEV), xs.to(DEV)
-    eager = _tm().swiglu_mlp_one_launch(xq, xs, gu, dn, torch.bfloat16)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        first = _tm().swiglu_mlp_one_launch(xq, xs, gu, dn, torch.bfloat16)
-        second = _tm().swiglu_mlp_one_launch(xq, xs, gu, dn, torch.bfloat16)
-    for _ in range(3):
-        first.zero_()
-        second.zero_()
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(first, eager) and torch.equal(second, eager)
+    assert graph_replays_equal(lambda: _tm().swiglu_mlp_one_launch(xq, xs, gu, dn, torch.bfloat16))
     assert int(tg._workspace(xq.device, 1, 1)[1].abs().sum()) == 0
