@@ -246,6 +246,8 @@ def _attention_block_one_launch(m: int, scheme: str) -> Case:
     GEMMs' tensor-core MMAs, TMA weight copies, the work ticket's atomics, the O weights' L2 prefetch."""
 
     def run(target: Target) -> list[str]:
+        import triton.language as tl
+
         from . import triton_attention_block as tb
         from . import triton_gemm as tg
         from .decode import attention_block_n
@@ -268,7 +270,7 @@ def _attention_block_one_launch(m: int, scheme: str) -> Case:
                      O_SPLIT=plan.o_split, O_PER=tg.cdiv(tg.cdiv(heads * hd, grp), plan.o_split), BK=grp,
                      A_GROUP=grp, W_ROW_GROUP=1 if mx else 128, W_K_GROUP=grp, MX=mx, SWAP=True, W_TMA=True,
                      G=g, BLOCK_G=max(16, g), HEAD_D=hd, BLOCK_N=attention_block_n(10), KEYS_BOUND=0, N_KV=kv,
-                     QK_NORM=False, OUT_DTYPE=tl_bf16(), EXACT_CVT=False, USE_PDL=True, PREFETCH=4,
+                     QK_NORM=False, OUT_DTYPE=tl.bfloat16, EXACT_CVT=False, USE_PDL=True, PREFETCH=4,
                      ATT_CODES=True)
         opts = {"num_warps": plan.num_warps, "num_stages": 3, "launch_pdl": True}
         c = _compile(tb.attention_block_one_launch_kernel, ptrs, const, opts, target)
@@ -283,12 +285,6 @@ def _attention_block_one_launch(m: int, scheme: str) -> Case:
         return bad + _common(c, target)
 
     return run
-
-
-def tl_bf16() -> Any:
-    import triton.language as tl
-
-    return tl.bfloat16
 
 
 def _decode_kernels(group: int) -> Case:

@@ -100,6 +100,12 @@ MAX_SPLITS = 16
 NOMINAL_SMS = 132
 
 
+def sm_count(dev: torch.device) -> int:
+    """The device's SMs (:data:`NOMINAL_SMS` off CUDA): what split-KV attention and the persistent
+    one-launch kernels size their grids by."""
+    return torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else NOMINAL_SMS
+
+
 #: ``off`` / ``auto`` / a count (blank: ``auto``), else a ``ValueError`` naming the choices (the
 #: server checks ``TTSFLEET_ATTN_SPLITS`` with it at start).
 parse_attn_splits = off_auto_or_count(ATTN_SPLITS_ENV, MAX_SPLITS, "auto")
@@ -297,8 +303,7 @@ def attention_splits(q: Tensor, k_cache: Tensor) -> int:
         return 1
     cache_len = k_cache.shape[1]
     if mode == "auto":
-        sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else NOMINAL_SMS
-        return auto_splits(q.shape[0], k_cache.shape[2], cache_len, sms)
+        return auto_splits(q.shape[0], k_cache.shape[2], cache_len, sm_count(q.device))
     return max(1, min(int(mode), -(-cache_len // attention_block_n(cache_len))))
 
 

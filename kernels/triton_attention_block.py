@@ -30,26 +30,32 @@ import torch
 import triton
 import triton.language as tl
 
-from .decode import attention_block_n
+from .decode import attention_block_n, sm_count
 from .layout import QuantizedWeight, cdiv
 from .triton_attention import attend_row_head, block_g, output_buffers
 from .triton_gemm import (
     INTERPRETING,
     PDL,
-    _l2_prefetch_rows,
+    _prefetch_blocks,
     _scheme_params,
     _weight_desc,
     _workspace,
-    finish_tile,
-    gemm_tile,
     launch_opts,
     pdl_entry,
+    row_tile,
     tma_ok,
 )
-from .work_queue import count_done, leave, most_shares, sm_count, take_ticket, wait_for, waiting_prefetch
+from .work_queue import (
+    MAX_ROWS,
+    count_done,
+    gemm_item,
+    leave,
+    most_shares,
+    take_ticket,
+    wait_for,
+    waiting_gemm_item,
+)
 
-#: Most rows one launch takes (one row tile); more rows keep the separate launches.
-MAX_ROWS = 64
 #: Default tile widths (output columns) of the QKV and O items: a first guess, not yet timed.
 QKV_BN = 64
 O_BN = 64
@@ -85,52 +91,13 @@ def block_plan(m: int, d: int, n_qkv: int, hd: int, kv: int, group: int, sms: in
     tiles, 8 attention items, 40 O tiles."""
     if m < 1 or m > MAX_ROWS:
         return None
-    bm = min(64, max(16, triton.next_power_of_2(m)))
+    bm = row_tile(m)
     qkv_tiles, o_tiles = cdiv(n_qkv, qkv_bn), cdiv(d, o_bn)
     qkv_split = most_shares(qkv_tiles, cdiv(d, group), sms // 2)
     o_split = most_shares(o_tiles, cdiv(hd, group), sms - qkv_tiles * qkv_split - m * kv)
     plan = BlockPlan(bm=bm, qkv_bn=qkv_bn, o_bn=o_bn, qkv_tiles=qkv_tiles, qkv_split=qkv_split,
                      att_items=m * kv, o_tiles=o_tiles, o_split=o_split, programs=1, num_warps=4)
     return BlockPlan(**{**plan.__dict__, "programs": max(1, min(sms, plan.items))})
-
-
-@triton.jit
-def _qkv_item(item, a_ptr, as_ptr, w_ptr, w_desc, ws_ptr, qkv_ptr, part, tickets, done_ptr, M, D, NQKV, s_am,
-              s_ak, s_asm, s_ask, s_wn, s_wk, s_wsn, s_wsk, s_qkv, BM: tl.constexpr, BN: tl.constexpr,
-              BK: tl.constexpr, SPLIT: tl.constexpr, PER: tl.constexpr, A_GROUP: tl.constexpr,
-              W_ROW_GROUP: tl.constexpr, W_K_GROUP: tl.constexpr, MX: tl.constexpr, SWAP: tl.constexpr,
-              W_TMA: tl.constexpr, EXACT_CVT: tl.constexpr):
-    """One QKV share; whoever completes the tile (bf16 written) counts it in ``done_ptr``."""
-    pid_n = item // SPLIT
-    pid_k = item % SPLIT
-    res, _ = gemm_tile(a_ptr, as_ptr, w_ptr, w_desc, ws_ptr, M, NQKV, D, 0, pid_n, 0, pid_k, s_am, s_ak,
-                       s_asm, s_ask, s_wn, s_wk, s_wsn, s_wsk, BM, BN, BK, PER, A_GROUP, W_ROW_GROUP,
-                       W_K_GROUP, MX, True, 0, SWAP, W_TMA, EXACT_CVT, False)
-    wrote = finish_tile(res, res, pid_n, pid_n, 0, pid_k, part, tickets, qkv_ptr, qkv_ptr, qkv_ptr, M, NQKV,
-                        0, s_qkv, 1, 0, 0, BM, BN, SPLIT, 0, False, MX, 1, EXACT_CVT)
-    if wrote:
-        count_done(done_ptr)
-
-
-@triton.jit
-def _o_item(item, att_ptr, atts_ptr, w_ptr, w_desc, ws_ptr, out_ptr, part, tickets, done_ptr, att_items, M, D,
-            HD, s_att, s_atts, s_wn, s_wk, s_wsn, s_wsk, s_om, s_on, BM: tl.constexpr, BN: tl.constexpr,
-            BK: tl.constexpr, SPLIT: tl.constexpr, PER: tl.constexpr, A_GROUP: tl.constexpr,
-            W_ROW_GROUP: tl.constexpr, W_K_GROUP: tl.constexpr, MX: tl.constexpr, SWAP: tl.constexpr,
-            W_TMA: tl.constexpr, EXACT_CVT: tl.constexpr, PREFETCH: tl.constexpr, ATT_CODES: tl.constexpr):
-    """One O share: ask L2 for its first PREFETCH weight blocks, wait for every attention item, then
-    the GEMM on the attention's output (read through L2: other programs wrote it): its FP8 codes, or
-    (not ``ATT_CODES``: a head narrower than an activation group) q's dtype, quantized in the prologue."""
-    pid_n = item // SPLIT
-    pid_k = item % SPLIT
-    if PREFETCH > 0:
-        _l2_prefetch_rows(w_ptr, pid_n * BN, pid_k * PER * BK, PREFETCH * BK, D, HD, s_wn, BN)
-    wait_for(done_ptr, att_items)
-    res, _ = gemm_tile(att_ptr, atts_ptr, w_ptr, w_desc, ws_ptr, M, D, HD, 0, pid_n, 0, pid_k, s_att, 1,
-                       s_atts, 1, s_wn, s_wk, s_wsn, s_wsk, BM, BN, BK, PER, A_GROUP, W_ROW_GROUP, W_K_GROUP,
-                       MX, ATT_CODES, 0, SWAP, W_TMA, EXACT_CVT, True)
-    finish_tile(res, res, pid_n, pid_n, 0, pid_k, part, tickets, out_ptr, out_ptr, out_ptr, M, D, 0, s_om,
-                s_on, 0, 0, BM, BN, SPLIT, 0, False, MX, 1, EXACT_CVT)
 
 
 @triton.jit
@@ -158,12 +125,13 @@ def attention_block_one_launch_kernel(
     items = first_o + O_TILES * O_SPLIT
     item = take_ticket(counters)
     while item < items:
-        if item < QKV_ITEMS:
-            _qkv_item(item, a_ptr, as_ptr, wqkv_ptr, wqkv_desc, wqkvs_ptr, qkv_ptr, qkv_part, qkv_tickets,
-                      counters + 1, M, D, NQKV, s_am, s_ak, s_asm, s_ask, s_qwn, s_qwk, s_qwsn, s_qwsk, s_qkv,
-                      BM, QKV_BN, BK, QKV_SPLIT, QKV_PER, A_GROUP, W_ROW_GROUP, W_K_GROUP, MX, SWAP, W_TMA,
-                      EXACT_CVT)
-        elif item < first_o:
+        if item < QKV_ITEMS:  # a QKV tile's share; the share that completes the tile counts it
+            if gemm_item(item, a_ptr, as_ptr, wqkv_ptr, wqkv_desc, wqkvs_ptr, qkv_ptr, qkv_ptr, qkv_part,
+                         qkv_tickets, M, NQKV, D, 0, s_am, s_ak, s_asm, s_ask, s_qwn, s_qwk, s_qwsn, s_qwsk,
+                         s_qkv, 1, 0, 0, BM, QKV_BN, BK, QKV_SPLIT, QKV_PER, A_GROUP, W_ROW_GROUP, W_K_GROUP,
+                         MX, True, 0, 1, SWAP, W_TMA, EXACT_CVT, False):
+                count_done(counters + 1)
+        elif item < first_o:  # a (row, KV head): once every QKV tile is counted
             wait_for(counters + 1, QKV_TILES)
             pair = item - QKV_ITEMS
             attend_row_head(qkv_ptr, k_ptr, v_ptr, att_ptr, atts_ptr, len_ptr, len_ptr, len_ptr, len_ptr,
@@ -172,11 +140,11 @@ def attention_block_one_launch_kernel(
                             eps, G, BLOCK_G, HEAD_D, BLOCK_N, True, KEYS_BOUND, ATT_CODES, A_GROUP, MX,
                             OUT_DTYPE, EXACT_CVT, False, True, N_KV, QK_NORM)
             count_done(counters + 2)
-        else:
-            _o_item(item - first_o, att_ptr, atts_ptr, wo_ptr, wo_desc, wos_ptr, out_ptr, o_part, o_tickets,
-                    counters + 2, att_items, M, D, HD, s_att, s_atts, s_own, s_owk, s_owsn, s_owsk, s_om,
-                    s_on, BM, O_BN, BK, O_SPLIT, O_PER, A_GROUP, W_ROW_GROUP, W_K_GROUP, MX, SWAP, W_TMA,
-                    EXACT_CVT, PREFETCH, ATT_CODES)
+        else:  # an O share: once every attention item is counted
+            waiting_gemm_item(item - first_o, att_ptr, atts_ptr, wo_ptr, wo_desc, wos_ptr, out_ptr, o_part,
+                              o_tickets, counters + 2, att_items, M, D, HD, s_att, 1, s_atts, 1, s_own, s_owk,
+                              s_owsn, s_owsk, s_om, s_on, BM, O_BN, BK, O_SPLIT, O_PER, A_GROUP, W_ROW_GROUP,
+                              W_K_GROUP, MX, ATT_CODES, SWAP, W_TMA, EXACT_CVT, PREFETCH)
         item = take_ticket(counters)
     leave(counters, 4)
 
@@ -224,8 +192,9 @@ def attention_block_one_launch(aq: torch.Tensor, as_: torch.Tensor, wqkv: Quanti
     part, tickets = _workspace(aq.device, qkv_part_n + o_part_n + 1, plan.qkv_tiles + plan.o_tiles + 4)
     use_tma = tma_ok(wqkv) and tma_ok(wo)
     qkv_per, o_per = cdiv(cdiv(d, bk), plan.qkv_split), cdiv(cdiv(hd, bk), plan.o_split)
-    if prefetch is None:
-        prefetch = waiting_prefetch(aq.device, wo, o_per, plan.o_tiles * plan.o_split, plan.o_bn * bk)
+    if prefetch is None:  # the O items' weights, asked of L2 while QKV and attention run
+        prefetch = _prefetch_blocks(aq.device, wo, o_per, plan.o_tiles * plan.o_split, plan.o_bn * bk,
+                                    "auto")
     norm = fa.q_norm is not None
     g = fa.n_head // kv
     kc = fa.k_cache

@@ -379,9 +379,12 @@ class GemmConfig:
     tma: bool = False  # weight tiles through a TMA descriptor (needs K * 1 B 16-byte aligned)
 
     def block_m(self, m: int) -> int:
-        if self.bm:
-            return self.bm
-        return min(64, max(16, triton.next_power_of_2(m)))
+        return self.bm or row_tile(m)
+
+
+def row_tile(m: int) -> int:
+    """Rows per tile for ``m`` rows: the smallest power of two >= M, at least 16 (``tl.dot``), at most 64."""
+    return min(64, max(16, triton.next_power_of_2(m)))
 
 
 KINDS = ("linear", "swiglu", "down")
@@ -576,13 +579,14 @@ def launch_opts() -> dict[str, Any]:
 
 
 def _prefetch_blocks(dev: torch.device, qw: QuantizedWeight, per: int, programs: int,
-                     block_bytes: int) -> int:
-    """The launch's ``PREFETCH`` (K blocks per program asked of L2 before the PDL wait): the
-    ``TTSFLEET_GEMM_PREFETCH`` switch (:func:`.decode.prefetch_blocks`), 0 without PDL (the
-    interpreter) or where rows are not 16-byte aligned (the bulk prefetch needs it, as TMA does)."""
+                     block_bytes: int, mode: str | int | None = None) -> int:
+    """The launch's ``PREFETCH`` (K blocks per program asked of L2 before it waits): ``mode`` (default:
+    the ``TTSFLEET_GEMM_PREFETCH`` switch; the one-launch kernels' waiting items pass ``auto``) through
+    :func:`.decode.prefetch_blocks`, 0 without PDL (the interpreter) or where rows are not 16-byte
+    aligned (the bulk prefetch needs it, as TMA does)."""
     from .decode import gemm_prefetch, l2_bytes, prefetch_blocks
 
-    mode = gemm_prefetch()
+    mode = gemm_prefetch() if mode is None else mode
     if mode == "off" or not PDL or dev.type != "cuda" or not tma_ok(qw) or qw.shape[1] % 16:
         return 0
     return prefetch_blocks(mode, per, programs, block_bytes, l2_bytes(dev.index or 0))

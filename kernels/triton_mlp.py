@@ -30,24 +30,24 @@ import torch
 import triton
 import triton.language as tl
 
+from .decode import sm_count
 from .layout import QuantizedWeight, cdiv
 from .triton_gemm import (
     INTERPRETING,
     PDL,
-    _l2_prefetch_rows,
+    _prefetch_blocks,
     _scheme_params,
     _weight_desc,
     _workspace,
     act_group,
-    finish_tile,
-    gemm_tile,
     get_config,
     launch_gemm,
     launch_opts,
     pdl_entry,
+    row_tile,
     tma_ok,
 )
-from .work_queue import count_done, leave, most_shares, sm_count, take_ticket, wait_for, waiting_prefetch
+from .work_queue import MAX_ROWS, count_done, gemm_item, leave, most_shares, take_ticket, waiting_gemm_item
 
 
 def swiglu_mlp_fp8_triton(x: torch.Tensor, gate_up: QuantizedWeight, down: QuantizedWeight,
@@ -82,8 +82,8 @@ def swiglu_mlp_fp8_triton(x: torch.Tensor, gate_up: QuantizedWeight, down: Quant
 # ----------------------------------------------------------------------------------------------
 # one launch
 
-#: Largest M the one-launch MLP takes: one row tile (BM <= 64) holds the batch; above it, two launches.
-ONE_LAUNCH_MAX_M = 64
+#: Largest M the one-launch MLP takes (one row tile holds the batch); above it, two launches.
+ONE_LAUNCH_MAX_M = MAX_ROWS
 #: h columns per gate_up item (whole activation groups of either scheme, as the SwiGLU epilogue needs).
 GATE_UP_BN = 128
 
@@ -122,7 +122,7 @@ def one_launch_plan(m: int, d: int, f: int, group: int, sms: int, gu_split: int 
     """
     if m < 1 or m > ONE_LAUNCH_MAX_M:
         return None
-    bm = min(64, max(16, triton.next_power_of_2(m)))
+    bm = row_tile(m)
     gu_tiles = cdiv(f, GATE_UP_BN)
     dn_bn = 128 if d >= 128 * 8 else 64
     dn_tiles = cdiv(d, dn_bn)
@@ -130,49 +130,6 @@ def one_launch_plan(m: int, d: int, f: int, group: int, sms: int, gu_split: int 
     items = gu_tiles * gu_split + dn_tiles * dn_split
     return OneLaunchPlan(bm=bm, gu_tiles=gu_tiles, gu_split=gu_split, dn_bn=dn_bn, dn_tiles=dn_tiles,
                          dn_split=dn_split, programs=max(1, min(sms, items)), num_warps=8 if bm >= 32 else 4)
-
-
-@triton.jit
-def _gate_up_item(item, a_ptr, as_ptr, gu_ptr, gu_desc, gus_ptr, h_ptr, hs_ptr, gu_part, gu_tickets, done_ptr,
-                  M, D, F, s_am, s_ak, s_asm, s_ask, s_gun, s_guk, s_gusn, s_gusk, s_hm, s_hk, s_hsm, s_hsk,
-                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr,
-                  PER: tl.constexpr, A_GROUP: tl.constexpr, W_ROW_GROUP: tl.constexpr,
-                  W_K_GROUP: tl.constexpr, MX: tl.constexpr, SWAP: tl.constexpr, W_TMA: tl.constexpr,
-                  EXACT_CVT: tl.constexpr):
-    """One gate_up share: h tile ``item // SPLIT``'s K share ``item % SPLIT``; whoever completes the
-    tile (its SwiGLU epilogue wrote h codes + scales) counts it in ``done_ptr`` (release: after the
-    stores, which the barrier orders before the count)."""
-    pid_n = item // SPLIT
-    pid_k = item % SPLIT
-    res, res_u = gemm_tile(a_ptr, as_ptr, gu_ptr, gu_desc, gus_ptr, M, 2 * F, D, F, pid_n, 0, pid_k,
-                           s_am, s_ak, s_asm, s_ask, s_gun, s_guk, s_gusn, s_gusk, BM, BN, BK, PER, A_GROUP,
-                           W_ROW_GROUP, W_K_GROUP, MX, True, 1, SWAP, W_TMA, EXACT_CVT, False)
-    wrote = finish_tile(res, res_u, pid_n, pid_n, 0, pid_k, gu_part, gu_tickets, h_ptr, h_ptr, hs_ptr, M,
-                        2 * F, F, s_hm, s_hk, s_hsm, s_hsk, BM, BN, SPLIT, 1, False, MX, A_GROUP, EXACT_CVT)
-    if wrote:
-        count_done(done_ptr)
-
-
-@triton.jit
-def _down_item(item, h_ptr, hs_ptr, dn_ptr, dn_desc, dns_ptr, out_ptr, dn_part, dn_tickets, done_ptr,
-               M, D, F, s_hm, s_hk, s_hsm, s_hsk, s_dnn, s_dnk, s_dnsn, s_dnsk, s_om, s_on,
-               BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr, PER: tl.constexpr,
-               H_TILES: tl.constexpr, A_GROUP: tl.constexpr, W_ROW_GROUP: tl.constexpr,
-               W_K_GROUP: tl.constexpr, MX: tl.constexpr, SWAP: tl.constexpr, W_TMA: tl.constexpr,
-               EXACT_CVT: tl.constexpr, PREFETCH: tl.constexpr):
-    """One down share: output tile ``item // SPLIT``'s K share ``item % SPLIT``. Asks L2 for its first
-    PREFETCH weight blocks, waits until all ``H_TILES`` h tiles are counted (acquire), then reads h
-    through L2 (``.cg``: written by other programs of this launch)."""
-    pid_n = item // SPLIT
-    pid_k = item % SPLIT
-    if PREFETCH > 0:
-        _l2_prefetch_rows(dn_ptr, pid_n * BN, pid_k * PER * BK, PREFETCH * BK, D, F, s_dnn, BN)
-    wait_for(done_ptr, H_TILES)
-    res, _ = gemm_tile(h_ptr, hs_ptr, dn_ptr, dn_desc, dns_ptr, M, D, F, 0, pid_n, 0, pid_k,
-                       s_hm, s_hk, s_hsm, s_hsk, s_dnn, s_dnk, s_dnsn, s_dnsk, BM, BN, BK, PER, A_GROUP,
-                       W_ROW_GROUP, W_K_GROUP, MX, True, 0, SWAP, W_TMA, EXACT_CVT, True)
-    finish_tile(res, res, pid_n, pid_n, 0, pid_k, dn_part, dn_tickets, out_ptr, out_ptr, out_ptr,
-                M, D, 0, s_om, s_on, 0, 0, BM, BN, SPLIT, 0, False, MX, 1, EXACT_CVT)
 
 
 @triton.jit
@@ -195,16 +152,17 @@ def swiglu_mlp_one_launch_kernel(
     ITEMS: tl.constexpr = GU_ITEMS + DN_TILES * DN_SPLIT
     item = take_ticket(counters)
     while item < ITEMS:
-        if item < GU_ITEMS:
-            _gate_up_item(item, a_ptr, as_ptr, gu_ptr, gu_desc, gus_ptr, h_ptr, hs_ptr, gu_part, gu_tickets,
-                          counters + 1, M, D, F, s_am, s_ak, s_asm, s_ask, s_gun, s_guk, s_gusn, s_gusk,
-                          s_hm, s_hk, s_hsm, s_hsk, BM, GU_BN, BK, GU_SPLIT, GU_PER, A_GROUP, W_ROW_GROUP,
-                          W_K_GROUP, MX, SWAP, W_TMA, EXACT_CVT)
-        else:
-            _down_item(item - GU_ITEMS, h_ptr, hs_ptr, dn_ptr, dn_desc, dns_ptr, out_ptr, dn_part, dn_tickets,
-                       counters + 1, M, D, F, s_hm, s_hk, s_hsm, s_hsk, s_dnn, s_dnk, s_dnsn, s_dnsk, s_om,
-                       s_on, BM, DN_BN, BK, DN_SPLIT, DN_PER, GU_TILES, A_GROUP, W_ROW_GROUP, W_K_GROUP, MX,
-                       SWAP, W_TMA, EXACT_CVT, PREFETCH)
+        if item < GU_ITEMS:  # an h tile's share; the share that completes the tile counts it
+            if gemm_item(item, a_ptr, as_ptr, gu_ptr, gu_desc, gus_ptr, h_ptr, hs_ptr, gu_part, gu_tickets,
+                         M, 2 * F, D, F, s_am, s_ak, s_asm, s_ask, s_gun, s_guk, s_gusn, s_gusk, s_hm, s_hk,
+                         s_hsm, s_hsk, BM, GU_BN, BK, GU_SPLIT, GU_PER, A_GROUP, W_ROW_GROUP, W_K_GROUP, MX,
+                         True, 1, A_GROUP, SWAP, W_TMA, EXACT_CVT, False):
+                count_done(counters + 1)
+        else:  # a down share: once every h tile is counted
+            waiting_gemm_item(item - GU_ITEMS, h_ptr, hs_ptr, dn_ptr, dn_desc, dns_ptr, out_ptr, dn_part,
+                              dn_tickets, counters + 1, GU_TILES, M, D, F, s_hm, s_hk, s_hsm, s_hsk, s_dnn,
+                              s_dnk, s_dnsn, s_dnsk, s_om, s_on, BM, DN_BN, BK, DN_SPLIT, DN_PER, A_GROUP,
+                              W_ROW_GROUP, W_K_GROUP, MX, True, SWAP, W_TMA, EXACT_CVT, PREFETCH)
         item = take_ticket(counters)
     leave(counters, 3)
 
@@ -230,8 +188,9 @@ def swiglu_mlp_one_launch(xq: torch.Tensor, xs: torch.Tensor, gate_up: Quantized
     part, tickets = _workspace(xq.device, gu_part_n + dn_part_n + 1, plan.gu_tiles + plan.dn_tiles + 3)
     use_tma = tma and tma_ok(gate_up) and tma_ok(down)
     gu_per, dn_per = cdiv(cdiv(d, bk), plan.gu_split), cdiv(cdiv(f, bk), plan.dn_split)
-    if prefetch is None:
-        prefetch = waiting_prefetch(xq.device, down, dn_per, plan.dn_tiles * plan.dn_split, plan.dn_bn * bk)
+    if prefetch is None:  # the down items' weights, asked of L2 while gate_up runs
+        prefetch = _prefetch_blocks(xq.device, down, dn_per, plan.dn_tiles * plan.dn_split, plan.dn_bn * bk,
+                                    "auto")
     swiglu_mlp_one_launch_kernel[(plan.programs,)](
         xq, xs, gate_up.qweight, _weight_desc(gate_up, GATE_UP_BN, bk) if use_tma else None, gate_up.scale,
         down.qweight, _weight_desc(down, plan.dn_bn, bk) if use_tma else None, down.scale, hq, hs, out,

@@ -15,11 +15,13 @@ kernel may still be resetting them until then.
 
 from __future__ import annotations
 
-import torch
 import triton.language as tl
 from triton import jit
 
-from .triton_gemm import PDL, SPLIT_CHOICES, tma_ok
+from .triton_gemm import SPLIT_CHOICES, _l2_prefetch_rows, finish_tile, gemm_tile
+
+#: Most rows a one-launch kernel takes: one row tile (``triton_gemm.row_tile`` <= 64) holds them.
+MAX_ROWS = 64
 
 
 @jit
@@ -46,6 +48,46 @@ def wait_for(count_ptr, target):
 
 
 @jit
+def gemm_item(item, a_ptr, as_ptr, w_ptr, w_desc, ws_ptr, out_ptr, hs_ptr, part, tickets, M, N, K, F,
+              s_am, s_ak, s_asm, s_ask, s_wn, s_wk, s_wsn, s_wsk, s_om, s_on, s_hsm, s_hsk,
+              BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr, PER: tl.constexpr,
+              A_GROUP: tl.constexpr, W_ROW_GROUP: tl.constexpr, W_K_GROUP: tl.constexpr, MX: tl.constexpr,
+              A_FP8: tl.constexpr, EPI: tl.constexpr, H_GROUP: tl.constexpr, SWAP: tl.constexpr,
+              W_TMA: tl.constexpr, EXACT_CVT: tl.constexpr, A_CG: tl.constexpr):
+    """Work item ``item`` of a one-row-tile GEMM: output tile ``item // SPLIT``'s K share ``item %
+    SPLIT``, the GEMM kernel's own tile code (``gemm_tile`` then ``finish_tile``; ``EPI`` 1: the
+    SwiGLU epilogue into codes ``out_ptr`` + scales ``hs_ptr``). Returns 1 where this item wrote the
+    tile (the last of its shares), the moment to count the tile done."""
+    pid_n = item // SPLIT
+    pid_k = item % SPLIT
+    res, res_u = gemm_tile(a_ptr, as_ptr, w_ptr, w_desc, ws_ptr, M, N, K, F, pid_n, 0, pid_k, s_am, s_ak,
+                           s_asm, s_ask, s_wn, s_wk, s_wsn, s_wsk, BM, BN, BK, PER, A_GROUP, W_ROW_GROUP,
+                           W_K_GROUP, MX, A_FP8, EPI, SWAP, W_TMA, EXACT_CVT, A_CG)
+    return finish_tile(res, res_u, pid_n, pid_n, 0, pid_k, part, tickets, out_ptr, out_ptr, hs_ptr, M, N, F,
+                       s_om, s_on, s_hsm, s_hsk, BM, BN, SPLIT, EPI, False, MX, H_GROUP, EXACT_CVT)
+
+
+@jit
+def waiting_gemm_item(item, a_ptr, as_ptr, w_ptr, w_desc, ws_ptr, out_ptr, part, tickets, done_ptr, target,
+                      M, N, K, s_am, s_ak, s_asm, s_ask, s_wn, s_wk, s_wsn, s_wsk, s_om, s_on,
+                      BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr,
+                      PER: tl.constexpr, A_GROUP: tl.constexpr, W_ROW_GROUP: tl.constexpr,
+                      W_K_GROUP: tl.constexpr, MX: tl.constexpr, A_FP8: tl.constexpr, SWAP: tl.constexpr,
+                      W_TMA: tl.constexpr, EXACT_CVT: tl.constexpr, PREFETCH: tl.constexpr):
+    """A GEMM item whose activations other items of the launch write: ask L2 for its first PREFETCH
+    weight blocks (weights: nobody writes them), wait until ``done_ptr`` counts ``target``, then
+    :func:`gemm_item` reading the activations through L2 (``.cg``). ``A_FP8``: FP8 codes + scales,
+    else a float tensor quantized in the GEMM's prologue."""
+    if PREFETCH > 0:
+        k_first = (item % SPLIT) * PER * BK
+        _l2_prefetch_rows(w_ptr, (item // SPLIT) * BN, k_first, PREFETCH * BK, N, K, s_wn, BN)
+    wait_for(done_ptr, target)
+    gemm_item(item, a_ptr, as_ptr, w_ptr, w_desc, ws_ptr, out_ptr, out_ptr, part, tickets, M, N, K, 0, s_am,
+              s_ak, s_asm, s_ask, s_wn, s_wk, s_wsn, s_wsk, s_om, s_on, 0, 0, BM, BN, BK, SPLIT, PER, A_GROUP,
+              W_ROW_GROUP, W_K_GROUP, MX, A_FP8, 0, 1, SWAP, W_TMA, EXACT_CVT, True)
+
+
+@jit
 def leave(counters, N: tl.constexpr):
     """The program is out of tickets: count it out; the last one out zeroes the ``N`` counters."""
     tl.debug_barrier()
@@ -55,26 +97,8 @@ def leave(counters, N: tl.constexpr):
             tl.store(counters + i, 0)
 
 
-def sm_count(dev: torch.device) -> int:
-    """The device's SMs (an H200's in Triton's interpreter): one persistent program per SM."""
-    from .decode import NOMINAL_SMS
-
-    return torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else NOMINAL_SMS
-
-
 def most_shares(tiles: int, k_blocks: int, room: int) -> int:
     """The most split-K shares (of :data:`~.triton_gemm.SPLIT_CHOICES`, each at least 2 K blocks) whose
     ``tiles x shares`` items still fit ``room`` programs (1 where none does)."""
     fits = [s for s in SPLIT_CHOICES if (s == 1 or k_blocks >= 2 * s) and tiles * s <= max(room, tiles)]
     return max(fits) if fits else 1
-
-
-def waiting_prefetch(dev: torch.device, weight: object, per: int, items: int, block_bytes: int) -> int:
-    """Weight blocks each of ``items`` waiting items asks L2 for before its wait: as many as keep them
-    all within half of L2 (:func:`.decode.prefetch_blocks` ``auto``); 0 in the interpreter or where
-    rows are not 16-byte aligned (the bulk prefetch needs it, as TMA does)."""
-    from .decode import l2_bytes, prefetch_blocks
-
-    if not PDL or dev.type != "cuda" or not tma_ok(weight) or weight.shape[1] % 16:
-        return 0
-    return prefetch_blocks("auto", per, items, block_bytes, l2_bytes(dev.index or 0))

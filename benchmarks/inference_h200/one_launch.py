@@ -61,7 +61,7 @@ def _mlp_variants(xq: torch.Tensor, xs: torch.Tensor, weights: list) -> dict[str
         return [partial(swiglu_mlp_fp8_codes, xq, xs, a, b, torch.bfloat16) for a, b in weights]
 
     def one(prefetch: int | None, gu_split: int = 1) -> list:
-        from ttsfleet.kernels.work_queue import sm_count
+        from ttsfleet.kernels.decode import sm_count
 
         a, b = weights[0]
         plan = tm.one_launch_plan(xq.shape[0], a.shape[1], b.shape[1], 128, sm_count(xq.device), gu_split)
@@ -107,8 +107,8 @@ def _attention_variants(xq: torch.Tensor, xs: torch.Tensor, weights: list,
         return [partial(_separate, xq, xs, a, b, fa) for a, b in weights]
 
     def one(prefetch: int | None, o_bn: int = O_BN) -> list:
+        from ttsfleet.kernels.decode import sm_count
         from ttsfleet.kernels.triton_attention_block import block_plan
-        from ttsfleet.kernels.work_queue import sm_count
 
         a, b = weights[0]
         plan = block_plan(xq.shape[0], H, a.shape[0], b.shape[1], KV, 128, sm_count(xq.device), o_bn=o_bn)
