@@ -66,26 +66,27 @@ class RMSNorm(nn.Module):
         return y.type_as(x) * self.weight
 
 
-#: How the two sampling heads (main token, codebooks) compute their float32 logits: ``float32`` (the
-#: default: ``F.linear`` of float32 copies, FP32 SIMT GEMMs) or ``bf16`` (CUDA, a bf16 model: the
-#: checkpoint's own bf16 rows through cuBLAS's bf16 tensor-core GEMM with float32 output,
-#: ``torch.mm(out_dtype=float32)``). The same products either way (a bf16 x bf16 product is exact in
-#: float32, and the float32 copies are exact), float32 sums in another order, half the bytes read
-#: (the heads are 0.42 GB of a frame's 8.1 GB floor on S2 Pro) and tensor cores at batch 64, where
-#: the float32 heads took 395 us of a 9.1 ms step (H200, ``2026-12-01-step``). Built 2026-12-04
-#: without a GPU (torch's ``mm.dtype`` has no CPU kernel), not yet timed: ``decode_levers.py``'s
-#: ``headbf16`` row. Process switch, read once.
+#: How the two sampling heads (main token, codebooks) compute their float32 logits: ``bf16`` (the
+#: default; CUDA, a bf16 model: the checkpoint's own bf16 rows through cuBLAS's bf16 tensor-core GEMM
+#: with float32 output, ``torch.mm(out_dtype=float32)``) or ``float32`` (``F.linear`` of float32
+#: copies, FP32 SIMT GEMMs; what runs off CUDA or for a float32 model either way). The same products
+#: either way (a bf16 x bf16 product is exact in float32, and the float32 copies are exact), float32
+#: sums in another order, half the bytes read (the heads are 0.42 GB of a frame's 8.1 GB floor on S2
+#: Pro) and tensor cores. Timed on an H200 2026-12-05 (``decode_levers.py``, S2 Pro, 576 positions,
+#: ``benchmarks/inference_h200/2026-12-05/run2-levers-gpu-tests``): the whole decode step 0.980 /
+#: 0.956 / 0.962 / 0.965 / 0.952x the float32 heads' at batch 1 / 8 / 32 / 64 / 128, and the S2 Pro
+#: FP8 greedy gate passes with it; hence the default. Process switch, read once.
 HEAD_GEMM_ENV = "TTSFLEET_HEAD_GEMM"
 HEAD_GEMMS = ("float32", "bf16")
 
 
-#: ``float32`` / ``bf16`` (blank: ``float32``), else a ``ValueError`` naming the choices (the server
+#: ``float32`` / ``bf16`` (blank: ``bf16``), else a ``ValueError`` naming the choices (the server
 #: checks ``TTSFLEET_HEAD_GEMM`` with it at start).
-parse_head_gemm = one_of(HEAD_GEMM_ENV, HEAD_GEMMS, "float32")
+parse_head_gemm = one_of(HEAD_GEMM_ENV, HEAD_GEMMS, "bf16")
 
 
-HEAD_GEMM_SWITCH: ProcessSwitch[str] = ProcessSwitch(HEAD_GEMM_ENV, "float32", parse_head_gemm)
-#: The heads' GEMM for this process (``TTSFLEET_HEAD_GEMM``, default ``float32``).
+HEAD_GEMM_SWITCH: ProcessSwitch[str] = ProcessSwitch(HEAD_GEMM_ENV, "bf16", parse_head_gemm)
+#: The heads' GEMM for this process (``TTSFLEET_HEAD_GEMM``, default ``bf16``).
 head_gemm = HEAD_GEMM_SWITCH.get
 #: Choose the heads' GEMM for this process (tests and benchmarks A/B it).
 set_head_gemm = HEAD_GEMM_SWITCH.set

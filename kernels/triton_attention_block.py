@@ -83,21 +83,23 @@ class BlockPlan:
 
 
 def block_plan(m: int, d: int, n_qkv: int, hd: int, kv: int, group: int, sms: int, qkv_bn: int = QKV_BN,
-               o_bn: int = O_BN) -> BlockPlan | None:
+               o_bn: int = O_BN, per_sm: int = 1) -> BlockPlan | None:
     """The split for ``m`` rows of model dim ``d``, QKV width ``n_qkv``, ``hd`` = heads x head dim, ``kv``
     KV heads, activation ``group``, on ``sms`` SMs; None above :data:`MAX_ROWS` rows. QKV takes up to
     half the SMs; the O shares fill what QKV and the attention items leave, so the O items are taken
     (and their weights prefetched) while QKV runs. S2 Pro's fast model at M = 1 on 132 SMs: 96 QKV
-    tiles, 8 attention items, 40 O tiles."""
+    tiles, 8 attention items, 40 O tiles. ``per_sm``: up to that many programs per SM (the plan
+    counts ``sms x per_sm`` slots; 2 timed beside 1 on 2026-12-05)."""
     if m < 1 or m > MAX_ROWS:
         return None
     bm = row_tile(m)
     qkv_tiles, o_tiles = cdiv(n_qkv, qkv_bn), cdiv(d, o_bn)
-    qkv_split = most_shares(qkv_tiles, cdiv(d, group), sms // 2)
-    o_split = most_shares(o_tiles, cdiv(hd, group), sms - qkv_tiles * qkv_split - m * kv)
+    slots = sms * per_sm
+    qkv_split = most_shares(qkv_tiles, cdiv(d, group), slots // 2)
+    o_split = most_shares(o_tiles, cdiv(hd, group), slots - qkv_tiles * qkv_split - m * kv)
     plan = BlockPlan(bm=bm, qkv_bn=qkv_bn, o_bn=o_bn, qkv_tiles=qkv_tiles, qkv_split=qkv_split,
                      att_items=m * kv, o_tiles=o_tiles, o_split=o_split, programs=1, num_warps=4)
-    return BlockPlan(**{**plan.__dict__, "programs": max(1, min(sms, plan.items))})
+    return BlockPlan(**{**plan.__dict__, "programs": max(1, min(slots, plan.items))})
 
 
 @triton.jit

@@ -112,9 +112,13 @@ class OneLaunchPlan:
         return self.gu_items + self.dn_tiles * self.dn_split
 
 
-def one_launch_plan(m: int, d: int, f: int, group: int, sms: int, gu_split: int = 1) -> OneLaunchPlan | None:
+def one_launch_plan(m: int, d: int, f: int, group: int, sms: int, gu_split: int = 1,
+                    per_sm: int = 1) -> OneLaunchPlan | None:
     """The split for ``M = m`` rows, model dim ``d``, hidden ``f`` (activation ``group`` 128 / 32) on
-    ``sms`` SMs; None where one launch does not apply (M above :data:`ONE_LAUNCH_MAX_M`).
+    ``sms`` SMs with up to ``per_sm`` programs each; None where one launch does not apply (M above
+    :data:`ONE_LAUNCH_MAX_M`). ``per_sm`` 2 puts two programs' loads in flight per SM, as the two
+    launches' grids (gate_up at M=1: 76 tiles x 3 K shares) do; timed 2026-12-05 at 1 (the default)
+    against 2: 1 program per SM left gate_up's stream on 76 SMs with one tile's pipeline each.
 
     Down shares: the most (of :data:`~.triton_gemm.SPLIT_CHOICES`, each at least 2 K blocks) whose
     items still fit the programs gate_up leaves idle, so every down item is taken, and its weights
@@ -126,10 +130,12 @@ def one_launch_plan(m: int, d: int, f: int, group: int, sms: int, gu_split: int 
     gu_tiles = cdiv(f, GATE_UP_BN)
     dn_bn = 128 if d >= 128 * 8 else 64
     dn_tiles = cdiv(d, dn_bn)
-    dn_split = most_shares(dn_tiles, cdiv(f, group), sms - gu_tiles * gu_split)
+    slots = sms * per_sm
+    dn_split = most_shares(dn_tiles, cdiv(f, group), slots - gu_tiles * gu_split)
     items = gu_tiles * gu_split + dn_tiles * dn_split
     return OneLaunchPlan(bm=bm, gu_tiles=gu_tiles, gu_split=gu_split, dn_bn=dn_bn, dn_tiles=dn_tiles,
-                         dn_split=dn_split, programs=max(1, min(sms, items)), num_warps=8 if bm >= 32 else 4)
+                         dn_split=dn_split, programs=max(1, min(slots, items)),
+                         num_warps=8 if bm >= 32 else 4)
 
 
 @triton.jit

@@ -9,17 +9,19 @@ error) and a second replay (bits), so a wrong kernel is never timed. Then, per M
 
 * MLP: ``two`` (the default launches, tuned configs), ``two+prefetch`` (``TTSFLEET_GEMM_PREFETCH=auto``),
   ``one`` (``TTSFLEET_MLP_LAUNCH=one``: down weights prefetched into L2 while gate_up runs),
-  ``one@noprefetch``, ``one@gu2`` (gate_up in 2 K shares: 152 items instead of 76 at M=1);
+  ``one@noprefetch``, ``one@gu2`` (gate_up in 2 K shares: 152 items instead of 76 at M=1), ``one@x2``
+  (up to 2 programs per SM), ``one@gu3x2`` (gate_up in 3 K shares, 2 programs per SM: the two
+  launches' gate_up grid);
 * fast attention: ``separate`` (QKV GEMM, RoPE inside attention's launch, O GEMM), ``separate+prefetch``,
   ``one`` (``TTSFLEET_FAST_ATTN_LAUNCH=one``), ``one@noprefetch``, ``one@o128`` (O tiles of 128 columns:
-  20 O items, all taken while QKV runs at M=1, instead of 40).
+  20 O items, all taken while QKV runs at M=1, instead of 40), ``one@x2`` (up to 2 programs per SM).
 
 Rounds alternate the variants; the table gives medians (us), the spread ((max-min) / median) and the
 weight floor at the measured copy bandwidth. JSON to ``$OUT/one_launch.json``.
 
     python3 -m benchmarks.inference_h200.one_launch     # on the device, from the repo root
     ONE_MS=1,8,64 ONE_EXTRA_MS=1 ONE_ROUNDS=5 ONE_PARTS=mlp,attention (defaults; the variants past
-        the launches and the default one launch run at ONE_EXTRA_MS only)
+        the launches and the default one launch run at ONE_EXTRA_MS only; ONE_VARIANTS=a,b: only those)
     ONE_DRY=1 ONE_MS=1 python3 -P benchmarks/inference_h200/one_launch.py   # CPU: the checks only, at S2
         Pro size in Triton's interpreter (~1 min), so the script's own plumbing is tried before a device call
 """
@@ -45,6 +47,8 @@ MS = [int(v) for v in os.environ.get("ONE_MS", "1,8,64").split(",")]
 #: each is a compile of its own (~10 s on the device), so only at these M.
 EXTRA_MS = [int(v) for v in os.environ.get("ONE_EXTRA_MS", "1").split(",")]
 BASIC = ("two", "one", "separate")
+#: The extra variants to run (blank: all of them), e.g. ``ONE_VARIANTS=one@x2,one@gu3x2``.
+ONLY = {v for v in os.environ.get("ONE_VARIANTS", "").split(",") if v}
 ROUNDS = int(os.environ.get("ONE_ROUNDS", "5"))
 PARTS = os.environ.get("ONE_PARTS", "mlp,attention").split(",")
 HEADS, KV, HEAD_DIM, FRAME = 32, 8, 128, 10  # S2 Pro's fast model
@@ -60,16 +64,18 @@ def _mlp_variants(xq: torch.Tensor, xs: torch.Tensor, weights: list) -> dict[str
         decode.set_gemm_prefetch(prefetch)  # read at launch: the graph captures its launches
         return [partial(swiglu_mlp_fp8_codes, xq, xs, a, b, torch.bfloat16) for a, b in weights]
 
-    def one(prefetch: int | None, gu_split: int = 1) -> list:
+    def one(prefetch: int | None, gu_split: int = 1, per_sm: int = 1) -> list:
         from ttsfleet.kernels.decode import sm_count
 
         a, b = weights[0]
-        plan = tm.one_launch_plan(xq.shape[0], a.shape[1], b.shape[1], 128, sm_count(xq.device), gu_split)
+        plan = tm.one_launch_plan(xq.shape[0], a.shape[1], b.shape[1], 128, sm_count(xq.device), gu_split,
+                                  per_sm)
         return [partial(tm.swiglu_mlp_one_launch, xq, xs, gu, dn, torch.bfloat16, plan=plan,
                         prefetch=prefetch) for gu, dn in weights]
 
     return {"two": lambda: two("off"), "two+prefetch": lambda: two("auto"), "one": lambda: one(None),
-            "one@noprefetch": lambda: one(0), "one@gu2": lambda: one(None, 2)}
+            "one@noprefetch": lambda: one(0), "one@gu2": lambda: one(None, 2),
+            "one@x2": lambda: one(None, 1, 2), "one@gu3x2": lambda: one(None, 3, 2)}
 
 
 def _frame(m: int) -> Any:
@@ -106,17 +112,19 @@ def _attention_variants(xq: torch.Tensor, xs: torch.Tensor, weights: list,
         decode.set_gemm_prefetch(prefetch)
         return [partial(_separate, xq, xs, a, b, fa) for a, b in weights]
 
-    def one(prefetch: int | None, o_bn: int = O_BN) -> list:
+    def one(prefetch: int | None, o_bn: int = O_BN, per_sm: int = 1) -> list:
         from ttsfleet.kernels.decode import sm_count
         from ttsfleet.kernels.triton_attention_block import block_plan
 
         a, b = weights[0]
-        plan = block_plan(xq.shape[0], H, a.shape[0], b.shape[1], KV, 128, sm_count(xq.device), o_bn=o_bn)
+        plan = block_plan(xq.shape[0], H, a.shape[0], b.shape[1], KV, 128, sm_count(xq.device), o_bn=o_bn,
+                          per_sm=per_sm)
         return [partial(attention_block_one_launch, xq, xs, qkv_w, o_w, fa, torch.bfloat16, plan=plan,
                         prefetch=prefetch) for qkv_w, o_w in weights]
 
     return {"separate": lambda: separate("off"), "separate+prefetch": lambda: separate("auto"),
-            "one": lambda: one(None), "one@noprefetch": lambda: one(0), "one@o128": lambda: one(None, 128)}
+            "one": lambda: one(None), "one@noprefetch": lambda: one(0), "one@o128": lambda: one(None, 128),
+            "one@x2": lambda: one(None, O_BN, 2)}
 
 
 def _check(one: Callable[[], torch.Tensor], base: Callable[[], torch.Tensor]) -> dict[str, Any]:
@@ -132,6 +140,8 @@ def _time(variants: dict[str, Callable[[], list]], m: int) -> dict[str, Any]:
 
     if m not in EXTRA_MS:
         variants = {name: calls for name, calls in variants.items() if name in BASIC}
+    elif ONLY:
+        variants = {name: calls for name, calls in variants.items() if name in BASIC or name in ONLY}
     times: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(ROUNDS):
         for name, calls in variants.items():

@@ -46,7 +46,7 @@ MODEL_SWITCHES = {  # variable: (default, the parsed default, a bad value, its w
                             "TTSFLEET_MLP_LAUNCH='three': expected one of two, one"),
     "TTSFLEET_FAST_ATTN_LAUNCH": ("separate", "separate", "fused",
                                   "TTSFLEET_FAST_ATTN_LAUNCH='fused': expected one of separate, one"),
-    "TTSFLEET_HEAD_GEMM": ("float32", "float32", "fp8",
+    "TTSFLEET_HEAD_GEMM": ("bf16", "bf16", "fp8",
                            "TTSFLEET_HEAD_GEMM='fp8': expected one of float32, bf16"),
 }
 

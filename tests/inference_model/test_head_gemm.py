@@ -1,5 +1,5 @@
-"""The sampling heads' GEMM (``TTSFLEET_HEAD_GEMM``): float32 copies through ``F.linear`` (the
-default) or the checkpoint's bf16 rows through cuBLAS's bf16 GEMM with float32 output.
+"""The sampling heads' GEMM (``TTSFLEET_HEAD_GEMM``): float32 copies through ``F.linear`` or the
+checkpoint's bf16 rows through cuBLAS's bf16 GEMM with float32 output (the default since 2026-12-05).
 
 What each test pins down, and how it can fail:
 * a bf16 model keeps its heads' own bf16 rows beside the float32 copies, equal to them exactly (the
@@ -46,7 +46,7 @@ def test_bf16_falls_back_to_float32_off_cuda(head_switch) -> None:  # noqa: ANN0
 
 
 def test_the_switch_parses_and_names_its_choices() -> None:
-    assert parse_head_gemm("") == "float32" and parse_head_gemm(" BF16 ") == "bf16"
+    assert parse_head_gemm("") == "bf16" and parse_head_gemm(" Float32 ") == "float32"
     with pytest.raises(ValueError, match="^TTSFLEET_HEAD_GEMM='fp8': expected one of float32, bf16$"):
         parse_head_gemm("fp8")
 

@@ -46,6 +46,8 @@ def test_the_s2_pro_fast_plan() -> None:
     wide = _tb().block_plan(64, 2560, 6144, 4096, 8, 128, 132)
     assert wide.att_items == 512 and wide.bm == 64 and wide.programs == 132
     assert _tb().block_plan(65, 2560, 6144, 4096, 8, 128, 132) is None
+    two_per_sm = _tb().block_plan(1, 2560, 6144, 4096, 8, 128, 132, per_sm=2)  # O shares fill 264 slots
+    assert (two_per_sm.o_split, two_per_sm.items, two_per_sm.programs) == (4, 264, 264)
 
 
 def _separate(xq, xs, wqkv, wo, fa, plan, scheme: str) -> torch.Tensor:  # noqa: ANN001

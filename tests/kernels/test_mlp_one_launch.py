@@ -58,6 +58,9 @@ def test_the_s2_pro_plan_puts_every_down_item_beside_gate_up() -> None:
     assert _tm().one_launch_plan(65, S2_D, S2_F, 128, 132) is None
     few = _tm().one_launch_plan(1, S2_D, S2_F, 128, 8)  # fewer SMs than items: programs loop
     assert few.programs == 8 and few.dn_split == 1 and few.items == 76 + 20
+    two_per_sm = _tm().one_launch_plan(1, S2_D, S2_F, 128, 132, gu_split=3, per_sm=2)  # the launches' grid
+    assert (two_per_sm.gu_split, two_per_sm.dn_split) == (3, 1)
+    assert two_per_sm.items == two_per_sm.programs == 248
 
 
 def _weights(gen: torch.Generator, scheme: str, d: int, f: int) -> tuple:
