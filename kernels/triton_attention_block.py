@@ -89,7 +89,7 @@ def block_plan(m: int, d: int, n_qkv: int, hd: int, kv: int, group: int, sms: in
     half the SMs; the O shares fill what QKV and the attention items leave, so the O items are taken
     (and their weights prefetched) while QKV runs. S2 Pro's fast model at M = 1 on 132 SMs: 96 QKV
     tiles, 8 attention items, 40 O tiles. ``per_sm``: up to that many programs per SM (the plan
-    counts ``sms x per_sm`` slots; 2 timed beside 1 on 2026-12-05)."""
+    counts ``sms x per_sm`` slots; 1, the default, timed on 2026-12-05, 2 not yet)."""
     if m < 1 or m > MAX_ROWS:
         return None
     bm = row_tile(m)

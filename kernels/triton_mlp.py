@@ -117,8 +117,8 @@ def one_launch_plan(m: int, d: int, f: int, group: int, sms: int, gu_split: int 
     """The split for ``M = m`` rows, model dim ``d``, hidden ``f`` (activation ``group`` 128 / 32) on
     ``sms`` SMs with up to ``per_sm`` programs each; None where one launch does not apply (M above
     :data:`ONE_LAUNCH_MAX_M`). ``per_sm`` 2 puts two programs' loads in flight per SM, as the two
-    launches' grids (gate_up at M=1: 76 tiles x 3 K shares) do; timed 2026-12-05 at 1 (the default)
-    against 2: 1 program per SM left gate_up's stream on 76 SMs with one tile's pipeline each.
+    launches' grids (gate_up at M=1: 76 tiles x 3 K shares) do; the default 1 was timed on 2026-12-05
+    (1.46x the two launches at M=1: gate_up streamed by 76 one-tile programs), 2 not yet.
 
     Down shares: the most (of :data:`~.triton_gemm.SPLIT_CHOICES`, each at least 2 K blocks) whose
     items still fit the programs gate_up leaves idle, so every down item is taken, and its weights
