@@ -243,18 +243,36 @@ def test_fused_decode_step_emits_the_reference_frames(fusable: bool, quantize: s
             window = torch.cat([window[:, 1:], f[:, None, 1:].int()], dim=1)
             out.append(f)
         frames[mode] = (torch.stack(out), cache.lengths.clone(), cache.pending_logits.clone())
-    # the fused decode path launches it per block unless the RoPE runs inside attention
-    assert (len(separate_calls) == 0) == (rope == "fused"), len(separate_calls)
-    # FP8 MLPs of <= 64 rows and the fast model's attention halves take one launch exactly when on
+    # the fused decode path launches it per block unless the RoPE runs inside attention, which it
+    # can only where the attention kernel runs: not for this float32 model on CUDA (its dots would
+    # round through TF32), where a fused request takes the separate launches (found on an H200,
+    # 2026-12-05: the test expected the fused form there)
+    attention_kernel = _attention_kernel_runs(model, cache)
+    assert (len(separate_calls) == 0) == (rope == "fused" and attention_kernel), len(separate_calls)
+    # FP8 MLPs of <= 64 rows take one launch exactly when on; the fast model's attention halves too,
+    # where the attention kernel runs
     one = launches == "one" and quantize != "bf16"
-    assert (set(one_launch_calls) == {"mlp", "fast attention"}) == one, one_launch_calls
+    assert ("mlp" in one_launch_calls) == one, one_launch_calls
     # per decode step: every fast layer at every codebook position (a prefill has no frame cache)
     per_step = model.config.n_fast_layer * model.config.num_codebooks
-    assert one_launch_calls.count("fast attention") == (steps * per_step if one else 0)
+    want = steps * per_step if one and attention_kernel else 0
+    assert one_launch_calls.count("fast attention") == want, one_launch_calls
     (ref, ref_len, ref_logits), (got, got_len, got_logits) = frames.values()
     assert torch.equal(got, ref)
     assert torch.equal(got_len, ref_len)
     torch.testing.assert_close(got_logits, ref_logits, rtol=1e-4, atol=1e-4)
+
+
+def _attention_kernel_runs(model, cache) -> bool:  # noqa: ANN001
+    """Whether decode attention runs the Triton kernel on this device for the slow and the fast
+    model's heads (queries and caches in the cache's dtype: the model's)."""
+    from ttsfleet.kernels import decode as kd
+
+    k, v, _, _ = cache.layer(0)
+    cfg = model.config
+    heads = ((cfg.n_head, cfg.head_dim), (cfg.fast_n_head, cfg.fast_head_dim))
+    cache_like = [(k.new_empty(0, h, d), k.new_empty(1, 1, 1, d), v.new_empty(1, 1, 1, d)) for h, d in heads]
+    return all(kd.attention_kernel_fits(*shapes) for shapes in cache_like)
 
 
 def _count_one_launches(monkeypatch: pytest.MonkeyPatch) -> list[str]:

@@ -12,6 +12,8 @@ What each test pins down, and how it can fail:
   before the key loop (the interpreter runs a program's statements in order, so that one only
   shows on a GPU: the same test runs there), or a store at the wrong (slot, position) changes a bit;
 * the cache outside each row's (slot, position) is untouched (NaN stays NaN);
+* a fused request the attention kernel cannot take (a non-contiguous cache; float32 on CUDA) runs
+  the separate RoPE + KV store launch and gives the separate path's results;
 * on a GPU the q/k norm's sum over a head is reduced across a different thread layout (the
   separate kernel runs one warp per head, attention four): there the normed cases may differ by
   one bf16 rounding, and are compared within one bf16 ulp; everything else stays bit for bit.
@@ -71,10 +73,9 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t
 
 
-#: (query heads, KV heads, head dim, dtype): the production-like case, and the tiny model's attention in
-#: float32 — the shape and dtype of ``test_fused_decode.py``'s whole-frame test, whose fused-RoPE case
-#: failed on an H200 on 2026-12-05 while the GPU had run this file in bf16 at 64-wide heads only.
-SHAPES = {"h8kv2d64": (H, KV, D, DTYPE), "tiny-float32": (4, 2, 16, torch.float32)}
+#: (query heads, KV heads, head dim, dtype): the production-like case, and the tiny model's attention
+#: (4 / 2 heads of 16: one 16-wide dot per block) in the device's kernel dtype.
+SHAPES = {"h8kv2d64": (H, KV, D, DTYPE), "tiny": (4, 2, 16, DTYPE)}
 
 
 @pytest.mark.parametrize("shape", list(SHAPES))
@@ -88,7 +89,7 @@ def test_fused_equals_the_separate_launches_bit_for_bit(kernels_on, splits, rows
     case = _case(rows_as_slots, qk_norm, fp8=False, heads=heads, kv=kv, d=d, dtype=dtype)
     ref_out, ref_cache = _run("separate", case, 0)
     out, cache = _run("fused", case, 0)
-    ulp = 2.0**-7 if dtype == torch.bfloat16 else 1e-5  # one bf16 ulp; float32 rounding of another order
+    ulp = 2.0**-7  # one bf16 ulp (compared within it only on a GPU, where the dtype is bf16)
     for a, b in zip(ref_out + list(ref_cache[:2]), out + list(cache[:2]), strict=True):
         if qk_norm and DEV == "cuda":
             torch.testing.assert_close(b, a, rtol=ulp, atol=ulp)
@@ -118,6 +119,32 @@ def test_only_each_rows_position_is_written(kernels_on) -> None:  # noqa: ANN001
     written[slots, pos] = True
     assert not k[written].isnan().any() and not v[written].isnan().any()
     assert k[~written].isnan().all() and v[~written].isnan().all()
+
+
+#: Caches the attention kernel does not take (``decode.attention_kernel_fits``): one laid out head-major
+#: (not contiguous; everywhere), and float32 on CUDA (its dots would round through TF32) — the case of
+#: the whole-frame test that failed on an H200 on 2026-12-05 because it expected the fused form there.
+FALLBACKS = ["head-major"] + (["float32-on-cuda"] if DEV == "cuda" else [])
+
+
+@pytest.mark.parametrize("fallback", FALLBACKS)
+def test_a_fused_request_the_kernel_cannot_take_runs_the_two_launches(kernels_on, fallback,  # noqa: ANN001
+                                                                        monkeypatch) -> None:
+    dtype = torch.float32 if fallback == "float32-on-cuda" else DTYPE
+    qkv, table, pos, slots, lengths, (k, v, _, _), norms = _case(False, True, fp8=False, dtype=dtype)
+    if fallback == "head-major":  # the same values in [slot, head, position, dim] memory order
+        k, v = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (k, v))
+    assert not decode.attention_kernel_fits(qkv.new_empty(0, H, D), k, v)
+    separate = []
+    launch = decode.qkv_rope_store
+    monkeypatch.setattr(decode, "qkv_rope_store", lambda *a, **kw: separate.append(1) or launch(*a, **kw))
+    case = qkv, table, pos, slots, lengths, (k, v, None, None), norms
+    ref_out, ref_cache = _run("separate", case, 0)
+    assert len(separate) == 1
+    out, cache = _run("fused", case, 0)
+    assert len(separate) == 2, "the fused request did not take the separate RoPE + KV store launch"
+    for a, b in zip(ref_out + list(ref_cache[:2]), out + list(cache[:2]), strict=True):
+        assert torch.equal(a, b)
 
 
 def test_the_switch_defaults_to_separate_and_names_its_choices() -> None:
