@@ -19,12 +19,13 @@ from typing import Any, Protocol
 
 import numpy as np
 from ttsfleet.inference.codec_gather import GatherRule, StreamTiming, due, wake_in
+from ttsfleet.inference.engine_messages import CodesChunk, DropStream, Event, StopCodec
 
 log = logging.getLogger("ttsfleet.inference.codec_batch")
 
 
 class EventSink(Protocol):
-    """What a stream's events go to: a :class:`~ttsfleet.inference.engine.RequestHandle` in process,
+    """What a stream's events go to: a :class:`~ttsfleet.inference.engine_messages.RequestHandle` in process,
     a forwarding stand-in in the codec process."""
 
     rid: int
@@ -123,8 +124,6 @@ class BatchedCodec:
         """Take the engine's codec messages in order; False at :class:`StopCodec` (the rest is left).
         ``handle_of`` maps a message's handle to the sink its events go to (in the codec process: the
         stand-in for the request's handle in the parent)."""
-        from ttsfleet.inference.engine import CodesChunk, DropStream, StopCodec
-
         for msg in msgs:
             match msg:
                 case StopCodec():
@@ -146,8 +145,6 @@ class BatchedCodec:
         job.timing.final = final
 
     def drop(self, handle: EventSink) -> None:
-        from ttsfleet.inference.engine import Event
-
         job = self.jobs.pop(handle.rid, None)
         if job is not None:
             self._release(job)
@@ -155,8 +152,6 @@ class BatchedCodec:
 
     def fail_all(self, reason: str) -> None:
         """Every stream in the codec ends in an error (the codec loop died)."""
-        from ttsfleet.inference.engine import Event
-
         for job in self.jobs.values():
             job.handle.post(Event("error", reason=reason))
         self.jobs.clear()
@@ -224,8 +219,6 @@ class BatchedCodec:
             self._decode(size, jobs)
 
     def _codes_only(self) -> None:
-        from ttsfleet.inference.engine import Event
-
         for job in list(self.jobs.values()):
             if job.backlog:
                 codes = job.take(job.backlog)
@@ -235,8 +228,6 @@ class BatchedCodec:
 
     def _decode(self, size: int, jobs: list[CodecJob]) -> None:
         import torch
-        from ttsfleet.inference.engine import Event
-
         codes = [job.take(size) for job in jobs]
         try:
             wave = self.decoder.push([j.slot for j in jobs], torch.from_numpy(np.stack(codes)))
@@ -262,8 +253,6 @@ class BatchedCodec:
 
     def _finish_done(self) -> list[tuple[EventSink, Any]]:
         """Release the streams with nothing left to decode; their "done" events, for :meth:`round`."""
-        from ttsfleet.inference.engine import Event
-
         ended = []
         for rid in [r for r, j in self.jobs.items() if j.final and not j.backlog]:
             job = self.jobs.pop(rid)

@@ -30,6 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ttsfleet.inference.engine_messages import CodesChunk, DropStream, Event, StopCodec
+
 log = logging.getLogger("ttsfleet.inference.codec_process")
 
 #: How long :meth:`CodecProcess.stop` waits for the child to exit before killing it.
@@ -117,8 +119,6 @@ class CodecProcess:
     # ---------------------------------------------------------------- parent threads
     def _forward_main(self) -> None:
         """Engine codec queue -> child: block for one message, take whatever else is queued, send."""
-        from ttsfleet.inference.engine import CodesChunk, DropStream, StopCodec
-
         while True:
             msgs = [self.codec_q.get()]
             while True:
@@ -144,8 +144,6 @@ class CodecProcess:
 
     def _receive_main(self) -> None:
         """Child -> requests: post each event to its handle; a lost child fails every open stream."""
-        from ttsfleet.inference.engine import Event
-
         reason = "codec process exited"
         try:
             while True:

@@ -42,7 +42,6 @@ which encodes them (wav/pcm/mp3/opus) on its own event loop, never on the engine
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import queue
@@ -53,9 +52,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from ttsfleet.inference.admission_order import BACKGROUND_MAX_WAIT_S, Entry, admission_order, passed_over
+from ttsfleet.inference.admission_order import Entry, admission_order, passed_over
 from ttsfleet.inference.codec_batch import BatchedCodec, CodecMeter, build_slot_decoder, use_conv_autotuner
-from ttsfleet.inference.codec_process import CodecProcess, CodecSource, DecoderPlan
+from ttsfleet.inference.codec_process import CodecProcess, DecoderPlan
+from ttsfleet.inference.engine_config import DEFAULT_WINDOW, EngineConfig, batch_buckets
+from ttsfleet.inference.engine_messages import (
+    CodecMessage,
+    CodesChunk,
+    DropStream,
+    EngineOverloaded,
+    EngineStopped,
+    Event,
+    GenerationRequest,
+    PromptTooLong,
+    RequestHandle,
+    StopCodec,
+)
 from ttsfleet.inference.graph_capture import CAPTURE_LOCK
 from ttsfleet.inference.prefill_coalesce import Arrivals, CoalesceRule, hold_arrivals
 
@@ -63,8 +75,11 @@ from ttsfleet.contracts.serving import CODEC_COMPILE_MODES
 
 log = logging.getLogger("ttsfleet.inference.engine")
 
-#: Main-token history the sampler looks at (fish-speech: repetition-aware sampling window).
-DEFAULT_WINDOW = 16
+#: The engine's public names that live in its two companion modules (imported from here too).
+__all__ = ["DEFAULT_WINDOW", "CodesChunk", "DropStream", "Engine", "EngineConfig", "EngineOverloaded",
+           "EngineStopped", "Event", "GenerationRequest", "PromptTooLong", "RequestHandle", "StopCodec",
+           "batch_buckets"]
+
 #: Padded decode steps between two resets of the pad slot (each step adds one position to it).
 PAD_RESET_STEPS = 32
 #: What can hold a waiting request back at an iteration: no free KV slot, the iteration's prefill
@@ -72,82 +87,6 @@ PAD_RESET_STEPS = 32
 #: only background prefix-only jobs left, passed over by later requests whose first-audio clock runs
 #: (:mod:`ttsfleet.inference.admission_order`).
 ADMISSION_WAIT_REASONS = ("slots", "budget", "batch", "hold", "deferred")
-
-
-class EngineOverloaded(Exception):
-    """The waiting queue is full (HTTP 429)."""
-
-
-class EngineStopped(Exception):
-    """The engine is shutting down or died (HTTP 503)."""
-
-
-class PromptTooLong(ValueError):
-    """The prompt does not fit the model's context (HTTP 400)."""
-
-
-@dataclass
-class Event:
-    """What a request's handler receives: audio chunks, then one ``done`` or ``error``."""
-
-    kind: str  # "audio" | "prefix" | "done" | "error"
-    audio: np.ndarray | None = None
-    codes: np.ndarray | None = None  # [num_codebooks, frames] behind this audio chunk
-    frames: int = 0
-    reason: str = ""
-    #: "prefix" (and the "done" of :meth:`Engine.prefill_prefix`): the prompt head's K/V
-    #: (:class:`~ttsfleet.inference.prefix.PrefixKV`), for later requests that start with it.
-    prefix: Any = None
-
-
-class RequestHandle:
-    """The HTTP side of one request: an asyncio queue the engine threads post events to."""
-
-    def __init__(self, rid: int, loop: asyncio.AbstractEventLoop):
-        self.rid = rid
-        self.loop = loop
-        self.events: asyncio.Queue[Event] = asyncio.Queue()
-        self.cancelled = threading.Event()
-        self.submitted_at = time.perf_counter()
-        # When the engine thread reached each step on the way to the first audio (perf_counter; set
-        # once each): what ``inference_ttfa_stage_seconds`` splits time to first audio by.
-        self.ingested_at: float | None = None  # the engine thread took it (between two iterations)
-        self.admitted_at: float | None = None  # a slot taken (its prefill starts)
-        self.prefilled_at: float | None = None  # the whole prompt in the cache
-        self.first_frame_at: float | None = None
-        self.first_codes_at: float | None = None  # the first chunk of codes handed to the codec
-        #: A prefix-only job that a waiting text now needs (:meth:`Engine.make_urgent`): the engine
-        #: plans it with the requests whose first-audio clock runs. Written once (False -> True) by
-        #: the event loop's thread, read by the engine thread at each iteration: a plain bool
-        #: attribute, whose write and read are atomic in CPython, so no lock.
-        self.urgent = False
-
-    def post(self, ev: Event) -> None:
-        """Thread-safe: called from the engine or codec thread."""
-        with contextlib.suppress(RuntimeError):  # loop closed: the client is gone
-            self.loop.call_soon_threadsafe(self.events.put_nowait, ev)
-
-    async def next(self) -> Event:
-        return await self.events.get()
-
-
-@dataclass
-class GenerationRequest:
-    """One generation: a prompt ``[1 + num_codebooks, T]`` and how to sample it."""
-
-    prompt: Any  # torch.LongTensor
-    sampling: Any  # ttsfleet.inference.sampling.SamplingParams
-    max_new_tokens: int
-    first_chunk_frames: int = 2
-    chunk_frames: int = 8
-    #: Decode exactly ``max_new_tokens`` frames, through ``<|im_end|>`` (benchmarks with random weights).
-    ignore_eos: bool = False
-    #: A prefilled head of ``prompt`` (:class:`~ttsfleet.inference.prefix.PrefixKV`): its K/V are copied
-    #: into the request's slot and only the rest of the prompt is prefilled (real-time mode).
-    prefix: Any = None
-    #: After the prompt's prefill, hand its first ``keep_prefix`` positions back as an Event("prefix")
-    #: (a request whose later segments start with the same head). 0 = none.
-    keep_prefix: int = 0
 
 
 @dataclass(eq=False)  # compared by identity: two requests are never "equal"
@@ -180,9 +119,9 @@ class _Running:
         return 0 if self.req.prefix is None else int(self.req.prefix.length)
 
 
-# ----------------------------------------------------------------------------- typed messages
-# The engine inbox (HTTP side -> engine thread) and the codec queue (engine -> codec thread) carry
-# these, so a handler is chosen by type and a misspelt kind cannot pass silently.
+# ----------------------------------------------------------------------------- the inbox
+# The HTTP side -> the engine thread (the codec queue's messages: :mod:`.engine_messages`); typed, so
+# a handler is chosen by type and a misspelt kind cannot pass silently.
 @dataclass(frozen=True)
 class Submit:
     """A new request for the waiting queue."""
@@ -195,111 +134,7 @@ class Wake:
     """Nothing to carry: look at cancellations / the stop flag now."""
 
 
-@dataclass(frozen=True)
-class CodesChunk:
-    """Decoded frames of one request for the codec; ``final`` = the request's last chunk."""
-
-    handle: RequestHandle  # on the way to the codec process, a StreamRef of its id
-    codes: np.ndarray  # int64 [num_codebooks, frames]
-    final: bool
-    reason: str
-    generated: int
-
-
-@dataclass(frozen=True)
-class DropStream:
-    """The request was cancelled: forget its audio stream."""
-
-    handle: RequestHandle  # as in CodesChunk
-
-
-@dataclass(frozen=True)
-class StopCodec:
-    """End the codec thread."""
-
-
 InboxMessage = Submit | Wake
-CodecMessage = CodesChunk | DropStream | StopCodec
-
-
-@dataclass
-class EngineConfig:
-    max_running_requests: int = 16
-    max_queue: int = 64
-    cuda_graph_max_bs: int = 16
-    max_seq_len: int | None = None
-    #: Prompt tokens prefilled per loop iteration (>= 1), all in one batched ``model.prefill_batch``.
-    prefill_token_budget: int = 2048
-    #: Largest piece of one prompt an iteration prefills; a longer prompt is prefilled over several
-    #: loop iterations, one chunk per iteration, with decode steps in between. 0 = whole prompts.
-    prefill_chunk_tokens: int = 256
-    #: Hold newly arrived prompts back up to this long while a batch decodes, so several share one
-    #: prefill call (a call costs the host about the same for one prompt or many; see
-    #: :mod:`ttsfleet.inference.prefill_coalesce`). 0 = prefill every arrival at the next iteration.
-    prefill_coalesce_s: float = 0.0
-    #: With this many prompts waiting (or a full token budget of them) the prefill runs at once.
-    prefill_coalesce_prompts: int = 4
-    #: Longest a background prefix-only job (no text waits for it yet) lets requests whose
-    #: first-audio clock runs go first, in seconds since it was submitted; then it counts as one of
-    #: them (:mod:`ttsfleet.inference.admission_order`). 0 = plain FIFO, continuations first.
-    prefix_job_max_wait_s: float = BACKGROUND_MAX_WAIT_S
-    window: int = DEFAULT_WINDOW
-    device: str = "cpu"
-    #: Pad each decode batch up to the next captured size (CUDA graphs); padded rows use a scratch slot.
-    pad_to_buckets: bool = False
-    #: torch intra-op threads for the engine and codec threads (0 = leave torch's default). On a
-    #: shared CPU, more threads than free cores make OpenMP spin: 1 is much faster there.
-    cpu_threads: int = 0
-    #: Capture one CUDA graph of ``model.decode_step`` per batch bucket at start (CUDA only; needs
-    #: ``pad_to_buckets``). A capture failure logs and falls back to eager decoding.
-    cuda_graphs: bool = False
-    #: Decode steps launched before the host reads a step's frames (0 = read each step at once). With
-    #: 1 the host handles step k's frames while the GPU runs step k+1: no per-step host barrier; a
-    #: row that ended at step k decodes one frame too many, which is dropped.
-    pipeline_depth: int = 1
-    #: Largest number of frames one batched codec call decodes per request.
-    codec_max_frames: int = 8
-    #: Longest a chunk of codes waits for other streams' chunks to share its codec push, in ms
-    #: (:mod:`ttsfleet.inference.codec_gather`; first audio and streams about to run dry never wait);
-    #: 0 = decode whatever waits at once.
-    codec_gather_ms: float = 0.0
-    #: The batched codec decoder's convolutions in channels-last (cuDNN's NHWC kernels; see
-    #: ``ServeConfig.codec_layout``); False: the NCL layout.
-    codec_channels_last: bool = False
-    #: Replay batched codec calls from CUDA graphs (CUDA only), every stream-count bucket up to
-    #: ``max_running_requests`` x every frame count up to ``codec_max_frames`` captured when the codec
-    #: thread starts (captures during load stalled the stream:
-    #: benchmarks/inference_h200/2026-12-01-served/run3-codec-graphs). The server turns it on with
-    #: ``cuda_graphs``; eager codec calls keep a Python thread launching ~250 kernels per call.
-    codec_graphs: bool = False
-    #: ``torch.compile`` mode of the batched codec decode (None: eager; else one of
-    #: :data:`ttsfleet.inference.codec.COMPILE_MODES`): compiled when the codec thread starts, before
-    #: its graphs are captured, so the graphs replay Inductor's fused kernels (issue #25). A compile
-    #: failure logs one warning and the codec decodes eagerly. Off until measured on a GPU
-    #: (benchmarks/inference_h200/codec_compile.py).
-    codec_compile: str | None = None
-    #: Replay the fused prefill's per-row work (everything but attention) from CUDA graphs, one set
-    #: per row bucket up to ``prefill_token_budget`` (CUDA only; needs ``pad_to_buckets`` for the
-    #: scratch slot): a prefill call costs the host ~1/25 of the launches
-    #: (:mod:`ttsfleet.inference.prefill_graphs`). A capture failure logs and prefills eagerly.
-    prefill_graphs: bool = False
-    #: Share of the free GPU memory the KV cache may take; the context per slot shrinks to fit.
-    kv_cache_memory_fraction: float = 0.5
-    #: The slow model's KV cache: ``auto`` (the model's dtype) or ``fp8`` (e4m3 + one exponent per
-    #: position and KV head: about half the bytes, so twice the context fits; see inference/model.py).
-    kv_dtype: str = "auto"
-    #: Decode audio in a child process that loads its codec from here, instead of in the codec thread
-    #: (:mod:`ttsfleet.inference.codec_process`: the codec's Python work off the engine's GIL). None:
-    #: the codec thread. The engine's own ``codec`` must be the same codec (the server's sample rate
-    #: and voice encoding use it).
-    codec_process: CodecSource | None = None
-
-
-def batch_buckets(max_bs: int) -> list[int]:
-    """Decode batch sizes a CUDA graph is captured for: 1, 2, 4, 8, then steps of 8 up to ``max_bs``."""
-    sizes = [b for b in (1, 2, 4, 8) if b < max_bs]
-    sizes += list(range(16, max_bs, 8))
-    return sorted(set(sizes + [max_bs]))
 
 
 class _Stats:

@@ -115,7 +115,7 @@ TTFA_STAGES = ("arrival", "inbox", "queue", "prefill", "decode", "audio")
 
 def ttfa_stages(arrived: float, handle: Any, first_audio: float) -> dict[str, float]:
     """Time to first audio (``arrived`` -> ``first_audio``) split at the engine's marks on the
-    segment's ``handle`` (:class:`~ttsfleet.inference.engine.RequestHandle`): to the engine's queue,
+    segment's ``handle`` (:class:`~ttsfleet.inference.engine_messages.RequestHandle`): to the engine's queue,
     until the engine thread takes it (its iteration's length: the live route's 212 ms "queue" on the
     H200 came with only 60 admission waits in 320 sessions, 2026-12-03d), waiting for admission,
     prefill, decode to the first chunk of codes, then codec + encoding + send.
@@ -177,7 +177,7 @@ class Generation:
         """Real-time mode: prefill the voice head now, before any text, so that the first segment
         prefills only its own tokens. Best effort: an overloaded engine or a head too long for the
         context leaves no prefix (the segments then prefill whole, as without it)."""
-        from ttsfleet.inference.engine import EngineOverloaded, EngineStopped, PromptTooLong
+        from ttsfleet.inference.engine_messages import EngineOverloaded, EngineStopped, PromptTooLong
 
         head = self._head()
         if head is None or self.prefix is not None:
@@ -209,7 +209,7 @@ class Generation:
     def submit(self, text: str, more_may_follow: bool = True) -> None:
         """Hand the next segment to the engine; the first one may be refused (429), later ones never.
         ``more_may_follow``: keep the voice head's K/V from this segment's prefill for the next ones."""
-        from ttsfleet.inference.engine import (
+        from ttsfleet.inference.engine_messages import (
             EngineOverloaded,
             EngineStopped,
             GenerationRequest,
