@@ -12,7 +12,7 @@
 # top-k kernel, FP8 KV side by side), onelaunch (one_launch.py: the MLP and the fast attention half in one launch
 # vs their launches: ONE_MS, ONE_EXTRA_MS, ONE_ROUNDS, ONE_PARTS; ~25 kernel compiles, ONE_TIMEOUT 420), gemmproto (gemm_proto.py), engineab (bench engine c=64, eager
 # prefill vs graphs: ENGINE_LEVELS; enginespy: bench engine with the codec under py-spy; ENGINE_SIDES="b:--prefill-graphs" runs one side; ENGINE_CODEC=s2-pro puts the serving codec in the loop), benchgate (bench engine --gate: GATE_LEVELS,
-# GATE_PER_CLIENT, GATE_CODEC), prefill, prefillhost, prefillgraphs, codec, codeclayout (codec_layout.py: NCL vs channels-last pushes; CL_ARGS adds its flags), codeccapture (codec_capture.py: start-up graph capture per cuDNN setting; CAP_CONFIGS, CAP_BUDGET), codeccompile (CC_ARGS), live (real-time mode on/off side by side: LIVE_C, LIVE_SESSIONS, LIVE_ROUNDS; needs the fish-audio-sdk wheels and the reference voice made here first, the device has no espeak-ng: `python3 -P benchmarks/inference_serve/live_prefix.py x --reference-wav benchmarks/inference_serve/live_ref.wav --write-reference`, untracked, travels with the tree), serve, ab. Env: SERVE_ARGS (extra `ttsfleet serve` flags;
+# GATE_PER_CLIENT, GATE_CODEC), prefill, prefillhost, prefillgraphs, codec, codecstages (codec_stages.py: a push stage by stage vs each stage's floor; CS_ARGS), codeclayout (codec_layout.py: NCL vs channels-last pushes; CL_ARGS adds its flags), codeccapture (codec_capture.py: start-up graph capture per cuDNN setting; CAP_CONFIGS, CAP_BUDGET), codeccompile (CC_ARGS), live (real-time mode on/off side by side: LIVE_C, LIVE_SESSIONS, LIVE_ROUNDS; needs the fish-audio-sdk wheels and the reference voice made here first, the device has no espeak-ng: `python3 -P benchmarks/inference_serve/live_prefix.py x --reference-wav benchmarks/inference_serve/live_ref.wav --write-reference`, untracked, travels with the tree), serve, ab. Env: SERVE_ARGS (extra `ttsfleet serve` flags;
 # ab: SERVE_ARGS_A / SERVE_ARGS_B alternated AB_ROUNDS times in one call),
 # serve runs with --gpu-class h200, whose catalog default since 2026-12-03d is the codec process under
 # MPS (the server starts the daemon itself; `--no-codec-process` in SERVE_ARGS is the codec thread),
@@ -129,6 +129,10 @@ for stage in "$@"; do
               --out "$OUT/codec_encode.json" 2>&1 | tee "$OUT/codec_encode.txt" | tail -18 ;;
     codec) timeout 200 python3 -m benchmarks.inference_h200.codec_speed "$OUT/codec_speed.json" 2>&1 \
              | tee "$OUT/codec_speed.txt" | tail -30 ;;
+    codecstages) # the serving codec's push stage by stage against each stage's floor (CS_ARGS: --streams,
+                 # --frames, --layout ncl); ~70 s with the S2-size codec's load
+                 timeout "${CS_TIMEOUT:-240}" python3 -m benchmarks.inference_h200.codec_stages "$OUT/codec_stages" \
+                   ${CS_ARGS:-} 2>&1 | tee "$OUT/codec_stages.txt" | tail -16 ;;
     live) # LIVE_SPREAD: session lengths FRAMES x (1 +- spread) (0: one length, sessions stay in waves);
           # LIVE_PYSPY=1: py-spy of the server's threads for 20 s, 8 s into the sessions
           [ "${LIVE_PYSPY:-0}" = 1 ] && live_pyspy "$OUT/live" &
