@@ -441,6 +441,12 @@ def config_space(kind: str, m: int, n: int, k: int, scheme: str = "bsgemm_fp8") 
     loads, a pipeline depth per tile size, and for M >= 64 the unswapped 64-row tile. Activations
     arrive as FP8 codes (``prequant``: a fused norm or a separate quantizer); the prologue-quantizing
     variant stays valid (tested) but is not a tuning choice.
+
+    For M >= 32 the swapped linear tiles also come with 8 warps (two warpgroups share the tile's
+    rows): on the H200 every decode GEMM but gate_up ran at 19-33 % of the copy bandwidth at M = 64
+    against 38-57 % at M = 1 (2026-12-03b, ``gemm_proto.txt``), the MMA work per weight byte 64x
+    larger while the 4-warp tile was the only one timed there. The same stages and tiles, so the
+    same shared memory (within sm_120's 99 KiB where the 4-warp config is) and the same numerics.
     """
     k_iters = cdiv(k, act_group(scheme))
     n_eff = n // 2 if kind == "swiglu" else n
@@ -452,8 +458,8 @@ def config_space(kind: str, m: int, n: int, k: int, scheme: str = "bsgemm_fp8") 
         # 128x128 tiles a step, and 3 stages (96 KB) let two programs share an SM
         stages = 3 if kind == "swiglu" else (6 if bn == 64 else 4)
         shapes = [(True, 0, 4)]
-        if kind == "swiglu" and m >= 32:
-            shapes.append((True, 0, 8))  # two 128 x 64 float32 accumulators: 8 warps hold them
+        if m >= 32:  # SwiGLU: two 128 x 64 float32 accumulators, 8 warps hold them; linear: see above
+            shapes.append((True, 0, 8))
         if m >= 64 and bn == 128:
             shapes.append((False, 64, 8))
         for swap, bm, warps in shapes:
@@ -525,6 +531,19 @@ def set_config(kind: str, m: int, n: int, k: int, cfg: GemmConfig | None) -> Non
         _OVERRIDE.pop(key, None)
     else:
         _OVERRIDE[key] = cfg
+
+
+def pin_table(table: dict[str, dict[str, Any]] | None) -> None:
+    """Pin every entry of a tuned table (``tuned_h200.json``'s format, e.g. a fresh sweep's) over the
+    shipped one, after dropping every pin; None only drops them. Lets one process time the decode
+    step on two tables side by side (``benchmarks/inference_h200/decode_levers.py``, ``table@FILE``)."""
+    _OVERRIDE.clear()
+    names = {f.name for f in fields(GemmConfig)}
+    for key, raw in (table or {}).items():
+        kind, n, k, mb = key.split(":")
+        cfg = GemmConfig(**{f: v for f, v in raw.items() if f in names})
+        check_config("swiglu" if kind == "swiglu" else "linear", cfg, "bsgemm_fp8")
+        set_config(kind, int(mb), int(n), int(k), cfg)
 
 
 def config_dict(cfg: GemmConfig) -> dict[str, Any]:

@@ -27,6 +27,9 @@ alternately, against the default step beside them:
   the bytes — timed 0.95-0.98x the step and became the default; ``headbf16`` names the default);
 * ``tile@WxK``: decode attention launched with W warps and K keys per block (``TTSFLEET_ATTN_TILE``;
   ``4x64`` the default, ``8x32`` the one without register spills on sm_90);
+* ``table@FILE``: every GEMM launch config of a tuned table (a fresh sweep's ``tuned_h200.json``)
+  pinned over the shipped ``kernels/tuned_h200.json`` (``triton_gemm.pin_table``): the step on
+  the new picks beside the old (``speed_run.sh sweep`` runs the sweep, then this);
 * levers joined by ``+`` run together (``fp8kv+split``: the FP8 cache's slower key loop spread
   over more programs).
 
@@ -51,6 +54,7 @@ import json
 import os
 import statistics
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -92,7 +96,7 @@ def _variant(name: str) -> dict[str, Any]:
     """Switch the process to variant ``name`` (levers joined by ``+`` combine, e.g.
     ``fp8kv+split``); returns its cache kind."""
     from ttsfleet.inference import model_layers
-    from ttsfleet.kernels import decode, dispatch
+    from ttsfleet.kernels import decode, dispatch, triton_gemm
 
     from ttsfleet.catalog import GpuCatalog
 
@@ -109,6 +113,8 @@ def _variant(name: str) -> dict[str, Any]:
     decode.set_mlp_launch("one" if "mlp1" in parts else "two")
     decode.set_fast_attn_launch("one" if "fastattn1" in parts else "separate")
     model_layers.set_head_gemm("float32" if "head32" in parts else "bf16")
+    table = next((p for p in parts if p.startswith("table@")), None)
+    triton_gemm.pin_table(json.loads(Path(table.partition("@")[2]).read_text()) if table else None)
     tile = next((p for p in parts if p.startswith("tile@")), "tile@4x64")
     decode.set_attn_tile(tile.partition("@")[2])
     if cublas:

@@ -12,7 +12,7 @@
 # top-k kernel, FP8 KV side by side), onelaunch (one_launch.py: the MLP and the fast attention half in one launch
 # vs their launches: ONE_MS, ONE_EXTRA_MS, ONE_ROUNDS, ONE_PARTS; ~25 kernel compiles, ONE_TIMEOUT 420), gemmproto (gemm_proto.py), engineab (bench engine c=64, eager
 # prefill vs graphs: ENGINE_LEVELS; enginespy: bench engine with the codec under py-spy; ENGINE_SIDES="b:--prefill-graphs" runs one side; ENGINE_CODEC=s2-pro puts the serving codec in the loop), benchgate (bench engine --gate: GATE_LEVELS,
-# GATE_PER_CLIENT, GATE_CODEC), prefill, prefillhost, prefillgraphs, codec, codecstages (codec_stages.py: a push stage by stage vs each stage's floor; CS_ARGS), codeclayout (codec_layout.py: NCL vs channels-last pushes; CL_ARGS adds its flags), codeccapture (codec_capture.py: start-up graph capture per cuDNN setting; CAP_CONFIGS, CAP_BUDGET), codeccompile (CC_ARGS), live (real-time mode on/off side by side: LIVE_C, LIVE_SESSIONS, LIVE_ROUNDS; needs the fish-audio-sdk wheels and the reference voice made here first, the device has no espeak-ng: `python3 -P benchmarks/inference_serve/live_prefix.py x --reference-wav benchmarks/inference_serve/live_ref.wav --write-reference`, untracked, travels with the tree), serve, ab. Env: SERVE_ARGS (extra `ttsfleet serve` flags;
+# GATE_PER_CLIENT, GATE_CODEC), prefill, prefillhost, prefillgraphs, codec, sweep (the decode GEMM configs re-swept, then the step on the new table beside the old; SWEEP_MS), codecstages (codec_stages.py: a push stage by stage vs each stage's floor; CS_ARGS), codeclayout (codec_layout.py: NCL vs channels-last pushes; CL_ARGS adds its flags), codeccapture (codec_capture.py: start-up graph capture per cuDNN setting; CAP_CONFIGS, CAP_BUDGET), codeccompile (CC_ARGS), live (real-time mode on/off side by side: LIVE_C, LIVE_SESSIONS, LIVE_ROUNDS; needs the fish-audio-sdk wheels and the reference voice made here first, the device has no espeak-ng: `python3 -P benchmarks/inference_serve/live_prefix.py x --reference-wav benchmarks/inference_serve/live_ref.wav --write-reference`, untracked, travels with the tree), serve, ab. Env: SERVE_ARGS (extra `ttsfleet serve` flags;
 # ab: SERVE_ARGS_A / SERVE_ARGS_B alternated AB_ROUNDS times in one call),
 # serve runs with --gpu-class h200, whose catalog default since 2026-12-03d is the codec process under
 # MPS (the server starts the daemon itself; `--no-codec-process` in SERVE_ARGS is the codec thread),
@@ -129,6 +129,15 @@ for stage in "$@"; do
               --out "$OUT/codec_encode.json" 2>&1 | tee "$OUT/codec_encode.txt" | tail -18 ;;
     codec) timeout 200 python3 -m benchmarks.inference_h200.codec_speed "$OUT/codec_speed.json" 2>&1 \
              | tee "$OUT/codec_speed.txt" | tail -30 ;;
+    sweep) # re-sweep the decode GEMMs' launch configs (kernels/bench.py: each candidate checked, then timed from a
+           # CUDA graph; SWEEP_MS, default every decode bucket its own), then the whole step on the new table
+           # beside the shipped one (decode_levers table@FILE); copy $OUT/sweep/tuned_h200.json to kernels/ if it wins
+           mkdir -p "$OUT/sweep"
+           timeout "${SWEEP_TIMEOUT:-300}" python3 -m ttsfleet.kernels.bench --sweep-only --ms 1,8,16,32,64,128 \
+             --sweep-ms "${SWEEP_MS:-1,8,16,32,64}" --out "$OUT/sweep" 2>&1 | tee "$OUT/sweep.txt" | grep -E "sweep|WRONG"
+           [ -f "$OUT/sweep/tuned_h200.json" ] && OUT="$OUT/sweep" LEVER_ROUNDS="${LEVER_ROUNDS:-2}" \
+             LEVER_VARIANTS="default,table@$OUT/sweep/tuned_h200.json" timeout "${SWEEP_LEVER_TIMEOUT:-240}" \
+             python3 -m benchmarks.inference_h200.decode_levers 2>&1 | tee "$OUT/sweep_levers.txt" | tail -12 ;;
     codecstages) # the serving codec's push stage by stage against each stage's floor (CS_ARGS: --streams,
                  # --frames, --layout ncl); ~70 s with the S2-size codec's load
                  timeout "${CS_TIMEOUT:-240}" python3 -m benchmarks.inference_h200.codec_stages "$OUT/codec_stages" \

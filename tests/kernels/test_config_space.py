@@ -150,3 +150,24 @@ def test_the_tuned_table_holds_only_configs_the_tuner_offers() -> None:
         tg.check_config("swiglu" if kind == "swiglu" else "linear", cfg, "bsgemm_fp8")
         if int(mb):  # (a bucket not swept holds the pick of the nearest swept M)
             assert any(cfg in tg.config_space(kind, m, int(n), int(k)) for m in DECODE_M), key
+
+
+def test_a_pinned_table_overrides_the_shipped_one_until_dropped() -> None:
+    """``pin_table``: a sweep's table timed beside the shipped one in one process (decode_levers'
+    ``table@FILE``) — its picks replace the shipped ones for their buckets, None restores them, and a
+    config the kernel cannot run is refused before any launch."""
+    tg = _tg()
+    shipped = tg.get_config("linear", 64, 2560, 4096)
+    pick = next(c for c in tg.config_space("linear", 64, 2560, 4096) if c.num_warps == 8 and c != shipped)
+    try:
+        one_row = tg.get_config("linear", 1, 2560, 4096)
+        tg.pin_table({"linear:2560:4096:64": {**tg.config_dict(pick), "us": 9.9}})
+        assert tg.get_config("linear", 64, 2560, 4096) == pick
+        assert tg.get_config("linear", 33, 2560, 4096) == pick  # the whole 64-row bucket
+        assert tg.get_config("linear", 1, 2560, 4096) == one_row  # other buckets keep the shipped pick
+        tg.pin_table(None)
+        assert tg.get_config("linear", 64, 2560, 4096) == shipped
+        with pytest.raises(ValueError, match="split_k 5"):
+            tg.pin_table({"linear:2560:4096:64": {**tg.config_dict(pick), "split_k": 5}})
+    finally:
+        tg.pin_table(None)
