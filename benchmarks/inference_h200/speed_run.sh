@@ -38,6 +38,7 @@ soundfile.write(io.BytesIO(), numpy.zeros(480, 'float32'), 24000, format='WAV')"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv | tee -a "$OUT/run.log"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/run.log"
 PYTEST=(python3 -m pytest -q --tb=short -p no:cacheprovider -o addopts="" --import-mode=importlib)
+PYTEST_V=(python3 -m pytest -v -rfE --tb=short -p no:cacheprovider -o addopts="" --import-mode=importlib)
 FRAMES=${FRAMES:-128}
 serve_level() {  # serve_level PORT C REQUESTS DIR
   local port=$1 c=$2 n=$3 dir=$4
@@ -100,7 +101,9 @@ for stage in "$@"; do
                 timeout "${QT_TIMEOUT:-300}" "${PYTEST[@]}" ${QUICKTESTS:-tests/inference_server/test_mps.py \
                   tests/kernels/test_prefill_gemm.py tests/kernels/test_snake.py tests/inference_model/test_codec.py \
                   tests/inference_model/test_codec_compile.py tests/inference_model/test_codec_encoder_layout.py} -k "not golden" 2>&1 | tee "$OUT/gpu_quicktests.txt" | tail -15 ;;
-    tests) timeout 300 "${PYTEST[@]}" tests/inference_model/test_fused_decode.py tests/inference_model/test_gpu_s2pro_gate.py \
+    tests) # -v -rfE: a name and result per line as each test ends, so a run cut by the timeout still says which
+           # failed (2026-12-05: -q dots cut before the summary left one failure to be found by its position)
+           timeout "${TESTS_TIMEOUT:-300}" "${PYTEST_V[@]}" tests/inference_model/test_fused_decode.py tests/inference_model/test_gpu_s2pro_gate.py \
              tests/inference_model/test_chunked_prefill.py tests/inference_server/test_engine.py \
              tests/inference_model/test_prefill_graphs.py tests/kernels/test_gpu.py tests/kernels/test_attention_split.py \
              tests/kernels/test_prefetch.py tests/kernels/test_rope_attention.py tests/inference_model/test_head_gemm.py \
