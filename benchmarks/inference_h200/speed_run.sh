@@ -103,11 +103,13 @@ for stage in "$@"; do
                   tests/inference_model/test_codec_compile.py tests/inference_model/test_codec_encoder_layout.py} -k "not golden" 2>&1 | tee "$OUT/gpu_quicktests.txt" | tail -15 ;;
     tests) # -v -rfE: a name and result per line as each test ends, so a run cut by the timeout still says which
            # failed (2026-12-05: -q dots cut before the summary left one failure to be found by its position)
-           timeout "${TESTS_TIMEOUT:-300}" "${PYTEST_V[@]}" tests/inference_model/test_fused_decode.py tests/inference_model/test_gpu_s2pro_gate.py \
-             tests/inference_model/test_chunked_prefill.py tests/inference_server/test_engine.py \
-             tests/inference_model/test_prefill_graphs.py tests/kernels/test_gpu.py tests/kernels/test_attention_split.py \
-             tests/kernels/test_prefetch.py tests/kernels/test_rope_attention.py tests/inference_model/test_head_gemm.py \
-             tests/kernels/test_mlp_one_launch.py tests/kernels/test_attention_block.py -k "not sweep" 2>&1 | tee "$OUT/gpu_tests.txt" | tail -15 ;;
+           # shellcheck disable=SC2086  # TESTS: a word list of paths (default: the GPU set below)
+           timeout "${TESTS_TIMEOUT:-300}" "${PYTEST_V[@]}" ${TESTS:-tests/inference_model/test_fused_decode.py \
+             tests/inference_model/test_gpu_s2pro_gate.py tests/inference_model/test_chunked_prefill.py \
+             tests/inference_server/test_engine.py tests/inference_model/test_prefill_graphs.py tests/kernels/test_gpu.py \
+             tests/kernels/test_attention_split.py tests/kernels/test_prefetch.py tests/kernels/test_rope_attention.py \
+             tests/inference_model/test_head_gemm.py tests/kernels/test_mlp_one_launch.py tests/kernels/test_attention_block.py} \
+             -k "not sweep" 2>&1 | tee "$OUT/gpu_tests.txt" | tail -15 ;;
     gate) timeout "${GATE_TIMEOUT:-300}" "${PYTEST[@]}" tests/inference_model/test_gpu_s2pro_gate.py -k "${GATE_K:-}" 2>&1 \
             | tee "$OUT/gpu_gate.txt" | tail -15 ;;
     prefillhost) timeout 200 python3 -m benchmarks.inference_h200.prefill_host "$OUT/prefill_host.json" 2>&1 \

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The next device calls, in the order benchmarks/inference_h200/README.md gives them ("The next device
+# calls"), one `run` each, so a session with a flaky device spends its few starts on exactly these:
+#   run(command="bash benchmarks/inference_h200/next_calls.sh 1", carry=[".whl", "benchmarks/inference_serve/live_ref.wav"])
+# (make .whl first: bash benchmarks/inference_h200/device_wheels.sh). Each stage runs speed_run.sh under
+# its own limit, so a call ends inside the device's 600 s. What comes back (the device returns at most 8
+# files): $OUT/callN.tgz (every stage's folder and log) and $OUT/summary.txt (each stage's last lines).
+set -u
+S=${SPEED_RUN:-benchmarks/inference_h200/speed_run.sh}
+O=${OUT:-/tmp/out}
+mkdir -p "$O"
+stage() {  # stage NAME LIMIT_S [VAR=value ...] STAGE: one speed_run.sh stage, its output under $O/NAME
+  local name=$1 limit=$2; shift 2
+  local what=${*: -1} vars=("${@:1:$#-1}")
+  echo "== $name (limit ${limit} s) at $(date +%T)" | tee -a "$O/summary.txt"
+  env OUT="$O/$name" "${vars[@]}" timeout -k 5 "$limit" bash "$S" "$what" > "$O/$name.log" 2>&1
+  echo "== $name rc $? at $(date +%T)" | tee -a "$O/summary.txt"; tail -25 "$O/$name.log" | tee -a "$O/summary.txt"
+}
+bundle() {  # every stage's folder and log into $O/callN.tgz, beside summary.txt
+  tar -czf "/tmp/call$1.tgz" -C "$O" --exclude=summary.txt . && find "$O" -mindepth 1 ! -name summary.txt -delete \
+    && mv "/tmp/call$1.tgz" "$O/call$1.tgz"
+}
+case ${1:-} in
+  1) # the mended GPU tests, the codec push stage by stage, the one-launch MLP with two programs per SM
+     stage tests 200 TESTS="tests/inference_model/test_fused_decode.py tests/kernels/test_rope_attention.py \
+tests/kernels/test_attention_block.py" TESTS_TIMEOUT=180 tests
+     stage codecstages 150 codecstages
+     stage onelaunch 200 ONE_MS=1 ONE_PARTS=mlp ONE_VARIANTS=one@x2,one@gu3x2 ONE_TIMEOUT=190 onelaunch ;;
+  2) # the decode GEMMs re-swept and the step on the new table; the GEMM prefetch at 2 and 4 blocks
+     stage sweep 400 sweep
+     stage levers 170 LEVER_ROUNDS=2 LEVER_VARIANTS=default,prefetch@2,prefetch@4 LEVERS_TIMEOUT=160 levers ;;
+  3) # the served curve with prompts at the real model's length beside the byte prompts of every record
+     stage ab 570 SERVE_ARGS_A="--preset-text bytes" SERVE_ARGS_B="--preset-text qwen-bpe" \
+       LEVELS="64:640 128:1280" AB_ROUNDS=1 ab ;;
+  4) # the fill job's encode per configuration; the live route with clocked-first admission
+     stage encode 220 encode
+     stage live 330 LIVE_TIMEOUT=200 LIVE_SIDES=reuse LIVE_SESSIONS=320 LIVE_C=64 LIVE_ROUNDS=1 \
+       SERVE_ARGS="--preset-text qwen-bpe" live ;;
+  *) echo "usage: next_calls.sh 1|2|3|4 (see benchmarks/inference_h200/README.md)" >&2; exit 2 ;;
+esac
+bundle "$1"
+ls -la "$O"
