@@ -162,7 +162,7 @@ def measure(codec: Any, streams: int, frames: int, reps: int, ceil: dict[str, fl
     FLOPs of one more, and the whole push eager and (CUDA) graph-replayed."""
     cuda = codec.device.type == "cuda"
     stages = codec_stages(codec)
-    dec = codec.slot_decoder(streams, channels_last=layout)
+    dec = codec.slot_decoder(streams, max_frames=4096, channels_last=layout)
     gen = torch.Generator().manual_seed(0)
     codes = torch.randint(0, 1000, (streams, codec.num_codebooks, frames), generator=gen)
     slots = list(range(streams))
@@ -193,7 +193,7 @@ def _row(name: str, ms: float, flop: float, nbytes: int, ceil: dict[str, float])
 
 
 def _graph_ms(codec: Any, streams: int, frames: int, codes: torch.Tensor, layout: bool | None) -> float:
-    dec = codec.slot_decoder(streams, graphs=True, channels_last=layout)
+    dec = codec.slot_decoder(streams, max_frames=4096, graphs=True, channels_last=layout)
     dec.capture((frames,))
     return _median_ms(lambda: dec.push(list(range(streams)), codes), codec.device)
 
