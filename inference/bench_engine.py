@@ -251,19 +251,26 @@ def graph_replay_ms(fn: Any, reps: int = 20) -> float:
     return replay_ms(capture_graph(fn), reps)
 
 
-def replay_ms(graph: Any, reps: int = 20) -> float:
-    """Median GPU time of ``reps`` replays of a captured CUDA graph (CUDA events around each)."""
+def call_ms(fn: Any, device: Any) -> float:
+    """Milliseconds of one call of ``fn``: CUDA events around it on a GPU (its GPU time, waited for),
+    the wall clock elsewhere (the CPU runs it synchronously)."""
     import torch
 
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
+    if torch.device(device).type != "cuda":
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1000
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    fn()
+    b.record()
+    b.synchronize()
+    return a.elapsed_time(b)
+
+
+def replay_ms(graph: Any, reps: int = 20) -> float:
+    """Median GPU time of ``reps`` replays of a captured CUDA graph (CUDA events around each)."""
+    return statistics.median(call_ms(graph.replay, "cuda") for _ in range(reps))
 
 
 def decode_inputs(model: Any, bs: int) -> tuple[Any, Any, Any]:
@@ -345,7 +352,6 @@ def step_breakdown(model: Any, batch_sizes: list[int], context: int) -> list[dic
 
 def prefill_breakdown(model: Any, tokens: int, batches: tuple[int, ...]) -> list[dict[str, float]]:
     """GPU ms of one batched prefill of ``n`` fresh ``tokens``-token prompts (median of 3, eager)."""
-    import torch
 
     from .model import PrefillPiece
 
@@ -353,14 +359,7 @@ def prefill_breakdown(model: Any, tokens: int, batches: tuple[int, ...]) -> list
     cache = model.new_cache(max(batches), tokens + 8)
     for n in batches:
         pieces = [PrefillPiece(i, _prompt(model, tokens, i), 0) for i in range(n)]
-        times = []
-        for _ in range(4):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            model.prefill_batch(cache, pieces)
-            b.record()
-            b.synchronize()
-            times.append(a.elapsed_time(b))
+        times = [call_ms(lambda pieces=pieces: model.prefill_batch(cache, pieces), "cuda") for _ in range(4)]
         ms = statistics.median(times[1:])
         rows.append({"prompts": n, "tokens": n * tokens, "ms": round(ms, 3),
                      "tokens_per_s": round(n * tokens / ms * 1000, 1)})

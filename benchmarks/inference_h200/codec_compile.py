@@ -37,6 +37,7 @@ from collections import defaultdict
 from typing import Any
 
 import torch
+from ttsfleet.inference.bench_engine import call_ms
 from ttsfleet.inference.codec import load_codec
 from ttsfleet.inference.codec_batch import use_conv_autotuner
 
@@ -45,17 +46,8 @@ REPS = 20
 
 
 def timed(dev: torch.device, fn) -> float:  # noqa: ANN001
-    """Milliseconds of one call: CUDA events on a GPU, the wall clock (after a sync) elsewhere."""
-    if dev.type == "cuda":
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        return s.elapsed_time(e)
-    t0 = time.perf_counter()
-    fn()
-    return (time.perf_counter() - t0) * 1000
+    """Milliseconds of one call: CUDA events on a GPU, the wall clock elsewhere."""
+    return call_ms(fn, dev)
 
 
 def make_decoder(codec, variant: str, slots: int) -> Any:  # noqa: ANN001

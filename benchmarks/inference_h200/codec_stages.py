@@ -38,6 +38,7 @@ from typing import Any
 import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
+from ttsfleet.inference.bench_engine import call_ms
 from ttsfleet.inference.codec import load_codec
 from ttsfleet.inference.codec_batch import use_conv_autotuner
 from ttsfleet.inference.codec_layers import SeqBlock
@@ -138,22 +139,10 @@ def ceilings(device: torch.device) -> dict[str, float]:
 
 
 def _median_ms(fn: Callable[[], Any], device: torch.device, reps: int = 10) -> float:
+    """Median ms of ``reps`` calls after 3 warm-up calls."""
     for _ in range(3):
         fn()
-    times = []
-    for _ in range(reps):
-        if device.type == "cuda":
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn()
-            e.record()
-            e.synchronize()
-            times.append(s.elapsed_time(e))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1000)
-    return statistics.median(times)
+    return statistics.median(call_ms(fn, device) for _ in range(reps))
 
 
 def measure(codec: Any, streams: int, frames: int, reps: int, ceil: dict[str, float],
