@@ -228,6 +228,7 @@ class BatchedCodec:
 
     def _decode(self, size: int, jobs: list[CodecJob]) -> None:
         import torch
+
         codes = [job.take(size) for job in jobs]
         try:
             wave = self.decoder.push([j.slot for j in jobs], torch.from_numpy(np.stack(codes)))
