@@ -483,8 +483,13 @@ def _tuned() -> dict[str, dict[str, Any]]:
             raw = json.load(fh)
     except (OSError, ValueError):
         return {}
+    return {key: _config_fields(cfg) for key, cfg in raw.items()}
+
+
+def _config_fields(entry: dict[str, Any]) -> dict[str, Any]:
+    """A tuned table entry's :class:`GemmConfig` fields (the sweep also records its time, ``us``)."""
     names = {f.name for f in fields(GemmConfig)}
-    return {key: {k: v for k, v in cfg.items() if k in names} for key, cfg in raw.items()}
+    return {k: v for k, v in entry.items() if k in names}
 
 
 def m_bucket(m: int) -> int:
@@ -538,10 +543,9 @@ def pin_table(table: dict[str, dict[str, Any]] | None) -> None:
     shipped one, after dropping every pin; None only drops them. Lets one process time the decode
     step on two tables side by side (``benchmarks/inference_h200/decode_levers.py``, ``table@FILE``)."""
     _OVERRIDE.clear()
-    names = {f.name for f in fields(GemmConfig)}
     for key, raw in (table or {}).items():
         kind, n, k, mb = key.split(":")
-        cfg = GemmConfig(**{f: v for f, v in raw.items() if f in names})
+        cfg = GemmConfig(**_config_fields(raw))
         check_config("swiglu" if kind == "swiglu" else "linear", cfg, "bsgemm_fp8")
         set_config(kind, int(mb), int(n), int(k), cfg)
 

@@ -45,11 +45,6 @@ SHAPES = ((1, 1), (16, 4), (64, 4), (128, 4))
 REPS = 20
 
 
-def timed(dev: torch.device, fn) -> float:  # noqa: ANN001
-    """Milliseconds of one call: CUDA events on a GPU, the wall clock elsewhere."""
-    return call_ms(fn, dev)
-
-
 def make_decoder(codec, variant: str, slots: int) -> Any:  # noqa: ANN001
     """The serving decoder of ``variant``: compiled ones through ``slot_decoder(compile_mode=...)``,
     exactly as ``ttsfleet serve --codec-compile MODE`` builds it (symbolic shapes, state marked
@@ -73,7 +68,7 @@ def push_ms(dec, b: int, t: int, codes: torch.Tensor) -> float:  # noqa: ANN001
     dev = dec.codec.device
     for _ in range(3):
         dec.push(slots, codes[:b, :, :t])
-    return statistics.median(timed(dev, lambda: dec.push(slots, codes[:b, :, :t])) for _ in range(REPS))
+    return statistics.median(call_ms(lambda: dec.push(slots, codes[:b, :, :t]), dev) for _ in range(REPS))
 
 
 def stream_audio(dec, codes: torch.Tensor, pushes: int = 8, step: int = 4) -> torch.Tensor:  # noqa: ANN001
