@@ -112,7 +112,7 @@ def _wait_query(base: str, query: str, pred, timeout: float = 40.0) -> list:
             last = r
             if r.get("status") == "success" and pred(r["data"]["result"]):
                 return r["data"]["result"]
-        except httpx.HTTPError:
+        except (httpx.HTTPError, ValueError):  # not listening yet, or a starting server's non-JSON answer
             pass
         time.sleep(0.5)
     raise AssertionError(f"prometheus query {query!r} never matched; last answer {last}")
