@@ -340,6 +340,9 @@ class _TBlock(nn.Module):
 class WindowTransformer(nn.Module):
     """Causal transformer attending to the last ``window`` positions; channels-first in and out."""
 
+    #: Whether :meth:`_enter` makes its ``[b, t, dim]`` input dense (see there); False: the old form.
+    dense_input = True
+
     def __init__(self, input_dim: int, dim: int, n_layer: int, n_head: int, head_dim: int, hidden: int,
                  eps: float, rope_base: float, block_size: int, window: int | None) -> None:
         super().__init__()
@@ -357,8 +360,20 @@ class WindowTransformer(nn.Module):
         return self.rope
 
     def _enter(self, x: Tensor) -> Tensor:
-        """Channels-first ``[b, c, t]`` in -> ``[b, t, dim]``."""
+        """Channels-first ``[b, c, t]`` in -> ``[b, t, dim]``, dense (a copy unless ``x`` is a
+        transposed dense ``[b, t, c]`` already, as the channels-last encoder's is).
+
+        Why dense (issue #25): elementwise ops keep their first input's strides, so a transposed view
+        carried every norm's output, hence the ``wqkv`` / ``w1`` / ``w3`` GEMMs' input, as rows whose
+        stride is the push's time length (4 for a 4-frame push): cuBLAS ran those 24 GEMMs of a
+        decode push with an ``align2`` kernel, 3.3 of a 64 x 4 push's 15.6 ms on an H100
+        (2026-12-05, benchmarks/inference_h200/2026-12-05b/call1-*). Dense, the push took 12.35
+        instead of 15.50 ms, 128 x 4 22.62 instead of 28.80 (same H100, one process, call2-*). One
+        copy of ``b x t x c`` values;
+        :attr:`dense_input` False is the old form (benchmarks' side by side)."""
         x = x.transpose(1, 2)
+        if self.dense_input:
+            x = x.contiguous()
         return x if self.input_proj is None else self.input_proj(x)
 
     def _leave(self, x: Tensor) -> Tensor:
