@@ -46,6 +46,7 @@ from .codec_layers import (
     WindowTransformer,
     cache_channels_last,
     run,
+    set_fused_units,
     uncache_channels_last,
 )
 
@@ -305,6 +306,13 @@ class Codec(nn.Module):
             cache_channels_last(self.encoder)
         else:
             uncache_channels_last(self.encoder)
+
+    def use_fused_units(self, on: bool = True) -> None:
+        """The decoder's residual units through the fused conv kernels
+        (:attr:`~ttsfleet.inference.codec_layers.ResidualUnit.fused_convs`): taken where the decoder
+        runs channels-last and the kernel dispatch runs Triton, else the units run as before. Call
+        after loading or moving weights (it caches the convs' ``[K, Ci, Co]`` weights)."""
+        set_fused_units(self.decoder, on)
 
     def use_fused_kernels(self, on: bool = True) -> None:
         """Snake activations through :func:`ttsfleet.kernels.snake.snake` (one pass; Triton where the

@@ -21,6 +21,8 @@ import numpy as np
 from ttsfleet.inference.codec_gather import GatherRule, StreamTiming, due, wake_in
 from ttsfleet.inference.engine_messages import CodesChunk, DropStream, Event, StopCodec
 
+from ttsfleet.switches import ProcessSwitch, one_of
+
 log = logging.getLogger("ttsfleet.inference.codec_batch")
 
 
@@ -280,11 +282,25 @@ def use_conv_autotuner() -> None:
     torch.backends.cudnn.benchmark_limit = CUDNN_CANDIDATES
 
 
+#: How the decoder's residual units run (issue #25): ``fused`` (default;
+#: :meth:`~ttsfleet.inference.codec.Codec.use_fused_units`: Triton convs with the Snake and the
+#: residual add in their epilogues, for the narrow units with many rows, channels-last decoders on a
+#: Triton backend only) or ``cudnn`` (Snake kernel, cuDNN convs, a residual add). Measured side by
+#: side on an H100 (2026-12-05, benchmarks/inference_h200/2026-12-05b/call2-*): a 64 x 4 push 12.35 ->
+#: 11.36 ms, 128 x 4 22.62 -> 20.36, 16 x 4 5.01 -> 4.97, audio as close to float32 (20.0 dB); the
+#: H200 not yet.
+CODEC_UNITS_ENV = "TTSFLEET_CODEC_UNITS"
+CODEC_UNITS_SWITCH: ProcessSwitch[str] = ProcessSwitch(CODEC_UNITS_ENV, "fused",
+                                                       one_of(CODEC_UNITS_ENV, ("cudnn", "fused"), "fused"))
+
+
 def build_slot_decoder(codec: Any, plan: Any) -> Any:
     """The batched slot decoder of a :class:`~ttsfleet.inference.codec_process.DecoderPlan`, compiled
     if asked and its graphs captured for every stream bucket x frame count (1, 2, 4, ...
-    ``plan.max_frames``): all of it before the first request, never on one."""
+    ``plan.max_frames``): all of it before the first request, never on one. The residual units run
+    as :data:`CODEC_UNITS_SWITCH` says."""
     t0 = time.perf_counter()
+    codec.use_fused_units(CODEC_UNITS_SWITCH.get() == "fused")
     compile_mode = plan.compile_mode
     decoder = codec.slot_decoder(plan.slots, max_frames=plan.max_seq_len, graphs=plan.graphs,
                                  graph_max_batch=plan.graph_max_batch, compile_mode=compile_mode,
@@ -292,9 +308,9 @@ def build_slot_decoder(codec: Any, plan: Any) -> Any:
     frames = tuple(1 << i for i in range(plan.max_frames.bit_length()))
     n = decoder.capture(frames)  # compiled: the compiles happen here, before any capture
     if n:
-        log.info("captured %d codec graphs (streams %s x frames %s, %s convs) in %.1f s", n,
+        log.info("captured %d codec graphs (streams %s x frames %s, %s convs, %s units) in %.1f s", n,
                  decoder.buckets, frames, "channels-last" if decoder.channels_last else "NCL",
-                 time.perf_counter() - t0)
+                 CODEC_UNITS_SWITCH.get(), time.perf_counter() - t0)
     if compile_mode is not None:
         log.info("codec decode compiled (%s): %s, %.1f s", compile_mode,
                  "on" if decoder.compiled is not None else f"eager ({decoder.compile_error})",

@@ -174,6 +174,8 @@ class CausalConv(nn.Module):
         self.pad = self.k_eff - stride
         #: The weight as a channels-last 4-D tensor (:func:`cache_channels_last`); not a parameter.
         self.weight_4d: Tensor | None = None
+        #: The weight as ``[K, Ci, Co]`` rows for the fused residual units (:func:`set_fused_units`).
+        self.weight_rows: Tensor | None = None
 
     def _conv(self, x: Tensor, with_bias: bool = True) -> Tensor:
         """The conv of the padded input; ``with_bias=False``: without the bias (the parameter stays;
@@ -198,9 +200,23 @@ class CausalConv(nn.Module):
 
     def close(self, buf: Tensor, st: State = None, with_bias: bool = True) -> Tensor:
         """Keep the buffer's last ``pad`` samples as the next call's history; convolve the buffer."""
+        self.keep_history(buf, st)
+        return self._conv(buf, with_bias)
+
+    def keep_history(self, buf: Tensor, st: State = None) -> None:
+        """Store the buffer's last ``pad`` samples as the stream's history for its next call."""
         if st is not None:
             st[self] = _state_view(buf[..., buf.shape[-1] - self.pad:])
-        return self._conv(buf, with_bias)
+
+    def rows_weight(self) -> Tensor:
+        """The weight as ``[K, Ci, Co]`` GEMM operands (:func:`~ttsfleet.kernels.codec_conv.weight_rows`),
+        the cached copy when :func:`set_fused_units` made one for the weight as it is now."""
+        from ttsfleet.kernels.codec_conv import weight_rows
+
+        w, cached = self.conv.weight, self.weight_rows
+        if cached is None or cached.device != w.device or cached.dtype != w.dtype:
+            return weight_rows(w)
+        return cached
 
     def forward(self, x: Tensor, st: State = None, with_bias: bool = True) -> Tensor:
         if self.stride != 1:
@@ -259,13 +275,78 @@ def uncache_channels_last(module: nn.Module) -> None:
 
 
 class ResidualUnit(nn.Module):
+    """``x + conv1x1(Snake(conv7(Snake(x))))``, the dilated conv causal with carried history."""
+
+    #: Its two convs as Triton implicit GEMMs with the second Snake and the residual add in their
+    #: epilogues (:func:`~ttsfleet.kernels.codec_conv.conv_rows`, issue #25): 6 passes over the
+    #: unit's ``T x C`` tensor instead of 11. Channels-last input only, where the kernel dispatch runs
+    #: Triton, and only for the units :meth:`takes_fused` admits; set per codec
+    #: (:meth:`~ttsfleet.inference.codec.Codec.use_fused_units`).
+    fused_convs = False
+    #: The widest unit and the fewest rows (streams x samples) a call must have to run fused. Measured
+    #: on an H100, one unit of a 64 x 4 push (2026-12-05, benchmarks/inference_h200/2026-12-05b/
+    #: call1 codec_units): fused 0.75 vs cuDNN 1.05 ms at width 192 (262k rows), 0.92 vs 1.05 at 96
+    #: (524k), but 0.39 vs 0.37 at 768 (8k rows) and 0.69 vs 0.68 at 384 (65k): the wide units are
+    #: compute-bound, where cuDNN's convs are faster; a 1-stream x 1-frame push ran 2.61 instead of
+    #: 2.18 ms fused throughout (few rows: few programs, each a long K loop).
+    fused_max_width = 256
+    fused_min_rows = 16384
+
+    def takes_fused(self, x: Tensor) -> bool:
+        """Whether a call on ``x`` runs fused: switched on, channels-last, narrow enough, enough rows,
+        Triton running for its device (and not while torch.compile traces)."""
+        return (self.fused_convs and x.dim() == 4 and x.shape[1] <= self.fused_max_width
+                and x.shape[0] * x.shape[-1] >= self.fused_min_rows and not torch.compiler.is_compiling()
+                and _triton_runs(x))
+
     def __init__(self, dim: int, dilation: int) -> None:
         super().__init__()
         self.block = nn.ModuleList([Snake(dim), CausalConv(dim, dim, 7, dilation=dilation), Snake(dim),
                                     CausalConv(dim, dim, 1)])
 
     def forward(self, x: Tensor, st: State = None) -> Tensor:
+        if self.takes_fused(x):
+            return self._fused(x, st)
         return x + run(self.block, x, st)
+
+    def _fused(self, x: Tensor, st: State) -> Tensor:
+        """The same unit through :func:`~ttsfleet.kernels.codec_conv.conv_rows`: the first Snake into
+        the dilated conv's ``[history | new]`` buffer (as :func:`run` does), the conv with the second
+        Snake on its accumulator, the 1x1 conv with the residual added on its accumulator."""
+        from ttsfleet.kernels.codec_conv import conv_rows, rows
+
+        snake1, conv7, snake2, conv1 = self.block
+        buf = conv7.open(x, st)
+        snake1(x, st, out=buf[..., conv7.pad:])
+        conv7.keep_history(buf, st)
+        h = _new_buffer(x, x.shape[-1])
+        conv_rows(rows(buf), conv7.rows_weight(), conv7.conv.bias, out=rows(h),
+                  dilation=conv7.conv.dilation[0], alpha=snake2.alpha)
+        y = _new_buffer(x, x.shape[-1])
+        conv_rows(rows(h), conv1.rows_weight(), conv1.conv.bias, out=rows(y), residual=rows(x))
+        return y
+
+
+def _triton_runs(x: Tensor) -> bool:
+    """Whether the kernel dispatch runs the Triton kernels for ``x``'s device
+    (:mod:`ttsfleet.kernels.dispatch`)."""
+    from ttsfleet.kernels import dispatch
+
+    return dispatch.use_triton(x)
+
+
+def set_fused_units(module: nn.Module, on: bool = True) -> None:
+    """:attr:`ResidualUnit.fused_convs` for every residual unit under ``module``; on gives each of
+    their convs its ``[K, Ci, Co]`` weight rows (the fused GEMMs' operands, built from the current
+    weight), off drops them."""
+    from ttsfleet.kernels.codec_conv import weight_rows
+
+    for unit in module.modules():
+        if isinstance(unit, ResidualUnit):
+            unit.fused_convs = on
+            for m in unit.block:
+                if isinstance(m, CausalConv):
+                    m.weight_rows = weight_rows(m.conv.weight) if on else None
 
 
 class ConvNeXt(nn.Module):

@@ -197,7 +197,8 @@ class ServeConfig:
 #: The modules that define a :class:`ttsfleet.switches.ProcessSwitch`: importing them registers their
 #: switches for :func:`_check_process_switches` (``tests/core/test_switches.py`` fails if a module of
 #: the source tree defines one and is missing here).
-SWITCH_MODULES = ("ttsfleet.inference.model_layers", "ttsfleet.kernels.decode")
+SWITCH_MODULES = ("ttsfleet.inference.model_layers", "ttsfleet.kernels.decode",
+                  "ttsfleet.inference.codec_batch")
 
 
 def _check_process_switches(env: dict[str, str]) -> None:

@@ -76,7 +76,9 @@ Case = Callable[[Target], list[str]]
 
 
 def _compile(fn: Any, types: dict[str, str], const: dict[str, Any], opts: dict[str, Any],
-             target: Target) -> Compiled:
+             target: Target, divisible: tuple[str, ...] = ()) -> Compiled:
+    """``divisible``: integer arguments a launch passes as multiples of 16 (Triton specializes them
+    so at run time, which decides vectorized loads and software pipelining)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -85,7 +87,8 @@ def _compile(fn: Any, types: dict[str, str], const: dict[str, Any], opts: dict[s
     # compile the branches it guards, e.g. a fused path with its pointers typed as integers)
     const = {**{p.name: p.default for p in fn.params if p.is_constexpr and p.has_default}, **const}
     sig = {n: "constexpr" if n in const else types.get(n, "i32") for n in fn.arg_names}
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if sig[n].startswith("*")}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
+             if sig[n].startswith("*") or n in divisible}
     src = ASTSource(fn, sig, const, attrs)
     k = triton.compile(src, target=GPUTarget("cuda", target.cc, 32), options=opts)
     return Compiled(k.asm["ptx"], int(k.metadata.shared), k.asm["cubin"])
@@ -409,6 +412,38 @@ def _samplers(vocab: int) -> Case:
     return run
 
 
+#: The S2 codec decoder's residual-unit widths, each with a 64 x 4 push's time rows per stream.
+CODEC_UNIT_WIDTHS = ((768, 128), (384, 1024), (192, 4096), (96, 8192))
+
+
+def _codec_convs(width: int, t: int) -> Case:
+    """The codec's fused conv (:mod:`.triton_codec_conv`) at one decoder width with its default
+    tile, bf16: the 7-tap conv with Snake and the 1x1 conv with the residual add. Tensor-core MMAs
+    required (``wgmma`` on sm_90a, ``mma.sync`` bf16 on sm_120a)."""
+
+    def run(target: Target) -> list[str]:
+        from . import triton_codec_conv as tc
+
+        tile = tc.default_tile(t, width, width)
+        types = dict(x_ptr="*bf16", w_ptr="*bf16", b_ptr="*bf16", a_ptr="*bf16", r_ptr="*bf16", y_ptr="*bf16")
+        mma = "wgmma.mma_async" if target.cc == 90 else "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+        bad: list[str] = []
+        for name, const in (("7-tap + Snake", dict(KSIZE=7, SNAKE=True, RESIDUAL=False)),
+                            ("1x1 + residual", dict(KSIZE=1, SNAKE=False, RESIDUAL=True))):
+            const = {**const, "F32_DOT": False, "BLOCK_T": tile.block_t, "BLOCK_N": tile.block_n,
+                     "BLOCK_K": tile.block_k}
+            c = _compile(tc.conv_rows_kernel, types, const,
+                         {"num_warps": tile.num_warps, "num_stages": tile.num_stages}, target,
+                         divisible=("CI", "CO", "s_xb", "s_xt", "s_rb", "s_rt", "s_yb", "s_yt"))
+            _note(f"{target.name} codec conv {name} C={width} {tile}", c)
+            bad += [f"{name}: {b}" for b in _common(c, target, pdl=False)]
+            if mma not in c.ptx:
+                bad.append(f"{name}: no {mma}")
+        return bad
+
+    return run
+
+
 def _gemm_configs(scheme: str, representative: bool = False) -> Iterator[tuple[str, Any, int, int]]:
     """(kind, config, M, K) for every distinct config the tuner may pick, plus the tuned table's picks.
 
@@ -449,6 +484,8 @@ def cases(target: Target, representative: bool = False) -> Iterator[tuple[str, C
         yield f"decode kernels group={group}", _decode_kernels(group)
     for vocab in S2_VOCABS:
         yield f"samplers V={vocab}", _samplers(vocab)
+    for width, t in CODEC_UNIT_WIDTHS[-1:] if representative else CODEC_UNIT_WIDTHS:
+        yield f"codec unit convs C={width}", _codec_convs(width, t)
 
 
 def check(target: Target, representative: bool = False) -> tuple[int, list[str]]:

@@ -48,6 +48,8 @@ MODEL_SWITCHES = {  # variable: (default, the parsed default, a bad value, its w
                                   "TTSFLEET_FAST_ATTN_LAUNCH='fused': expected one of separate, one"),
     "TTSFLEET_HEAD_GEMM": ("bf16", "bf16", "fp8",
                            "TTSFLEET_HEAD_GEMM='fp8': expected one of float32, bf16"),
+    "TTSFLEET_CODEC_UNITS": ("fused", "fused", "triton",
+                             "TTSFLEET_CODEC_UNITS='triton': expected one of cudnn, fused"),
 }
 
 
@@ -122,7 +124,10 @@ def test_made_switches_register_by_name(own_registry) -> None:  # noqa: ANN001
 
 
 def test_the_model_switches_are_registered_with_their_defaults_and_messages() -> None:
-    from ttsfleet.inference import model_layers
+    from ttsfleet.inference import (
+        codec_batch,  # noqa: F401 - registers TTSFLEET_CODEC_UNITS
+        model_layers,
+    )
     from ttsfleet.kernels import decode
 
     by_name = {s.env: s for s in registered()}

@@ -1,0 +1,50 @@
+"""``benchmarks/inference_h200/codec_units.py`` on the CPU (Triton's interpreter): every variant runs
+the same unit (its output checked against the cuDNN-path unit's), a tile variant really launches
+with its tile, and the report carries what the table prints. The GPU figures it exists for come from
+the H200 (``benchmarks/inference_h200/``)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "inference_h200" / "codec_units.py"
+
+
+@pytest.fixture(scope="module")
+def bench():  # noqa: ANN201
+    spec = importlib.util.spec_from_file_location("codec_units", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_variant_computes_the_unit(bench, kernels, monkeypatch) -> None:
+    if kernels != "interpret":
+        pytest.skip("the fused unit runs the Triton kernels (the interpreter here)")
+    from ttsfleet.kernels import triton_codec_conv as tcc
+
+    tiles = []
+    launch = tcc.conv_rows_triton
+
+    def spy(*a, **k):  # noqa: ANN002, ANN003, ANN202
+        tiles.append(tcc.default_tile(1, 16, 16))
+        return launch(*a, **k)
+
+    monkeypatch.setattr(tcc, "conv_rows_triton", spy)
+    args = argparse.Namespace(streams=2, frames=1, rounds=1, reps=1)
+    variants = ["cudnn", "fused", "tile 32x16x16x4x2"]
+    with torch.inference_mode():
+        row = bench.measure(16, args, torch.device("cpu"), variants)
+    assert row["width"] == 16 and row["rows"] == 2 * 40 and row["least_bytes"] == 2 * 2 * 16 * 40 * 4
+    for v in variants:
+        r = row["variants"][v]
+        assert r["rel_err_vs_cudnn"] < 1e-5 and len(r["ms_rounds"]) == 1 and r["ms"] > 0
+    assert tcc.ConvTile(32, 16, 16, 4, 2) in tiles  # the tile variant launched with its own tile
+    assert tcc.default_tile(1, 16, 16) != tcc.ConvTile(32, 16, 16, 4, 2)  # and put the default back
