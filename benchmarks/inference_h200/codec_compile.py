@@ -12,7 +12,14 @@ This script measures, in one process, side by side on the same random S2-size co
 - ``compiled-static``: the eager decode wrapped with fixed shapes (one compile per shape: what the
   symbolic compile gives up, if anything);
 - ``compiled-autotune``: Inductor's ``max-autotune-no-cudagraphs`` (Triton conv and
-  GEMM templates raced against cuDNN / cuBLAS; long to compile).
+  GEMM templates raced against cuDNN / cuBLAS; long to compile);
+- ``fused-units``: the serving path with the residual units' convs as Triton implicit GEMMs, the
+  second Snake and the residual add in their epilogues (``TTSFLEET_CODEC_UNITS=fused``,
+  :meth:`~ttsfleet.inference.codec.Codec.use_fused_units`), for the units
+  :meth:`~ttsfleet.inference.codec_layers.ResidualUnit.takes_fused` admits, then the same graphs;
+  ``fused-units-all``: every unit fused (the width and row limits lifted);
+- ``strided-window``: the serving path with the window transformer's old strided input
+  (:attr:`~ttsfleet.inference.codec_layers.WindowTransformer.dense_input` False), for the side by side.
 
 For each: compile + capture seconds per shape, ms per push (CUDA events, median of ``REPS``),
 frames/s, and the audio's SNR against the baseline and against a float32 eager decode of the same
@@ -40,6 +47,7 @@ import torch
 from ttsfleet.inference.bench_engine import call_ms
 from ttsfleet.inference.codec import load_codec
 from ttsfleet.inference.codec_batch import use_conv_autotuner
+from ttsfleet.inference.codec_layers import ResidualUnit, WindowTransformer
 
 SHAPES = ((1, 1), (16, 4), (64, 4), (128, 4))
 REPS = 20
@@ -50,7 +58,14 @@ def make_decoder(codec, variant: str, slots: int) -> Any:  # noqa: ANN001
     exactly as ``ttsfleet serve --codec-compile MODE`` builds it (symbolic shapes, state marked
     static, Snake traced in float32); ``compiled-static`` wraps the eager decode with fixed shapes
     (one compile per shape: the ceiling the symbolic one is compared with)."""
-    if variant in ("graphs", "compiled-static"):
+    codec.use_fused_units(variant.startswith("fused-units"))
+    every = variant == "fused-units-all"
+    for unit in codec.decoder.modules():
+        if isinstance(unit, ResidualUnit):  # instance attributes: the class's limits, or none
+            unit.fused_max_width = 1 << 20 if every else ResidualUnit.fused_max_width
+            unit.fused_min_rows = 0 if every else ResidualUnit.fused_min_rows
+    WindowTransformer.dense_input = variant != "strided-window"
+    if variant in ("graphs", "compiled-static", "fused-units", "fused-units-all", "strided-window"):
         dec = codec.slot_decoder(slots, max_frames=4096, graphs=True, graph_max_batch=slots)
         if variant == "compiled-static":  # one eager call first: every state tensor exists
             dev = codec.device
@@ -133,7 +148,8 @@ def main() -> None:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--codec", default="s2-pro")
     ap.add_argument("--variants", default="graphs,compiled,compiled-static",
-                    help="comma list of graphs, compiled, compiled-static, compiled-autotune")
+                    help="comma list of graphs, compiled, compiled-static, compiled-autotune, fused-units, "
+                         "fused-units-all, strided-window")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--shapes", default=",".join(f"{b}x{t}" for b, t in SHAPES))
     ap.add_argument("--layout", choices=("ncl", "channels-last"), default=None,

@@ -12,7 +12,7 @@
 # top-k kernel, FP8 KV side by side), onelaunch (one_launch.py: the MLP and the fast attention half in one launch
 # vs their launches: ONE_MS, ONE_EXTRA_MS, ONE_ROUNDS, ONE_PARTS; ~25 kernel compiles, ONE_TIMEOUT 420), gemmproto (gemm_proto.py), engineab (bench engine c=64, eager
 # prefill vs graphs: ENGINE_LEVELS; enginespy: bench engine with the codec under py-spy; ENGINE_SIDES="b:--prefill-graphs" runs one side; ENGINE_CODEC=s2-pro puts the serving codec in the loop), benchgate (bench engine --gate: GATE_LEVELS,
-# GATE_PER_CLIENT, GATE_CODEC), prefill, prefillhost, prefillgraphs, codec, sweep (the decode GEMM configs re-swept, then the step on the new table beside the old; SWEEP_MS), codecstages (codec_stages.py: a push stage by stage vs each stage's floor; CS_ARGS), codeclayout (codec_layout.py: NCL vs channels-last pushes; CL_ARGS adds its flags), codeccapture (codec_capture.py: start-up graph capture per cuDNN setting; CAP_CONFIGS, CAP_BUDGET), codeccompile (CC_ARGS), live (real-time mode on/off side by side: LIVE_C, LIVE_SESSIONS, LIVE_ROUNDS; needs the fish-audio-sdk wheels and the reference voice made here first, the device has no espeak-ng: `python3 -P benchmarks/inference_serve/live_prefix.py x --reference-wav benchmarks/inference_serve/live_ref.wav --write-reference`, untracked, travels with the tree), serve, ab. Env: SERVE_ARGS (extra `ttsfleet serve` flags;
+# GATE_PER_CLIENT, GATE_CODEC), prefill, prefillhost, prefillgraphs, codec, sweep (the decode GEMM configs re-swept, then the step on the new table beside the old; SWEEP_MS), codecstages (codec_stages.py: a push stage by stage vs each stage's floor; CS_ARGS), codecunits (codec_units.py: one residual unit per decoder width, cuDNN vs the fused Triton convs and tiles; CU_ARGS), codeclayout (codec_layout.py: NCL vs channels-last pushes; CL_ARGS adds its flags), codeccapture (codec_capture.py: start-up graph capture per cuDNN setting; CAP_CONFIGS, CAP_BUDGET), codeccompile (CC_ARGS), live (real-time mode on/off side by side: LIVE_C, LIVE_SESSIONS, LIVE_ROUNDS; needs the fish-audio-sdk wheels and the reference voice made here first, the device has no espeak-ng: `python3 -P benchmarks/inference_serve/live_prefix.py x --reference-wav benchmarks/inference_serve/live_ref.wav --write-reference`, untracked, travels with the tree), serve, ab. Env: SERVE_ARGS (extra `ttsfleet serve` flags;
 # ab: SERVE_ARGS_A / SERVE_ARGS_B alternated AB_ROUNDS times in one call),
 # serve runs with --gpu-class h200, whose catalog default since 2026-12-03d is the codec process under
 # MPS (the server starts the daemon itself; `--no-codec-process` in SERVE_ARGS is the codec thread),
@@ -75,18 +75,20 @@ stop_servers() {  # a live stage cut by its timeout leaves its server behind: st
   for _ in $(seq 1 60); do pgrep -f "[t]tsfleet.cli serve" > /dev/null || return 0; sleep 0.5; done
   pkill -KILL -f "[t]tsfleet.cli serve"; sleep 1
 }
-serve_config() {  # serve_config DIR "SERVE FLAGS": start a server, run every level, stop it
-  local dir=$1 flags=$2 port=18123 t0; t0=$(date +%s)
+serve_config() {  # serve_config DIR "SERVE FLAGS": start a server, run every level, stop it; words of the
+  # form TTSFLEET_*=value among the flags go to the server's environment instead (a process switch per side)
+  local dir=$1 flags="" envs=() port=18123 t0 word; t0=$(date +%s)
+  for word in $2; do if [[ $word == TTSFLEET_*=* ]]; then envs+=("$word"); else flags="$flags $word"; fi; done
   mkdir -p "$dir"
   # shellcheck disable=SC2086  # the flags are a word list
-  python3 -m ttsfleet.cli serve --host 127.0.0.1 --port $port --checkpoint s2-pro --device cuda \
+  env "${envs[@]}" python3 -m ttsfleet.cli serve --host 127.0.0.1 --port $port --checkpoint s2-pro --device cuda \
     --gpu-class h200 --max-queue 2048 --max-new-tokens "$FRAMES" --prefill-chunk-tokens 512 \
     --log-level info $flags > "$dir/server.log" 2>&1 &
   local pid=$! ready=0; SERVER_PID=$pid
   for _ in $(seq 1 1500); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && { ready=1; break; }
     kill -0 $pid 2>/dev/null || break; sleep 0.2; done
   [ $ready = 1 ] || { echo "$dir: server not ready"; tail -30 "$dir/server.log"; kill -9 $pid; return 1; }
-  echo "$dir [$flags]: server ready after $(( $(date +%s) - t0 )) s" | tee -a "$OUT/run.log"
+  echo "$dir [${envs[*]}$flags]: server ready after $(( $(date +%s) - t0 )) s" | tee -a "$OUT/run.log"
   grep -E "captured|warm-up|graph capture failed" "$dir/server.log" | tee -a "$OUT/run.log"
   TEXT=$(python3 -c 'print(("The quick brown fox jumps over the lazy dog, " * 7)[:290])')
   for lv in ${LEVELS:-1:8 64:640 128:1280}; do serve_level $port "${lv%%:*}" "${lv##*:}" "$dir"; done
@@ -143,6 +145,9 @@ for stage in "$@"; do
            [ -f "$OUT/sweep/tuned_h200.json" ] && OUT="$OUT/sweep" LEVER_ROUNDS="${LEVER_ROUNDS:-2}" \
              LEVER_VARIANTS="default,table@$OUT/sweep/tuned_h200.json" timeout "${SWEEP_LEVER_TIMEOUT:-240}" \
              python3 -m benchmarks.inference_h200.decode_levers 2>&1 | tee "$OUT/sweep_levers.txt" | tail -12 ;;
+    codecunits) # one residual unit per S2 decoder width: cuDNN + passes vs the fused Triton convs, tiles (CU_ARGS)
+                timeout "${CU_TIMEOUT:-200}" python3 -m benchmarks.inference_h200.codec_units "$OUT/codec_units" \
+                  ${CU_ARGS:-} 2>&1 | tee "$OUT/codec_units.txt" | tail -12 ;;
     codecstages) # the serving codec's push stage by stage against each stage's floor (CS_ARGS: --streams,
                  # --frames, --layout ncl); ~70 s with the S2-size codec's load
                  timeout "${CS_TIMEOUT:-240}" python3 -m benchmarks.inference_h200.codec_stages "$OUT/codec_stages" \
