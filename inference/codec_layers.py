@@ -15,7 +15,9 @@ through free views). Stream state is stored 3-D in both, so it does not depend o
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -154,6 +156,27 @@ def _as_layout_of(t: Tensor, x: Tensor) -> Tensor:
     return t.unsqueeze(2) if x.dim() == 4 else t
 
 
+@contextlib.contextmanager
+def _without_onednn() -> Iterator[None]:
+    """torch's own CPU kernels instead of oneDNN's in the block: for strided bf16 convs on the CPU
+    (:meth:`CausalConv._conv`).
+
+    Why: on CPUs with AMX, oneDNN's bf16 brgemm convolutions return wrong numbers for some strided
+    shapes (upstream: pytorch/pytorch#169688, "Stride 3 bfloat16 convolutions appear incorrect",
+    open). Measured here (torch 2.13.0, a Xeon with ``amx_bf16``, 2026-12-05): 16 -> 32 channels at
+    stride 4 (kernel 8, the encoders' downsampling) and stride 8 (kernel 16) came out 73-84 % off
+    float32 (stride 2 and 3, or 32 -> 64 channels at stride 8: 0.25 %), so a bf16
+    encode on such a CPU made codes 19 % equal to float32's instead of ~85 %; the same machine with
+    ``ONEDNN_MAX_CPU_ISA=AVX512_CORE``, or torch's native conv, was right. A CPU bf16 codec is a
+    test and smoke-run path (GPUs run the real work), so its strided convs give up oneDNN's speed."""
+    was = torch.backends.mkldnn.enabled
+    torch.backends.mkldnn.enabled = False
+    try:
+        yield
+    finally:
+        torch.backends.mkldnn.enabled = was
+
+
 class CausalConv(nn.Module):
     """Left-padded conv (``k_eff - stride`` zeros, right-padded to whole output frames).
 
@@ -182,6 +205,13 @@ class CausalConv(nn.Module):
         the consumer adds it, :attr:`Snake.fuse_bias`)."""
         c = self.conv
         bias = c.bias if with_bias else None
+        if x.device.type == "cpu" and x.dtype == torch.bfloat16 and self.stride > 1:
+            with _without_onednn():  # never on a GPU (nor in a compiled graph)
+                return self._conv_op(x, bias)
+        return self._conv_op(x, bias)
+
+    def _conv_op(self, x: Tensor, bias: Tensor | None) -> Tensor:
+        c = self.conv
         if x.dim() == 3:
             return F.conv1d(x, c.weight, bias, c.stride, 0, c.dilation, c.groups)
         return F.conv2d(x, _weight_4d(c.weight, self.weight_4d), bias, (1, self.stride), 0,
