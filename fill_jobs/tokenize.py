@@ -22,7 +22,10 @@ Speed (``codecLayout``, issue #25): ``ncl`` (default) runs the encoder's convs a
 path (:meth:`~ttsfleet.inference.codec.Codec.use_encoder_channels_last`). With a fast precision on
 CUDA the Snakes run fused (one Triton pass, the preceding conv's bias added in it); off the bit-exact
 default path (a fast precision or channels-last, on CUDA) cuDNN's autotuner picks each conv's
-kernel, with batch shapes bucketed so it times a bounded set of shapes (:class:`BatchEncoder`).
+kernel, with batch shapes bucketed so it times a bounded set of shapes (:class:`BatchEncoder`). A
+bf16 channels-last encode on CUDA also runs its narrow residual units as the decoder's fused Triton
+convs (``units``; the Snake and the residual add in the conv epilogues), as ``TTSFLEET_CODEC_UNITS``
+says (default ``fused``, ``cudnn`` keeps cuDNN's convs).
 
 Output per segment: ``codes/<2 hex>/<id>[.pNN].npy`` (int16, ``[num_codebooks, frames]``), named
 in the row's output entry as ``codes`` with ``code_frames``.
@@ -206,6 +209,27 @@ def default_autotune(device: torch.device, precision: str, layout: str) -> bool:
     return device.type == "cuda" and (precision != "float32" or layout != "ncl")
 
 
+#: How the encoder's residual units run (:class:`BatchEncoder`'s ``units``).
+UNITS = ("cudnn", "fused")
+
+
+def default_units(device: torch.device, precision: str, layout: str, fused_snakes: bool) -> str:
+    """``fused`` where the decoder's measured rule carries over: bf16 on CUDA, channels-last, the
+    Snakes fused, and ``TTSFLEET_CODEC_UNITS`` at ``fused`` (its default). Why only there: the fused
+    convs address channels-last rows; in float32 (and tf32) their dots are IEEE float32 (no tensor
+    cores), where cuDNN's TF32 / float32 convs are the faster path; the decoder's units gained
+    1.14-1.40x at widths 96 and 192 on an H100 (2026-12-05b call1), the encoder's 64-256 are as
+    narrow, with more rows (its own speed: ``bench_codec_precision.py --snakes fused-units``)."""
+    from ttsfleet.inference.codec_batch import CODEC_UNITS_SWITCH
+
+    try:
+        switch = CODEC_UNITS_SWITCH.get()
+    except ValueError as e:  # a bad variable: the job's one-line error, not a traceback
+        raise UserError(str(e)) from None
+    on = device.type == "cuda" and precision == "bf16" and layout == "channels-last" and fused_snakes
+    return "fused" if on and switch == "fused" else "cudnn"
+
+
 class BatchEncoder:
     """A codec plus its resampler on one device: many clips at ``rate`` → codes per clip.
 
@@ -223,11 +247,13 @@ class BatchEncoder:
     would each have a new one, so with it the batch shapes are bucketed (``bucket_shapes``): each
     batch padded to :func:`bucket_frames` and run in power-of-two parts (:func:`pow2_parts`). The
     codec is causal and clips are independent in a batch, so neither changes a clip's codes (beyond
-    a conv algorithm's rounding)."""
+    a conv algorithm's rounding). ``units`` (``fused`` / ``cudnn``; None: :func:`default_units`): the
+    encoder's residual units through the fused conv kernels
+    (:meth:`~ttsfleet.inference.codec.Codec.use_encoder_fused_units`) or cuDNN's convs."""
 
     def __init__(self, codec_name: str, rate: int, device: str, batch_seconds: float,
                  precision: str = "float32", layout: str = "ncl", fused: bool | None = None,
-                 autotune: bool | None = None) -> None:
+                 autotune: bool | None = None, units: str | None = None) -> None:
         import torch
         from ttsfleet.inference.codec import load_codec
 
@@ -251,12 +277,12 @@ class BatchEncoder:
         self.resampler = PolyphaseResampler(rate, self.codec.sample_rate, self.device)
         self.budget = int(batch_seconds * rate)
         self.gpu_seconds = 0.0  # device time of the encode batches (CUDA events), GPU only
-        self.configure(layout, fused, autotune)
+        self.configure(layout, fused, autotune, units)
 
     def configure(self, layout: str = "ncl", fused: bool | None = None,
-                  autotune: bool | None = None) -> None:
-        """Set the encoder's layout, Snake kernel and autotuner (the defaults as in the class doc):
-        the benchmark's A/B on one loaded codec."""
+                  autotune: bool | None = None, units: str | None = None) -> None:
+        """Set the encoder's layout, Snake kernel, autotuner and residual units (the defaults as in
+        the class doc): the benchmark's A/B on one loaded codec."""
         check_layout(layout)
         cuda, fast = self.device.type == "cuda", self.precision != "float32"
         self.layout = layout
@@ -266,6 +292,12 @@ class BatchEncoder:
         self.autotune = autotune if autotune is not None else default_autotune(self.device, self.precision,
                                                                                layout)
         self.bucket_shapes = self.autotune
+        if units is None:
+            units = default_units(self.device, self.precision, layout, self.fused)
+        self.units = units
+        if self.units not in UNITS:
+            raise UserError(f"codec units {self.units!r} is not one of {', '.join(UNITS)}")
+        self.codec.use_encoder_fused_units(self.units == "fused")  # after the dtype cast: caches weights
 
     @property
     def snake_backend(self) -> str:
@@ -276,6 +308,15 @@ class BatchEncoder:
         from ttsfleet.kernels import dispatch
 
         return dispatch.plan(self.device).backend
+
+    @property
+    def units_backend(self) -> str:
+        """Which convs the residual units run: ``fused`` (the Triton kernels: ``units`` fused and the
+        kernel dispatch running Triton here), else ``cudnn`` (torch's convs)."""
+        from ttsfleet.kernels import dispatch
+
+        triton = dispatch.plan(self.device).backend == "triton"
+        return "fused" if self.units == "fused" and triton else "cudnn"
 
     def _frames(self, n: int) -> int:
         """Codec frames of a clip of ``n`` samples at ``rate``."""

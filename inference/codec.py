@@ -314,6 +314,13 @@ class Codec(nn.Module):
         after loading or moving weights (it caches the convs' ``[K, Ci, Co]`` weights)."""
         set_fused_units(self.decoder, on)
 
+    def use_encoder_fused_units(self, on: bool = True) -> None:
+        """The encoder's residual units through the same fused conv kernels (the fill job's encode:
+        ``BatchEncoder``), under the same conditions (channels-last encoder, Triton dispatch, the
+        width and row limits of :meth:`~ttsfleet.inference.codec_layers.ResidualUnit.takes_fused`).
+        A switch of its own for the reason :meth:`use_encoder_channels_last` gives."""
+        set_fused_units(self.encoder, on)
+
     def use_fused_kernels(self, on: bool = True) -> None:
         """Snake activations through :func:`ttsfleet.kernels.snake.snake` (one pass; Triton where the
         kernel dispatch runs Triton), instead of the five-pass expression."""

@@ -1,7 +1,8 @@
 """The codec stage's encode per configuration: speed, and how many codes stay equal to the default's.
 
 Configurations (issue #25): ``codecPrecision`` {float32, tf32, bf16} x ``codecLayout`` {ncl,
-channels-last} x Snake {unfused expression, fused kernel} (x cuDNN autotuner, ``--autotune``), each
+channels-last} x Snake {unfused expression, fused kernel, fused kernel + the residual units' fused
+convs (channels-last only)} (x cuDNN autotuner, ``--autotune``), each
 through the stage's own :class:`~ttsfleet.fill_jobs.tokenize.BatchEncoder` (one codec load per
 precision; layout and kernels switched in place). The reference, measured first whatever is asked,
 is the fill job's default encode: float32, NCL, unfused, autotuner off. Per configuration: one
@@ -111,12 +112,17 @@ def synthetic_clips(n: int, seconds: float) -> list[np.ndarray]:
 #: The fill job's default encode (float32 NCL, expression Snake, heuristic cuDNN kernels): every
 #: row's agreement is measured against its codes, and its speed is the 1.00x.
 REFERENCE = {"precision": "float32", "layout": "ncl", "snake": "unfused", "autotune": "off"}
+#: ``--snakes`` values: the five-op expression, the fused Snake kernel, and that plus the residual
+#: units' fused convs (``BatchEncoder(units="fused")``).
+SNAKES = ("unfused", "fused", "fused-units")
 
 
 def configs(precisions: list[str], layouts: list[str], snakes: list[str], autotunes: list[str],
             device: str) -> list[dict]:
     """The reference first, then every (precision, layout, snake, autotune) asked for, in that order,
-    ``auto`` resolved as the stage resolves it on ``device`` (a configuration is measured once)."""
+    ``auto`` resolved as the stage resolves it on ``device`` (a configuration is measured once).
+    Snake ``fused-units``: the fused Snakes and the residual units' fused convs, which address
+    channels-last rows only (so with the ``channels-last`` layout only)."""
     import torch
     from ttsfleet.fill_jobs.tokenize import default_autotune
 
@@ -125,6 +131,8 @@ def configs(precisions: list[str], layouts: list[str], snakes: list[str], autotu
     for p in precisions:
         for lay in layouts:
             for sn in snakes:
+                if sn == "fused-units" and lay != "channels-last":
+                    continue
                 for at in autotunes:
                     if at == "auto":
                         at = "on" if default_autotune(dev, p, lay) else "off"
@@ -148,7 +156,8 @@ def measure(enc, config: dict, clips: list[np.ndarray], repeats: int,  # noqa: A
     stage's CUDA events on a GPU, synchronized wall clock on the CPU; the median is reported), then
     one pass at new lengths (every clip 20 % shorter: new shapes, for the autotuner to time again),
     the cost a job pays whenever its batch shapes change. Codes from the first and last timed pass."""
-    enc.configure(config["layout"], config["snake"] == "fused", config["autotune"] == "on")
+    enc.configure(config["layout"], config["snake"] != "unfused", config["autotune"] == "on",
+                  units="fused" if config["snake"] == "fused-units" else "cudnn")
     cuda = enc.device.type == "cuda"
     audio_s = sum(len(c) for c in clips) / RATE
 
@@ -187,7 +196,8 @@ def measure(enc, config: dict, clips: list[np.ndarray], repeats: int,  # noqa: A
         "new_shape_pass_s": round(new_shape, 4),
         "new_shape_vs_median": round(new_shape / (0.8 * med), 2),
         "trunk_dtype": str(enc.trunk_dtype).removeprefix("torch."), "split_path": enc.split,
-        "snake_backend": enc.snake_backend, "autotuner": enc.autotune, "bucket_shapes": enc.bucket_shapes}
+        "snake_backend": enc.snake_backend, "units_backend": enc.units_backend, "autotuner": enc.autotune,
+        "bucket_shapes": enc.bucket_shapes}
     if cuda:
         import torch
 
@@ -248,7 +258,7 @@ def cmd_run(a: argparse.Namespace) -> None:
     clip_s = a.clip_seconds or (1.5 if cpu else 10.0)
     repeats = a.repeats or (2 if cpu else 5)
     matrix = configs(_list(a.precisions, PRECISIONS, "--precisions"), _list(a.layouts, LAYOUTS, "--layouts"),
-                     _list(a.snakes, ("unfused", "fused"), "--snakes"),
+                     _list(a.snakes, SNAKES, "--snakes"),
                      _list(a.autotune, ("auto", "on", "off"), "--autotune"), a.device)
     if a.corpus == "synthetic":
         utts, clips = [], synthetic_clips(n_clips, clip_s)
@@ -322,8 +332,8 @@ def table(result: dict) -> str:
     rows = result["rows"]
     key = "agreement_with_reference" if "agreement_with_reference" in rows[0] else "agreement_with_float32"
     n = len(rows[0][key]["per_codebook"])
-    head = ["precision", "layout", "Snake", "cuDNN autotuner", "audio-s/s", "speed-up", "new shape",
-            "codes = ref (overall)", "frames all equal",
+    head = ["precision", "layout", "Snake", "residual units", "cuDNN autotuner", "audio-s/s", "speed-up",
+            "new shape", "codes = ref (overall)", "frames all equal",
             *[f"cb{k}{' (semantic)' if k == 0 else ''}" for k in range(n)]]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
@@ -336,7 +346,7 @@ def table(result: dict) -> str:
         lines.append("| " + " | ".join([
             f"{r['precision']} ({trunk})", r.get("layout", "ncl"),
             "expression" if snake == "expression" else f"fused ({snake})",
-            tuned,
+            r.get("units_backend", "cudnn"), tuned,
             f"{r['audio_s_per_s']:,.1f}", f"{r['speedup']:.2f}x",
             f"{r['new_shape_vs_median']:.1f}x" if "new_shape_vs_median" in r else "-",
             f"{g['overall']:.2%}", f"{g['frames']:.2%}",
@@ -390,7 +400,8 @@ def main() -> None:
     r.add_argument("--precisions", default="float32,tf32,bf16")
     r.add_argument("--layouts", default="ncl,channels-last", help="the encoder's conv layouts")
     r.add_argument("--snakes", default="unfused,fused",
-                   help="Snake as the torch expression (unfused) or the fused kernel")
+                   help="Snake as the torch expression (unfused) or the fused kernel (fused), or that "
+                        "with the residual units' convs fused too (fused-units; channels-last rows only)")
     r.add_argument("--autotune", default="auto",
                    help="cuDNN autotuner: auto (the stage's default: on off the bit-exact path, on "
                         "CUDA), on, off, or a list (auto,off)")

@@ -44,8 +44,8 @@ tests/inference_model/test_codec_bias_fusion.py tests/kernels/test_codec_conv.py
   5) # the served curve with prompts at the real model's length beside the byte prompts of every record
      stage ab 570 SERVE_ARGS_A="--preset-text bytes" SERVE_ARGS_B="--preset-text qwen-bpe" \
        LEVELS="64:640 128:1280" AB_ROUNDS=1 ab ;;
-  6) # the fill job's encode per configuration; the live route with clocked-first admission
-     stage encode 220 ENC_PRECISIONS=tf32,bf16 ENC_SNAKES=fused encode
+  6) # the fill job's encode per configuration (the residual units fused beside cuDNN's); the live route with clocked-first admission
+     stage encode 220 ENC_PRECISIONS=tf32,bf16 ENC_SNAKES=fused,fused-units encode
      stage codecstages 140 CS_TIMEOUT=130 codecstages
      stage live 200 LIVE_TIMEOUT=190 LIVE_SIDES=reuse LIVE_SESSIONS=320 LIVE_C=64 LIVE_ROUNDS=1 \
        SERVE_ARGS="--preset-text qwen-bpe" live ;;

@@ -23,6 +23,7 @@ from ttsfleet.fill_jobs.tokenize import (
     bucket_frames,
     code_agreement,
     default_autotune,
+    default_units,
     pow2_parts,
 )
 
@@ -118,6 +119,38 @@ def test_cuda_defaults_fuse_and_autotune_only_off_the_bit_exact_path() -> None:
         assert not enc.fused and not enc.autotune and not enc.bucket_shapes
 
 
+def test_fused_units_default_only_for_bf16_channels_last_on_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The residual units' fused convs: where the decoder's measured rule carries over (bf16, the
+    channels-last rows they address, fused Snakes, CUDA), as ``TTSFLEET_CODEC_UNITS`` says."""
+    from ttsfleet.inference.codec_batch import CODEC_UNITS_SWITCH
+
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    monkeypatch.setattr(CODEC_UNITS_SWITCH, "_value", "fused")
+    assert default_units(cuda, "bf16", "channels-last", True) == "fused"
+    for args in ((cpu, "bf16", "channels-last", True), (cuda, "tf32", "channels-last", True),
+                 (cuda, "float32", "channels-last", True), (cuda, "bf16", "ncl", True),
+                 (cuda, "bf16", "channels-last", False)):
+        assert default_units(*args) == "cudnn", args
+    CODEC_UNITS_SWITCH.set("cudnn")
+    assert default_units(cuda, "bf16", "channels-last", True) == "cudnn"
+    monkeypatch.setenv("TTSFLEET_CODEC_UNITS", "triton")
+    CODEC_UNITS_SWITCH.reset()
+    with pytest.raises(UserError, match="TTSFLEET_CODEC_UNITS='triton': expected one of cudnn, fused"):
+        default_units(cuda, "bf16", "channels-last", True)
+
+
+def test_units_setting_reaches_the_encoders_residual_units() -> None:
+    enc = BatchEncoder("tiny", 24000, "cpu", 30.0, precision="bf16", layout="channels-last")
+    units = [m for m in enc.codec.encoder.modules() if type(m).__name__ == "ResidualUnit"]
+    assert units and enc.units == "cudnn" and not any(u.fused_convs for u in units)  # CPU default
+    enc.configure("channels-last", units="fused")
+    assert enc.units == "fused" and all(u.fused_convs for u in units)
+    assert enc.units_backend == "cudnn"  # the reference dispatch here: the units take cuDNN's path
+    assert not any(u.fused_convs for u in enc.codec.decoder.modules() if type(u).__name__ == "ResidualUnit")
+    with pytest.raises(UserError, match="codec units 'triton' is not one of cudnn, fused"):
+        enc.configure("channels-last", units="triton")
+
+
 def test_autotuner_switch_is_scoped_to_the_block() -> None:
     from ttsfleet.inference.codec_batch import CUDNN_CANDIDATES
 
@@ -172,14 +205,16 @@ def test_bench_cpu_smoke_prints_a_row_per_configuration(tmp_path: Path) -> None:
     out = tmp_path / "enc.json"
     proc = subprocess.run([sys.executable, "-P", str(BENCH), "run", "--device", "cpu", "--codec", "tiny",
                            "--threads", "1", "--clips", "2", "--clip-seconds", "1", "--repeats", "1",
-                           "--precisions", "float32,bf16", "--snakes", "unfused,fused", "--out", str(out)],
+                           "--precisions", "float32,bf16", "--snakes", "unfused,fused,fused-units",
+                           "--out", str(out)],
                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(out.read_text())
     rows = result["rows"]
     got = [(r["precision"], r["layout"], r["snake"]) for r in rows]
     assert got == [(p, lay, s) for p in ("float32", "bf16") for lay in ("ncl", "channels-last")
-                   for s in ("unfused", "fused")]
+                   for s in ("unfused", "fused", "fused-units") if s != "fused-units" or lay != "ncl"]
+    assert {r["units_backend"] for r in rows} == {"cudnn"}  # the reference dispatch on the CPU
     assert result["date"] and result["machine"] and result["reference"]["layout"] == "ncl"
     ref = rows[0]
     assert ref["agreement_with_reference"]["overall"] == 1.0 and ref["speedup"] == 1.0
@@ -188,8 +223,8 @@ def test_bench_cpu_smoke_prints_a_row_per_configuration(tmp_path: Path) -> None:
     assert rows[-1]["agreement_with_reference"]["overall"] < 1.0  # bf16 moved some codes
     table = [line for line in proc.stdout.splitlines() if line.startswith("| ")]
     assert len(table) == 1 + len(rows)  # header + one row each
-    assert sum("channels-last" in line for line in table) == 4
-    assert sum("fused (reference)" in line for line in table) == 4  # CPU: the fused function's torch form
+    assert sum("channels-last" in line for line in table) == 6
+    assert sum("fused (reference)" in line for line in table) == 6  # CPU: the fused function's torch form
     report = subprocess.run([sys.executable, "-P", str(BENCH), "report", str(out), "--no-record"],
                             capture_output=True, text=True, timeout=60)
     assert report.returncode == 0 and "## codec encode" in report.stdout

@@ -172,3 +172,31 @@ def test_fused_units_on_a_gpu_replay_the_cudnn_audio(monkeypatch: pytest.MonkeyP
     ref = audio["f32", False]
     fused, cudnn = _snr_db(audio["bf16", True], ref), _snr_db(audio["bf16", False], ref)
     assert fused > cudnn - 1.0, (fused, cudnn)
+
+
+def test_fused_encoder_units_encode_the_unfused_latent(golden_dir, kernels, monkeypatch) -> None:
+    """The fill job's encode (``Codec.use_encoder_fused_units``): the channels-last encoder's latent
+    with every residual unit fused equals the unfused one; the decoder's units are not switched."""
+    monkeypatch.setattr(codec_layers.ResidualUnit, "fused_min_rows", 0)
+    c = load_codec(golden_dir / "codec-tiny" / "codec.pth")
+    c.use_encoder_channels_last()
+    c.use_fused_kernels()
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for m in c.encoder.modules():
+            if isinstance(m, codec_layers.CausalConv):
+                m.conv.bias.copy_(0.2 * torch.randn(m.conv.bias.shape, generator=g))
+    x = 0.3 * torch.randn(2, 1, 4 * c.frame_length, generator=g)
+    with torch.inference_mode():
+        off = c.encoder(x)
+        seen = _count_fused_convs(monkeypatch)
+        c.use_encoder_fused_units()
+        on = c.encoder(x)
+    units = [m for m in c.encoder.modules() if isinstance(m, codec_layers.ResidualUnit)]
+    assert units and all(u.fused_convs for u in units) and not any(u.fused_convs for u in _units(c))
+    if kernels == "interpret":
+        assert seen.count("snake") == seen.count("residual") == len(units)
+    else:
+        assert seen == []
+    assert off.abs().max() > 0.01
+    torch.testing.assert_close(on, off, atol=ATOL * float(off.abs().max()), rtol=0)
