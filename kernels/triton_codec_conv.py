@@ -24,42 +24,14 @@ channels contiguous (stride 1) — the memory of the codec's channels-last ``[B,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import triton
 import triton.language as tl
 
+from .codec_conv_tiles import ConvTile, default_tile, tile_for
 from .triton_gemm import INTERPRETING
 
-
-@dataclass(frozen=True)
-class ConvTile:
-    """One launch config: a ``block_t x block_n`` output tile, ``block_k`` input channels a step."""
-
-    block_t: int
-    block_n: int
-    block_k: int
-    num_warps: int = 4
-    num_stages: int = 3
-
-
-def _pow2_divisor(n: int, cap: int) -> int:
-    """The largest power of two up to ``cap`` dividing ``n`` (at least 16: ``tl.dot``'s least size)."""
-    d = 16
-    while d * 2 <= cap and n % (d * 2) == 0:
-        d *= 2
-    return d
-
-
-def default_tile(t: int, c_in: int, c_out: int) -> ConvTile:
-    """The config used unless one is given: whole channel blocks where the widths allow (96 -> 32,
-    192 -> 64, 384 / 768 -> 128), 128 time rows unless a stream's push is shorter."""
-    block_t = 128 if t >= 128 else max(16, triton.next_power_of_2(t))
-    block_n = _pow2_divisor(c_out, 128)
-    block_k = _pow2_divisor(c_in, 64)
-    warps = 8 if block_t * block_n >= 128 * 128 else 4
-    return ConvTile(block_t, block_n, block_k, warps)
+__all__ = ["ConvTile", "conv_rows_kernel", "conv_rows_triton", "default_tile", "tile_for"]
 
 
 @triton.jit
@@ -110,10 +82,10 @@ def conv_rows_triton(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, 
                      residual: torch.Tensor | None = None, tile: ConvTile | None = None) -> torch.Tensor:
     """The launch behind :func:`ttsfleet.kernels.codec_conv.conv_rows` (arguments checked there):
     ``x [B, T + (K-1)*dilation, Ci]``, ``weight [K, Ci, Co]``, ``out`` / ``residual [B, T, Co]``,
-    all with channel stride 1."""
+    all with channel stride 1; ``tile`` None: :func:`~ttsfleet.kernels.codec_conv_tiles.tile_for`."""
     n_b, t, c_out = out.shape
     k_size, c_in, _ = weight.shape
-    tile = tile or default_tile(t, c_in, c_out)
+    tile = tile or tile_for(t, k_size, c_in, c_out)
     res = residual if residual is not None else out  # any pointer: never read without RESIDUAL
     grid = (triton.cdiv(t, tile.block_t), triton.cdiv(c_out, tile.block_n), n_b)
     conv_rows_kernel[grid](x, weight, bias, alpha if alpha is not None else bias, res, out, t, c_in, c_out,

@@ -19,7 +19,10 @@ This script measures, in one process, side by side on the same random S2-size co
   :meth:`~ttsfleet.inference.codec_layers.ResidualUnit.takes_fused` admits, then the same graphs;
   ``fused-units-all``: every unit fused (the width and row limits lifted);
 - ``strided-window``: the serving path with the window transformer's old strided input
-  (:attr:`~ttsfleet.inference.codec_layers.WindowTransformer.dense_input` False), for the side by side.
+  (:attr:`~ttsfleet.inference.codec_layers.WindowTransformer.dense_input` False), for the side by side;
+- any variant with ``@table``: the same with the fused convs' tiles of ``--tile-table FILE`` (a
+  ``codec_tiles.py`` sweep's table) pinned while its graphs are captured and timed, e.g.
+  ``fused-units@table`` beside ``fused-units`` (the shipped table, else the heuristic).
 
 For each: compile + capture seconds per shape, ms per push (CUDA events, median of ``REPS``),
 frames/s, and the audio's SNR against the baseline and against a float32 eager decode of the same
@@ -48,6 +51,7 @@ from ttsfleet.inference.bench_engine import call_ms
 from ttsfleet.inference.codec import load_codec
 from ttsfleet.inference.codec_batch import use_conv_autotuner
 from ttsfleet.inference.codec_layers import ResidualUnit, WindowTransformer
+from ttsfleet.kernels.codec_conv_tiles import pin_tiles, read_table
 
 SHAPES = ((1, 1), (16, 4), (64, 4), (128, 4))
 REPS = 20
@@ -149,9 +153,10 @@ def main() -> None:
     ap.add_argument("--codec", default="s2-pro")
     ap.add_argument("--variants", default="graphs,compiled,compiled-static",
                     help="comma list of graphs, compiled, compiled-static, compiled-autotune, fused-units, "
-                         "fused-units-all, strided-window")
+                         "fused-units-all, strided-window; NAME@table: with --tile-table's tiles")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--shapes", default=",".join(f"{b}x{t}" for b, t in SHAPES))
+    ap.add_argument("--tile-table", default=None, help="the tiles of the @table variants (codec_tiles.py's)")
     ap.add_argument("--layout", choices=("ncl", "channels-last"), default=None,
                     help="the decoder's conv layout (default: channels-last on CUDA, the H200's served one)")
     args = ap.parse_args()
@@ -170,8 +175,13 @@ def main() -> None:
                               "torch": torch.__version__, "codec": args.codec, "layout": layout,
                               "variants": {}}
     audio: dict[str, torch.Tensor] = {}
+    tables = {"table": read_table(args.tile_table)} if args.tile_table else {}
     for v in variants:
-        dec = make_decoder(codec, v, slots)
+        base, _, table = v.partition("@")
+        if table and table not in tables:
+            raise SystemExit(f"variant {v}: pass --tile-table FILE")
+        pin_tiles(tables.get(table))  # before the capture: the graphs keep the tiles they launched
+        dec = make_decoder(codec, base, slots)
         row: dict[str, Any] = {"capture_s": {}, "push": []}
         for b, t in shapes:
             t0 = time.perf_counter()
@@ -195,6 +205,7 @@ def main() -> None:
         report["variants"][v] = row
         _write(args.out, report)  # after every variant: a stage cut by its time cap keeps what it has
         del dec
+        pin_tiles(None)
     ref = float32_audio(args.codec, dev, codes[:min(16, slots)])
     for v in variants:
         row = report["variants"][v]

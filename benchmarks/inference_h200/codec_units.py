@@ -8,7 +8,8 @@ one unit (dilation 3) per width on the rows of a 64-stream x 4-frame push (``--s
 
 - ``cudnn``: the unit as it ships (fused Snake kernel with the conv bias folded in, cuDNN convs, a
   residual add);
-- ``fused``: :meth:`ResidualUnit._fused` with :func:`default_tile`;
+- ``fused``: :meth:`ResidualUnit._fused` with the tiles it would run with
+  (:func:`~ttsfleet.kernels.codec_conv_tiles.tile_for`: the tuned table's, else the heuristic's);
 - ``tile BTxBNxBKxWxS``: the fused unit with its two convs at that tile (``--tiles``).
 
 Each variant's output is checked against ``cudnn``'s first (relative error, bf16), then all are
@@ -31,7 +32,7 @@ from typing import Any
 import torch
 from ttsfleet.inference.bench_engine import call_ms
 from ttsfleet.inference.codec_layers import ResidualUnit, set_fused_units
-from ttsfleet.kernels import triton_codec_conv as tcc
+from ttsfleet.kernels.codec_conv_tiles import ConvTile, set_tile
 
 WIDTHS = (768, 384, 192, 96)
 #: Samples per frame after each upsampling block of the S2 decoder (rates 8, 8, 4, 2 over 4 x 4 latent rows).
@@ -60,13 +61,15 @@ def run_variant(unit: ResidualUnit, x: torch.Tensor, variant: str) -> torch.Tens
     unit.fused_convs = True
     if variant == "fused":  # whatever ResidualUnit.takes_fused would say for this width and push
         return unit._fused(x, None)
-    bt, bn, bk, w, s = (int(v) for v in variant.split()[1].split("x"))
-    saved = tcc.default_tile
-    tcc.default_tile = lambda t, ci, co: tcc.ConvTile(bt, bn, bk, w, s)  # noqa: ARG005
+    tile = ConvTile.parse(variant.split()[1])
+    width = x.shape[1]
+    for ksize in (7, 1):  # both convs of the unit, pinned for this call only
+        set_tile(ksize, width, width, tile)
     try:
         return unit._fused(x, None)
     finally:
-        tcc.default_tile = saved
+        for ksize in (7, 1):
+            set_tile(ksize, width, width, None)
 
 
 def measure(width: int, args: argparse.Namespace, dev: torch.device, variants: list[str]) -> dict[str, Any]:
