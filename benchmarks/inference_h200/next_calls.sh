@@ -21,35 +21,25 @@ bundle() {  # every stage's folder and log into $O/callN.tgz, beside summary.txt
     && mv "/tmp/call$1.tgz" "$O/call$1.tgz"
 }
 case ${1:-} in
-  1) # the mended GPU tests and the fused codec units' tests, one unit per width (cuDNN vs fused, tiles),
-     # the whole push with the residual units' convs fused (Triton) beside the served one (cuDNN)
-     stage tests 220 TESTS="tests/kernels/test_codec_conv.py tests/inference_model/test_codec_fused_units.py \
-tests/inference_model/test_fused_decode.py tests/kernels/test_rope_attention.py tests/kernels/test_attention_block.py" \
-       TESTS_TIMEOUT=210 tests
-     stage codecunits 130 CU_TIMEOUT=120 codecunits
-     stage codeccompile 210 CC_TIMEOUT=200 CC_ARGS="--variants graphs,fused-units --shapes 1x1,16x4,64x4,128x4" \
-       codeccompile ;;
-  2) # the codec's window transformer on dense rows and the fused units for the narrow widths: the codec
-     # push side by side (old strided window, cuDNN units, fused by the rule, all fused), the codec GPU tests
-     stage codeccompile 130 CC_TIMEOUT=120 CC_ARGS="--variants strided-window,graphs,fused-units,fused-units-all \
---shapes 1x1,16x4,64x4,128x4" codeccompile
-     stage codectests 100 QT_TIMEOUT=95 QUICKTESTS="tests/inference_model/test_codec.py \
-tests/inference_model/test_codec_layout.py tests/inference_model/test_codec_fused_units.py \
-tests/inference_model/test_codec_bias_fusion.py tests/kernels/test_codec_conv.py" quicktests ;;
-  3) # the served path with the dense window: cuDNN units (A) and the default fused ones (B), c=64 and c=128
+  1) # the served path with the dense window: cuDNN units (A) and the default fused ones (B), c=64 and c=128
      stage ab 570 SERVE_ARGS_A="TTSFLEET_CODEC_UNITS=cudnn" SERVE_ARGS_B="" LEVELS="64:640 128:1280" AB_ROUNDS=1 ab ;;
-  4) # the decode GEMMs re-swept and the step on the new table; the GEMM prefetch at 2 and 4 blocks
+  2) # the fused codec convs' tiles swept per shape, then the codec push with the swept table beside the
+     # heuristic's tiles and cuDNN's units (the table to ship: codectiles/codec_tiles/tuned_codec_conv.json)
+     stage codectiles 390 CT_TIMEOUT=380 CT_BUDGET=330 codectiles
+     stage codeccompile 190 CC_TIMEOUT=180 CC_ARGS="--variants graphs,fused-units,fused-units@table \
+--shapes 1x1,16x4,64x4,128x4 --tile-table $O/codectiles/codec_tiles/tuned_codec_conv.json" codeccompile ;;
+  3) # the decode GEMMs re-swept and the step on the new table; the GEMM prefetch at 2 and 4 blocks
      stage sweep 400 sweep
      stage levers 170 LEVER_ROUNDS=2 LEVER_VARIANTS=default,prefetch@2,prefetch@4 LEVERS_TIMEOUT=160 levers ;;
-  5) # the served curve with prompts at the real model's length beside the byte prompts of every record
+  4) # the served curve with prompts at the real model's length beside the byte prompts of every record
      stage ab 570 SERVE_ARGS_A="--preset-text bytes" SERVE_ARGS_B="--preset-text qwen-bpe" \
        LEVELS="64:640 128:1280" AB_ROUNDS=1 ab ;;
-  6) # the fill job's encode per configuration (the residual units fused beside cuDNN's); the live route with clocked-first admission
+  5) # the fill job's encode per configuration (the residual units fused beside cuDNN's); the live route with clocked-first admission
      stage encode 220 ENC_PRECISIONS=tf32,bf16 ENC_SNAKES=fused,fused-units encode
      stage codecstages 140 CS_TIMEOUT=130 codecstages
      stage live 200 LIVE_TIMEOUT=190 LIVE_SIDES=reuse LIVE_SESSIONS=320 LIVE_C=64 LIVE_ROUNDS=1 \
        SERVE_ARGS="--preset-text qwen-bpe" live ;;
-  *) echo "usage: next_calls.sh 1|2|3|4|5|6 (see benchmarks/inference_h200/README.md)" >&2; exit 2 ;;
+  *) echo "usage: next_calls.sh 1|2|3|4|5 (see benchmarks/inference_h200/README.md)" >&2; exit 2 ;;
 esac
 bundle "$1"
 ls -la "$O"

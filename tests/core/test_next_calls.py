@@ -1,0 +1,48 @@
+"""``benchmarks/inference_h200/next_calls.sh``: every device call names stages that
+``speed_run.sh`` has and fits its stage limits inside the device's 600 s per command. A typo there
+is found on the GPU only after a machine start (~90 s of a session's 1,800) and a wasted call."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parents[2] / "benchmarks" / "inference_h200"
+DEVICE_LIMIT_S = 600
+
+
+def _speed_run_stages() -> set[str]:
+    text = (HERE / "speed_run.sh").read_text()
+    return {m for labels in re.findall(r"^    ([a-z|]+)\)", text, re.M) for m in labels.split("|")}
+
+
+def _calls() -> dict[str, list[list[str]]]:
+    """Each call's ``stage`` lines as word lists (continuation lines joined)."""
+    text = (HERE / "next_calls.sh").read_text().replace("\\\n", "")
+    body = text[text.index("case ${1:-} in"):text.index("esac")]
+    calls: dict[str, list[list[str]]] = {}
+    for m in re.finditer(r"^  (\d+)\)(.*?);;", body, re.M | re.S):
+        lines = [ln.split("#")[0].strip() for ln in m.group(2).splitlines()]
+        calls[m.group(1)] = [shlex.split(ln) for ln in lines if ln.startswith("stage ")]
+    return calls
+
+
+def test_every_call_runs_known_stages_inside_the_device_limit() -> None:
+    known, calls = _speed_run_stages(), _calls()
+    assert {"ab", "codectiles", "codeccompile", "encode", "sweep"} <= known
+    assert calls and list(calls) == [str(i) for i in range(1, len(calls) + 1)]
+    for n, stages in calls.items():
+        assert stages, f"call {n} runs no stage"
+        for words in stages:
+            assert words[-1] in known, f"call {n}: {words[-1]!r} is not a speed_run.sh stage"
+            assert all("=" in w for w in words[3:-1]), f"call {n}: {words}: VAR=value words only"
+        total = sum(int(words[2]) for words in stages)
+        assert total <= DEVICE_LIMIT_S - 10, f"call {n}: stage limits sum to {total} s"
+
+
+def test_an_unknown_call_is_one_usage_line_and_exit_2(tmp_path: Path) -> None:
+    proc = subprocess.run(["bash", str(HERE / "next_calls.sh"), "9"], capture_output=True, text=True,
+                          timeout=30, env={"OUT": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 2 and proc.stderr.startswith("usage: next_calls.sh 1|")
