@@ -417,31 +417,47 @@ CODEC_UNIT_WIDTHS = ((768, 128), (384, 1024), (192, 4096), (96, 8192))
 
 
 def _codec_convs(width: int, t: int) -> Case:
-    """The codec's fused conv (:mod:`.triton_codec_conv`) at one decoder width with its default
-    tile, bf16: the 7-tap conv with Snake and the 1x1 conv with the residual add. Tensor-core MMAs
-    required (``wgmma`` on sm_90a, ``mma.sync`` bf16 on sm_120a)."""
+    """The codec's fused conv (:mod:`.triton_codec_conv`) at one decoder width, bf16: the 7-tap
+    conv with Snake and the 1x1 conv with the residual add, each with its heuristic tile and, on
+    sm_90a, the tile the shipped table gives it (:func:`~.codec_conv_tiles.tile_for`; the table is
+    measured on an H200, so sm_120a, with 99 KiB of shared memory, keeps the heuristic's). Tensor-core
+    MMAs required (``wgmma`` on sm_90a, ``mma.sync`` bf16 on sm_120a)."""
 
     def run(target: Target) -> list[str]:
+        from . import codec_conv_tiles as ct
         from . import triton_codec_conv as tc
 
-        tile = tc.default_tile(t, width, width)
         types = dict(x_ptr="*bf16", w_ptr="*bf16", b_ptr="*bf16", a_ptr="*bf16", r_ptr="*bf16", y_ptr="*bf16")
         mma = "wgmma.mma_async" if target.cc == 90 else "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
         bad: list[str] = []
-        for name, const in (("7-tap + Snake", dict(KSIZE=7, SNAKE=True, RESIDUAL=False)),
-                            ("1x1 + residual", dict(KSIZE=1, SNAKE=False, RESIDUAL=True))):
-            const = {**const, "F32_DOT": False, "BLOCK_T": tile.block_t, "BLOCK_N": tile.block_n,
-                     "BLOCK_K": tile.block_k}
-            c = _compile(tc.conv_rows_kernel, types, const,
-                         {"num_warps": tile.num_warps, "num_stages": tile.num_stages}, target,
-                         divisible=("CI", "CO", "s_xb", "s_xt", "s_rb", "s_rt", "s_yb", "s_yt"))
-            _note(f"{target.name} codec conv {name} C={width} {tile}", c)
-            bad += [f"{name}: {b}" for b in _common(c, target, pdl=False)]
-            if mma not in c.ptx:
-                bad.append(f"{name}: no {mma}")
+        for name, ksize, const in (("7-tap + Snake", 7, dict(KSIZE=7, SNAKE=True, RESIDUAL=False)),
+                                   ("1x1 + residual", 1, dict(KSIZE=1, SNAKE=False, RESIDUAL=True))):
+            tiles = {ct.default_tile(t, width, width)}
+            if target.cc == 90:
+                tiles.add(ct.tile_for(t, ksize, width, width))
+            bad += _codec_conv_tiles(tc.conv_rows_kernel, name, const, sorted(tiles, key=str), width, target,
+                                     types, mma)
         return bad
 
     return run
+
+
+def _codec_conv_tiles(kernel: Any, name: str, const: dict[str, Any], tiles: list[Any], width: int,
+                      target: Target, types: dict[str, str], mma: str) -> list[str]:
+    """One fused codec conv compiled at each of ``tiles``: what :func:`_common` finds, and a missing
+    tensor-core MMA."""
+    bad: list[str] = []
+    for tile in tiles:
+        consts = {**const, "F32_DOT": False, "BLOCK_T": tile.block_t, "BLOCK_N": tile.block_n,
+                  "BLOCK_K": tile.block_k}
+        c = _compile(kernel, types, consts,
+                     {"num_warps": tile.num_warps, "num_stages": tile.num_stages}, target,
+                     divisible=("CI", "CO", "s_xb", "s_xt", "s_rb", "s_rt", "s_yb", "s_yt"))
+        _note(f"{target.name} codec conv {name} C={width} {tile}", c)
+        bad += [f"{name} {tile.label}: {b}" for b in _common(c, target, pdl=False)]
+        if mma not in c.ptx:
+            bad.append(f"{name} {tile.label}: no {mma}")
+    return bad
 
 
 def _gemm_configs(scheme: str, representative: bool = False) -> Iterator[tuple[str, Any, int, int]]:
