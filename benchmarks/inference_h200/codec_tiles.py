@@ -80,7 +80,8 @@ def shapes(args: argparse.Namespace, cpu: bool) -> list[ConvShape]:
                for w in args.decoder_widths for k in (7, 1)]
     samples = 44100 * args.clip_seconds
     per_clip = {w: int(ENCODER_ROWS_PER_SAMPLE[w] * samples) for w in args.encoder_widths}
-    encoder = [ConvShape("encoder", w, k, args.clips, per_clip[w]) for w in args.encoder_widths for k in (7, 1)]
+    encoder = [ConvShape("encoder", w, k, args.clips, per_clip[w])
+               for w in args.encoder_widths for k in (7, 1)]
     # what runs fused today first (a budget cut keeps those): the narrow decoder widths, the encoder,
     # then the wider decoder ones (cuDNN's today: a won tile could move the width limit)
     narrow = [c for c in decoder if c.width <= 256]
