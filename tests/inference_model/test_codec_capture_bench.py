@@ -5,7 +5,6 @@ line and exit 2, and the configuration grammar parses what the device calls pass
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -15,14 +14,13 @@ import pytest
 import torch
 from ttsfleet.inference.codec_batch import CUDNN_CANDIDATES, use_conv_autotuner
 
+from tests.scripts import load_script
+
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "inference_h200" / "codec_capture.py"
 
 
 def _module():  # noqa: ANN202
-    spec = importlib.util.spec_from_file_location("codec_capture", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks/inference_h200/codec_capture.py")
 
 
 def test_configurations_parse_into_the_settings_the_child_applies() -> None:

@@ -8,9 +8,7 @@ near 0.8 (measured 2026-12-04); the tests allow 1e-4.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,8 +17,9 @@ import torch.nn.functional as F
 from ttsfleet.inference import codec_layers
 from ttsfleet.inference.codec import default_channels_last, load_codec
 
+from tests.scripts import load_script
+
 ATOL = 1e-4
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "inference_h200" / "codec_layout.py"
 
 
 @pytest.fixture(scope="module")
@@ -197,9 +196,7 @@ def test_causal_conv_history_buffer_matches_padding() -> None:
 
 def test_layout_benchmark_smoke(tmp_path) -> None:
     """The device benchmark's CPU path runs end to end on the tiny codec and writes its report."""
-    spec = importlib.util.spec_from_file_location("codec_layout", BENCH)
-    codec_layout = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(codec_layout)
+    codec_layout = load_script("benchmarks/inference_h200/codec_layout.py")
     out = tmp_path / "layout.json"
     report = codec_layout.main([str(out), "--device", "cpu", "--tiny", "--reps", "2", "--shapes", "1x1,2x2"])
     saved = json.loads(out.read_text())

@@ -5,27 +5,22 @@ ceilings given. The GPU figures it exists for come from the H200 (``benchmarks/i
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from ttsfleet.inference.codec import load_codec
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "inference_h200" / "codec_stages.py"
+from tests.scripts import load_script
+
 #: 1 TFLOP/s and 1 GB/s: a stage's floors in ms are then its GFLOP x 1 and its MB x 1
 UNIT = {"bf16_tflops": 1.0, "copy_gbs": 1.0}
 
 
 @pytest.fixture(scope="module")
 def bench():  # noqa: ANN201
-    spec = importlib.util.spec_from_file_location("codec_stages", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass resolves annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/inference_h200/codec_stages.py")
 
 
 @pytest.fixture(scope="module")

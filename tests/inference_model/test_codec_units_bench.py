@@ -6,23 +6,16 @@ the H200 (``benchmarks/inference_h200/``)."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "inference_h200" / "codec_units.py"
+from tests.scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def bench():  # noqa: ANN201
-    spec = importlib.util.spec_from_file_location("codec_units", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/inference_h200/codec_units.py")
 
 
 def test_every_variant_computes_the_unit(bench, kernels, monkeypatch) -> None:

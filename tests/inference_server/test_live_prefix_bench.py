@@ -3,7 +3,6 @@ read live at the edges of each round's steady window (:class:`SteadyEdges`), bes
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -20,15 +19,14 @@ from ttsfleet.inference.bench_steady import Read, span_reading
 from ttsfleet.inference.bench_window import Window
 from ttsfleet.inference.synthesis import TTFA_STAGES
 
+from tests.scripts import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "inference_serve" / "live_prefix.py"
 
 
 def _live_prefix():
-    spec = importlib.util.spec_from_file_location("live_prefix", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/inference_serve/live_prefix.py")
 
 
 @pytest.fixture

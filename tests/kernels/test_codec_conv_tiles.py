@@ -73,14 +73,9 @@ SWEEP = Path(__file__).resolve().parents[2] / "benchmarks" / "inference_h200" / 
 
 
 def _sweep_module():  # noqa: ANN202
-    import importlib.util
-    import sys
+    from tests.scripts import load_script
 
-    spec = importlib.util.spec_from_file_location("codec_tiles_bench", SWEEP)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/inference_h200/codec_tiles.py")
 
 
 def test_the_sweep_keeps_the_default_unless_a_tile_wins_by_the_margin() -> None:
