@@ -1,11 +1,11 @@
 """Which launch tile each fused codec conv runs with: a table measured on a GPU, else a heuristic.
 
-Why a table (issue #25): the fused residual-unit convs (:mod:`.triton_codec_conv`) ran at ~85-210
-TFLOP/s on an H100 (2026-12-05b call1: a width-192 unit of a 64 x 4 push 0.75 ms for 154 GFLOP),
-a fraction of the tensor cores' peak; four tiles tried then beside the heuristic's (one for both
-convs of a unit) were up to 1.5x slower and never more than 2 % faster: the space was not searched.
-The sweep ``benchmarks/inference_h200/codec_tiles.py``
-times a grid of tiles per conv shape on the GPU and writes :data:`TUNED_FILE`; this module reads it.
+Why a table (issue #25): the fused residual-unit convs (:mod:`.triton_codec_conv`) ran at ~85-225
+TFLOP/s on an H100 (a whole unit's FLOPs over its time; 2026-12-05b call1: a width-192 unit of a
+64 x 4 push 0.75 ms for 154 GFLOP), a fraction of the tensor cores' peak; four tiles tried then
+beside the heuristic's (one for both convs of a unit) were up to 1.5x slower and never more than 2 %
+faster: the space was not searched. The sweep ``benchmarks/inference_h200/codec_tiles.py`` times a
+grid of tiles per conv shape on the GPU and writes :data:`TUNED_FILE`; this module reads it.
 A tile changes speed, never numbers beyond the float32 accumulation order, so a table measured on
 one GPU is safe on another (only perhaps slower).
 

@@ -1,9 +1,9 @@
 """The fused codec convs' launch tiles swept per conv shape on the GPU: the table
 ``kernels/tuned_codec_conv.json`` (:mod:`ttsfleet.kernels.codec_conv_tiles`) comes from here.
 
-Why (issue #25): on an H100 the fused residual-unit convs ran at ~85-210 TFLOP/s (2026-12-05b call1),
-and four tiles tried then beside the heuristic's were up to 1.5x slower, none more than 2 % faster
-(the space was not searched); the codec push is now mostly
+Why (issue #25): on an H100 the fused residual-unit convs ran at ~85-225 TFLOP/s (a whole unit's
+FLOPs over its time; 2026-12-05b call1), and four tiles tried then beside the heuristic's were up to
+1.5x slower, none more than 2 % faster (the space was not searched); the codec push is now mostly
 these convs' compute. Each conv shape the serving decoder and the fill job's encoder run fused —
 the 7-tap dilated conv with the Snake epilogue and the 1x1 conv with the residual add, at each
 narrow width, on the rows of a 64-stream x 4-frame push (decoder) or of 4 x 5 s clips (encoder) —
