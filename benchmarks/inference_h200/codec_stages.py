@@ -28,37 +28,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
-from ttsfleet.inference.bench_engine import call_ms
+from ttsfleet.inference.bench_module_stages import StageMarks, ceilings, median_call_ms, stage_row
 from ttsfleet.inference.codec import load_codec
 from ttsfleet.inference.codec_batch import use_conv_autotuner
 from ttsfleet.inference.codec_layers import SeqBlock
 
 #: The row that takes whatever the hooked stages leave of the push.
 REST = "rest (RVQ decode, first conv, last Snake + conv, layout)"
-
-
-@dataclass
-class StageRow:
-    name: str
-    ms: float  # median GPU (CPU: wall) ms of the stage within an eager push
-    gflop: float
-    mbytes: float  # parameters + input + output, once
-    compute_floor_ms: float
-    memory_floor_ms: float
-
-    @property
-    def floor_ms(self) -> float:
-        return max(self.compute_floor_ms, self.memory_floor_ms)
 
 
 def codec_stages(codec: Any) -> list[tuple[str, nn.Module]]:
@@ -69,85 +53,6 @@ def codec_stages(codec: Any) -> list[tuple[str, nn.Module]]:
         prefix = f"quantizer.upsample.{i}"
         stages += [(f"{prefix}.transconv", conv), (f"{prefix}.convnext", convnext)]
     return stages + [(f"decoder.model.{j}", m) for j, m in enumerate(dec.model) if isinstance(m, SeqBlock)]
-
-
-class _Marks:
-    """Per stage: a clock at its forward's entry and exit (CUDA events, or wall time on the CPU), and
-    the FLOP counter's total at both (when one is running) and the bytes it moves at least."""
-
-    def __init__(self, stages: list[tuple[str, nn.Module]], cuda: bool) -> None:
-        self.cuda, self.flops = cuda, None
-        self.clocks: dict[str, list[tuple[Any, Any]]] = {n: [] for n, _ in stages}
-        self.flop_counts: dict[str, float] = {}
-        self.nbytes: dict[str, int] = {}
-        self.handles = []
-        for name, module in stages:
-            params = sum(p.numel() * p.element_size() for p in module.parameters())
-            self.handles.append(module.register_forward_pre_hook(self._enter(name)))
-            self.handles.append(module.register_forward_hook(self._leave(name, params)))
-
-    def _now(self) -> Any:
-        if not self.cuda:
-            return time.perf_counter()
-        ev = torch.cuda.Event(enable_timing=True)
-        ev.record()
-        return ev
-
-    def _enter(self, name: str) -> Callable[..., None]:
-        def hook(module: nn.Module, args: tuple) -> None:
-            self.clocks[name].append((self._now(), None))
-            if self.flops is not None:
-                self.flop_counts[name] = self.flop_counts.get(name, 0.0) - self.flops.get_total_flops()
-        return hook
-
-    def _leave(self, name: str, params: int) -> Callable[..., None]:
-        def hook(module: nn.Module, args: tuple, out: Any) -> None:
-            start, _ = self.clocks[name][-1]
-            self.clocks[name][-1] = (start, self._now())
-            if self.flops is not None:
-                self.flop_counts[name] += self.flops.get_total_flops()
-            self.nbytes[name] = params + _nbytes(args[0]) + _nbytes(out)
-        return hook
-
-    def stage_ms(self, name: str, last: int) -> float:
-        """Median ms over the ``last`` pushes (each push enters a stage once; earlier ones warmed up)."""
-        spans = self.clocks[name][-last:]
-        if self.cuda:
-            torch.cuda.synchronize()
-            return statistics.median(a.elapsed_time(b) for a, b in spans)
-        return statistics.median((b - a) * 1000 for a, b in spans)
-
-    def remove(self) -> None:
-        for h in self.handles:
-            h.remove()
-
-
-def _nbytes(t: torch.Tensor) -> int:
-    return t.numel() * t.element_size()
-
-
-def ceilings(device: torch.device) -> dict[str, float]:
-    """A bf16 GEMM's rate (TFLOP/s) and the copy bandwidth (GB/s, bytes read + written), measured here;
-    on a GPU the bandwidth as every kernel benchmark here measures it (``kernels.bench.copy_bandwidth``)."""
-    n = 8192 if device.type == "cuda" else 512
-    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-    gemm_ms = _median_ms(lambda: a @ a, device)
-    if device.type == "cuda":
-        from ttsfleet.kernels.bench import copy_bandwidth
-
-        copy_gbs = copy_bandwidth() / 1e9
-    else:  # (the CPU run checks the harness; its ceilings are not a measurement of anything served)
-        src = torch.empty(1 << 23, dtype=torch.bfloat16)
-        dst = torch.empty_like(src)
-        copy_gbs = 2 * src.nbytes / _median_ms(lambda: dst.copy_(src), device) / 1e6
-    return {"bf16_tflops": 2 * n**3 / gemm_ms / 1e9, "copy_gbs": copy_gbs, "gemm_n": n}
-
-
-def _median_ms(fn: Callable[[], Any], device: torch.device, reps: int = 10) -> float:
-    """Median ms of ``reps`` calls after 3 warm-up calls."""
-    for _ in range(3):
-        fn()
-    return statistics.median(call_ms(fn, device) for _ in range(reps))
 
 
 def measure(codec: Any, streams: int, frames: int, reps: int, ceil: dict[str, float],
@@ -162,34 +67,29 @@ def measure(codec: Any, streams: int, frames: int, reps: int, ceil: dict[str, fl
     slots = list(range(streams))
     for _ in range(2):
         dec.push(slots, codes)
-    marks = _Marks(stages, cuda)
+    marks = StageMarks(stages, cuda)
     try:
-        push_ms = _median_ms(lambda: dec.push(slots, codes), codec.device, reps)
+        push_ms = median_call_ms(lambda: dec.push(slots, codes), codec.device, reps)
         stage_ms = {name: marks.stage_ms(name, reps) for name, _ in stages}  # (before the slow FLOP pass)
         with FlopCounterMode(display=False) as counter:
             marks.flops = counter
             dec.push(slots, codes)
         total_flop = counter.get_total_flops()
-        rows = [_row(name, stage_ms[name], marks.flop_counts[name], marks.nbytes[name], ceil)
+        rows = [stage_row(name, stage_ms[name], marks.flop_counts[name], marks.nbytes[name], ceil)
                 for name, _ in stages]
     finally:
         marks.remove()
     rest_ms = push_ms - sum(r.ms for r in rows)
-    rest = _row(REST, rest_ms, total_flop - sum(r.gflop * 1e9 for r in rows), 0, ceil)
+    rest = stage_row(REST, rest_ms, total_flop - sum(r.gflop * 1e9 for r in rows), 0, ceil)
     return {"streams": streams, "frames": frames, "push_eager_ms": push_ms, "push_graph_ms": _graph_ms(
         codec, streams, frames, codes, layout) if cuda else None, "total_gflop": total_flop / 1e9,
         "rows": [asdict(r) | {"floor_ms": r.floor_ms} for r in [*rows, rest]]}
 
 
-def _row(name: str, ms: float, flop: float, nbytes: int, ceil: dict[str, float]) -> StageRow:
-    return StageRow(name, ms, flop / 1e9, nbytes / 1e6, flop / ceil["bf16_tflops"] / 1e9,
-                    nbytes / ceil["copy_gbs"] / 1e6)
-
-
 def _graph_ms(codec: Any, streams: int, frames: int, codes: torch.Tensor, layout: bool | None) -> float:
     dec = codec.slot_decoder(streams, max_frames=4096, graphs=True, channels_last=layout)
     dec.capture((frames,))
-    return _median_ms(lambda: dec.push(list(range(streams)), codes), codec.device)
+    return median_call_ms(lambda: dec.push(list(range(streams)), codes), codec.device)
 
 
 def print_table(report: dict[str, Any]) -> None:

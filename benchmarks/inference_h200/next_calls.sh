@@ -34,12 +34,16 @@ case ${1:-} in
   4) # the served curve with prompts at the real model's length beside the byte prompts of every record
      stage ab 570 SERVE_ARGS_A="--preset-text bytes" SERVE_ARGS_B="--preset-text qwen-bpe" \
        LEVELS="64:640 128:1280" AB_ROUNDS=1 ab ;;
-  5) # the fill job's encode per configuration (the residual units fused beside cuDNN's); the live route with clocked-first admission
-     stage encode 220 ENC_PRECISIONS=tf32,bf16 ENC_SNAKES=fused,fused-units encode
-     stage codecstages 140 CS_TIMEOUT=130 codecstages
+  5) # the fill job's encode per configuration (the residual units fused beside cuDNN's) and stage by stage;
+     # the codec push stage by stage on today's defaults
+     stage encode 200 ENC_PRECISIONS=tf32,bf16 ENC_SNAKES=fused,fused-units ENC_TIMEOUT=190 encode
+     stage encodestages 150 ES_TIMEOUT=140 encodestages
+     stage codecstages 140 CS_TIMEOUT=130 codecstages ;;
+  6) # the live route with clocked-first admission; the GPU tests on this tree
      stage live 200 LIVE_TIMEOUT=190 LIVE_SIDES=reuse LIVE_SESSIONS=320 LIVE_C=64 LIVE_ROUNDS=1 \
-       SERVE_ARGS="--preset-text qwen-bpe" live ;;
-  *) echo "usage: next_calls.sh 1|2|3|4|5 (see benchmarks/inference_h200/README.md)" >&2; exit 2 ;;
+       SERVE_ARGS="--preset-text qwen-bpe" live
+     stage tests 370 TESTS_TIMEOUT=360 tests ;;
+  *) echo "usage: next_calls.sh 1|2|3|4|5|6 (see benchmarks/inference_h200/README.md)" >&2; exit 2 ;;
 esac
 bundle "$1"
 ls -la "$O"
