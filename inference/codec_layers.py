@@ -453,6 +453,12 @@ class WindowTransformer(nn.Module):
 
     #: Whether :meth:`_enter` makes its ``[b, t, dim]`` input dense (see there); False: the old form.
     dense_input = True
+    #: The attention backend of batched streaming pushes (:meth:`_forward_slots`): None, torch's
+    #: choice, or one of :data:`SDPA_BACKENDS`. Why a knob: a push's few queries (4 per stream at
+    #: 4 frames) against ~130 window keys ran cuDNN's SDPA kernel with 64-query tiles, 0.69 of a
+    #: 64 x 4 push's 11.4 ms on an H100 for ~34 MB of keys and values (2026-12-05b call2 profile);
+    #: benchmarks time the others side by side (``codec_compile.py`` ``+window-NAME`` variants).
+    slot_sdpa: str | None = None
 
     def __init__(self, input_dim: int, dim: int, n_layer: int, n_head: int, head_dim: int, hidden: int,
                  eps: float, rope_base: float, block_size: int, window: int | None) -> None:
@@ -546,17 +552,35 @@ class WindowTransformer(nn.Module):
         q_at, k_at = pos[:, :, None], kpos[:, None, :]
         mask = (k_at <= q_at) & (k_at > q_at - self.window) & (k_at >= 0)  # [b, t, keep + t]
         rope = table[pos]  # [b, t, D/2, 2]
-        for layer in self.layers:
-            q, k, v = layer.qkv(x, rope)
-            ck, cv = st.get((layer, "k")), st.get((layer, "v"))
-            if ck is None:
-                ck = k.new_zeros(b, keep, *k.shape[2:])
-                cv = torch.zeros_like(ck)
-            k, v = torch.cat([ck, k], 1), torch.cat([cv, v], 1)
-            st[(layer, "k")], st[(layer, "v")] = k[:, t:], v[:, t:]
-            x = layer.attend_and_mlp(x, q, k, v, mask[:, None])
+        with _sdpa_backend(self.slot_sdpa):
+            for layer in self.layers:
+                q, k, v = layer.qkv(x, rope)
+                ck, cv = st.get((layer, "k")), st.get((layer, "v"))
+                if ck is None:
+                    ck = k.new_zeros(b, keep, *k.shape[2:])
+                    cv = torch.zeros_like(ck)
+                k, v = torch.cat([ck, k], 1), torch.cat([cv, v], 1)
+                st[(layer, "k")], st[(layer, "v")] = k[:, t:], v[:, t:]
+                x = layer.attend_and_mlp(x, q, k, v, mask[:, None])
         st[(self, "pos")] = p0 + t
         return self._leave(x)
+
+
+#: :attr:`WindowTransformer.slot_sdpa`'s choices: torch's SDPA backends by name.
+SDPA_BACKENDS = ("cudnn", "efficient", "flash", "math")
+
+
+def _sdpa_backend(name: str | None) -> contextlib.AbstractContextManager:
+    """torch's SDPA restricted to the backend ``name`` in the block (None: torch's own choice)."""
+    if name is None:
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    if name not in SDPA_BACKENDS:
+        raise ValueError(f"window attention backend {name!r}: expected one of {', '.join(SDPA_BACKENDS)}")
+    backend = {"cudnn": SDPBackend.CUDNN_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+               "flash": SDPBackend.FLASH_ATTENTION, "math": SDPBackend.MATH}[name]
+    return sdpa_kernel(backend)
 
 
 def run(seq: nn.ModuleList, x: Tensor, st: State = None) -> Tensor:

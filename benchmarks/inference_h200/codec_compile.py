@@ -20,6 +20,9 @@ This script measures, in one process, side by side on the same random S2-size co
   ``fused-units-all``: every unit fused (the width and row limits lifted);
 - ``strided-window``: the serving path with the window transformer's old strided input
   (:attr:`~ttsfleet.inference.codec_layers.WindowTransformer.dense_input` False), for the side by side;
+- any variant with ``+window-NAME`` (``cudnn``, ``efficient``, ``flash``, ``math``): the window
+  transformer's attention on that SDPA backend in the pushes
+  (:attr:`~ttsfleet.inference.codec_layers.WindowTransformer.slot_sdpa`), e.g. ``graphs+window-math``;
 - any variant with ``@table``: the same with the fused convs' tiles of ``--tile-table FILE`` (a
   ``codec_tiles.py`` sweep's table) pinned while its graphs are captured and timed, e.g.
   ``fused-units@table`` beside ``fused-units`` (the shipped table, else the heuristic).
@@ -153,7 +156,8 @@ def main() -> None:
     ap.add_argument("--codec", default="s2-pro")
     ap.add_argument("--variants", default="graphs,compiled,compiled-static",
                     help="comma list of graphs, compiled, compiled-static, compiled-autotune, fused-units, "
-                         "fused-units-all, strided-window; NAME@table: with --tile-table's tiles")
+                         "fused-units-all, strided-window; NAME+window-BACKEND: the window attention on that "
+                         "SDPA backend; NAME@table: with --tile-table's tiles")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--shapes", default=",".join(f"{b}x{t}" for b, t in SHAPES))
     ap.add_argument("--tile-table", default=None, help="the tiles of the @table variants (codec_tiles.py's)")
@@ -177,10 +181,13 @@ def main() -> None:
     audio: dict[str, torch.Tensor] = {}
     tables = {"table": read_table(args.tile_table)} if args.tile_table else {}
     for v in variants:
-        base, _, table = v.partition("@")
+        named, _, table = v.partition("@")
+        base, *mods = named.split("+")
         if table and table not in tables:
             raise SystemExit(f"variant {v}: pass --tile-table FILE")
         pin_tiles(tables.get(table))  # before the capture: the graphs keep the tiles they launched
+        windows = [m.removeprefix("window-") for m in mods if m.startswith("window-")]
+        WindowTransformer.slot_sdpa = windows[0] if windows else None
         dec = make_decoder(codec, base, slots)
         row: dict[str, Any] = {"capture_s": {}, "push": []}
         for b, t in shapes:
@@ -206,6 +213,7 @@ def main() -> None:
         _write(args.out, report)  # after every variant: a stage cut by its time cap keeps what it has
         del dec
         pin_tiles(None)
+        WindowTransformer.slot_sdpa = None
     ref = float32_audio(args.codec, dev, codes[:min(16, slots)])
     for v in variants:
         row = report["variants"][v]

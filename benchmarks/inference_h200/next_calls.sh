@@ -24,10 +24,12 @@ case ${1:-} in
   1) # the served path with the dense window: cuDNN units (A) and the default fused ones (B), c=64 and c=128
      stage ab 570 SERVE_ARGS_A="TTSFLEET_CODEC_UNITS=cudnn" SERVE_ARGS_B="" LEVELS="64:640 128:1280" AB_ROUNDS=1 ab ;;
   2) # the fused codec convs' tiles swept per shape, then the codec push with the swept table beside the
-     # heuristic's tiles and cuDNN's units (the table to ship: codectiles/codec_tiles/tuned_codec_conv.json)
+     # heuristic's tiles and cuDNN's units, and with the window attention on SDPA's math / efficient
+     # backends (the table to ship: codectiles/codec_tiles/tuned_codec_conv.json)
      stage codectiles 390 CT_TIMEOUT=380 CT_BUDGET=330 codectiles
-     stage codeccompile 190 CC_TIMEOUT=180 CC_ARGS="--variants graphs,fused-units,fused-units@table \
---shapes 1x1,16x4,64x4,128x4 --tile-table $O/codectiles/codec_tiles/tuned_codec_conv.json" codeccompile ;;
+     stage codeccompile 190 CC_TIMEOUT=180 CC_ARGS="--variants graphs,fused-units,fused-units@table,\
+fused-units+window-math,fused-units+window-efficient --shapes 16x4,64x4,128x4 \
+--tile-table $O/codectiles/codec_tiles/tuned_codec_conv.json" codeccompile ;;
   3) # the decode GEMMs re-swept and the step on the new table; the GEMM prefetch at 2 and 4 blocks
      stage sweep 400 sweep
      stage levers 170 LEVER_ROUNDS=2 LEVER_VARIANTS=default,prefetch@2,prefetch@4 LEVERS_TIMEOUT=160 levers ;;

@@ -274,3 +274,25 @@ def test_compiled_channels_last_decoder_traces_whole(ref_codec) -> None:
         assert compiled.compiled is not None and counter.frame_count == 1
     finally:
         torch._dynamo.reset()
+
+
+def test_window_attention_backend_knob_keeps_the_audio() -> None:
+    """``WindowTransformer.slot_sdpa`` (benchmarks' side by side of SDPA backends): the math backend
+    decodes the default's audio; a name torch lacks is one readable error."""
+    from ttsfleet.inference import codec_layers
+
+    c = load_codec("tiny")
+    codes = torch.randint(0, 16, (3, c.num_codebooks, 4), generator=torch.Generator().manual_seed(2))
+    outs = {}
+    try:
+        for backend in (None, "math"):
+            codec_layers.WindowTransformer.slot_sdpa = backend
+            dec = c.slot_decoder(3)
+            outs[backend] = torch.cat([dec.push([0, 1, 2], codes[:, :, i:i + 2]) for i in (0, 2)], dim=1)
+        codec_layers.WindowTransformer.slot_sdpa = "fastest"
+        with pytest.raises(ValueError, match="window attention backend 'fastest': expected one of cudnn"):
+            c.slot_decoder(3).push([0], codes[:1, :, :1])
+    finally:
+        codec_layers.WindowTransformer.slot_sdpa = None
+    assert outs[None].abs().max() > 0.01
+    torch.testing.assert_close(outs["math"], outs[None], atol=1e-4, rtol=0)  # float32, another sum order
