@@ -118,3 +118,12 @@ def median_call_ms(fn: Callable[[], Any], device: torch.device, reps: int = 10) 
 def stage_row(name: str, ms: float, flop: float, nbytes: int, ceil: dict[str, float]) -> StageRow:
     return StageRow(name, ms, flop / 1e9, nbytes / 1e6, flop / ceil["bf16_tflops"] / 1e9,
                     nbytes / ceil["copy_gbs"] / 1e6)
+
+
+def print_stage_rows(rows: list[dict[str, Any]], name_width: int = 58) -> None:
+    """A report's stage rows as a plain table: ms, GFLOP, MB, the floor and how far above it."""
+    print(f"{'stage':{name_width}s} {'ms':>8s} {'GFLOP':>8s} {'MB':>8s} {'floor ms':>9s} {'x floor':>8s}")
+    for r in rows:
+        ratio = r["ms"] / r["floor_ms"] if r["floor_ms"] > 0 else float("nan")
+        print(f"{r['name']:{name_width}s} {r['ms']:8.3f} {r['gflop']:8.2f} {r['mbytes']:8.1f} "
+              f"{r['floor_ms']:9.3f} {ratio:8.1f}")

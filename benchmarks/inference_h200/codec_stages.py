@@ -36,7 +36,13 @@ from typing import Any
 import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
-from ttsfleet.inference.bench_module_stages import StageMarks, ceilings, median_call_ms, stage_row
+from ttsfleet.inference.bench_module_stages import (
+    StageMarks,
+    ceilings,
+    median_call_ms,
+    print_stage_rows,
+    stage_row,
+)
 from ttsfleet.inference.codec import load_codec
 from ttsfleet.inference.codec_batch import use_conv_autotuner
 from ttsfleet.inference.codec_layers import SeqBlock
@@ -97,11 +103,7 @@ def print_table(report: dict[str, Any]) -> None:
     print(f"{report['streams']} x {report['frames']} push: eager {report['push_eager_ms']:.2f} ms, graph "
           f"{report['push_graph_ms'] or float('nan'):.2f} ms, {report['total_gflop']:.1f} GFLOP; ceilings "
           f"{ceil['bf16_tflops']:.1f} TFLOP/s bf16, {ceil['copy_gbs']:.0f} GB/s copy")
-    print(f"{'stage':58s} {'ms':>8s} {'GFLOP':>8s} {'MB':>8s} {'floor ms':>9s} {'x floor':>8s}")
-    for r in report["rows"]:
-        ratio = r["ms"] / r["floor_ms"] if r["floor_ms"] > 0 else float("nan")
-        print(f"{r['name']:58s} {r['ms']:8.3f} {r['gflop']:8.2f} {r['mbytes']:8.1f} {r['floor_ms']:9.3f} "
-              f"{ratio:8.1f}")
+    print_stage_rows(report["rows"])
 
 
 def plot(report: dict[str, Any], path: Path) -> None:

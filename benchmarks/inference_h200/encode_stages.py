@@ -34,7 +34,13 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 from ttsfleet.fill_jobs.tokenize import BatchEncoder, _autotuner, encode_split
-from ttsfleet.inference.bench_module_stages import StageMarks, ceilings, median_call_ms, stage_row
+from ttsfleet.inference.bench_module_stages import (
+    StageMarks,
+    ceilings,
+    median_call_ms,
+    print_stage_rows,
+    stage_row,
+)
 from ttsfleet.inference.codec_layers import SeqBlock
 
 #: The row that takes whatever the hooked stages leave of a pass.
@@ -87,11 +93,7 @@ def print_table(report: dict[str, Any]) -> None:
     for run in report["runs"]:
         print(f"\nunits {run['units']}: pass {run['pass_ms']:.2f} ms, {run['audio_s_per_s']:,.0f} audio-s/s, "
               f"{run['total_gflop']:.1f} GFLOP")
-        print(f"{'stage':70s} {'ms':>8s} {'GFLOP':>8s} {'MB':>8s} {'floor ms':>9s} {'x floor':>8s}")
-        for r in run["rows"]:
-            ratio = r["ms"] / r["floor_ms"] if r["floor_ms"] > 0 else float("nan")
-            print(f"{r['name']:70s} {r['ms']:8.3f} {r['gflop']:8.2f} {r['mbytes']:8.1f} "
-                  f"{r['floor_ms']:9.3f} {ratio:8.1f}")
+        print_stage_rows(run["rows"], name_width=70)
 
 
 def main(argv: list[str] | None = None) -> None:
