@@ -13,11 +13,12 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
 from .bench_engine import call_ms
 
@@ -34,6 +35,10 @@ class StageRow:
     @property
     def floor_ms(self) -> float:
         return max(self.compute_floor_ms, self.memory_floor_ms)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The row as a report holds it: its fields and its floor."""
+        return asdict(self) | {"floor_ms": self.floor_ms}
 
 
 class StageMarks:
@@ -118,6 +123,30 @@ def median_call_ms(fn: Callable[[], Any], device: torch.device, reps: int = 10) 
 def stage_row(name: str, ms: float, flop: float, nbytes: int, ceil: dict[str, float]) -> StageRow:
     return StageRow(name, ms, flop / 1e9, nbytes / 1e6, flop / ceil["bf16_tflops"] / 1e9,
                     nbytes / ceil["copy_gbs"] / 1e6)
+
+
+def stage_table(stages: list[tuple[str, nn.Module]], one_pass: Callable[[], Any], device: torch.device,
+                reps: int, ceil: dict[str, float], rest_name: str) -> tuple[float, float, list[StageRow]]:
+    """``one_pass`` timed with the stages' hooks on: 2 warm-up passes, ``reps`` timed ones (after
+    :func:`median_call_ms`'s own warm-up), then one under the FLOP counter. Returns the pass's median
+    ms, its FLOPs, and a row per stage followed by ``rest_name``'s row for what the stages leave."""
+    for _ in range(2):
+        one_pass()
+    marks = StageMarks(stages, device.type == "cuda")
+    try:
+        pass_ms = median_call_ms(one_pass, device, reps)
+        stage_ms = {name: marks.stage_ms(name, reps) for name, _ in stages}  # (before the slow FLOP pass)
+        with FlopCounterMode(display=False) as counter:
+            marks.flops = counter
+            one_pass()
+        total_flop = counter.get_total_flops()
+        rows = [stage_row(name, stage_ms[name], marks.flop_counts[name], marks.nbytes[name], ceil)
+                for name, _ in stages]
+    finally:
+        marks.remove()
+    rest = stage_row(rest_name, pass_ms - sum(r.ms for r in rows),
+                     total_flop - sum(r.gflop * 1e9 for r in rows), 0, ceil)
+    return pass_ms, total_flop, [*rows, rest]
 
 
 def print_stage_rows(rows: list[dict[str, Any]], name_width: int = 58) -> None:

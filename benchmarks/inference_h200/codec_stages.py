@@ -29,19 +29,16 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.flop_counter import FlopCounterMode
 from ttsfleet.inference.bench_module_stages import (
-    StageMarks,
     ceilings,
     median_call_ms,
     print_stage_rows,
-    stage_row,
+    stage_table,
 )
 from ttsfleet.inference.codec import load_codec
 from ttsfleet.inference.codec_batch import use_conv_autotuner
@@ -66,30 +63,15 @@ def measure(codec: Any, streams: int, frames: int, reps: int, ceil: dict[str, fl
     """The stage table of ``reps`` eager ``streams`` x ``frames`` pushes (after 2 warm-up pushes), the
     FLOPs of one more, and the whole push eager and (CUDA) graph-replayed."""
     cuda = codec.device.type == "cuda"
-    stages = codec_stages(codec)
     dec = codec.slot_decoder(streams, max_frames=4096, channels_last=layout)
     gen = torch.Generator().manual_seed(0)
     codes = torch.randint(0, 1000, (streams, codec.num_codebooks, frames), generator=gen)
     slots = list(range(streams))
-    for _ in range(2):
-        dec.push(slots, codes)
-    marks = StageMarks(stages, cuda)
-    try:
-        push_ms = median_call_ms(lambda: dec.push(slots, codes), codec.device, reps)
-        stage_ms = {name: marks.stage_ms(name, reps) for name, _ in stages}  # (before the slow FLOP pass)
-        with FlopCounterMode(display=False) as counter:
-            marks.flops = counter
-            dec.push(slots, codes)
-        total_flop = counter.get_total_flops()
-        rows = [stage_row(name, stage_ms[name], marks.flop_counts[name], marks.nbytes[name], ceil)
-                for name, _ in stages]
-    finally:
-        marks.remove()
-    rest_ms = push_ms - sum(r.ms for r in rows)
-    rest = stage_row(REST, rest_ms, total_flop - sum(r.gflop * 1e9 for r in rows), 0, ceil)
+    push_ms, total_flop, rows = stage_table(codec_stages(codec), lambda: dec.push(slots, codes), codec.device,
+                                            reps, ceil, REST)
     return {"streams": streams, "frames": frames, "push_eager_ms": push_ms, "push_graph_ms": _graph_ms(
         codec, streams, frames, codes, layout) if cuda else None, "total_gflop": total_flop / 1e9,
-        "rows": [asdict(r) | {"floor_ms": r.floor_ms} for r in [*rows, rest]]}
+        "rows": [r.as_dict() for r in rows]}
 
 
 def _graph_ms(codec: Any, streams: int, frames: int, codes: torch.Tensor, layout: bool | None) -> float:

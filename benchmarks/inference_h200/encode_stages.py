@@ -32,14 +32,11 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.flop_counter import FlopCounterMode
 from ttsfleet.fill_jobs.tokenize import BatchEncoder, _autotuner, encode_split
 from ttsfleet.inference.bench_module_stages import (
-    StageMarks,
     ceilings,
-    median_call_ms,
     print_stage_rows,
-    stage_row,
+    stage_table,
 )
 from ttsfleet.inference.codec_layers import SeqBlock
 
@@ -58,32 +55,17 @@ def encode_stages(codec: Any) -> list[tuple[str, nn.Module]]:
 def measure(enc: BatchEncoder, x: torch.Tensor, reps: int, ceil: dict[str, float]) -> dict[str, Any]:
     """The stage table of ``reps`` encodes of ``x`` ``[clips, 1, samples]`` (after 2 warm-up passes),
     the FLOPs of one more, and audio seconds per second of the whole pass."""
-    codec, dev = enc.codec, enc.device
-    stages = encode_stages(codec)
+    codec = enc.codec
 
     def one() -> torch.Tensor:
         return encode_split(codec, x, enc.trunk_dtype, enc.precision == "tf32")
 
-    with _autotuner(dev, enc.autotune):
-        for _ in range(2):
-            one()
-        marks = StageMarks(stages, dev.type == "cuda")
-        try:
-            pass_ms = median_call_ms(one, dev, reps)
-            stage_ms = {name: marks.stage_ms(name, reps) for name, _ in stages}
-            with FlopCounterMode(display=False) as counter:
-                marks.flops = counter
-                one()
-            total_flop = counter.get_total_flops()
-            rows = [stage_row(n, stage_ms[n], marks.flop_counts[n], marks.nbytes[n], ceil) for n, _ in stages]
-        finally:
-            marks.remove()
-    rest = stage_row(REST, pass_ms - sum(r.ms for r in rows), total_flop - sum(r.gflop * 1e9 for r in rows),
-                0, ceil)
+    with _autotuner(enc.device, enc.autotune):
+        pass_ms, total_flop, rows = stage_table(encode_stages(codec), one, enc.device, reps, ceil, REST)
     audio_s = x.shape[0] * x.shape[-1] / codec.sample_rate
     return {"units": enc.units_backend, "pass_ms": pass_ms, "audio_s": audio_s,
             "audio_s_per_s": audio_s / (pass_ms / 1000), "total_gflop": total_flop / 1e9,
-            "rows": [r.__dict__ | {"floor_ms": r.floor_ms} for r in [*rows, rest]]}
+            "rows": [r.as_dict() for r in rows]}
 
 
 def print_table(report: dict[str, Any]) -> None:
