@@ -209,10 +209,6 @@ def default_autotune(device: torch.device, precision: str, layout: str) -> bool:
     return device.type == "cuda" and (precision != "float32" or layout != "ncl")
 
 
-#: How the encoder's residual units run (:class:`BatchEncoder`'s ``units``).
-UNITS = ("cudnn", "fused")
-
-
 def default_units(device: torch.device, precision: str, layout: str, fused_snakes: bool) -> str:
     """``fused`` where the decoder's measured rule carries over: bf16 on CUDA, channels-last, the
     Snakes fused, and ``TTSFLEET_CODEC_UNITS`` at ``fused`` (its default). Why only there: the fused
@@ -247,7 +243,8 @@ class BatchEncoder:
     would each have a new one, so with it the batch shapes are bucketed (``bucket_shapes``): each
     batch padded to :func:`bucket_frames` and run in power-of-two parts (:func:`pow2_parts`). The
     codec is causal and clips are independent in a batch, so neither changes a clip's codes (beyond
-    a conv algorithm's rounding). ``units`` (``fused`` / ``cudnn``; None: :func:`default_units`): the
+    a conv algorithm's rounding). ``units`` (``fused`` / ``cudnn``, ``CODEC_UNITS``; None:
+    :func:`default_units`): the
     encoder's residual units through the fused conv kernels
     (:meth:`~ttsfleet.inference.codec.Codec.use_encoder_fused_units`) or cuDNN's convs."""
 
@@ -292,11 +289,13 @@ class BatchEncoder:
         self.autotune = autotune if autotune is not None else default_autotune(self.device, self.precision,
                                                                                layout)
         self.bucket_shapes = self.autotune
+        from ttsfleet.inference.codec_batch import CODEC_UNITS
+
         if units is None:
             units = default_units(self.device, self.precision, layout, self.fused)
+        if units not in CODEC_UNITS:
+            raise UserError(f"codec units {units!r} is not one of {', '.join(CODEC_UNITS)}")
         self.units = units
-        if self.units not in UNITS:
-            raise UserError(f"codec units {self.units!r} is not one of {', '.join(UNITS)}")
         self.codec.use_encoder_fused_units(self.units == "fused")  # after the dtype cast: caches weights
 
     @property

@@ -290,8 +290,10 @@ def use_conv_autotuner() -> None:
 #: 11.36 ms, 128 x 4 22.62 -> 20.36, 16 x 4 5.01 -> 4.97, audio as close to float32 (20.0 dB); the
 #: H200 not yet.
 CODEC_UNITS_ENV = "TTSFLEET_CODEC_UNITS"
+#: The residual units' forms, by name (the switch's and the fill job's ``BatchEncoder(units=...)``).
+CODEC_UNITS = ("cudnn", "fused")
 CODEC_UNITS_SWITCH: ProcessSwitch[str] = ProcessSwitch(CODEC_UNITS_ENV, "fused",
-                                                       one_of(CODEC_UNITS_ENV, ("cudnn", "fused"), "fused"))
+                                                       one_of(CODEC_UNITS_ENV, CODEC_UNITS, "fused"))
 
 
 def build_slot_decoder(codec: Any, plan: Any) -> Any:

@@ -566,8 +566,9 @@ class WindowTransformer(nn.Module):
         return self._leave(x)
 
 
-#: :attr:`WindowTransformer.slot_sdpa`'s choices: torch's SDPA backends by name.
-SDPA_BACKENDS = ("cudnn", "efficient", "flash", "math")
+#: :attr:`WindowTransformer.slot_sdpa`'s choices: torch's SDPA backends (``SDPBackend`` members) by name.
+SDPA_BACKENDS = {"cudnn": "CUDNN_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "flash": "FLASH_ATTENTION",
+                 "math": "MATH"}
 
 
 def _sdpa_backend(name: str | None) -> contextlib.AbstractContextManager:
@@ -578,9 +579,7 @@ def _sdpa_backend(name: str | None) -> contextlib.AbstractContextManager:
 
     if name not in SDPA_BACKENDS:
         raise ValueError(f"window attention backend {name!r}: expected one of {', '.join(SDPA_BACKENDS)}")
-    backend = {"cudnn": SDPBackend.CUDNN_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
-               "flash": SDPBackend.FLASH_ATTENTION, "math": SDPBackend.MATH}[name]
-    return sdpa_kernel(backend)
+    return sdpa_kernel(getattr(SDPBackend, SDPA_BACKENDS[name]))
 
 
 def run(seq: nn.ModuleList, x: Tensor, st: State = None) -> Tensor:

@@ -73,7 +73,8 @@ def conv_rows(x: Tensor, weight: Tensor, bias: Tensor, out: Tensor | None = None
     ``alpha`` (per output channel) or ``+ residual[b, t]`` or nothing (not both: the codec's units
     need one or the other after each conv). ``x`` is a causal conv's padded input (history first),
     ``out`` (returned; allocated when None) may be a strided slice, e.g. of the next conv's buffer.
-    ``tile`` (:class:`~.triton_codec_conv.ConvTile`): a launch config instead of the default."""
+    ``tile`` (:class:`~.codec_conv_tiles.ConvTile`): a launch config instead of
+    :func:`~.codec_conv_tiles.tile_for`'s."""
     if alpha is not None and residual is not None:
         raise ValueError("conv_rows applies Snake or the residual add, not both")
     if out is None:

@@ -28,10 +28,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .codec_conv_tiles import ConvTile, default_tile, tile_for
+from .codec_conv_tiles import ConvTile, tile_for
 from .triton_gemm import INTERPRETING
-
-__all__ = ["ConvTile", "conv_rows_kernel", "conv_rows_triton", "default_tile", "tile_for"]
 
 
 @triton.jit
