@@ -85,6 +85,19 @@ def make_decoder(codec, variant: str, slots: int) -> Any:  # noqa: ANN001
     return codec.slot_decoder(slots, max_frames=4096, graphs=True, graph_max_batch=slots, compile_mode=mode)
 
 
+def parse_variant(variant: str, have_table: bool) -> tuple[str, str | None, bool]:
+    """``NAME[+window-BACKEND][@table]`` -> (NAME, the window backend or None, whether the table's
+    tiles are pinned); a modifier it does not know, or ``@table`` without ``--tile-table``, stops
+    the run before any work (a typo would otherwise time the plain variant under another name)."""
+    named, _, suffix = variant.partition("@")
+    base, *mods = named.split("+")
+    if suffix and (suffix != "table" or not have_table):
+        raise SystemExit(f"variant {variant}: pass --tile-table FILE")
+    if any(not m.startswith("window-") for m in mods) or len(mods) > 1:
+        raise SystemExit(f"variant {variant}: the one modifier is +window-BACKEND")
+    return base, mods[0].removeprefix("window-") if mods else None, bool(suffix)
+
+
 def push_ms(dec, b: int, t: int, codes: torch.Tensor) -> float:  # noqa: ANN001
     slots = list(range(b))
     dev = dec.codec.device
@@ -170,24 +183,20 @@ def main() -> None:
     if dev.type == "cuda":
         use_conv_autotuner()  # as the server's codec (3 candidates per conv shape)
         torch.cuda.set_stream(torch.cuda.Stream(dev))  # as the engine's codec thread
+    variants = args.variants.split(",")
+    parsed = [parse_variant(v, args.tile_table is not None) for v in variants]  # all, before any work
     layout = args.layout or ("channels-last" if dev.type == "cuda" else "ncl")
     codec = load_codec(args.codec, device=dev, fast=True, channels_last=layout == "channels-last")
     gen = torch.Generator().manual_seed(0)
     codes = torch.randint(0, 1000, (slots, codec.num_codebooks, 64), generator=gen)
-    variants = args.variants.split(",")
     report: dict[str, Any] = {"device": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu",
                               "torch": torch.__version__, "codec": args.codec, "layout": layout,
                               "variants": {}}
     audio: dict[str, torch.Tensor] = {}
-    tables = {"table": read_table(args.tile_table)} if args.tile_table else {}
-    for v in variants:
-        named, _, table = v.partition("@")
-        base, *mods = named.split("+")
-        if table and table not in tables:
-            raise SystemExit(f"variant {v}: pass --tile-table FILE")
-        pin_tiles(tables.get(table))  # before the capture: the graphs keep the tiles they launched
-        windows = [m.removeprefix("window-") for m in mods if m.startswith("window-")]
-        WindowTransformer.slot_sdpa = windows[0] if windows else None
+    table = read_table(args.tile_table) if args.tile_table else None
+    for v, (base, window, tiled) in zip(variants, parsed, strict=True):
+        pin_tiles(table if tiled else None)  # before the capture: the graphs keep the tiles they launched
+        WindowTransformer.slot_sdpa = window
         dec = make_decoder(codec, base, slots)
         row: dict[str, Any] = {"capture_s": {}, "push": []}
         for b, t in shapes:

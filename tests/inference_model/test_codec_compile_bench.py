@@ -44,3 +44,11 @@ def test_a_table_variant_without_a_table_is_refused(tmp_path: Path) -> None:
                 "--variants", "fused-units@table")
     assert proc.returncode != 0 and "variant fused-units@table: pass --tile-table FILE" in proc.stderr
     assert not (tmp_path / "cc.json").exists()
+
+
+def test_an_unknown_modifier_is_refused_before_any_work(tmp_path: Path) -> None:
+    proc = _run(str(tmp_path / "cc.json"), "--device", "cpu", "--codec", "tiny", "--shapes", "1x1",
+                "--variants", "graphs,graphs+windows-math")
+    assert proc.returncode != 0
+    assert "variant graphs+windows-math: the one modifier is +window-BACKEND" in proc.stderr
+    assert not (tmp_path / "cc.json").exists()  # the plain variant before it did not run either
