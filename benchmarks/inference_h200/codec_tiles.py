@@ -167,20 +167,24 @@ def sweep(s: ConvShape, args: argparse.Namespace, dev: torch.device, deadline: f
                            "streams": s.streams, "rows": s.rows, "gflop": round(s.gflop, 2),
                            "default": shape.measure(default), "candidates": []}
     seen = {default}
-    stage1 = [t for t in grid_tiles(s.width, cpu) if t not in seen]
-    for tiles in (stage1, None):
-        if tiles is None:  # stage 2 around stage 1's two fastest (the default counts)
-            done = [r for r in [row["default"], *row["candidates"]] if "ms" in r]
-            best = [ConvTile.parse(r["tile"]) for r in sorted(done, key=lambda r: r["ms"])[:2]]
-            tiles = around(best, seen, cpu)
+
+    def measure_all(tiles: list[ConvTile]) -> bool:
+        """Each of ``tiles`` measured in order; False once the budget is spent (the row says so)."""
         for t in tiles:
             if time.monotonic() > deadline:
                 row["cut_by_budget"] = True
-                return _pick(row, args.min_gain)
+                return False
             seen.add(t)
             row["candidates"].append(shape.measure(t))
             if bar is not None:
                 bar.update(1)
+        return True
+
+    if measure_all([t for t in grid_tiles(s.width, cpu) if t not in seen]):
+        # stage 2 around stage 1's two fastest (the default counts)
+        done = [r for r in [row["default"], *row["candidates"]] if "ms" in r]
+        best = [ConvTile.parse(r["tile"]) for r in sorted(done, key=lambda r: r["ms"])[:2]]
+        measure_all(around(best, seen, cpu))
     return _pick(row, args.min_gain)
 
 
