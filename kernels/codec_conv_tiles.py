@@ -30,6 +30,12 @@ from typing import Any
 TUNED_FILE = os.path.join(os.path.dirname(__file__), "tuned_codec_conv.json")
 
 
+#: The S2 codec decoder's residual-unit widths (one per upsampling block, rates 8, 8, 4, 2) and the
+#: time rows each has per codec frame (2,048 samples): the shapes the fused convs are checked
+#: (``compile_check``), timed (``codec_units.py``) and tuned (``codec_tiles.py``) at.
+S2_DECODER_UNIT_ROWS_PER_FRAME = {768: 32, 384: 256, 192: 1024, 96: 2048}
+
+
 @dataclass(frozen=True)
 class ConvTile:
     """One launch config: a ``block_t x block_n`` output tile, ``block_k`` input channels a step."""

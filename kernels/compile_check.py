@@ -38,6 +38,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from .codec_conv_tiles import S2_DECODER_UNIT_ROWS_PER_FRAME
+
 S2_SHAPES = [("swiglu", 19456, 2560), ("down", 2560, 9728), ("linear", 6144, 2560), ("linear", 2560, 4096),
              ("linear", 4096, 2560)]
 S2_VOCABS = (4097, 4096)  # the main-token head (semantic codes + end) and a codebook
@@ -412,8 +414,8 @@ def _samplers(vocab: int) -> Case:
     return run
 
 
-#: The S2 codec decoder's residual-unit widths, each with a 64 x 4 push's time rows per stream.
-CODEC_UNIT_WIDTHS = ((768, 128), (384, 1024), (192, 4096), (96, 8192))
+#: The S2 codec decoder's residual-unit widths, each with a 4-frame push's time rows per stream.
+CODEC_UNIT_WIDTHS = tuple((w, 4 * rows) for w, rows in S2_DECODER_UNIT_ROWS_PER_FRAME.items())
 
 
 def _codec_convs(width: int, t: int) -> Case:

@@ -45,8 +45,6 @@ from ttsfleet.kernels import codec_conv_tiles as ct
 from ttsfleet.kernels.codec_conv import conv_rows, conv_rows_ref
 from ttsfleet.kernels.codec_conv_tiles import ConvTile
 
-#: Samples per frame after each upsampling block of the S2 decoder (rates 8, 8, 4, 2 over 4 x 4 latent rows).
-DECODER_ROWS_PER_FRAME = {768: 32, 384: 256, 192: 1024, 96: 2048}
 #: The S2 encoder's fused widths and their rows per audio sample (44.1 kHz; strides 2, 4 before them).
 ENCODER_ROWS_PER_SAMPLE = {64: 1.0, 128: 0.5, 256: 0.125}
 SMEM_BYTES = 160 * 1024  # the pipeline's operand buffers must fit (H100/H200: 227 KiB per block)
@@ -76,7 +74,7 @@ class ConvShape:
 def shapes(args: argparse.Namespace, cpu: bool) -> list[ConvShape]:
     if cpu:
         return [ConvShape("decoder", 16, k, 2, 40) for k in (7, 1)]
-    decoder = [ConvShape("decoder", w, k, args.streams, DECODER_ROWS_PER_FRAME[w] * args.frames)
+    decoder = [ConvShape("decoder", w, k, args.streams, ct.S2_DECODER_UNIT_ROWS_PER_FRAME[w] * args.frames)
                for w in args.decoder_widths for k in (7, 1)]
     samples = 44100 * args.clip_seconds
     per_clip = {w: int(ENCODER_ROWS_PER_SAMPLE[w] * samples) for w in args.encoder_widths}

@@ -32,11 +32,9 @@ from typing import Any
 import torch
 from ttsfleet.inference.bench_engine import call_ms
 from ttsfleet.inference.codec_layers import ResidualUnit, set_fused_units
-from ttsfleet.kernels.codec_conv_tiles import ConvTile, set_tile
+from ttsfleet.kernels.codec_conv_tiles import S2_DECODER_UNIT_ROWS_PER_FRAME, ConvTile, set_tile
 
-WIDTHS = (768, 384, 192, 96)
-#: Samples per frame after each upsampling block of the S2 decoder (rates 8, 8, 4, 2 over 4 x 4 latent rows).
-ROWS_PER_FRAME = {768: 32, 384: 256, 192: 1024, 96: 2048}
+WIDTHS = tuple(S2_DECODER_UNIT_ROWS_PER_FRAME)
 
 
 def make_unit(width: int, dev: torch.device, dtype: torch.dtype) -> ResidualUnit:
@@ -76,7 +74,7 @@ def measure(width: int, args: argparse.Namespace, dev: torch.device, variants: l
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     unit = make_unit(width, dev, dtype)
     set_fused_units(unit, True)
-    t = ROWS_PER_FRAME[width] * args.frames if dev.type == "cuda" else 40
+    t = S2_DECODER_UNIT_ROWS_PER_FRAME[width] * args.frames if dev.type == "cuda" else 40
     x = torch.randn(args.streams, width, 1, t, device=dev, dtype=dtype)
     x = x.contiguous(memory_format=torch.channels_last)
     ref = run_variant(unit, x, "cudnn").float()
