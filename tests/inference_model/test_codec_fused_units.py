@@ -27,12 +27,17 @@ def codec(golden_dir, monkeypatch):
     monkeypatch.setattr(codec_layers.ResidualUnit, "fused_min_rows", 0)
     c = load_codec(golden_dir / "codec-tiny" / "codec.pth", channels_last=True)
     c.use_fused_kernels()
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():  # the tiny checkpoint's conv biases are zero: a lost bias would go unseen
-        for m in c.decoder.modules():
+    _random_biases(c.decoder, torch.Generator().manual_seed(0))
+    return c
+
+
+def _random_biases(module: torch.nn.Module, g: torch.Generator) -> None:
+    """Every causal conv's bias under ``module`` drawn from ``g``: the tiny checkpoint's conv biases
+    are zero, so a lost bias would go unseen."""
+    with torch.no_grad():
+        for m in module.modules():
             if isinstance(m, codec_layers.CausalConv):
                 m.conv.bias.copy_(0.2 * torch.randn(m.conv.bias.shape, generator=g))
-    return c
 
 
 def _count_fused_convs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -182,10 +187,7 @@ def test_fused_encoder_units_encode_the_unfused_latent(golden_dir, kernels, monk
     c.use_encoder_channels_last()
     c.use_fused_kernels()
     g = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for m in c.encoder.modules():
-            if isinstance(m, codec_layers.CausalConv):
-                m.conv.bias.copy_(0.2 * torch.randn(m.conv.bias.shape, generator=g))
+    _random_biases(c.encoder, g)
     x = 0.3 * torch.randn(2, 1, 4 * c.frame_length, generator=g)
     with torch.inference_mode():
         off = c.encoder(x)
