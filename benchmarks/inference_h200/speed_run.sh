@@ -142,16 +142,20 @@ for stage in "$@"; do
            mkdir -p "$OUT/sweep"
            timeout "${SWEEP_TIMEOUT:-300}" python3 -m ttsfleet.kernels.bench --sweep-only --ms 1,8,16,32,64,128 \
              --sweep-ms "${SWEEP_MS:-1,8,16,32,64}" --out "$OUT/sweep" 2>&1 | tee "$OUT/sweep.txt" | grep -E "sweep|WRONG"
-           [ -f "$OUT/sweep/tuned_h200.json" ] && OUT="$OUT/sweep" LEVER_ROUNDS="${LEVER_ROUNDS:-2}" \
-             LEVER_VARIANTS="default,table@$OUT/sweep/tuned_h200.json" timeout "${SWEEP_LEVER_TIMEOUT:-240}" \
+           # (the table's path first: a prefix assignment sees the OUT set before it on the same line)
+           table="$OUT/sweep/tuned_h200.json"
+           [ -f "$table" ] && OUT="$OUT/sweep" LEVER_ROUNDS="${LEVER_ROUNDS:-2}" \
+             LEVER_VARIANTS="default,table@$table" timeout "${SWEEP_LEVER_TIMEOUT:-240}" \
              python3 -m benchmarks.inference_h200.decode_levers 2>&1 | tee "$OUT/sweep_levers.txt" | tail -12 ;;
     codecunits) # one residual unit per S2 decoder width: cuDNN + passes vs the fused Triton convs, tiles (CU_ARGS)
                 timeout "${CU_TIMEOUT:-200}" python3 -m benchmarks.inference_h200.codec_units "$OUT/codec_units" \
                   ${CU_ARGS:-} 2>&1 | tee "$OUT/codec_units.txt" | tail -12 ;;
     codectiles) # the fused codec convs' tiles swept per conv shape (codec_tiles.py; CT_ARGS, CT_BUDGET): the table
-                # kernels/tuned_codec_conv.json is $OUT/codec_tiles/tuned_codec_conv.json of such a run
+                # kernels/tuned_codec_conv.json is $OUT/codec_tiles/tuned_codec_conv.json of such a run, copied
+                # to $OUT/tuned_codec_conv.json, which the bundling below leaves for a later stage to read
                 timeout "${CT_TIMEOUT:-420}" python3 -m benchmarks.inference_h200.codec_tiles "$OUT/codec_tiles" \
-                  --budget-s "${CT_BUDGET:-360}" ${CT_ARGS:-} 2>&1 | tee "$OUT/codec_tiles.txt" | tail -16 ;;
+                  --budget-s "${CT_BUDGET:-360}" ${CT_ARGS:-} 2>&1 | tee "$OUT/codec_tiles.txt" | tail -16
+                cp -f "$OUT/codec_tiles/tuned_codec_conv.json" "$OUT/" 2>/dev/null || true ;;
     encodestages) # the fill job's encode stage by stage against each stage's floor, fused units vs cuDNN's (ES_ARGS)
                   timeout "${ES_TIMEOUT:-200}" python3 -m benchmarks.inference_h200.encode_stages "$OUT/encode_stages" \
                     ${ES_ARGS:-} 2>&1 | tee "$OUT/encode_stages.txt" | tail -30 ;;

@@ -46,3 +46,20 @@ def test_an_unknown_call_is_one_usage_line_and_exit_2(tmp_path: Path) -> None:
     proc = subprocess.run(["bash", str(HERE / "next_calls.sh"), "9"], capture_output=True, text=True,
                           timeout=30, env={"OUT": str(tmp_path), "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 2 and proc.stderr.startswith("usage: next_calls.sh 1|")
+
+
+def test_a_file_a_later_stage_reads_survives_the_bundling() -> None:
+    """``speed_run.sh`` ends by moving every file two folders deep into ``served.tgz``; a later stage
+    reading an earlier one's output must name a file at the top of that stage's folder, which the
+    stage copies there (2026-12-05c: call 2's codeccompile read ``codectiles/codec_tiles/...``, gone
+    into the archive, and stopped at its first line)."""
+    text = (HERE / "next_calls.sh").read_text()
+    reads = re.findall(r"\$O/([a-z]+)/([^\s\"']+)", text)
+    assert reads, "no call reads an earlier stage's file (the check would test nothing)"
+    speed_run = (HERE / "speed_run.sh").read_text()
+    for stage, path in reads:
+        assert "/" not in path, f"$O/{stage}/{path}: below the stage's top folder, bundled away"
+        body = speed_run[speed_run.index(f"\n    {stage})"):]
+        body = body[:body.index(";;")]
+        assert re.search(rf"cp [^\n]*{re.escape(path)}\"? \"\$OUT/\"", body), \
+            f"speed_run.sh's {stage} stage does not copy {path} to its top folder"
