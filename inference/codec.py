@@ -36,6 +36,7 @@ from ttsfleet.contracts.serving import CODEC_COMPILE_MODES
 from ttsfleet.errors import UserError, one_line
 
 from .codec_layers import (
+    SDPA_BACKENDS,
     CausalConv,
     CausalTransConv,
     ConvNeXt,
@@ -320,6 +321,18 @@ class Codec(nn.Module):
         width and row limits of :meth:`~ttsfleet.inference.codec_layers.ResidualUnit.takes_fused`).
         A switch of its own for the reason :meth:`use_encoder_channels_last` gives."""
         set_fused_units(self.encoder, on)
+
+    def use_window_attention(self, backend: str) -> None:
+        """The SDPA backend of the window transformers' batched pushes
+        (:attr:`~ttsfleet.inference.codec_layers.WindowTransformer.slot_sdpa`): ``auto`` (torch's
+        choice) or a :data:`~ttsfleet.inference.codec_layers.SDPA_BACKENDS` name, which must run on
+        the codec's device (a ``ValueError`` names the choices for an unknown one)."""
+        if backend != "auto" and backend not in SDPA_BACKENDS:
+            raise ValueError(f"window attention backend {backend!r}: expected auto or one of "
+                             f"{', '.join(SDPA_BACKENDS)}")
+        for m in self.modules():
+            if isinstance(m, WindowTransformer):
+                m.slot_sdpa = None if backend == "auto" else backend
 
     def use_fused_kernels(self, on: bool = True) -> None:
         """Snake activations through :func:`ttsfleet.kernels.snake.snake` (one pass; Triton where the

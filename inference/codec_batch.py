@@ -295,6 +295,27 @@ CODEC_UNITS = ("cudnn", "fused")
 CODEC_UNITS_SWITCH: ProcessSwitch[str] = ProcessSwitch(CODEC_UNITS_ENV, "fused",
                                                        one_of(CODEC_UNITS_ENV, CODEC_UNITS, "fused"))
 
+#: The SDPA backend of the decoder's window attention in batched pushes (issue #25), on CUDA only
+#: (the CPU has neither cuDNN's nor the memory-efficient kernel): ``efficient`` (default), ``auto``
+#: (torch's own pick, cuDNN's on an H100/H200), ``cudnn``, ``flash``, ``math``. A push's 4 queries per
+#: stream against ~130 window keys: cuDNN's 64-query tiles cost 0.69 of a 64 x 4 push's 11.4 ms.
+#: Measured side by side on an H100 (2026-12-05, benchmarks/inference_h200/2026-12-05c/codec_compile*):
+#: pushes 16 x 4 4.88 -> 4.89 ms, 64 x 4 11.41 -> 11.07, 128 x 4 20.38 -> 19.75 (auto -> efficient);
+#: SNR vs float32 19.99 dB both; ``math`` slower (13.30 at 64 x 4).
+CODEC_WINDOW_ATTENTION_ENV = "TTSFLEET_CODEC_WINDOW_ATTENTION"
+#: ``auto`` and :data:`~ttsfleet.inference.codec_layers.SDPA_BACKENDS`' names (spelled out: this module
+#: stays importable without torch; a test holds the two lists equal).
+CODEC_WINDOW_ATTENTIONS = ("auto", "cudnn", "efficient", "flash", "math")
+CODEC_WINDOW_ATTENTION_SWITCH: ProcessSwitch[str] = ProcessSwitch(
+    CODEC_WINDOW_ATTENTION_ENV, "efficient",
+    one_of(CODEC_WINDOW_ATTENTION_ENV, CODEC_WINDOW_ATTENTIONS, "efficient"))
+
+
+def window_attention_for(device: Any) -> str:
+    """The window attention backend a decoder on ``device`` (a ``torch.device``) pushes with: the
+    switch's on CUDA, torch's own choice elsewhere (the switch names GPU kernels)."""
+    return CODEC_WINDOW_ATTENTION_SWITCH.get() if device.type == "cuda" else "auto"
+
 
 def build_slot_decoder(codec: Any, plan: Any) -> Any:
     """The batched slot decoder of a :class:`~ttsfleet.inference.codec_process.DecoderPlan`, compiled
@@ -303,6 +324,7 @@ def build_slot_decoder(codec: Any, plan: Any) -> Any:
     as :data:`CODEC_UNITS_SWITCH` says."""
     t0 = time.perf_counter()
     codec.use_fused_units(CODEC_UNITS_SWITCH.get() == "fused")
+    codec.use_window_attention(window_attention_for(codec.device))
     compile_mode = plan.compile_mode
     decoder = codec.slot_decoder(plan.slots, max_frames=plan.max_seq_len, graphs=plan.graphs,
                                  graph_max_batch=plan.graph_max_batch, compile_mode=compile_mode,
@@ -310,9 +332,9 @@ def build_slot_decoder(codec: Any, plan: Any) -> Any:
     frames = tuple(1 << i for i in range(plan.max_frames.bit_length()))
     n = decoder.capture(frames)  # compiled: the compiles happen here, before any capture
     if n:
-        log.info("captured %d codec graphs (streams %s x frames %s, %s convs, %s units) in %.1f s", n,
-                 decoder.buckets, frames, "channels-last" if decoder.channels_last else "NCL",
-                 CODEC_UNITS_SWITCH.get(), time.perf_counter() - t0)
+        log.info("captured %d codec graphs (streams %s x frames %s, %s convs, %s units, %s window attention) "
+                 "in %.1f s", n, decoder.buckets, frames, "channels-last" if decoder.channels_last else "NCL",
+                 CODEC_UNITS_SWITCH.get(), window_attention_for(codec.device), time.perf_counter() - t0)
     if compile_mode is not None:
         log.info("codec decode compiled (%s): %s, %.1f s", compile_mode,
                  "on" if decoder.compiled is not None else f"eager ({decoder.compile_error})",

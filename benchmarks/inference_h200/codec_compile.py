@@ -20,9 +20,11 @@ This script measures, in one process, side by side on the same random S2-size co
   ``fused-units-all``: every unit fused (the width and row limits lifted);
 - ``strided-window``: the serving path with the window transformer's old strided input
   (:attr:`~ttsfleet.inference.codec_layers.WindowTransformer.dense_input` False), for the side by side;
-- any variant with ``+window-NAME`` (``cudnn``, ``efficient``, ``flash``, ``math``): the window
-  transformer's attention on that SDPA backend in the pushes
+- any variant with ``+window-NAME`` (``auto``: torch's choice, ``cudnn``, ``efficient``, ``flash``,
+  ``math``): the window transformer's attention on that SDPA backend in the pushes
   (:attr:`~ttsfleet.inference.codec_layers.WindowTransformer.slot_sdpa`), e.g. ``graphs+window-math``;
+  without one, the served backend (``TTSFLEET_CODEC_WINDOW_ATTENTION``: ``efficient`` on CUDA since
+  2026-12-05c, torch's choice on the CPU);
 - any variant with ``@table``: the same with the fused convs' tiles of ``--tile-table FILE`` (a
   ``codec_tiles.py`` sweep's table) pinned while its graphs are captured and timed, e.g.
   ``fused-units@table`` beside ``fused-units`` (the shipped table, else the heuristic).
@@ -96,6 +98,16 @@ def parse_variant(variant: str, have_table: bool) -> tuple[str, str | None, bool
     if any(not m.startswith("window-") for m in mods) or len(mods) > 1:
         raise SystemExit(f"variant {variant}: the one modifier is +window-BACKEND")
     return base, mods[0].removeprefix("window-") if mods else None, bool(suffix)
+
+
+def window_backend(window: str | None, dev: torch.device) -> str | None:
+    """A variant's window attention backend as ``WindowTransformer.slot_sdpa`` takes it: its
+    ``+window-NAME``, else the served one (:func:`~ttsfleet.inference.codec_batch.window_attention_for`),
+    so a plain variant times what the server runs; ``auto`` is None (torch's choice)."""
+    from ttsfleet.inference.codec_batch import window_attention_for
+
+    name = window or window_attention_for(dev)
+    return None if name == "auto" else name
 
 
 def push_ms(dec, b: int, t: int, codes: torch.Tensor) -> float:  # noqa: ANN001
@@ -196,7 +208,7 @@ def main() -> None:
     table = read_table(args.tile_table) if args.tile_table else None
     for v, (base, window, tiled) in zip(variants, parsed, strict=True):
         pin_tiles(table if tiled else None)  # before the capture: the graphs keep the tiles they launched
-        WindowTransformer.slot_sdpa = window
+        WindowTransformer.slot_sdpa = window_backend(window, dev)
         dec = make_decoder(codec, base, slots)
         row: dict[str, Any] = {"capture_s": {}, "push": []}
         for b, t in shapes:

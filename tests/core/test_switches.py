@@ -50,6 +50,9 @@ MODEL_SWITCHES = {  # variable: (default, the parsed default, a bad value, its w
                            "TTSFLEET_HEAD_GEMM='fp8': expected one of float32, bf16"),
     "TTSFLEET_CODEC_UNITS": ("fused", "fused", "triton",
                              "TTSFLEET_CODEC_UNITS='triton': expected one of cudnn, fused"),
+    "TTSFLEET_CODEC_WINDOW_ATTENTION": ("efficient", "efficient", "flex",
+                                        "TTSFLEET_CODEC_WINDOW_ATTENTION='flex': expected one of auto, "
+                                        "cudnn, efficient, flash, math"),
 }
 
 

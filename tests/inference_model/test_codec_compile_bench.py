@@ -12,6 +12,8 @@ from pathlib import Path
 
 from ttsfleet.kernels import codec_conv_tiles as ct
 
+from tests.scripts import load_script
+
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "inference_h200" / "codec_compile.py"
 
 
@@ -52,3 +54,16 @@ def test_an_unknown_modifier_is_refused_before_any_work(tmp_path: Path) -> None:
     assert proc.returncode != 0
     assert "variant graphs+windows-math: the one modifier is +window-BACKEND" in proc.stderr
     assert not (tmp_path / "cc.json").exists()  # the plain variant before it did not run either
+
+
+def test_a_plain_variant_pushes_with_the_served_window_backend() -> None:
+    """Without ``+window-NAME`` a variant times what the server runs: the switch's backend on CUDA
+    (``efficient`` by default), torch's own choice on the CPU; ``+window-auto`` is torch's anywhere."""
+    import torch
+    from ttsfleet.inference.codec_batch import CODEC_WINDOW_ATTENTION_SWITCH
+
+    cc = load_script("benchmarks/inference_h200/codec_compile.py")
+    cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
+    assert cc.window_backend(None, cuda) == CODEC_WINDOW_ATTENTION_SWITCH.get() == "efficient"
+    assert cc.window_backend(None, cpu) is None
+    assert cc.window_backend("auto", cuda) is None and cc.window_backend("math", cpu) == "math"
