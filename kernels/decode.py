@@ -142,7 +142,7 @@ set_attn_tile = ATTN_TILE_SWITCH.set
 
 
 #: The decode kernels' prefetch into L2 before they wait for their predecessor (programmatic
-#: dependent launch), two switches of one form: ``off`` (the default), ``auto`` (as much of the
+#: dependent launch), two switches of one form: ``off``, ``auto`` (as much of the
 #: program's share as fits the launch's bytes in half of L2, :func:`prefetch_blocks`) or a count of
 #: blocks per program 1 .. :data:`MAX_PREFETCH_BLOCKS`. Why: with PDL a kernel's programs start while
 #: the kernel ahead of it still runs, but until now they waited before touching memory; what no
@@ -151,20 +151,22 @@ set_attn_tile = ATTN_TILE_SWITCH.set
 #: bandwidth on an H200 with a fixed few us per launch (issue #26). ``TTSFLEET_ATTN_PREFETCH``:
 #: decode attention's K/V rows (key blocks): the keys before the newest were written steps ago, and
 #: a prefetch is only a hint (a stale slot or length read before the wait costs bandwidth, never a
-#: result). Built and compiled for sm_90a / sm_120a without a GPU (``compile_check``), not yet timed:
-#: off until ``decode_levers.py``'s ``prefetch`` / ``kvprefetch`` rows say otherwise. Process
-#: switches, read once.
+#: result). Defaults: the GEMMs prefetch 2 blocks per program, the attention nothing. The whole decode
+#: step from a CUDA graph, side by side (``decode_levers.py``, 2 rounds, x prefetch off): on an H200
+#: (2026-12-05 run2-levers) 0.989 / 0.983 / 0.998 / 0.984 / 1.001 at batch 1 / 8 / 32 / 64 / 128; on
+#: an H100 on today's defaults (benchmarks/inference_h200/2026-12-05c/call3-levers) 0.965 / 0.957 /
+#: 0.976 / 0.991 / 1.001; ``auto`` and 4 blocks were no better. Process switches, read once.
 GEMM_PREFETCH_ENV = "TTSFLEET_GEMM_PREFETCH"
 ATTN_PREFETCH_ENV = "TTSFLEET_ATTN_PREFETCH"
 #: Most blocks one program prefetches: 64 K blocks = a whole 8,192-wide row share of a GEMM.
 MAX_PREFETCH_BLOCKS = 64
 
 
-parse_gemm_prefetch = off_auto_or_count(GEMM_PREFETCH_ENV, MAX_PREFETCH_BLOCKS, "off")
+parse_gemm_prefetch = off_auto_or_count(GEMM_PREFETCH_ENV, MAX_PREFETCH_BLOCKS, "2")
 parse_attn_prefetch = off_auto_or_count(ATTN_PREFETCH_ENV, MAX_PREFETCH_BLOCKS, "off")
-GEMM_PREFETCH_SWITCH: ProcessSwitch[str | int] = ProcessSwitch(GEMM_PREFETCH_ENV, "off", parse_gemm_prefetch)
+GEMM_PREFETCH_SWITCH: ProcessSwitch[str | int] = ProcessSwitch(GEMM_PREFETCH_ENV, "2", parse_gemm_prefetch)
 ATTN_PREFETCH_SWITCH: ProcessSwitch[str | int] = ProcessSwitch(ATTN_PREFETCH_ENV, "off", parse_attn_prefetch)
-#: This process's GEMM weight prefetch (``TTSFLEET_GEMM_PREFETCH``, default ``off``).
+#: This process's GEMM weight prefetch (``TTSFLEET_GEMM_PREFETCH``, default 2 blocks per program).
 gemm_prefetch = GEMM_PREFETCH_SWITCH.get
 #: Choose the GEMM weight prefetch for this process (tests and benchmarks A/B it).
 set_gemm_prefetch = GEMM_PREFETCH_SWITCH.set

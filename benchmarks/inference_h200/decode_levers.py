@@ -12,9 +12,10 @@ alternately, against the default step beside them:
 * ``split@off`` / ``split@N``: decode attention with one program per (row, KV head), or its keys
   shared out among N programs (``TTSFLEET_ATTN_SPLITS``; ``auto``, the default since 2026-12-04,
   is what every other variant runs);
-* ``prefetch`` / ``prefetch@N``: each FP8 GEMM asks L2 for its first weight blocks before it waits
-  for the kernel ahead of it (``TTSFLEET_GEMM_PREFETCH=auto`` / ``N`` blocks per program; off by
-  default, not yet timed); ``kvprefetch`` / ``kvprefetch@N``: decode attention likewise for its
+* ``prefetch`` / ``prefetch@N`` / ``prefetch@off``: each FP8 GEMM asks L2 for its first weight
+  blocks before it waits for the kernel ahead of it (``TTSFLEET_GEMM_PREFETCH=auto`` / ``N`` blocks
+  per program / none; 2 blocks by default since 2026-12-05c, which every variant without a
+  ``prefetch`` lever runs); ``kvprefetch`` / ``kvprefetch@N``: decode attention likewise for its
   first K/V blocks (``TTSFLEET_ATTN_PREFETCH``);
 * ``ropefused``: the q/k norm + RoPE + KV store inside decode attention's launch
   (``TTSFLEET_ROPE_ATTENTION=fused``: one launch per block fewer);
@@ -42,7 +43,7 @@ medians (ms per step) and the ratio to the default; JSON to ``$OUT/decode_levers
     LEVER_CONTEXT=4096 LEVER_VARIANTS=default,fp8kv   # the FP8 cache where K/V dominate the bytes
     LEVER_CONTEXT=4096 LEVER_VARIANTS=default,split,split@4,fp8kv,fp8kv+split   # long contexts
     LEVER_VARIANTS=default,tile@8x32,tile@8x64,split@off+tile@8x32   # the attention launch tile
-    LEVER_VARIANTS=default,prefetch,prefetch@2,kvprefetch,prefetch+kvprefetch   # prefetch into L2
+    LEVER_VARIANTS=default,prefetch@off,prefetch@4,kvprefetch,kvprefetch+prefetch@off   # prefetch into L2
     LEVER_VARIANTS=default,ropefused,ropefused+prefetch+kvprefetch   # RoPE inside attention
     LEVER_VARIANTS=default,head32   # the heads' float32 GEMM (the default until 2026-12-05)
     LEVER_VARIANTS=default,mlp1,fastattn1,mlp1+fastattn1,mlp1+fastattn1+prefetch   # one-launch kernels
@@ -106,7 +107,8 @@ def _variant(name: str) -> dict[str, Any]:
     decode.set_topk_select("torch" if "topk-torch" in parts else "kernel")
     decode.set_attn_splits((split.partition("@")[2] or "auto") if split else "auto")
     prefetch = next((p for p in parts if p.startswith("prefetch")), None)
-    decode.set_gemm_prefetch((prefetch.partition("@")[2] or "auto") if prefetch else "off")
+    default_prefetch = decode.GEMM_PREFETCH_SWITCH.default
+    decode.set_gemm_prefetch((prefetch.partition("@")[2] or "auto") if prefetch else default_prefetch)
     kv_prefetch = next((p for p in parts if p.startswith("kvprefetch")), None)
     decode.set_attn_prefetch((kv_prefetch.partition("@")[2] or "auto") if kv_prefetch else "off")
     decode.set_rope_attention("fused" if "ropefused" in parts else "separate")

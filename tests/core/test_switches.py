@@ -36,7 +36,7 @@ MODEL_SWITCHES = {  # variable: (default, the parsed default, a bad value, its w
                              "TTSFLEET_ATTN_SPLITS='64': expected off, auto or a count 1..16"),
     "TTSFLEET_ATTN_TILE": ("4x64", (4, 64), "16x16",
                            "TTSFLEET_ATTN_TILE='16x16': expected one of 4x64, 4x32, 8x64, 8x32"),
-    "TTSFLEET_GEMM_PREFETCH": ("off", "off", "all",
+    "TTSFLEET_GEMM_PREFETCH": ("2", 2, "all",
                                "TTSFLEET_GEMM_PREFETCH='all': expected off, auto or a count 1..64"),
     "TTSFLEET_ATTN_PREFETCH": ("off", "off", "0",
                                "TTSFLEET_ATTN_PREFETCH='0': expected off, auto or a count 1..64"),
