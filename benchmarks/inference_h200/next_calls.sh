@@ -21,30 +21,30 @@ bundle() {  # every stage's folder and log into $O/callN.tgz, beside summary.txt
     && mv "/tmp/call$1.tgz" "$O/call$1.tgz"
 }
 case ${1:-} in
-  1) # the served path with the dense window: cuDNN units (A) and the default fused ones (B), c=64 and c=128
-     stage ab 570 SERVE_ARGS_A="TTSFLEET_CODEC_UNITS=cudnn" SERVE_ARGS_B="" LEVELS="64:640 128:1280" AB_ROUNDS=1 ab ;;
-  2) # the fused codec convs' tiles swept per shape, then the codec push with the swept table beside the
-     # heuristic's tiles and cuDNN's units, and with the window attention on SDPA's math / efficient
-     # backends (the table to ship: codectiles/codec_tiles/tuned_codec_conv.json)
-     stage codectiles 390 CT_TIMEOUT=380 CT_BUDGET=330 codectiles
-     stage codeccompile 190 CC_TIMEOUT=180 CC_ARGS="--variants graphs,fused-units,fused-units@table,\
-fused-units+window-math,fused-units+window-efficient --shapes 16x4,64x4,128x4 \
---tile-table $O/codectiles/codec_tiles/tuned_codec_conv.json" codeccompile ;;
-  3) # the decode GEMMs re-swept and the step on the new table; the GEMM prefetch at 2 and 4 blocks
-     stage sweep 400 sweep
-     stage levers 170 LEVER_ROUNDS=2 LEVER_VARIANTS=default,prefetch@2,prefetch@4 LEVERS_TIMEOUT=160 levers ;;
-  4) # the served curve with prompts at the real model's length beside the byte prompts of every record
+  1) # the served path on an H200 on today's defaults (B) beside the ones before 2026-12-05c (A: the window
+     # attention on torch's choice, no GEMM prefetch), c=64 and c=128: the H200 figure of record
+     stage ab 570 SERVE_ARGS_A="TTSFLEET_CODEC_WINDOW_ATTENTION=auto TTSFLEET_GEMM_PREFETCH=off" SERVE_ARGS_B="" \
+       LEVELS="64:640 128:1280" AB_ROUNDS=1 ab ;;
+  2) # the served curve with prompts at the real model's length beside the byte prompts of every record
      stage ab 570 SERVE_ARGS_A="--preset-text bytes" SERVE_ARGS_B="--preset-text qwen-bpe" \
        LEVELS="64:640 128:1280" AB_ROUNDS=1 ab ;;
-  5) # the fill job's encode per configuration (the residual units fused beside cuDNN's) and stage by stage;
-     # the codec push stage by stage on today's defaults
-     stage encode 200 ENC_PRECISIONS=tf32,bf16 ENC_SNAKES=fused,fused-units ENC_TIMEOUT=190 encode
-     stage encodestages 150 ES_TIMEOUT=140 encodestages
-     stage codecstages 140 CS_TIMEOUT=130 codecstages ;;
-  6) # the live route with clocked-first admission; the GPU tests on this tree
+  3) # the live route with clocked-first admission; the GPU tests on this tree
      stage live 200 LIVE_TIMEOUT=190 LIVE_SIDES=reuse LIVE_SESSIONS=320 LIVE_C=64 LIVE_ROUNDS=1 \
        SERVE_ARGS="--preset-text qwen-bpe" live
      stage tests 370 TESTS_TIMEOUT=360 tests ;;
+  4) # the fused codec convs' tiles swept per shape on an H200, then the push with the swept table beside the
+     # heuristic's tiles, and the window attention on torch's choice beside the default (efficient)
+     stage codectiles 390 CT_TIMEOUT=380 CT_BUDGET=330 codectiles
+     stage codeccompile 190 CC_TIMEOUT=180 CC_ARGS="--variants graphs,fused-units,fused-units@table,\
+fused-units+window-auto --shapes 16x4,64x4,128x4 --tile-table $O/codectiles/tuned_codec_conv.json" codeccompile ;;
+  5) # the decode GEMMs re-swept on an H200 and the step on the new table; the GEMM prefetch off / at 4 beside
+     # the default 2
+     stage sweep 400 sweep
+     stage levers 170 LEVER_ROUNDS=2 LEVER_VARIANTS=default,prefetch@off,prefetch@4 LEVERS_TIMEOUT=160 levers ;;
+  6) # the fill job's encode per configuration on an H200 and stage by stage; the codec push stage by stage
+     stage encode 200 ENC_PRECISIONS=tf32,bf16 ENC_SNAKES=fused,fused-units ENC_TIMEOUT=190 encode
+     stage encodestages 150 ES_TIMEOUT=140 encodestages
+     stage codecstages 140 CS_TIMEOUT=130 codecstages ;;
   *) echo "usage: next_calls.sh 1|2|3|4|5|6 (see benchmarks/inference_h200/README.md)" >&2; exit 2 ;;
 esac
 bundle "$1"
