@@ -246,11 +246,14 @@ class BatchEncoder:
     a conv algorithm's rounding). ``units`` (``fused`` / ``cudnn``, ``CODEC_UNITS``; None:
     :func:`default_units`): the
     encoder's residual units through the fused conv kernels
-    (:meth:`~ttsfleet.inference.codec.Codec.use_encoder_fused_units`) or cuDNN's convs."""
+    (:meth:`~ttsfleet.inference.codec.Codec.use_encoder_fused_units`) or cuDNN's convs. ``graphs``
+    (None: off, until a GPU times it): each bucketed batch shape's encode replayed from a CUDA graph
+    (:class:`~ttsfleet.fill_jobs.encode_graphs.ShapeGraphs`), taken on CUDA with bucketed shapes only
+    (unbucketed, every batch would be a new capture)."""
 
     def __init__(self, codec_name: str, rate: int, device: str, batch_seconds: float,
                  precision: str = "float32", layout: str = "ncl", fused: bool | None = None,
-                 autotune: bool | None = None, units: str | None = None) -> None:
+                 autotune: bool | None = None, units: str | None = None, graphs: bool | None = None) -> None:
         import torch
         from ttsfleet.inference.codec import load_codec
 
@@ -274,12 +277,13 @@ class BatchEncoder:
         self.resampler = PolyphaseResampler(rate, self.codec.sample_rate, self.device)
         self.budget = int(batch_seconds * rate)
         self.gpu_seconds = 0.0  # device time of the encode batches (CUDA events), GPU only
-        self.configure(layout, fused, autotune, units)
+        self.configure(layout, fused, autotune, units, graphs)
 
-    def configure(self, layout: str = "ncl", fused: bool | None = None,
-                  autotune: bool | None = None, units: str | None = None) -> None:
-        """Set the encoder's layout, Snake kernel, autotuner and residual units (the defaults as in
-        the class doc): the benchmark's A/B on one loaded codec."""
+    def configure(self, layout: str = "ncl", fused: bool | None = None, autotune: bool | None = None,
+                  units: str | None = None, graphs: bool | None = None) -> None:
+        """Set the encoder's layout, Snake kernel, autotuner, residual units and graphs (the defaults
+        as in the class doc): the benchmark's A/B on one loaded codec. Graphs captured before are
+        dropped (they replay the old configuration's kernels)."""
         check_layout(layout)
         cuda, fast = self.device.type == "cuda", self.precision != "float32"
         self.layout = layout
@@ -297,6 +301,16 @@ class BatchEncoder:
             raise UserError(f"codec units {units!r} is not one of {', '.join(CODEC_UNITS)}")
         self.units = units
         self.codec.use_encoder_fused_units(self.units == "fused")  # after the dtype cast: caches weights
+        self._graphs = None
+        if graphs and cuda and self.bucket_shapes:
+            from ttsfleet.fill_jobs.encode_graphs import ShapeGraphs
+
+            self._graphs = ShapeGraphs(self._codes)
+
+    @property
+    def graphs_backend(self) -> str:
+        """``graphs`` where batches replay CUDA graphs (asked for, on CUDA, bucketed), else ``eager``."""
+        return "eager" if self._graphs is None else "graphs"
 
     @property
     def snake_backend(self) -> str:
@@ -338,6 +352,13 @@ class BatchEncoder:
                     out[i] = c
         return out  # type: ignore[return-value]
 
+    def _codes(self, x: torch.Tensor) -> torch.Tensor:
+        """The codes of a resampled, padded batch ``[B, 1, T]``: the codec's own encode in float32,
+        else :func:`encode_split` (what a graph captures)."""
+        if self.split:
+            return encode_split(self.codec, x, self.trunk_dtype, self.precision == "tf32")
+        return self.codec.quantizer.encode(self.codec.encoder(x))
+
     def _encode_batch(self, clips: list[np.ndarray]) -> list[np.ndarray]:
         import torch
         import torch.nn.functional as F
@@ -357,11 +378,7 @@ class BatchEncoder:
         with torch.inference_mode(), _autotuner(self.device, self.autotune):
             x = self.resampler(host.to(self.device, non_blocking=True), lengths)
             x = F.pad(x, (0, width * frame - x.shape[-1]))[:, None, :]
-            if self.split:
-                codes = encode_split(self.codec, x, self.trunk_dtype, self.precision == "tf32")
-            else:
-                codes = self.codec.quantizer.encode(self.codec.encoder(x))
-            codes = codes.to(torch.int16)
+            codes = (self._graphs or self._codes)(x).to(torch.int16)  # a copy: a graph's output is reused
         if timed:
             end.record()
         host_codes = codes.cpu().numpy()

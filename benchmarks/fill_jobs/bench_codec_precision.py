@@ -111,18 +111,20 @@ def synthetic_clips(n: int, seconds: float) -> list[np.ndarray]:
 
 #: The fill job's default encode (float32 NCL, expression Snake, heuristic cuDNN kernels): every
 #: row's agreement is measured against its codes, and its speed is the 1.00x.
-REFERENCE = {"precision": "float32", "layout": "ncl", "snake": "unfused", "autotune": "off"}
+REFERENCE = {"precision": "float32", "layout": "ncl", "snake": "unfused", "autotune": "off", "graphs": "off"}
 #: ``--snakes`` values: the five-op expression, the fused Snake kernel, and that plus the residual
 #: units' fused convs (``BatchEncoder(units="fused")``).
 SNAKES = ("unfused", "fused", "fused-units")
 
 
 def configs(precisions: list[str], layouts: list[str], snakes: list[str], autotunes: list[str],
-            device: str) -> list[dict]:
-    """The reference first, then every (precision, layout, snake, autotune) asked for, in that order,
-    ``auto`` resolved as the stage resolves it on ``device`` (a configuration is measured once).
-    Snake ``fused-units``: the fused Snakes and the residual units' fused convs, which address
-    channels-last rows only (so with the ``channels-last`` layout only)."""
+            device: str, graphs: tuple[str, ...] = ("off",)) -> list[dict]:
+    """The reference first, then every (precision, layout, snake, autotune, graphs) asked for, in
+    that order, ``auto`` resolved as the stage resolves it on ``device`` (a configuration is
+    measured once). Snake ``fused-units``: the fused Snakes and the residual units' fused convs,
+    which address channels-last rows only (so with the ``channels-last`` layout only). Graphs
+    ``on``: each bucketed batch shape replayed from a CUDA graph (``BatchEncoder(graphs=True)``;
+    eager where the shapes are not bucketed, i.e. the autotuner off, or off CUDA: the row says)."""
     import torch
     from ttsfleet.fill_jobs.tokenize import default_autotune
 
@@ -136,9 +138,10 @@ def configs(precisions: list[str], layouts: list[str], snakes: list[str], autotu
                 for at in autotunes:
                     if at == "auto":
                         at = "on" if default_autotune(dev, p, lay) else "off"
-                    c = {"precision": p, "layout": lay, "snake": sn, "autotune": at}
-                    if c not in rows:
-                        rows.append(c)
+                    for gr in graphs:
+                        c = {"precision": p, "layout": lay, "snake": sn, "autotune": at, "graphs": gr}
+                        if c not in rows:
+                            rows.append(c)
     return rows
 
 
@@ -157,7 +160,8 @@ def measure(enc, config: dict, clips: list[np.ndarray], repeats: int,  # noqa: A
     one pass at new lengths (every clip 20 % shorter: new shapes, for the autotuner to time again),
     the cost a job pays whenever its batch shapes change. Codes from the first and last timed pass."""
     enc.configure(config["layout"], config["snake"] != "unfused", config["autotune"] == "on",
-                  units="fused" if config["snake"] == "fused-units" else "cudnn")
+                  units="fused" if config["snake"] == "fused-units" else "cudnn",
+                  graphs=config.get("graphs") == "on")
     cuda = enc.device.type == "cuda"
     audio_s = sum(len(c) for c in clips) / RATE
 
@@ -197,6 +201,7 @@ def measure(enc, config: dict, clips: list[np.ndarray], repeats: int,  # noqa: A
         "new_shape_vs_median": round(new_shape / (0.8 * med), 2),
         "trunk_dtype": str(enc.trunk_dtype).removeprefix("torch."), "split_path": enc.split,
         "snake_backend": enc.snake_backend, "units_backend": enc.units_backend, "autotuner": enc.autotune,
+        "graphs_backend": enc.graphs_backend,
         "bucket_shapes": enc.bucket_shapes}
     if cuda:
         import torch
@@ -259,7 +264,8 @@ def cmd_run(a: argparse.Namespace) -> None:
     repeats = a.repeats or (2 if cpu else 5)
     matrix = configs(_list(a.precisions, PRECISIONS, "--precisions"), _list(a.layouts, LAYOUTS, "--layouts"),
                      _list(a.snakes, SNAKES, "--snakes"),
-                     _list(a.autotune, ("auto", "on", "off"), "--autotune"), a.device)
+                     _list(a.autotune, ("auto", "on", "off"), "--autotune"), a.device,
+                     tuple(_list(a.graphs, ("off", "on"), "--graphs")))
     if a.corpus == "synthetic":
         utts, clips = [], synthetic_clips(n_clips, clip_s)
     else:
@@ -324,7 +330,7 @@ def _finish(result: dict, load1: float) -> None:
 
 def _label(r: dict) -> str:
     return (f"{r['precision']} {r.get('layout', 'ncl')} {r.get('snake', 'unfused')} "
-            f"autotune={r.get('autotune', 'off')}")
+            f"autotune={r.get('autotune', 'off')} graphs={r.get('graphs', 'off')}")
 
 
 def table(result: dict) -> str:
@@ -332,8 +338,8 @@ def table(result: dict) -> str:
     rows = result["rows"]
     key = "agreement_with_reference" if "agreement_with_reference" in rows[0] else "agreement_with_float32"
     n = len(rows[0][key]["per_codebook"])
-    head = ["precision", "layout", "Snake", "residual units", "cuDNN autotuner", "audio-s/s", "speed-up",
-            "new shape", "codes = ref (overall)", "frames all equal",
+    head = ["precision", "layout", "Snake", "residual units", "cuDNN autotuner", "graphs", "audio-s/s",
+            "speed-up", "new shape", "codes = ref (overall)", "frames all equal",
             *[f"cb{k}{' (semantic)' if k == 0 else ''}" for k in range(n)]]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
@@ -346,7 +352,7 @@ def table(result: dict) -> str:
         lines.append("| " + " | ".join([
             f"{r['precision']} ({trunk})", r.get("layout", "ncl"),
             "expression" if snake == "expression" else f"fused ({snake})",
-            r.get("units_backend", "cudnn"), tuned,
+            r.get("units_backend", "cudnn"), tuned, r.get("graphs_backend", "eager"),
             f"{r['audio_s_per_s']:,.1f}", f"{r['speedup']:.2f}x",
             f"{r['new_shape_vs_median']:.1f}x" if "new_shape_vs_median" in r else "-",
             f"{g['overall']:.2%}", f"{g['frames']:.2%}",
@@ -405,6 +411,8 @@ def main() -> None:
     r.add_argument("--autotune", default="auto",
                    help="cuDNN autotuner: auto (the stage's default: on off the bit-exact path, on "
                         "CUDA), on, off, or a list (auto,off)")
+    r.add_argument("--graphs", default="off",
+                   help="each bucketed batch shape's encode from a CUDA graph: off, on, or off,on")
     r.add_argument("--repeats", type=int, default=0, help="timed passes over all clips (0: 5 on a GPU, "
                                                           "2 on the CPU)")
     r.add_argument("--batch-seconds", type=float, default=240.0, help="the stage's codecBatchSeconds")

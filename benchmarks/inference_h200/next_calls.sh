@@ -41,8 +41,10 @@ fused-units+window-auto --shapes 16x4,64x4,128x4 --tile-table $O/codectiles/tune
      # the default 2
      stage sweep 400 sweep
      stage levers 170 LEVER_ROUNDS=2 LEVER_VARIANTS=default,prefetch@off,prefetch@4 LEVERS_TIMEOUT=160 levers ;;
-  6) # the fill job's encode per configuration on an H200 and stage by stage; the codec push stage by stage
-     stage encode 200 ENC_PRECISIONS=tf32,bf16 ENC_SNAKES=fused,fused-units ENC_TIMEOUT=190 encode
+  6) # the fill job's encode on an H200 channels-last, eager and from CUDA graphs per batch shape (the bf16
+     # rows with the fused units), and stage by stage; the codec push stage by stage
+     stage encode 200 ENC_PRECISIONS=tf32,bf16 ENC_LAYOUTS=channels-last ENC_SNAKES=fused,fused-units \
+       ENC_GRAPHS=off,on ENC_TIMEOUT=190 encode
      stage encodestages 150 ES_TIMEOUT=140 encodestages
      stage codecstages 140 CS_TIMEOUT=130 codecstages ;;
   *) echo "usage: next_calls.sh 1|2|3|4|5|6 (see benchmarks/inference_h200/README.md)" >&2; exit 2 ;;

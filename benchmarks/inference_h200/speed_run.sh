@@ -4,7 +4,7 @@
 # Usage (repo root on the device, carry .whl): benchmarks/inference_h200/speed_run.sh STAGES...
 # encode: `OUT=... speed_run.sh encode` (bench_codec_precision.py, the fill job's codec encode, s2-pro random weights:
 # {float32,tf32,bf16} x {ncl,channels-last} x Snake {unfused,fused}, audio-s/s + codes' agreement with
-# float32 NCL; ENC_PRECISIONS, ENC_LAYOUTS, ENC_SNAKES, ENC_AUTOTUNE (auto | on | off | auto,off),
+# float32 NCL; ENC_PRECISIONS, ENC_LAYOUTS, ENC_SNAKES, ENC_GRAPHS (off | on | off,on), ENC_AUTOTUNE (auto | on | off | auto,off),
 # ENC_CLIPS, ENC_CLIP_S, ENC_REPEATS, ENC_CODEC, ENC_CORPUS, ENC_TIMEOUT (200)).
 # stages: quicktests (QUICKTESTS: other test files), tests (`TTSFLEET_GEMM_PREFETCH=auto TTSFLEET_ATTN_PREFETCH=auto
 # TTSFLEET_ROPE_ATTENTION=fused TTSFLEET_HEAD_GEMM=bf16 speed_run.sh tests`: the same set, the S2 Pro gate
@@ -132,7 +132,7 @@ for stage in "$@"; do
               --codec "${ENC_CODEC:-s2-pro}" --corpus "${ENC_CORPUS:-synthetic}" --clips "${ENC_CLIPS:-16}" \
               --clip-seconds "${ENC_CLIP_S:-10}" --repeats "${ENC_REPEATS:-5}" \
               --precisions "${ENC_PRECISIONS:-float32,tf32,bf16}" --layouts "${ENC_LAYOUTS:-ncl,channels-last}" \
-              --snakes "${ENC_SNAKES:-unfused,fused}" --autotune "${ENC_AUTOTUNE:-auto}" \
+              --snakes "${ENC_SNAKES:-unfused,fused}" --autotune "${ENC_AUTOTUNE:-auto}" --graphs "${ENC_GRAPHS:-off}" \
               --out "$OUT/codec_encode.json" 2>&1 | tee "$OUT/codec_encode.txt" | tail -18 ;;
     codec) timeout 200 python3 -m benchmarks.inference_h200.codec_speed "$OUT/codec_speed.json" 2>&1 \
              | tee "$OUT/codec_speed.txt" | tail -30 ;;

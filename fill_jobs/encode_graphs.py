@@ -1,0 +1,77 @@
+"""One CUDA graph per input shape of the fill job's codec encode (issue #25).
+
+Why: the encode is launch-bound where the work is small. On an H100 (2026-12-05c,
+``benchmarks/inference_h200/2026-12-05c/call4-h100-step-table-encode/encode_stages.json``), of a
+40.5 ms bf16 pass over 4 x 10 s the float32 residual-codebook search with the first and last convs
+took 10.5 ms for 24 GFLOP (340x its floor: 11 codebooks one after another, ~25 small launches each)
+and the quantizer's window transformer 12.6 ms (50x). A graph replays those launches without the
+host between them. The codec is a pure function of its input batch, and with bucketed shapes
+(``BatchEncoder.bucket_shapes``) a job meets a few shapes many times: each is captured once.
+
+How: the first batch of a shape runs eagerly on a side stream (cuDNN's autotuner, Triton compiles,
+lazy buffers such as a longer RoPE table are made there, outside the capture), then the same call
+is captured; later batches of that shape copy into the captured input and replay. All graphs share
+one memory pool: they are replayed one at a time and each output is read before the next replay
+(the caller copies it), so what one replay leaves in the pool is never needed again. A shape whose
+capture fails (an op that syncs with the host, say) runs eagerly from then on, its reason kept.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+log = logging.getLogger("ttsfleet.fill_jobs.encode_graphs")
+
+
+@dataclass
+class _Captured:
+    static_in: torch.Tensor
+    graph: Any  # torch.cuda.CUDAGraph
+    static_out: torch.Tensor
+
+
+class ShapeGraphs:
+    """``fn`` (a tensor -> tensor function with no state that changes between calls) replayed from a
+    CUDA graph per input shape and dtype; its output is valid until the next call."""
+
+    def __init__(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        self.fn = fn
+        self.captured: dict[tuple, _Captured] = {}
+        self.eager_shapes: dict[tuple, str] = {}  # shape -> why it runs eagerly
+        self._pool: Any = None
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        key = (tuple(x.shape), x.dtype, x.device)
+        if key in self.eager_shapes:
+            return self.fn(x)
+        entry = self.captured.get(key)
+        if entry is None:
+            try:
+                entry = self.captured[key] = self._capture(x)
+            except Exception as e:  # noqa: BLE001 - any capture failure: that shape runs eagerly
+                self.eager_shapes[key] = f"{type(e).__name__}: {e}".splitlines()[0][:200]
+                log.warning("encode graph for %s not captured (%s): eager", key[0], self.eager_shapes[key])
+                return self.fn(x)
+        entry.static_in.copy_(x)
+        entry.graph.replay()
+        return entry.static_out
+
+    def _capture(self, x: torch.Tensor) -> _Captured:
+        if x.device.type != "cuda":
+            raise RuntimeError(f"CUDA graphs need a CUDA tensor, not one on {x.device}")
+        static_in = x.clone()
+        side = torch.cuda.Stream(x.device)
+        side.wait_stream(torch.cuda.current_stream(x.device))
+        with torch.cuda.stream(side):
+            self.fn(static_in)  # the warm-up: autotuner, compiles and lazy buffers outside the capture
+        torch.cuda.current_stream(x.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool):
+            static_out = self.fn(static_in)
+        self._pool = graph.pool()
+        return _Captured(static_in, graph, static_out)
