@@ -11,8 +11,10 @@ rate and the copy bandwidth measured in the same process; the rest of the pass a
 
 Stages: the encoder's four downsampling blocks, the quantizer's two downsampling convs and ConvNeXt
 blocks, its window transformer; the rest (the encoder's first conv, its last Snake + conv, the layout
-conversion, the float32 nearest-code search of every codebook) as one row. The encode is the fill
-job's own (:func:`~ttsfleet.fill_jobs.tokenize.encode_split` on a
+conversion, the float32 nearest-code search of every codebook) as one row. The search (11 codebooks
+one after another: no module forward of its own to hook) is also timed alone on the window
+transformer's output, so the remainder splits into the search and the convs around the trunk.
+The encode is the fill job's own (:func:`~ttsfleet.fill_jobs.tokenize.encode_split` on a
 :class:`~ttsfleet.fill_jobs.tokenize.BatchEncoder` set up as the stage sets it up: on CUDA bf16,
 channels-last, the fused Snake, cuDNN's autotuner), once per ``--units`` value (the residual units'
 fused Triton convs, ``fused``, or cuDNN's, ``cudnn``), side by side in one process.
@@ -35,6 +37,7 @@ from torch import nn
 from ttsfleet.fill_jobs.tokenize import BatchEncoder, _autotuner, encode_split
 from ttsfleet.inference.bench_module_stages import (
     ceilings,
+    median_call_ms,
     print_stage_rows,
     stage_table,
 )
@@ -62,10 +65,27 @@ def measure(enc: BatchEncoder, x: torch.Tensor, reps: int, ceil: dict[str, float
 
     with _autotuner(enc.device, enc.autotune):
         pass_ms, total_flop, rows = stage_table(encode_stages(codec), one, enc.device, reps, ceil, REST)
+        search, _ = codebook_search(enc, x, reps)
     audio_s = x.shape[0] * x.shape[-1] / codec.sample_rate
     return {"units": enc.units_backend, "pass_ms": pass_ms, "audio_s": audio_s,
             "audio_s_per_s": audio_s / (pass_ms / 1000), "total_gflop": total_flop / 1e9,
-            "rows": [r.as_dict() for r in rows]}
+            "codebook_search_ms": search, "rows": [r.as_dict() for r in rows]}
+
+
+def codebook_search(enc: BatchEncoder, x: torch.Tensor, reps: int) -> tuple[float, torch.Tensor]:
+    """The float32 nearest-code search of every codebook alone, as :func:`encode_split` runs it, on
+    the window transformer's output for ``x``: median ms of ``reps`` calls, and its codes."""
+    q = enc.codec.quantizer
+    z = enc.codec.encoder(x.to(enc.trunk_dtype))
+    for conv, nx in q.downsample:
+        z = nx(conv(z))
+    z = q.pre_module(z).float()
+
+    def search() -> torch.Tensor:
+        sem_z, sem_codes = q.semantic_quantizer.quantize(z)
+        return torch.cat([sem_codes, q.quantizer.quantize(z - sem_z)[1]], dim=1)
+
+    return median_call_ms(search, enc.device, reps), search()
 
 
 def print_table(report: dict[str, Any]) -> None:
@@ -74,7 +94,7 @@ def print_table(report: dict[str, Any]) -> None:
           f"{report['clips']} clips x {report['seconds']} s")
     for run in report["runs"]:
         print(f"\nunits {run['units']}: pass {run['pass_ms']:.2f} ms, {run['audio_s_per_s']:,.0f} audio-s/s, "
-              f"{run['total_gflop']:.1f} GFLOP")
+              f"{run['total_gflop']:.1f} GFLOP; the codebook search alone {run['codebook_search_ms']:.3f} ms")
         print_stage_rows(run["rows"], name_width=70)
 
 

@@ -38,6 +38,18 @@ def test_every_stage_is_accounted_once_and_the_rest_is_what_they_leave(bench) ->
     assert run["audio_s"] == pytest.approx(2 * 4 * enc.codec.frame_length / enc.codec.sample_rate)
     assert run["audio_s_per_s"] == pytest.approx(run["audio_s"] / (run["pass_ms"] / 1000))
     assert run["units"] == "cudnn"  # the reference dispatch here: the units take cuDNN's path
+    assert run["codebook_search_ms"] > 0
+
+
+def test_the_codebook_search_alone_gives_the_encodes_codes(bench) -> None:  # noqa: ANN001
+    """The search timed alone is the encode's own: the same codes as the whole pass."""
+    enc = BatchEncoder("tiny", 24000, "cpu", 240.0, layout="channels-last")
+    x = 0.1 * torch.randn(2, 1, 4 * enc.codec.frame_length, generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        _, codes = bench.codebook_search(enc, x, 1)
+        whole = enc._codes(x)
+    assert codes.shape == whole.shape and codes.shape[1] == enc.codec.num_codebooks
+    assert torch.equal(codes, whole)
 
 
 def test_the_script_writes_a_run_per_units_value(bench, tmp_path: Path, capsys) -> None:  # noqa: ANN001
