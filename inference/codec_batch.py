@@ -289,7 +289,7 @@ def use_conv_autotuner() -> None:
 #: side on an H100 (2026-12-05, benchmarks/inference_h200/2026-12-05b/call2-*): a 64 x 4 push 12.35 ->
 #: 11.36 ms, 128 x 4 22.62 -> 20.36, 16 x 4 5.01 -> 4.97, audio as close to float32 (20.0 dB); served
 #: on an H100 (2026-12-05c call2) equal to cuDNN's units (c=64 3,542 vs 3,554 frames/s, c=128 4,295 vs
-#: 4,280): the served rate is the decode step's; the H200 not yet.
+#: 4,280), within one round's noise of the ~3 % the push's 7 % would give; the H200 not yet.
 CODEC_UNITS_ENV = "TTSFLEET_CODEC_UNITS"
 #: The residual units' forms, by name (the switch's and the fill job's ``BatchEncoder(units=...)``).
 CODEC_UNITS = ("cudnn", "fused")
