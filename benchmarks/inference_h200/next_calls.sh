@@ -25,29 +25,32 @@ case ${1:-} in
      # attention on torch's choice, no GEMM prefetch), c=64 and c=128: the H200 figure of record
      stage ab 570 SERVE_ARGS_A="TTSFLEET_CODEC_WINDOW_ATTENTION=auto TTSFLEET_GEMM_PREFETCH=off" SERVE_ARGS_B="" \
        LEVELS="64:640 128:1280" AB_ROUNDS=1 ab ;;
-  2) # the served curve with prompts at the real model's length beside the byte prompts of every record
+  2) # the codec's gather window at 100 ms beside none: pushes of ~36 frames (~4-5 streams' 8-frame chunks)
+     # cost the codec ~45 % of the GPU at c=64; a window 5x the 20 ms tried on 2026-12-04 gathers more
+     stage ab 570 SERVE_ARGS_A="" SERVE_ARGS_B="--codec-gather-ms 100" LEVELS="64:640 128:1280" AB_ROUNDS=1 ab ;;
+  3) # the served curve with prompts at the real model's length beside the byte prompts of every record
      stage ab 570 SERVE_ARGS_A="--preset-text bytes" SERVE_ARGS_B="--preset-text qwen-bpe" \
        LEVELS="64:640 128:1280" AB_ROUNDS=1 ab ;;
-  3) # the live route with clocked-first admission; the GPU tests on this tree
+  4) # the live route with clocked-first admission; the GPU tests on this tree
      stage live 200 LIVE_TIMEOUT=190 LIVE_SIDES=reuse LIVE_SESSIONS=320 LIVE_C=64 LIVE_ROUNDS=1 \
        SERVE_ARGS="--preset-text qwen-bpe" live
      stage tests 370 TESTS_TIMEOUT=360 tests ;;
-  4) # the fused codec convs' tiles swept per shape on an H200, then the push with the swept table beside the
+  5) # the fused codec convs' tiles swept per shape on an H200, then the push with the swept table beside the
      # heuristic's tiles, and the window attention on torch's choice beside the default (efficient)
      stage codectiles 390 CT_TIMEOUT=380 CT_BUDGET=330 codectiles
      stage codeccompile 190 CC_TIMEOUT=180 CC_ARGS="--variants graphs,fused-units,fused-units@table,\
 fused-units+window-auto --shapes 16x4,64x4,128x4 --tile-table $O/codectiles/tuned_codec_conv.json" codeccompile ;;
-  5) # the decode GEMMs re-swept on an H200 and the step on the new table; the GEMM prefetch off / at 4 beside
+  6) # the decode GEMMs re-swept on an H200 and the step on the new table; the GEMM prefetch off / at 4 beside
      # the default 2
      stage sweep 400 sweep
      stage levers 170 LEVER_ROUNDS=2 LEVER_VARIANTS=default,prefetch@off,prefetch@4 LEVERS_TIMEOUT=160 levers ;;
-  6) # the fill job's encode on an H200 channels-last, eager and from CUDA graphs per batch shape (the bf16
+  7) # the fill job's encode on an H200 channels-last, eager and from CUDA graphs per batch shape (the bf16
      # rows with the fused units), and stage by stage; the codec push stage by stage
      stage encode 200 ENC_PRECISIONS=tf32,bf16 ENC_LAYOUTS=channels-last ENC_SNAKES=fused,fused-units \
        ENC_GRAPHS=off,on ENC_TIMEOUT=190 encode
      stage encodestages 150 ES_TIMEOUT=140 encodestages
      stage codecstages 140 CS_TIMEOUT=130 codecstages ;;
-  *) echo "usage: next_calls.sh 1|2|3|4|5|6 (see benchmarks/inference_h200/README.md)" >&2; exit 2 ;;
+  *) echo "usage: next_calls.sh 1|2|3|4|5|6|7 (see benchmarks/inference_h200/README.md)" >&2; exit 2 ;;
 esac
 bundle "$1"
 ls -la "$O"
