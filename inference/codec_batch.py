@@ -300,7 +300,7 @@ CODEC_UNITS_SWITCH: ProcessSwitch[str] = ProcessSwitch(CODEC_UNITS_ENV, "fused",
 #: (the CPU has neither cuDNN's nor the memory-efficient kernel): ``efficient`` (default), ``auto``
 #: (torch's own pick, cuDNN's on an H100/H200), ``cudnn``, ``flash``, ``math``. A push's 4 queries per
 #: stream against ~130 window keys: cuDNN's 64-query tiles cost 0.69 of a 64 x 4 push's 11.4 ms.
-#: Measured side by side on an H100 (2026-12-05, benchmarks/inference_h200/2026-12-05c/codec_compile*):
+#: Measured side by side on an H100 (benchmarks/inference_h200/2026-12-05c/call1-h100-codec-tiles/):
 #: pushes 16 x 4 4.88 -> 4.89 ms, 64 x 4 11.41 -> 11.07, 128 x 4 20.38 -> 19.75 (auto -> efficient);
 #: SNR vs float32 19.99 dB both; ``math`` slower (13.30 at 64 x 4).
 CODEC_WINDOW_ATTENTION_ENV = "TTSFLEET_CODEC_WINDOW_ATTENTION"
