@@ -35,12 +35,18 @@ class _Captured:
     static_out: torch.Tensor
 
 
+#: Most shapes captured: each keeps its input buffer (a 240 s batch at 44.1 kHz is 42 MB), and a job's
+#: bucketed shapes are a few dozen (eight widths per octave, power-of-two batch parts).
+MAX_SHAPES = 64
+
+
 class ShapeGraphs:
     """``fn`` (a tensor -> tensor function with no state that changes between calls) replayed from a
-    CUDA graph per input shape and dtype; its output is valid until the next call."""
+    CUDA graph per input shape and dtype, for up to ``max_shapes`` shapes (later ones run eagerly);
+    its output is valid until the next call."""
 
-    def __init__(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
-        self.fn = fn
+    def __init__(self, fn: Callable[[torch.Tensor], torch.Tensor], max_shapes: int = MAX_SHAPES) -> None:
+        self.fn, self.max_shapes = fn, max_shapes
         self.captured: dict[tuple, _Captured] = {}
         self.eager_shapes: dict[tuple, str] = {}  # shape -> why it runs eagerly
         self._pool: Any = None
@@ -50,6 +56,9 @@ class ShapeGraphs:
         if key in self.eager_shapes:
             return self.fn(x)
         entry = self.captured.get(key)
+        if entry is None and len(self.captured) >= self.max_shapes:
+            self.eager_shapes[key] = f"over the {self.max_shapes} shapes captured"
+            return self.fn(x)
         if entry is None:
             try:
                 entry = self.captured[key] = self._capture(x)

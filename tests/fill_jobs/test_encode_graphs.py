@@ -3,7 +3,8 @@
 
 What each test pins down, and how it can fail:
 * off CUDA a shape cannot be captured: it runs eagerly, with the reason kept, and gives ``fn``'s
-  output (a fallback that returned nothing, or a stale buffer, fails);
+  output (a fallback that returned nothing, or a stale buffer, fails); so does a shape past the cap
+  on captured shapes (each keeps its input buffer);
 * ``BatchEncoder`` takes graphs on CUDA with bucketed shapes only, and says which it runs;
 * ``bench_codec_precision.py --graphs off,on`` measures both, one row each, the backend named;
 * on a GPU (skipped in CI): replays give each new batch its own result (not the captured batch's),
@@ -50,6 +51,13 @@ def test_off_cuda_a_shape_runs_eagerly_and_says_why() -> None:
     assert calls == [(2, 3)] * 2  # the capture failed before calling fn; then one eager call each
 
 
+def test_shapes_past_the_cap_run_eagerly() -> None:
+    graphs = ShapeGraphs(lambda x: x + 1, max_shapes=0)
+    x = torch.zeros(3)
+    torch.testing.assert_close(graphs(x), x + 1)
+    assert graphs.eager_shapes == {((3,), torch.float32, x.device): "over the 0 shapes captured"}
+
+
 def test_the_encoder_takes_graphs_on_cuda_with_bucketed_shapes_only() -> None:
     enc = BatchEncoder("tiny", 24000, "cpu", 30.0, precision="bf16", layout="channels-last",
                        autotune=True, graphs=True)
@@ -94,14 +102,17 @@ def test_replays_give_each_batch_its_own_result() -> None:
 @gpu
 @pytest.mark.parametrize("precision", ["tf32", "bf16"])
 def test_graph_codes_equal_eager_codes_on_a_gpu(precision: str) -> None:
+    """One encoder, eager then graphed: the autotuner's picks are the same for both (one process,
+    the same shapes), so any difference is the graphs'."""
     xs = _clips((24000 + 17, 12345, 9001, 30000, 4097, 12000))
-    kwargs = {"precision": precision, "layout": "channels-last", "autotune": True}
-    eager = BatchEncoder("tiny", 24000, "cuda", 30.0, **kwargs)
-    graphed = BatchEncoder("tiny", 24000, "cuda", 30.0, graphs=True, **kwargs)
-    assert graphed.graphs_backend == "graphs"
-    first, again = graphed.encode(xs), graphed.encode(xs[::-1])  # the second pass replays
-    assert graphed._graphs.captured and not graphed._graphs.eager_shapes
-    for a, b in zip(first, eager.encode(xs), strict=True):
+    enc = BatchEncoder("tiny", 24000, "cuda", 30.0, precision=precision, layout="channels-last",
+                       autotune=True)
+    eager = enc.encode(xs)
+    enc.configure("channels-last", autotune=True, graphs=True)
+    assert enc.graphs_backend == "graphs"
+    first, again = enc.encode(xs), enc.encode(xs[::-1])  # the second pass replays
+    assert enc._graphs.captured and not enc._graphs.eager_shapes
+    for a, b in zip(first, eager, strict=True):
         np.testing.assert_array_equal(a, b)
     for a, b in zip(again, first[::-1], strict=True):
         np.testing.assert_array_equal(a, b)
