@@ -181,16 +181,28 @@ def encode_split(codec: Codec, x: torch.Tensor, dtype: torch.dtype, tf32: bool =
     trunk ran in. The trunk's modules must hold ``dtype`` weights, the codebooks' float32. In
     float32 without TF32 the codes equal the codec's own (tests/fill_jobs/test_tokenize.py);
     the steps mirror ``Quantizer.encode``."""
-    import torch
+    return search_codes(codec, encode_trunk(codec, x, dtype, tf32))
 
+
+def encode_trunk(codec: Codec, x: torch.Tensor, dtype: torch.dtype, tf32: bool = False) -> torch.Tensor:
+    """:func:`encode_split`'s first half: the encoder, the quantizer's downsampling and its window
+    transformer in ``dtype`` (TF32 where ``tf32``, on CUDA); the latent the codebooks search, float32."""
     q = codec.quantizer
     with _tf32(x.device, tf32):
         z = codec.encoder(x.to(dtype))
         for conv, nx in q.downsample:
             z = nx(conv(z))
         z = q.pre_module(z)
-    with _tf32(x.device, False):
-        z = z.float()
+    return z.float()
+
+
+def search_codes(codec: Codec, z: torch.Tensor) -> torch.Tensor:
+    """:func:`encode_split`'s second half: every codebook's nearest code for the float32 latent ``z``,
+    TF32 off (codes are argmins over distances), the semantic codebook first."""
+    import torch
+
+    q = codec.quantizer
+    with _tf32(z.device, False):
         sem_z, sem_codes = q.semantic_quantizer.quantize(z)
         _, codes = q.quantizer.quantize(z - sem_z)
     return torch.cat([sem_codes, codes], dim=1)

@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from ttsfleet.fill_jobs.tokenize import BatchEncoder, _autotuner, encode_split
+from ttsfleet.fill_jobs.tokenize import BatchEncoder, _autotuner, encode_split, encode_trunk, search_codes
 from ttsfleet.inference.bench_module_stages import (
     ceilings,
     median_call_ms,
@@ -73,17 +73,12 @@ def measure(enc: BatchEncoder, x: torch.Tensor, reps: int, ceil: dict[str, float
 
 
 def codebook_search(enc: BatchEncoder, x: torch.Tensor, reps: int) -> tuple[float, torch.Tensor]:
-    """The float32 nearest-code search of every codebook alone, as :func:`encode_split` runs it, on
-    the window transformer's output for ``x``: median ms of ``reps`` calls, and its codes."""
-    q = enc.codec.quantizer
-    z = enc.codec.encoder(x.to(enc.trunk_dtype))
-    for conv, nx in q.downsample:
-        z = nx(conv(z))
-    z = q.pre_module(z).float()
+    """The float32 nearest-code search of every codebook alone (:func:`search_codes`, the second half
+    of :func:`encode_split`) on the trunk's latent for ``x``: median ms of ``reps`` calls, and its codes."""
+    z = encode_trunk(enc.codec, x, enc.trunk_dtype, enc.precision == "tf32")
 
     def search() -> torch.Tensor:
-        sem_z, sem_codes = q.semantic_quantizer.quantize(z)
-        return torch.cat([sem_codes, q.quantizer.quantize(z - sem_z)[1]], dim=1)
+        return search_codes(enc.codec, z)
 
     return median_call_ms(search, enc.device, reps), search()
 
