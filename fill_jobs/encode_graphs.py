@@ -53,22 +53,26 @@ class ShapeGraphs:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         key = (tuple(x.shape), x.dtype, x.device)
-        if key in self.eager_shapes:
-            return self.fn(x)
-        entry = self.captured.get(key)
-        if entry is None and len(self.captured) >= self.max_shapes:
-            self.eager_shapes[key] = f"over the {self.max_shapes} shapes captured"
-            return self.fn(x)
+        entry = None if key in self.eager_shapes else self.captured.get(key) or self._first_of_shape(key, x)
         if entry is None:
-            try:
-                entry = self.captured[key] = self._capture(x)
-            except Exception as e:  # noqa: BLE001 - any capture failure: that shape runs eagerly
-                self.eager_shapes[key] = f"{type(e).__name__}: {e}".splitlines()[0][:200]
-                log.warning("encode graph for %s not captured (%s): eager", key[0], self.eager_shapes[key])
-                return self.fn(x)
+            return self.fn(x)
         entry.static_in.copy_(x)
         entry.graph.replay()
         return entry.static_out
+
+    def _first_of_shape(self, key: tuple, x: torch.Tensor) -> _Captured | None:
+        """A new shape captured, or None with the reason it runs eagerly kept (past the cap, or a
+        capture that failed)."""
+        if len(self.captured) >= self.max_shapes:
+            self.eager_shapes[key] = f"over the {self.max_shapes} shapes captured"
+            return None
+        try:
+            entry = self.captured[key] = self._capture(x)
+        except Exception as e:  # noqa: BLE001 - any capture failure: that shape runs eagerly
+            self.eager_shapes[key] = f"{type(e).__name__}: {e}".splitlines()[0][:200]
+            log.warning("encode graph for %s not captured (%s): eager", key[0], self.eager_shapes[key])
+            return None
+        return entry
 
     def _capture(self, x: torch.Tensor) -> _Captured:
         if x.device.type != "cuda":
