@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
-from ttsfleet.inference.codec_gather import GatherRule, StreamTiming, due, wake_in
+from ttsfleet.inference.codec_gather import GatherRule, StreamTiming, select, wake_in
 from ttsfleet.inference.engine_messages import CodesChunk, DropStream, Event, StopCodec
 
 from ttsfleet.switches import ProcessSwitch, one_of
@@ -144,7 +144,6 @@ class BatchedCodec:
             job.timing.waiting_since = self.clock()
         job.codes.append(codes)
         job.final, job.reason, job.generated = final, reason, generated
-        job.timing.final = final
 
     def drop(self, handle: EventSink) -> None:
         job = self.jobs.pop(handle.rid, None)
@@ -168,16 +167,14 @@ class BatchedCodec:
         return job.slot >= 0 or bool(self.free) or self.decoder is None
 
     def has_work(self) -> bool:
-        """Whether a round would do anything now: a stream ends, or one that can have a decoder slot
-        has codes due (:func:`~ttsfleet.inference.codec_gather.due`; with no gather window, any)."""
-        now = self.clock()
+        """Whether a round would do anything now: a stream ends, or :meth:`_due_jobs` names one."""
+        return any(j.final and not j.backlog for j in self.jobs.values()) or bool(self._due_jobs())
 
-        def ready(j: CodecJob) -> bool:
-            if not j.backlog:
-                return j.final
-            return self._can_decode(j) and due(self.gather, j.timing, now)
-
-        return any(ready(j) for j in self.jobs.values())
+    def _due_jobs(self) -> list[CodecJob]:
+        """The streams a round decodes now (:func:`~ttsfleet.inference.codec_gather.select`; with no
+        gather window, every one with codes waiting), of those that have or can get a decoder slot."""
+        waiting = {rid: j.timing for rid, j in self.jobs.items() if j.backlog and self._can_decode(j)}
+        return [self.jobs[rid] for rid in select(self.gather, waiting, self.clock())]
 
     def wake_in(self) -> float | None:
         """Seconds the owner's loop may wait for new codes before codes already here fall due (None:
@@ -186,11 +183,11 @@ class BatchedCodec:
         return wake_in(self.gather, waiting, self.clock())
 
     def round(self) -> None:
-        """Decode what every stream has waiting: one call per frame-count group, then the endings
-        (its wall time counted in ``codec_s``). The "done" events go out after the count, so whoever
-        sees a request end (a scrape of /metrics, the warm-up before metrics attach) sees its codec
-        time counted. Nothing while nothing is due (:meth:`has_work`); once something is, every
-        stream with codes waiting joins the round."""
+        """Decode what the due streams have waiting, all of it: one call per frame-count group until
+        they are drained, then the endings (its wall time counted in ``codec_s``). The "done" events
+        go out after the count, so whoever sees a request end (a scrape of /metrics, the warm-up
+        before metrics attach) sees its codec time counted. Nothing while nothing is due
+        (:meth:`has_work`)."""
         if not self.has_work():
             return
         t0 = time.perf_counter()
@@ -198,27 +195,33 @@ class BatchedCodec:
             if self.decoder is None:
                 self._codes_only()
             else:
-                self._decode_groups()
+                self._decode_groups(self._due_jobs())
             ended = self._finish_done()
         finally:
             self.counters.codec_s += time.perf_counter() - t0
         for handle, ev in ended:
             handle.post(ev)
 
-    def _decode_groups(self) -> None:
-        groups: dict[int, list[CodecJob]] = {}
-        for job in self.jobs.values():
-            n = job.backlog
-            if not n:
-                continue
-            if job.slot < 0:
-                if not self.free:
-                    continue
-                job.slot = self.free.popleft()
-            size = 1 << (min(n, self.max_frames).bit_length() - 1)
-            groups.setdefault(size, []).append(job)
-        for size, jobs in groups.items():
-            self._decode(size, jobs)
+    def _decode_groups(self, jobs: list[CodecJob]) -> None:
+        """Drain ``jobs``: each pass groups them by the largest power of two of their backlog (at most
+        ``max_frames``), one call per group. Why drain: a remainder left behind would still carry its
+        old wait and fall due at once, a round of its own for a few frames."""
+        jobs = [job for job in jobs if self._take_slot(job)]
+        while pending := [job for job in jobs if job.backlog and self.jobs.get(job.handle.rid) is job]:
+            groups: dict[int, list[CodecJob]] = {}
+            for job in pending:
+                size = 1 << (min(job.backlog, self.max_frames).bit_length() - 1)
+                groups.setdefault(size, []).append(job)
+            for size, group in groups.items():
+                self._decode(size, group)
+
+    def _take_slot(self, job: CodecJob) -> bool:
+        """Give ``job`` a decoder slot if it has none; False when none is free."""
+        if job.slot < 0:
+            if not self.free:
+                return False
+            job.slot = self.free.popleft()
+        return True
 
     def _codes_only(self) -> None:
         for job in list(self.jobs.values()):

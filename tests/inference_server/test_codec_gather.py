@@ -13,7 +13,7 @@ import pytest
 import torch
 from ttsfleet.inference.codec import load_codec
 from ttsfleet.inference.codec_batch import BatchedCodec
-from ttsfleet.inference.codec_gather import GatherRule, StreamTiming, due, due_at, wake_in
+from ttsfleet.inference.codec_gather import GatherRule, StreamTiming, due, due_at, select, wake_in
 from ttsfleet.inference.codec_process import _wait_for_codes
 from ttsfleet.inference.engine import Engine, EngineConfig, GenerationRequest
 from ttsfleet.inference.loader import load_model
@@ -37,11 +37,11 @@ def test_without_a_window_waiting_codes_are_due_at_once():
 
 @pytest.mark.parametrize(("timing", "why"), [
     (StreamTiming(waiting_since=1.0), "its first audio: time to first audio never waits"),
-    (StreamTiming(waiting_since=1.0, started_at=0.0, sent_frames=100, final=True), "its last chunk"),
     (StreamTiming(waiting_since=1.0, started_at=0.0, sent_frames=21), "its listener runs dry at 1.05 s"),
 ])
 def test_codes_that_cannot_wait_are_due_at_once(timing: StreamTiming, why: str):
     assert due(RULE, timing, now=1.0), why
+    assert select(RULE, {7: timing}, now=1.0) == [7], why
 
 
 def test_a_buffered_streams_chunk_waits_for_the_window():
@@ -49,14 +49,31 @@ def test_a_buffered_streams_chunk_waits_for_the_window():
     assert due_at(RULE, s) == pytest.approx(1.04)
     assert not due(RULE, s, now=1.02) and due(RULE, s, now=1.04)
     assert wake_in(RULE, [s, StreamTiming()], now=1.01) == pytest.approx(0.03)
-    running_low = StreamTiming(waiting_since=1.0, started_at=0.0, sent_frames=22)  # ends at 1.1 s
-    assert due_at(RULE, running_low) == pytest.approx(1.1 - 2 * 0.04)
-    assert wake_in(RULE, [s, running_low], now=1.0) == pytest.approx(0.02)
+    running_low = StreamTiming(waiting_since=1.0, started_at=0.0, sent_frames=21)  # ends at 1.05 s
+    assert due_at(RULE, running_low) == pytest.approx(1.05 - RULE.guard_s)
+    assert wake_in(RULE, [s, running_low], now=0.99) == pytest.approx(0.01)
+
+
+def test_an_urgent_stream_does_not_flush_the_others_an_expired_window_does():
+    buffered = {1: StreamTiming(waiting_since=1.0, started_at=0.0, sent_frames=100),
+                2: StreamTiming(waiting_since=1.01, started_at=0.0, sent_frames=100)}
+    first_audio = {3: StreamTiming(waiting_since=1.02)}
+    assert select(RULE, buffered, now=1.02) == []
+    assert select(RULE, {**buffered, **first_audio}, now=1.02) == [3]  # alone: the others keep gathering
+    assert select(RULE, {**buffered, **first_audio}, now=1.04) == [1, 2, 3]  # stream 1's window is over
+    assert select(GatherRule(0.0, FRAME), buffered, now=1.0) == [1, 2]  # no window: everything at once
+
+
+def test_a_last_chunk_waits_like_the_others():
+    last = StreamTiming(waiting_since=1.0, started_at=0.0, sent_frames=100)  # its listener has 4 s left
+    assert not due(RULE, last, now=1.02) and due(RULE, last, now=1.04)
 
 
 def test_a_negative_window_is_refused():
     with pytest.raises(ValueError, match="must be >= 0"):
         GatherRule(window_s=-1.0)
+    with pytest.raises(ValueError, match="must be >= 0"):
+        GatherRule(window_s=0.1, guard_s=-0.01)
     with pytest.raises(UserError, match="codec_gather_ms"):
         ServeConfig.from_env({"TTSFLEET_CODEC_GATHER_MS": "-5"}, checkpoint="tiny")
     assert ServeConfig.from_env({"TTSFLEET_CODEC_GATHER_MS": "25"}, checkpoint="tiny").codec_gather_ms == 25.0
@@ -90,7 +107,7 @@ def _two_streams(codec, gather_s: float) -> tuple[BatchedCodec, list[_Sink], lis
     stream 1's at half a window later, with the codec asked to work after each."""
     clock = [0.0]
     counters = types.SimpleNamespace(codec_calls=0, codec_frames=0, codec_s=0.0)
-    batched = BatchedCodec(codec.slot_decoder(2), 8, counters, cancel=lambda h: None, gather_s=gather_s,
+    batched = BatchedCodec(codec.slot_decoder(3), 8, counters, cancel=lambda h: None, gather_s=gather_s,
                            clock=lambda: clock[0])
     sinks = [_Sink(0), _Sink(1)]
     for i, sink in enumerate(sinks):
@@ -120,11 +137,24 @@ def test_a_held_chunk_shares_its_push_with_the_next_streams_chunk(codec):  # noq
     assert held.counters.codec_calls == 2 and held.counters.codec_frames == 32  # one push, both chunks
     for a, b in zip(plain_sinks, sinks, strict=True):  # when it is decoded changes, not what
         np.testing.assert_allclose(b.audio(), a.audio(), rtol=0, atol=1e-4)  # batch shapes round differently
-    held.add(sinks[0], _codes(codec, 3, 12), True, "length", 19)  # a last chunk goes at once
-    assert held.has_work()
-    while held.has_work():  # 3 frames: a push of 2, then of 1
-        held.round()
+    held.add(sinks[0], _codes(codec, 3, 12), True, "length", 19)  # a last chunk waits like any other
+    assert not held.has_work()
+    clock[0] += window
+    held.round()  # 3 frames drained in one round: a push of 2, then of 1
     assert [e.kind for e in sinks[0].events][-1] == "done" and held.counters.codec_calls == 4
+    assert not held.jobs[sinks[1].rid].backlog and not held.has_work()
+
+
+def test_a_first_audio_goes_alone_while_the_buffered_streams_gather(codec):  # noqa: ANN001
+    frame_s = codec.frame_length / codec.sample_rate
+    held, sinks, clock = _two_streams(codec, frame_s)  # both streams' second chunks wait
+    newcomer = _Sink(2)
+    held.add(newcomer, _codes(codec, 2, 20), False, "", 2)
+    assert held.has_work()
+    held.round()
+    assert held.counters.codec_calls == 2 and held.counters.codec_frames == 16 + 2  # the newcomer alone
+    assert [e.kind for e in newcomer.events] == ["audio"]
+    assert all(held.jobs[s.rid].backlog == 8 for s in sinks)  # still gathering
 
 
 def test_the_process_loop_waits_for_codes_or_for_the_deadline():
