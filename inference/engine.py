@@ -777,8 +777,7 @@ class Engine:
             if st.generated >= st.req.max_new_tokens:
                 finished.append((st, "length"))
             else:
-                want = st.req.first_chunk_frames if st.chunks_sent == 0 else st.req.chunk_frames
-                if len(st.pending) >= want:
+                if len(st.pending) >= st.req.chunk_frames_after(st.chunks_sent):
                     self._send_codes(st, final=False)
         self.stats.frames += new_frames
         if self.metrics is not None and new_frames:

@@ -94,6 +94,14 @@ class GenerationRequest:
     #: (a request whose later segments start with the same head). 0 = none.
     keep_prefix: int = 0
 
+    def chunk_frames_after(self, chunks_sent: int) -> int:
+        """The frames of the chunk after ``chunks_sent`` chunks: ``first_chunk_frames``, then doubling
+        up to ``chunk_frames`` (2, 4, 8, 8, ...). Why a ramp: a jump from the first chunk straight to
+        the full one leaves the listener dry whenever decoding is less than full/first times faster
+        than real time — at c=64 (2.7x, 2026-12-05) the 8 frames after the first 2 took ~136 ms to
+        decode, against 92 ms of audio sent."""
+        return min(self.chunk_frames, max(1, self.first_chunk_frames) << min(chunks_sent, 16))
+
 
 # ----------------------------------------------------------------------------- codec queue
 # The engine thread -> the codec thread, or the codec process (the handle there replaced by a

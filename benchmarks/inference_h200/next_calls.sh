@@ -50,7 +50,13 @@ fused-units+window-auto --shapes 16x4,64x4,128x4 --tile-table $O/codectiles/tune
        ENC_GRAPHS=off,on ENC_TIMEOUT=190 encode
      stage encodestages 150 ES_TIMEOUT=140 encodestages
      stage codecstages 140 CS_TIMEOUT=130 codecstages ;;
-  *) echo "usage: next_calls.sh 1|2|3|4|5|6|7 (see benchmarks/inference_h200/README.md)" >&2; exit 2 ;;
+  8) # the reworked gather rule (urgent streams alone, everyone once a window is over; the chunk ramp on
+     # both sides): none beside 100 ms, then 200 ms; the codec and encode-graph GPU tests
+     stage ab 330 SERVE_ARGS_A="" SERVE_ARGS_B="--codec-gather-ms 100" LEVELS="64:640 128:1280" AB_ROUNDS=1 ab
+     stage gather200 170 SERVE_ARGS="--codec-gather-ms 200" LEVELS="64:640 128:1280" serve
+     stage quicktests 200 QT_TIMEOUT=190 QUICKTESTS="tests/fill_jobs/test_encode_graphs.py \
+tests/inference_model/test_codec_window_attention.py tests/inference_server/test_codec_gather.py" quicktests ;;
+  *) echo "usage: next_calls.sh 1|2|3|4|5|6|7|8 (see benchmarks/inference_h200/README.md)" >&2; exit 2 ;;
 esac
 bundle "$1"
 ls -la "$O"
