@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import math
 import os
 import platform
 import time
@@ -30,6 +31,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from .bench_playback import Playback
 
 if TYPE_CHECKING:
     from .bench_steady import EdgeReads, Read, ServerView, SteadyReading
@@ -92,6 +95,8 @@ class Sample:
     start_s: float = 0.0  # submit time (perf_counter): places the request in the run's steady window
     client: int = 0  # the closed-loop worker that sent it
     wave: int = 0  # its index among that worker's requests (0: the first wave)
+    stalls: int = 0  # underruns of a listener playing pcm from its first byte (:mod:`.bench_playback`)
+    stall_s: float = 0.0  # their summed silence
 
 
 @dataclass
@@ -127,6 +132,10 @@ class Level:
     steady_requests: int = 0
     first_wave_ttfa_p50_s: float = float("nan")
     first_wave_ttfa_p99_s: float = float("nan")
+    #: The timed requests' underruns (pcm only, :mod:`.bench_playback`): the share with one or more,
+    #: and the p99 over requests of their summed silence.
+    stalled_share: float = float("nan")
+    stall_p99_s: float = float("nan")
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -153,6 +162,7 @@ async def _request(client: Any, cfg: BenchConfig, i: int,
     t0 = time.perf_counter()
     first = None
     nbytes = 0
+    play = Playback()
     try:
         async with client.stream("POST", f"{cfg.url}/v1/tts", json=body, headers=headers) as resp:
             if resp.status_code != 200:
@@ -166,13 +176,16 @@ async def _request(client: Any, cfg: BenchConfig, i: int,
                     if on_first_audio is not None:
                         on_first_audio()
                 nbytes += len(chunk)
+                if cfg.fmt == "pcm":
+                    play.feed(time.perf_counter(), len(chunk) / 2 / rate)
     except Exception:  # refused connection, a transfer the server aborted, a timeout
         return Sample(False, 0, 0.0, time.perf_counter() - t0, 0.0, start_s=t0)
     end = time.perf_counter()
     if nbytes == 0:  # a 200 that carried no audio is no success (2026-12-04: every request of a
         return Sample(False, EMPTY_REPLY, 0.0, end - t0, 0.0, start_s=t0)  # run was, and read 0 errors)
     seconds = (nbytes / 2 / rate) if cfg.fmt == "pcm" else 0.0
-    return Sample(True, 200, (first or end) - t0, end - t0, seconds * fps, seconds, start_s=t0)
+    return Sample(True, 200, (first or end) - t0, end - t0, seconds * fps, seconds, start_s=t0,
+                  stalls=play.stalls, stall_s=play.stall_s)
 
 
 async def _run_level(cfg: BenchConfig, c: int, n: int,
@@ -302,7 +315,17 @@ def summarize_runs(c: int, n: int, runs: list[tuple[list[Sample], float, float |
         runs_whole_run_frames_per_s=[round(f, 3) for f in whole],
         steady_window_s=float(np.median([w.seconds for w in windows])) if steady else 0.0,
         steady_requests=len(timed) if steady else 0,
-        first_wave_ttfa_p50_s=_pct(wave0, 50), first_wave_ttfa_p99_s=_pct(wave0, 99))
+        first_wave_ttfa_p50_s=_pct(wave0, 50), first_wave_ttfa_p99_s=_pct(wave0, 99),
+        **_underruns(timed))
+
+
+def _underruns(timed: list[Sample]) -> dict[str, float]:
+    """The :class:`Level` fields of the timed requests' underruns (NaN without pcm audio to play)."""
+    played = [s for s in timed if s.audio_s > 0]
+    if not played:
+        return {}
+    return {"stalled_share": sum(s.stalls > 0 for s in played) / len(played),
+            "stall_p99_s": _pct([s.stall_s for s in played], 99)}
 
 
 #: The serving SLO a level must meet to count towards a replica's capacity (issue #25's definition):
@@ -595,7 +618,14 @@ def server_lines(report: dict[str, Any]) -> list[str]:
                                                                                  "wall time"))):
         lines += [(use["concurrency"], 10 + order, codec_line(use, span)) for use in report.get(key, [])]
     lines += [(r["concurrency"], -1, _steady_read_line(r)) for r in report.get("steady_reads", [])]
+    lines += [(lv["concurrency"], 20, _underrun_line(lv)) for lv in report.get("levels", [])
+              if not math.isnan(lv.get("stalled_share", math.nan))]
     return [text for _, _, text in sorted(lines, key=lambda x: (x[0], x[1]))]
+
+
+def _underrun_line(lv: dict[str, Any]) -> str:
+    return (f"c={lv['concurrency']} listener underruns (pcm played from its first byte, timed requests): "
+            f"{lv['stalled_share']:.1%} of requests, summed silence p99 {lv['stall_p99_s'] * 1000:.0f} ms")
 
 
 def _steady_read_line(r: dict[str, Any]) -> str:

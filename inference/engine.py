@@ -57,6 +57,7 @@ from ttsfleet.inference.codec_batch import BatchedCodec, CodecMeter, build_slot_
 from ttsfleet.inference.codec_process import CodecProcess, DecoderPlan
 from ttsfleet.inference.engine_config import DEFAULT_WINDOW, EngineConfig, batch_buckets
 from ttsfleet.inference.engine_messages import (
+    CHUNK_RAMP_SWITCH,
     CodecMessage,
     CodesChunk,
     DropStream,
@@ -183,6 +184,7 @@ class Engine:
         self.codec = codec
         self.cfg = config
         self._SamplingBatch = SamplingBatch
+        self._chunk_ramp = CHUNK_RAMP_SWITCH.get() == "on"  # :meth:`GenerationRequest.chunk_frames_after`
         mc = model.config
         self.num_codebooks = int(mc.num_codebooks)
         self.im_end_id = int(mc.im_end_id)
@@ -777,7 +779,7 @@ class Engine:
             if st.generated >= st.req.max_new_tokens:
                 finished.append((st, "length"))
             else:
-                if len(st.pending) >= st.req.chunk_frames_after(st.chunks_sent):
+                if len(st.pending) >= st.req.chunk_frames_after(st.chunks_sent, self._chunk_ramp):
                     self._send_codes(st, final=False)
         self.stats.frames += new_frames
         if self.metrics is not None and new_frames:

@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from ttsfleet.switches import ProcessSwitch, one_of
+
 
 class EngineOverloaded(Exception):
     """The waiting queue is full (HTTP 429)."""
@@ -76,6 +78,14 @@ class RequestHandle:
         return await self.events.get()
 
 
+#: Whether chunks ramp from the first chunk's size to the full one (``on``, the default since
+#: 2026-12-05d) or jump (``off``, the engine before): :meth:`GenerationRequest.chunk_frames_after`.
+#: A switch so that a served A/B can count the listener's underruns both ways (``bench serve``).
+CHUNK_RAMP_ENV = "TTSFLEET_CHUNK_RAMP"
+CHUNK_RAMP_SWITCH: ProcessSwitch[str] = ProcessSwitch(CHUNK_RAMP_ENV, "on",
+                                                      one_of(CHUNK_RAMP_ENV, ("on", "off"), "on"))
+
+
 @dataclass
 class GenerationRequest:
     """One generation: a prompt ``[1 + num_codebooks, T]`` and how to sample it."""
@@ -94,12 +104,15 @@ class GenerationRequest:
     #: (a request whose later segments start with the same head). 0 = none.
     keep_prefix: int = 0
 
-    def chunk_frames_after(self, chunks_sent: int) -> int:
-        """The frames of the chunk after ``chunks_sent`` chunks: ``first_chunk_frames``, then doubling
-        up to ``chunk_frames`` (2, 4, 8, 8, ...). Why a ramp: a jump from the first chunk straight to
-        the full one leaves the listener dry whenever decoding is less than full/first times faster
-        than real time — at c=64 (2.7x, 2026-12-05) the 8 frames after the first 2 took ~136 ms to
-        decode, against 92 ms of audio sent."""
+    def chunk_frames_after(self, chunks_sent: int, ramp: bool = True) -> int:
+        """The frames of the chunk after ``chunks_sent`` chunks: ``first_chunk_frames``, then (``ramp``,
+        :data:`CHUNK_RAMP_SWITCH`) doubling up to ``chunk_frames`` — 1, 2, 4, 4, ... — or (no ramp)
+        ``chunk_frames`` at once. Why a ramp: a jump from the first chunk straight to the full one
+        leaves the listener dry whenever decoding is less than full/first times faster than real
+        time — at c=64 (58 frames/s a stream, H100, 2026-12-05d) the benchmark's 4 frames after its
+        first 1 took ~69 ms to decode, against 46 ms of audio sent."""
+        if not ramp:
+            return self.first_chunk_frames if chunks_sent == 0 else self.chunk_frames
         return min(self.chunk_frames, max(1, self.first_chunk_frames) << min(chunks_sent, 16))
 
 

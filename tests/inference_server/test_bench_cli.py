@@ -30,6 +30,8 @@ def test_bench_serve_writes_table_json_png(server, tmp_path):
         assert lv["errors"] == 0 and lv["requests"] == 4
         assert lv["frames_per_s"] > 0 and lv["per_request_frames_per_s"] > 0
         assert 0 < lv["ttfa_p50_s"] <= lv["ttfa_p99_s"]
+        assert 0 <= lv["stalled_share"] <= 1 and lv["stall_p99_s"] >= 0  # pcm: the listener was played
+    assert "c=4 listener underruns" in proc.stdout
     assert report["scaling"] > 0
     assert report["server"]["build"]["model"] == "tiny"
     # the server's own split of time to first audio, per level (its requests only)

@@ -20,3 +20,26 @@ def test_chunks_double_from_the_first_up_to_the_full_size(first: int, full: int,
                             chunk_frames=full)
     assert [req.chunk_frames_after(n) for n in range(5)] == sizes
     assert req.chunk_frames_after(10**6) == full  # no overflow however long the stream
+
+
+def test_without_the_ramp_the_second_chunk_is_full_size():
+    req = GenerationRequest(prompt=None, sampling=None, max_new_tokens=100, first_chunk_frames=1,
+                            chunk_frames=4)
+    assert [req.chunk_frames_after(n, ramp=False) for n in range(3)] == [1, 4, 4]
+
+
+def test_the_ramp_switch_reads_on_or_off_and_refuses_anything_else(monkeypatch: pytest.MonkeyPatch):
+    from ttsfleet.inference.engine_messages import CHUNK_RAMP_ENV, CHUNK_RAMP_SWITCH
+
+    monkeypatch.setenv(CHUNK_RAMP_ENV, "OFF")
+    CHUNK_RAMP_SWITCH.reset()
+    try:
+        assert CHUNK_RAMP_SWITCH.get() == "off"
+        monkeypatch.setenv(CHUNK_RAMP_ENV, "sometimes")
+        CHUNK_RAMP_SWITCH.reset()
+        with pytest.raises(ValueError, match="TTSFLEET_CHUNK_RAMP='sometimes': expected one of on, off"):
+            CHUNK_RAMP_SWITCH.get()
+    finally:
+        monkeypatch.delenv(CHUNK_RAMP_ENV)
+        CHUNK_RAMP_SWITCH.reset()
+    assert CHUNK_RAMP_SWITCH.get() == "on"

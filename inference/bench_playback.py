@@ -1,0 +1,38 @@
+"""What a listener hears of a streamed reply: its audio played from the first byte on, paused
+whenever the next bytes arrive after everything received so far has played out (an underrun).
+
+Why the benchmark counts them: time to first audio and the real-time factor say when audio starts
+and how long the whole reply took, not whether it *plays* without gaps. A server can meet both and
+still leave its listener silent between chunks — a 1-frame first chunk followed by a 4-frame one
+decoded at 58 frames/s a stream (c=64, 2026-12-05) arrives ~69 ms after 46 ms of audio — and a codec
+that holds chunks to gather them (:mod:`ttsfleet.inference.codec_gather`) must never do so. The
+listener here has no jitter buffer beyond what has arrived: the strictest reading, the one time to
+first audio implies; gaps under :data:`MIN_STALL_S` are the client's own read timing and not counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: The shortest gap counted as an underrun (seconds): an asyncio read's own timing jitter is ~1 ms.
+MIN_STALL_S = 0.002
+
+
+@dataclass
+class Playback:
+    """Feed it each read's arrival time and seconds of audio; it keeps the underruns."""
+
+    end: float | None = None  # when the audio received so far finishes playing
+    stalls: int = 0
+    stall_s: float = 0.0
+
+    def feed(self, t: float, seconds: float) -> None:
+        if seconds <= 0:
+            return
+        if self.end is None:
+            self.end = t
+        gap = t - self.end
+        if gap > MIN_STALL_S:
+            self.stalls += 1
+            self.stall_s += gap
+        self.end = max(self.end, t) + seconds
