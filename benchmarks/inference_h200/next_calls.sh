@@ -21,20 +21,24 @@ bundle() {  # every stage's folder and log into $O/callN.tgz, beside summary.txt
     && mv "/tmp/call$1.tgz" "$O/call$1.tgz"
 }
 case ${1:-} in
-  1) # the served path on an H200 on today's defaults (B) beside the ones before 2026-12-05c (A: the window
+  1) # the chunk ramp off beside on (the listener's underruns both ways, frames/s), then the reworked gather
+     # rule at 100 ms (urgent streams alone, everyone once a window is over); the GPU tests of the codec
+     # gather, the encode graphs and the window attention
+     stage ab 300 SERVE_ARGS_A="TTSFLEET_CHUNK_RAMP=off" SERVE_ARGS_B="" LEVELS="64:640 128:1280" AB_ROUNDS=1 ab
+     stage gather100 150 SERVE_ARGS="--codec-gather-ms 100" LEVELS="64:640 128:1280" serve
+     stage quicktests 130 QT_TIMEOUT=120 QUICKTESTS="tests/fill_jobs/test_encode_graphs.py \
+tests/inference_model/test_codec_window_attention.py tests/inference_server/test_codec_gather.py" quicktests ;;
+  2) # the gather window at 50 ms beside 200 ms (call 1 gives 100 ms and none): the H200's default is the
+     # largest that keeps first audio p99 <= 250 ms and no more underruns than none
+     stage ab 400 SERVE_ARGS_A="--codec-gather-ms 50" SERVE_ARGS_B="--codec-gather-ms 200" \
+       LEVELS="64:640 128:1280" AB_ROUNDS=1 ab ;;
+  3) # the served path on an H200 on today's defaults (B) beside the ones before 2026-12-05c (A: the window
      # attention on torch's choice, no GEMM prefetch), c=64 and c=128: the H200 figure of record
      stage ab 570 SERVE_ARGS_A="TTSFLEET_CODEC_WINDOW_ATTENTION=auto TTSFLEET_GEMM_PREFETCH=off" SERVE_ARGS_B="" \
        LEVELS="64:640 128:1280" AB_ROUNDS=1 ab ;;
-  2) # the codec's gather window at 100 ms beside none: pushes of ~36 frames (~4-5 streams' 8-frame chunks)
-     # cost the codec ~45 % of the GPU at c=64; a window 5x the 20 ms tried on 2026-12-04 gathers more
-     stage ab 570 SERVE_ARGS_A="" SERVE_ARGS_B="--codec-gather-ms 100" LEVELS="64:640 128:1280" AB_ROUNDS=1 ab ;;
-  3) # the served curve with prompts at the real model's length beside the byte prompts of every record
+  4) # the served curve with prompts at the real model's length beside the byte prompts of every record
      stage ab 570 SERVE_ARGS_A="--preset-text bytes" SERVE_ARGS_B="--preset-text qwen-bpe" \
        LEVELS="64:640 128:1280" AB_ROUNDS=1 ab ;;
-  4) # the live route with clocked-first admission; the GPU tests on this tree
-     stage live 200 LIVE_TIMEOUT=190 LIVE_SIDES=reuse LIVE_SESSIONS=320 LIVE_C=64 LIVE_ROUNDS=1 \
-       SERVE_ARGS="--preset-text qwen-bpe" live
-     stage tests 370 TESTS_TIMEOUT=360 tests ;;
   5) # the fused codec convs' tiles swept per shape on an H200, then the push with the swept table beside the
      # heuristic's tiles, and the window attention on torch's choice beside the default (efficient)
      stage codectiles 390 CT_TIMEOUT=380 CT_BUDGET=330 codectiles
@@ -44,19 +48,14 @@ fused-units+window-auto --shapes 16x4,64x4,128x4 --tile-table $O/codectiles/tune
      # the default 2
      stage sweep 400 sweep
      stage levers 170 LEVER_ROUNDS=2 LEVER_VARIANTS=default,prefetch@off,prefetch@4 LEVERS_TIMEOUT=160 levers ;;
-  7) # the fill job's encode on an H200 channels-last, eager and from CUDA graphs per batch shape (the bf16
-     # rows with the fused units), and stage by stage; the codec push stage by stage
-     stage encode 200 ENC_PRECISIONS=tf32,bf16 ENC_LAYOUTS=channels-last ENC_SNAKES=fused,fused-units \
-       ENC_GRAPHS=off,on ENC_TIMEOUT=190 encode
-     stage encodestages 150 ES_TIMEOUT=140 encodestages
-     stage codecstages 140 CS_TIMEOUT=130 codecstages ;;
-  8) # the reworked gather rule (urgent streams alone, everyone once a window is over; the chunk ramp on
-     # both sides): none beside 100 ms, then 200 ms; the codec and encode-graph GPU tests
-     stage ab 330 SERVE_ARGS_A="" SERVE_ARGS_B="--codec-gather-ms 100" LEVELS="64:640 128:1280" AB_ROUNDS=1 ab
-     stage gather200 170 SERVE_ARGS="--codec-gather-ms 200" LEVELS="64:640 128:1280" serve
-     stage quicktests 200 QT_TIMEOUT=190 QUICKTESTS="tests/fill_jobs/test_encode_graphs.py \
-tests/inference_model/test_codec_window_attention.py tests/inference_server/test_codec_gather.py" quicktests ;;
-  *) echo "usage: next_calls.sh 1|2|3|4|5|6|7|8 (see benchmarks/inference_h200/README.md)" >&2; exit 2 ;;
+  7) # on an H200: the fill job's encode channels-last (eager: graphs gained 1-2 % on an H100), the live
+     # route, the GPU tests
+     stage encode 150 ENC_PRECISIONS=tf32,bf16 ENC_LAYOUTS=channels-last ENC_SNAKES=fused,fused-units \
+       ENC_TIMEOUT=140 encode
+     stage live 150 LIVE_TIMEOUT=140 LIVE_SIDES=reuse LIVE_SESSIONS=320 LIVE_C=64 LIVE_ROUNDS=1 \
+       SERVE_ARGS="--preset-text qwen-bpe" live
+     stage tests 280 TESTS_TIMEOUT=270 tests ;;
+  *) echo "usage: next_calls.sh 1|2|3|4|5|6|7 (see benchmarks/inference_h200/README.md)" >&2; exit 2 ;;
 esac
 bundle "$1"
 ls -la "$O"
