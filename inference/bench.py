@@ -418,7 +418,7 @@ def server_samples(url: str) -> list[Any]:
 
 #: The server's codec counters (:mod:`ttsfleet.metrics`) by the key :func:`codec_totals` gives each.
 CODEC_SERIES = {"pushes": "inference_codec_pushes", "frames": "inference_codec_frames",
-                "busy_s": "inference_codec_busy_seconds"}
+                "busy_s": "inference_codec_busy_seconds", "rounds": "inference_codec_rounds"}
 
 
 def codec_totals(samples: list[Any]) -> dict[str, float]:
@@ -442,14 +442,20 @@ def codec_use(grown: dict[str, float], wall_s: float) -> dict[str, float]:
     pushes = grown.get("pushes", 0.0)
     if pushes <= 0 or wall_s <= 0:
         return {}
-    return {"pushes": int(pushes), "frames_per_push": round(grown.get("frames", 0.0) / pushes, 2),
-            "busy_share": round(grown.get("busy_s", 0.0) / wall_s, 4)}
+    use = {"pushes": int(pushes), "frames_per_push": round(grown.get("frames", 0.0) / pushes, 2),
+           "busy_share": round(grown.get("busy_s", 0.0) / wall_s, 4)}
+    rounds = grown.get("rounds", 0.0)
+    if rounds > 0:  # a server from before the rounds counter has none
+        use |= {"rounds": int(rounds), "frames_per_round": round(grown.get("frames", 0.0) / rounds, 2)}
+    return use
 
 
 def codec_line(use: dict[str, Any], span: str = "the level's wall time") -> str:
     """One level's :func:`codec_use` (with its ``concurrency``) as the line the table is followed by."""
+    rounds = (f" in {use['rounds']:,} rounds ({use['frames_per_round']:.1f} frames a round)"
+              if "rounds" in use else "")
     return (f"c={use['concurrency']} codec: {use['pushes']:,} pushes, {use['frames_per_push']:.1f} frames "
-            f"per push, busy {use['busy_share']:.0%} of {span}")
+            f"per push{rounds}, busy {use['busy_share']:.0%} of {span}")
 
 
 def stage_means_ms(grown: StageTotals) -> dict[str, float]:

@@ -39,11 +39,12 @@ class CodecCounters(Protocol):
     codec_calls: int
     codec_frames: int
     codec_s: float  # wall seconds in decode rounds
+    codec_rounds: int  # rounds that decoded: one or more calls each (:mod:`.codec_gather`)
 
 
 #: The codec's counts and the contract counter (:mod:`ttsfleet.metrics`) each is exported as.
 CODEC_METRICS = {"codec_calls": "inference_codec_pushes", "codec_frames": "inference_codec_frames",
-                 "codec_s": "inference_codec_busy_seconds"}
+                 "codec_s": "inference_codec_busy_seconds", "codec_rounds": "inference_codec_rounds"}
 
 
 class _Exported:
@@ -74,6 +75,7 @@ class CodecMeter:
     codec_calls = _Exported()
     codec_frames = _Exported()
     codec_s = _Exported()
+    codec_rounds = _Exported()
 
     def __init__(self, stats: CodecCounters, export: Callable[[str, float], None]) -> None:
         self.stats, self.export = stats, export
@@ -207,6 +209,8 @@ class BatchedCodec:
         ``max_frames``), one call per group. Why drain: a remainder left behind would still carry its
         old wait and fall due at once, a round of its own for a few frames."""
         jobs = [job for job in jobs if self._take_slot(job)]
+        if jobs:
+            self.counters.codec_rounds += 1
         while pending := [job for job in jobs if job.backlog and self.jobs.get(job.handle.rid) is job]:
             groups: dict[int, list[CodecJob]] = {}
             for job in pending:

@@ -173,7 +173,8 @@ class CodecProcess:
                 self.handles.pop(rid, None)
             handle.post(ev)
         elif kind == "stats":  # the child's running totals (the engine's CodecMeter exports the growth)
-            _, self.counters.codec_calls, self.counters.codec_frames, self.counters.codec_s = msg
+            (_, self.counters.codec_calls, self.counters.codec_frames, self.counters.codec_s,
+             self.counters.codec_rounds) = msg
         elif kind == "cancel":
             handle = self.handles.get(msg[1])
             if handle is not None:
@@ -215,6 +216,7 @@ class _Counters:
         self.codec_calls = 0
         self.codec_frames = 0
         self.codec_s = 0.0
+        self.codec_rounds = 0
 
 
 def worker_main(conn: Any, source: CodecSource, plan: DecoderPlan) -> None:
@@ -275,7 +277,8 @@ def _serve(conn: Any, decoder: Any, max_frames: int, gather_s: float = 0.0) -> N
         for rid in [r for r in handles if r not in batched.jobs]:  # streams that ended
             del handles[rid]
         if outbox:  # the counts first: the parent has them before it posts a request's end
-            conn.send([("stats", counters.codec_calls, counters.codec_frames, counters.codec_s), *outbox])
+            conn.send([("stats", counters.codec_calls, counters.codec_frames, counters.codec_s,
+                        counters.codec_rounds), *outbox])
             outbox.clear()
 
 

@@ -162,6 +162,7 @@ class _Stats:
         self.codec_calls = 0
         self.codec_frames = 0
         self.codec_s = 0.0
+        self.codec_rounds = 0
         #: iterations that ended with requests waiting, by what held the oldest back
         self.admission_waits: dict[str, int] = dict.fromkeys(ADMISSION_WAIT_REASONS, 0)
 

@@ -121,6 +121,10 @@ CONTRACT_LIST: tuple[MetricSpec, ...] = (
        "Codec decode calls, in the codec thread or the codec process: one batched push of streams x "
        "frames. Frames per push = codec_frames / codec_pushes; small pushes waste the GPU (H200: 64 "
        "streams x 4 frames cost 78 us a frame, 1 x 1 2,360 us).", [L_MODEL]),
+    _m("inference", "inference_codec_rounds", "counter",
+       "Codec decode rounds: each decodes the streams due at once, in one push per frame count. Frames "
+       "per round = codec_frames / codec_rounds: how many streams' codes a gather window "
+       "(serve --codec-gather-ms) brought together.", [L_MODEL]),
     _m("inference", "inference_codec_frames", "counter",
        "Audio frames the codec decoded to audio (every push decodes its streams x frames).", [L_MODEL]),
     _m("inference", "inference_codec_busy_seconds", "counter",

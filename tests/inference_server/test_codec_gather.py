@@ -106,7 +106,7 @@ def _two_streams(codec, gather_s: float) -> tuple[BatchedCodec, list[_Sink], lis
     """Two streams, each 8 frames of first audio at t=0; then stream 0's next chunk at t=0 and
     stream 1's at half a window later, with the codec asked to work after each."""
     clock = [0.0]
-    counters = types.SimpleNamespace(codec_calls=0, codec_frames=0, codec_s=0.0)
+    counters = types.SimpleNamespace(codec_calls=0, codec_frames=0, codec_s=0.0, codec_rounds=0)
     batched = BatchedCodec(codec.slot_decoder(3), 8, counters, cancel=lambda h: None, gather_s=gather_s,
                            clock=lambda: clock[0])
     sinks = [_Sink(0), _Sink(1)]
@@ -135,6 +135,7 @@ def test_a_held_chunk_shares_its_push_with_the_next_streams_chunk(codec):  # noq
     assert held.has_work()
     held.round()
     assert held.counters.codec_calls == 2 and held.counters.codec_frames == 32  # one push, both chunks
+    assert held.counters.codec_rounds == 2
     for a, b in zip(plain_sinks, sinks, strict=True):  # when it is decoded changes, not what
         np.testing.assert_allclose(b.audio(), a.audio(), rtol=0, atol=1e-4)  # batch shapes round differently
     held.add(sinks[0], _codes(codec, 3, 12), True, "length", 19)  # a last chunk waits like any other
@@ -142,6 +143,7 @@ def test_a_held_chunk_shares_its_push_with_the_next_streams_chunk(codec):  # noq
     clock[0] += window
     held.round()  # 3 frames drained in one round: a push of 2, then of 1
     assert [e.kind for e in sinks[0].events][-1] == "done" and held.counters.codec_calls == 4
+    assert held.counters.codec_rounds == 3
     assert not held.jobs[sinks[1].rid].backlog and not held.has_work()
 
 

@@ -15,7 +15,7 @@ from ttsfleet.inference.codec_batch import CodecMeter
 
 
 def _meter() -> tuple[CodecMeter, types.SimpleNamespace, list[tuple[str, float]]]:
-    stats = types.SimpleNamespace(codec_calls=0, codec_frames=0, codec_s=0.0)
+    stats = types.SimpleNamespace(codec_calls=0, codec_frames=0, codec_s=0.0, codec_rounds=0)
     exported: list[tuple[str, float]] = []
     return CodecMeter(stats, lambda metric, amount: exported.append((metric, amount))), stats, exported
 
@@ -25,9 +25,10 @@ def test_the_codec_threads_additions_are_exported_as_they_happen():
     meter.codec_calls += 1
     meter.codec_frames += 16
     meter.codec_s += 0.25
-    assert (stats.codec_calls, stats.codec_frames, stats.codec_s) == (1, 16, 0.25)
+    meter.codec_rounds += 1
+    assert (stats.codec_calls, stats.codec_frames, stats.codec_s, stats.codec_rounds) == (1, 16, 0.25, 1)
     assert exported == [("inference_codec_pushes", 1), ("inference_codec_frames", 16),
-                        ("inference_codec_busy_seconds", 0.25)]
+                        ("inference_codec_busy_seconds", 0.25), ("inference_codec_rounds", 1)]
 
 
 def test_the_codec_process_totals_are_exported_as_their_growth():
@@ -46,11 +47,14 @@ def test_the_codec_process_totals_are_exported_as_their_growth():
     assert len(exported) == 6  # the repeated totals exported nothing
 
 
-def _samples(pushes: float, frames: float, busy: float) -> list:
-    text = (f'ttsfleet_inference_codec_pushes_total{{model="tiny"}} {pushes}\n'
-            f'ttsfleet_inference_codec_frames_total{{model="tiny"}} {frames}\n'
-            f'ttsfleet_inference_codec_busy_seconds_total{{model="tiny"}} {busy}\n'
-            'ttsfleet_inference_frames_total{model="tiny"} 999\n')
+def _samples(pushes: float, frames: float, busy: float, rounds: float | None = None) -> list:
+    lines = [f'ttsfleet_inference_codec_pushes_total{{model="tiny"}} {pushes}',
+             f'ttsfleet_inference_codec_frames_total{{model="tiny"}} {frames}',
+             f'ttsfleet_inference_codec_busy_seconds_total{{model="tiny"}} {busy}',
+             'ttsfleet_inference_frames_total{model="tiny"} 999']
+    if rounds is not None:  # a server from before the rounds counter exports none
+        lines.append(f'ttsfleet_inference_codec_rounds_total{{model="tiny"}} {rounds}')
+    text = "\n".join(lines) + "\n"
     return [s for fam in text_string_to_metric_families(text) for s in fam.samples]
 
 
@@ -61,6 +65,15 @@ def test_a_levels_codec_use_from_two_snapshots():
     assert use == {"pushes": 100, "frames_per_push": 4.0, "busy_share": pytest.approx(0.6)}
     assert codec_line({"concurrency": 64, **use}) == (
         "c=64 codec: 100 pushes, 4.0 frames per push, busy 60% of the level's wall time")
+
+
+def test_a_levels_rounds_say_how_many_frames_each_gathered():
+    before, after = _samples(10, 40, 1.0, rounds=5), _samples(110, 440, 4.0, rounds=25)
+    use = codec_use(Counts.between(before, after, 5.0).codec, wall_s=5.0)
+    assert use["rounds"] == 20 and use["frames_per_round"] == 20.0
+    assert codec_line({"concurrency": 64, **use}, "the steady window") == (
+        "c=64 codec: 100 pushes, 4.0 frames per push in 20 rounds (20.0 frames a round), busy 60% of "
+        "the steady window")
 
 
 def test_a_server_without_codec_counters_gives_no_codec_line(capsys):

@@ -94,7 +94,7 @@ def test_the_codec_process_decodes_what_the_codec_thread_does(parts):
         frames += end_b.frames
     # the child's counters reached the engine's stats (the bench's codec busy figure reads them)
     assert eng.stats.codec_frames == frames and 0 < eng.stats.codec_calls < frames
-    assert eng.stats.codec_s > 0
+    assert eng.stats.codec_s > 0 and 0 < eng.stats.codec_rounds <= eng.stats.codec_calls
     assert not eng._codec_proc.alive  # stopped with the engine, and a stop is not a death
     assert eng._dead is None
 

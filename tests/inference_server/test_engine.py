@@ -75,9 +75,12 @@ def test_continuous_batching_is_batch_invariant_and_padding_neutral(parts):
     assert eng.stats.codec_frames == total and eng.stats.codec_calls < total
     # ... and /metrics says the same (the codec thread's counts, exported as they grew)
     got = {n: metrics.registry.get_sample_value(spec(n).exposed_names[0], {"model": "tiny"})
-           for n in ("inference_codec_pushes", "inference_codec_frames", "inference_codec_busy_seconds")}
+           for n in ("inference_codec_pushes", "inference_codec_frames", "inference_codec_busy_seconds",
+                     "inference_codec_rounds")}
     assert got["inference_codec_frames"] == total
     assert got["inference_codec_pushes"] == eng.stats.codec_calls
+    assert got["inference_codec_rounds"] == eng.stats.codec_rounds
+    assert 0 < eng.stats.codec_rounds <= eng.stats.codec_calls
     assert got["inference_codec_busy_seconds"] == pytest.approx(eng.stats.codec_s) and eng.stats.codec_s > 0
     codec = parts[1]
     for codes, audio, reason in batched:
