@@ -55,7 +55,12 @@ fused-units+window-auto --shapes 16x4,64x4,128x4 --tile-table $O/codectiles/tune
      stage live 150 LIVE_TIMEOUT=140 LIVE_SIDES=reuse LIVE_SESSIONS=320 LIVE_C=64 LIVE_ROUNDS=1 \
        SERVE_ARGS="--preset-text qwen-bpe" live
      stage tests 280 TESTS_TIMEOUT=270 tests ;;
-  *) echo "usage: next_calls.sh 1|2|3|4|5|6|7 (see benchmarks/inference_h200/README.md)" >&2; exit 2 ;;
+  8) # Inductor on today's codec (channels-last, fused units) at the small pushes the served path makes
+     # (~36 frames: 9 x 4): compiled 1.40-1.44x the graphs at 1 x 1 and 16 x 4 on 2026-12-03 (NCL, before
+     # the fused units), each shape's compile ~70-100 s
+     stage codeccompile 560 CC_TIMEOUT=550 CC_ARGS="--variants fused-units,compiled --shapes 1x1,16x4,64x4" \
+       codeccompile ;;
+  *) echo "usage: next_calls.sh 1|2|3|4|5|6|7|8 (see benchmarks/inference_h200/README.md)" >&2; exit 2 ;;
 esac
 bundle "$1"
 ls -la "$O"
