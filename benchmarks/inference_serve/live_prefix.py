@@ -175,8 +175,11 @@ def one_session(url: str, pause_s: float, seed: int, frames: int = 0, edges: Ste
     ``frames``: the session's ``max_new_tokens`` per segment (0: the server's cap); ``edges``: told
     when session ``index`` opens and gets its first audio (or ends without)."""
     import fishaudio
+    from ttsfleet.inference.api import DEFAULT_SAMPLE_RATE
+    from ttsfleet.inference.bench_playback import Playback
 
     handed: list[float] = []
+    play, rate = Playback(), DEFAULT_SAMPLE_RATE["pcm"]  # the server's pcm rate: the request names none
 
     def text():
         time.sleep(pause_s)
@@ -199,11 +202,12 @@ def one_session(url: str, pause_s: float, seed: int, frames: int = 0, edges: Ste
                     if edges is not None:
                         edges.first_audio(index)
                 size += len(chunk)
+                play.feed(time.perf_counter(), len(chunk) / 2 / rate)
     finally:
         if edges is not None:
             edges.first_audio(index)
     return {"ttfa_s": None if first is None else first - handed[0], "wall_s": time.perf_counter() - start,
-            "audio_bytes": size, "seed": seed}
+            "audio_bytes": size, "seed": seed, "stalls": play.stalls, "stall_s": play.stall_s}
 
 
 def run_round(url: str, args: argparse.Namespace, seed: int) -> tuple[list[dict[str, Any]], Any]:
@@ -226,13 +230,20 @@ def run_round(url: str, args: argparse.Namespace, seed: int) -> tuple[list[dict[
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, float]:
     """First audio over all sessions, and over the steady ones alone (after the first wave, which
-    opens ``concurrency`` sessions at one instant: a burst no steady load has)."""
+    opens ``concurrency`` sessions at one instant: a burst no steady load has); beside it, the
+    listener's underruns (:mod:`ttsfleet.inference.bench_playback`): the share of sessions with a gap
+    and the p99 of their summed silence."""
     out: dict[str, float] = {"failed": sum(r["ttfa_s"] is None or not r["audio_bytes"] for r in rows)}
     for name, pick in (("", rows), ("steady_", [r for r in rows if not r.get("first_wave", True)])):
         t = [r["ttfa_s"] * 1000 for r in pick if r["ttfa_s"] is not None]
         out[f"{name}n"] = len(t)
         for q in (50, 90, 99):
             out[f"{name}ttfa_p{q}_ms"] = float(np.percentile(t, q)) if t else float("nan")
+        played = [r for r in pick if r["audio_bytes"]]
+        out[f"{name}stalled_share"] = (sum(r.get("stalls", 0) > 0 for r in played) / len(played)
+                                       if played else float("nan"))
+        silence = [1000 * r.get("stall_s", 0.0) for r in played]
+        out[f"{name}stall_p99_ms"] = float(np.percentile(silence, 99)) if silence else float("nan")
     return out
 
 
@@ -370,11 +381,13 @@ def print_report(report: dict[str, Any], concurrency: int) -> None:
     from ttsfleet.inference.bench import codec_line
 
     print("\n| side | sessions | first audio p50 / p90 / p99 ms | steady sessions "
-          "| steady p50 / p90 / p99 ms | failed |\n|---|---:|---:|---:|---:|---:|")
+          "| steady p50 / p90 / p99 ms | steady: sessions with underruns, silence p99 ms | failed |"
+          "\n|---|---:|---:|---:|---:|---:|---:|")
     for k, s in report["sides"].items():
         print(f"| {k} | {s['n']} | {s['ttfa_p50_ms']:.0f} / {s['ttfa_p90_ms']:.0f} / {s['ttfa_p99_ms']:.0f} "
               f"| {s['steady_n']} | {s['steady_ttfa_p50_ms']:.0f} / {s['steady_ttfa_p90_ms']:.0f} / "
-              f"{s['steady_ttfa_p99_ms']:.0f} | {s['failed']} |")
+              f"{s['steady_ttfa_p99_ms']:.0f} | {s['steady_stalled_share']:.1%}, "
+              f"{s['steady_stall_p99_ms']:.0f} | {s['failed']} |")
     print(f"prompt tokens reused (server counter): {report['prefill_tokens_reused']}")
     for k in report["sides"]:
         print(steady_read_line(k, report.get("steady_reads", {}).get(k)))

@@ -89,6 +89,10 @@ def test_live_prefix_reports_steady_and_whole_round_figures(tmp_path):
     report = json.loads((out / "live_prefix.json").read_text())
     side = report["sides"]["reuse"]
     assert side["n"] == 10 and side["steady_n"] == 6 and side["failed"] == 0
+    # the listener's underruns: a share of the sessions that played, and the silence they heard
+    assert 0 <= side["steady_stalled_share"] <= 1 and side["steady_stall_p99_ms"] >= 0
+    assert all(r["stalls"] >= 0 and r["stall_s"] >= 0 for r in report["sessions"]["reuse"])
+    assert all(bool(r["stalls"]) == (r["stall_s"] > 0) for r in report["sessions"]["reuse"])
     for key in ("ttfa_stage_mean_ms", "admission_waits", "codec", "prefill_tokens_reused"):  # older keys
         assert "reuse" in report[key]
 
