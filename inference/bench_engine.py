@@ -195,7 +195,7 @@ FRAMES_PER_AUDIO_S = 44100 / 2048
 
 #: Engine counters whose per-level difference says where the engine thread's time went.
 PHASES = ("prefill_s", "decode_s", "wait_s", "codec_s", "steps", "prefill_calls", "prefill_tokens",
-          "codec_calls", "codec_frames", "spare_rows")
+          "codec_calls", "codec_frames", "codec_rounds", "spare_rows")
 
 
 async def _run(engine: Any, cfg: EngineBenchConfig, c: int, n: int,

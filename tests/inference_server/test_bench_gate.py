@@ -181,6 +181,7 @@ def test_engine_bench_on_cpu_reports_fixed_length_requests(tmp_path: Path) -> No
         assert lv["method"] == ("steady" if lv["concurrency"] > 1 else lv["method"])
         assert lv["rtf_p50"] > 0  # seconds of wall per second of audio, per request
         assert ph["prefill_tokens"] == lv["requests"] * 12 and ph["prefill_calls"] <= lv["requests"]
+        assert ph["codec_rounds"] == ph["codec_calls"] == 0  # codes only: no codec decoded audio
     assert [p["concurrency"] for p in report["points"]] == [1, 3]
     assert (tmp_path / "bench.csv").read_text().splitlines()[0].startswith("concurrency,frames_per_s")
     assert "c=3 engine thread over" in r.stdout and "waiting on the GPU" in r.stdout
