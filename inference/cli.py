@@ -68,7 +68,9 @@ def serve(
                                               "TTSFLEET_PREFILL_COALESCE_MS, default 0)."),
     codec_gather_ms: float = typer.Option(None, help="Longest wait of a chunk of codes for other streams to "
                                           "share its codec push (first audio and streams about to run dry "
-                                          "never wait); 0 = off (env TTSFLEET_CODEC_GATHER_MS, default 0)."),
+                                          "go at once, alone); 0 = off (env TTSFLEET_CODEC_GATHER_MS; "
+                                          "default: the GPU class's catalog value on its GPU, 0 for every "
+                                          "class today)."),
     codec_layout: str = typer.Option(None, metavar="LAYOUT", help="ncl | channels-last: the codec "
                                      "decoder's convolutions (channels-last: cuDNN's NHWC kernels, 1.15x "
                                      "faster pushes on an H200; env TTSFLEET_CODEC_LAYOUT, default: the GPU "

@@ -68,8 +68,9 @@ class ServeConfig:
     #: Longest hold of a new prompt so later arrivals share its prefill call (0 = off).
     prefill_coalesce_ms: float = 0.0
     #: Longest wait of a chunk of codes for other streams to share its codec push (0 = off):
-    #: ``ttsfleet.inference.codec_gather``.
-    codec_gather_ms: float = 0.0
+    #: ``ttsfleet.inference.codec_gather``; None: the GPU class's catalog default on its GPU
+    #: (``ServingDefaults.codec_gather_ms``), 0 on the CPU and without a class.
+    codec_gather_ms: float | None = None
     #: The codec decoder's layout, ``ncl`` or ``channels-last``; empty: the GPU class's catalog default
     #: on its GPU (``ServingDefaults.codec_layout``: channels-last on an H200, measured +6 % served
     #: frames/s side by side), NCL on the CPU and without a class.
@@ -147,6 +148,8 @@ class ServeConfig:
             self.codec_process = bool(gpu and self.device != "cpu" and gpu.serving.codec_process)
         if not self.codec_layout.strip():  # likewise the codec's conv layout
             self.codec_layout = gpu.serving.codec_layout if gpu and self.device != "cpu" else "ncl"
+        if self.codec_gather_ms is None:  # and its gather window
+            self.codec_gather_ms = gpu.serving.codec_gather_ms if gpu and self.device != "cpu" else 0.0
         if self.max_queue == 0:
             self.max_queue = DEFAULT_QUEUE_PER_SLOT * self.max_running_requests
         _at_least(1, max_queue=self.max_queue)
@@ -220,6 +223,8 @@ def _check_process_switches(env: dict[str, str]) -> None:
 
 #: Switches whose unset default (None) the GPU class's catalog entry fills in :meth:`ServeConfig.resolve`.
 _BOOL_OR_CATALOG = frozenset({"codec_process"})
+#: Numbers whose unset default (None) the GPU class's catalog entry fills likewise.
+_FLOAT_OR_CATALOG = frozenset({"codec_gather_ms"})
 
 
 def _coerce(key: str, value: Any, default: Any) -> Any:
@@ -232,7 +237,7 @@ def _coerce(key: str, value: Any, default: Any) -> Any:
             return str(value).lower() in ("1", "true", "yes")
         if isinstance(default, int):
             return int(value)
-        if isinstance(default, float):
+        if isinstance(default, float) or key in _FLOAT_OR_CATALOG:
             return float(value)
         return value
     except ValueError:

@@ -148,6 +148,11 @@ class ServingDefaults(BaseModel):
     #: The codec decoder's convolution layout on the class's GPU (``serve --codec-layout``):
     #: ``channels-last`` where a side-by-side served run on the class measured it faster.
     codec_layout: Literal["ncl", "channels-last"] = "ncl"
+    #: How long a chunk of codes may wait for other streams' chunks on the class's GPU (``serve
+    #: --codec-gather-ms``, :mod:`ttsfleet.inference.codec_gather`): above 0 only where a side-by-side
+    #: served run on the class measured it faster with first audio and underruns no worse. 0
+    #: everywhere until then (the rule was rebuilt on 2026-12-05 and is not yet measured).
+    codec_gather_ms: float = Field(default=0.0, ge=0)
 
     @property
     def cuda_graph_max_bs(self) -> int:

@@ -52,6 +52,30 @@ def test_codec_compile_is_off_unless_asked():
         ServeConfig.from_env({}, codec_compile="max-autotune")  # captures CUDA graphs of its own
 
 
+def test_the_gather_window_comes_from_the_class_unless_asked(tmp_path):
+    """0 on the CPU and without a class; the class's catalog value on its GPU (0 for every built-in
+    class until a served run measures a window); the env or the flag overrides it; a bad value is one
+    line naming the variable."""
+    from ttsfleet.catalog import GpuCatalog, ServingDefaults
+
+    assert ServeConfig.from_env({}).codec_gather_ms == 0.0
+    catalog = GpuCatalog.default()
+    assert {catalog.get(n).serving.codec_gather_ms for n in catalog.names()} == {0.0}
+    assert ServeConfig.from_env({}, gpu_class="h200", device="cuda").codec_gather_ms == 0.0
+    site = tmp_path / "site.yaml"
+    site.write_text("classes:\n  h200:\n    serving:\n      codec_gather_ms: 80\n")
+    on_gpu = {"gpu_class": "h200", "device": "cuda", "catalog": str(site)}
+    assert ServeConfig.from_env({}, **on_gpu).codec_gather_ms == 80.0
+    assert ServeConfig.from_env({}, **{**on_gpu, "device": "cpu"}).codec_gather_ms == 0.0
+    env = {"TTSFLEET_CODEC_GATHER_MS": "25"}
+    assert ServeConfig.from_env(env, **on_gpu).codec_gather_ms == 25.0
+    assert ServeConfig.from_env(env, codec_gather_ms=5.0).codec_gather_ms == 5.0
+    with pytest.raises(UserError, match="TTSFLEET_CODEC_GATHER_MS"):
+        ServeConfig.from_env({"TTSFLEET_CODEC_GATHER_MS": "soon"})
+    with pytest.raises(ValueError, match="codec_gather_ms"):
+        ServingDefaults(codec_gather_ms=-1.0)
+
+
 def test_codec_layout_comes_from_the_class_unless_asked_and_reaches_the_decoder_plan():
     """The GPU class's layout on its GPU (the H200's measured channels-last), NCL on the CPU and
     without a class; the env or the flag overrides it, and the engine's decoder plan (what the codec
