@@ -60,7 +60,10 @@ fused-units+window-auto --shapes 16x4,64x4,128x4 --tile-table $O/codectiles/tune
      # the fused units), each shape's compile ~70-100 s
      stage codeccompile 560 CC_TIMEOUT=550 CC_ARGS="--variants fused-units,compiled --shapes 1x1,16x4,64x4" \
        codeccompile ;;
-  *) echo "usage: next_calls.sh 1|2|3|4|5|6|7|8 (see benchmarks/inference_h200/README.md)" >&2; exit 2 ;;
+  9) # the prefill target (16 x 512 >= 80,000 tokens/s): 79k on 2026-12-02, before the prefill graphs, the
+     # native GQA and the one-piece attention; re-measured on today's tree, the split on and off
+     stage prefill 210 prefill ;;
+  *) echo "usage: next_calls.sh 1|2|3|4|5|6|7|8|9 (see benchmarks/inference_h200/README.md)" >&2; exit 2 ;;
 esac
 bundle "$1"
 ls -la "$O"
