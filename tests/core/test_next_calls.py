@@ -43,7 +43,8 @@ def test_every_call_runs_known_stages_inside_the_device_limit() -> None:
 
 
 def test_an_unknown_call_is_one_usage_line_and_exit_2(tmp_path: Path) -> None:
-    proc = subprocess.run(["bash", str(HERE / "next_calls.sh"), "9"], capture_output=True, text=True,
+    unknown = str(len(_calls()) + 1)  # the first number past the last call
+    proc = subprocess.run(["bash", str(HERE / "next_calls.sh"), unknown], capture_output=True, text=True,
                           timeout=30, env={"OUT": str(tmp_path), "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 2 and proc.stderr.startswith("usage: next_calls.sh 1|")
 
