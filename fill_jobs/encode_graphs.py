@@ -1,11 +1,11 @@
 """One CUDA graph per input shape of the fill job's codec encode (issue #25).
 
-Why: the encode is launch-bound where the work is small. On an H100 (2026-12-05c,
-``benchmarks/inference_h200/2026-12-05c/call4-h100-step-table-encode/encode_stages.json``), of a
-40.5 ms bf16 pass over 4 x 10 s the float32 residual-codebook search with the first and last convs
-took 10.5 ms for 24 GFLOP (340x its floor: 11 codebooks one after another, ~25 small launches each)
-and the quantizer's window transformer 12.6 ms (50x). A graph replays those launches without the
-host between them. The codec is a pure function of its input batch, and with bucketed shapes
+Why it was built: on an H100 (2026-12-05c, ``encode_stages.json`` of call4) a 40.5 ms bf16 pass over
+4 x 10 s looked launch-bound — the float32 residual-codebook search with the first and last convs at
+10.5 ms (340x its floor), the quantizer's window transformer at 12.6 ms (50x). What it measured
+(2026-12-05d, ``benchmarks/fill_jobs/RESULTS.md``): the eager codes exactly, 0.6-1.9 % faster — that
+stage reading did not reproduce (the pass is 20.7 ms, the search 2.6 ms) — so ``BatchEncoder`` keeps
+it off by default. The codec is a pure function of its input batch, and with bucketed shapes
 (``BatchEncoder.bucket_shapes``) a job meets a few shapes many times: each is captured once.
 
 How: the first batch of a shape runs eagerly on a side stream (cuDNN's autotuner, Triton compiles,
