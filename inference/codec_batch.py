@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
-from ttsfleet.inference.codec_gather import GatherRule, StreamTiming, select, wake_in
+from ttsfleet.inference.codec_gather import GatherRule, StreamTiming, due, select, wake_in
 from ttsfleet.inference.engine_messages import CodesChunk, DropStream, Event, StopCodec
 
 from ttsfleet.switches import ProcessSwitch, one_of
@@ -169,20 +169,27 @@ class BatchedCodec:
         return job.slot >= 0 or bool(self.free) or self.decoder is None
 
     def has_work(self) -> bool:
-        """Whether a round would do anything now: a stream ends, or :meth:`_due_jobs` names one."""
-        return any(j.final and not j.backlog for j in self.jobs.values()) or bool(self._due_jobs())
+        """Whether a round would do anything now: a stream ends, or one that has or can get a decoder
+        slot is due (:func:`~ttsfleet.inference.codec_gather.due`: then :meth:`_due_jobs` names at
+        least it). The loop asks this every pass, so it stops at the first such stream."""
+        now = self.clock()
+        return any(j.final and not j.backlog for j in self.jobs.values()) or any(
+            due(self.gather, j.timing, now) for j in self._decodable())
+
+    def _decodable(self) -> list[CodecJob]:
+        """The streams with codes waiting that have or can get a decoder slot."""
+        return [j for j in self.jobs.values() if j.backlog and self._can_decode(j)]
 
     def _due_jobs(self) -> list[CodecJob]:
         """The streams a round decodes now (:func:`~ttsfleet.inference.codec_gather.select`; with no
-        gather window, every one with codes waiting), of those that have or can get a decoder slot."""
-        waiting = {rid: j.timing for rid, j in self.jobs.items() if j.backlog and self._can_decode(j)}
+        gather window, every one with codes waiting), of :meth:`_decodable`."""
+        waiting = {j.handle.rid: j.timing for j in self._decodable()}
         return [self.jobs[rid] for rid in select(self.gather, waiting, self.clock())]
 
     def wake_in(self) -> float | None:
         """Seconds the owner's loop may wait for new codes before codes already here fall due (None:
         until codes come)."""
-        waiting = (j.timing for j in self.jobs.values() if j.backlog and self._can_decode(j))
-        return wake_in(self.gather, waiting, self.clock())
+        return wake_in(self.gather, (j.timing for j in self._decodable()), self.clock())
 
     def round(self) -> None:
         """Decode what the due streams have waiting, all of it: one call per frame-count group until
