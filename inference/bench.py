@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .bench_playback import Playback
+from .bench_playback import Playback, underrun_tail
 
 if TYPE_CHECKING:
     from .bench_steady import EdgeReads, Read, ServerView, SteadyReading
@@ -321,11 +321,8 @@ def summarize_runs(c: int, n: int, runs: list[tuple[list[Sample], float, float |
 
 def _underruns(timed: list[Sample]) -> dict[str, float]:
     """The :class:`Level` fields of the timed requests' underruns (NaN without pcm audio to play)."""
-    played = [s for s in timed if s.audio_s > 0]
-    if not played:
-        return {}
-    return {"stalled_share": sum(s.stalls > 0 for s in played) / len(played),
-            "stall_p99_s": _pct([s.stall_s for s in played], 99)}
+    share, p99 = underrun_tail((s.stalls, s.stall_s) for s in timed if s.audio_s > 0)
+    return {"stalled_share": share, "stall_p99_s": p99}
 
 
 #: The serving SLO a level must meet to count towards a replica's capacity (issue #25's definition):

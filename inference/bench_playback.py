@@ -12,7 +12,11 @@ first audio implies; gaps under :data:`MIN_STALL_S` are the client's own read ti
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass
+
+import numpy as np
 
 #: The shortest gap counted as an underrun (seconds): an asyncio read's own timing jitter is ~1 ms.
 MIN_STALL_S = 0.002
@@ -36,3 +40,13 @@ class Playback:
             self.stalls += 1
             self.stall_s += gap
         self.end = max(self.end, t) + seconds
+
+
+def underrun_tail(played: Iterable[tuple[int, float]]) -> tuple[float, float]:
+    """Over the streams that played (each its underruns and summed silence in seconds): the share with
+    one or more and the p99 of their silence (NaN, NaN without any)."""
+    played = list(played)
+    if not played:
+        return math.nan, math.nan
+    return (sum(n > 0 for n, _ in played) / len(played),
+            float(np.percentile([silence for _, silence in played], 99)))

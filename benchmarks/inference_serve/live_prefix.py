@@ -233,17 +233,17 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, float]:
     opens ``concurrency`` sessions at one instant: a burst no steady load has); beside it, the
     listener's underruns (:mod:`ttsfleet.inference.bench_playback`): the share of sessions with a gap
     and the p99 of their summed silence."""
+    from ttsfleet.inference.bench_playback import underrun_tail
+
     out: dict[str, float] = {"failed": sum(r["ttfa_s"] is None or not r["audio_bytes"] for r in rows)}
     for name, pick in (("", rows), ("steady_", [r for r in rows if not r.get("first_wave", True)])):
         t = [r["ttfa_s"] * 1000 for r in pick if r["ttfa_s"] is not None]
         out[f"{name}n"] = len(t)
         for q in (50, 90, 99):
             out[f"{name}ttfa_p{q}_ms"] = float(np.percentile(t, q)) if t else float("nan")
-        played = [r for r in pick if r["audio_bytes"]]
-        out[f"{name}stalled_share"] = (sum(r.get("stalls", 0) > 0 for r in played) / len(played)
-                                       if played else float("nan"))
-        silence = [1000 * r.get("stall_s", 0.0) for r in played]
-        out[f"{name}stall_p99_ms"] = float(np.percentile(silence, 99)) if silence else float("nan")
+        share, p99_s = underrun_tail((r.get("stalls", 0), r.get("stall_s", 0.0))
+                                     for r in pick if r["audio_bytes"])
+        out[f"{name}stalled_share"], out[f"{name}stall_p99_ms"] = share, 1000 * p99_s
     return out
 
 
