@@ -128,10 +128,12 @@ def kubeconfig_text(server: str, ca_file: Path, token: str, user: str) -> str:
 class LocalKube:
     """One control plane under ``root``; :meth:`start` blocks until it serves and schedules."""
 
-    def __init__(self, root: Path, nodes: Sequence[FakeNode] = (), *, verbosity: int = 0) -> None:
+    def __init__(self, root: Path, nodes: Sequence[FakeNode] = (), *, verbosity: int = 0,
+                 controller_args: Sequence[str] = ()) -> None:
         self.root = root
         self.nodes = list(nodes)
         self.verbosity = verbosity
+        self.controller_args = list(controller_args)  # more controller-manager flags (sync periods)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.admin_token = secrets.token_hex(16)
         self.api_port = 0
@@ -239,7 +241,7 @@ class LocalKube:
             str(bin_dir() / "kube-controller-manager"), f"--kubeconfig={admin}",
             "--secure-port=0", "--leader-elect=false", f"--controllers={CONTROLLERS}",
             f"--root-ca-file={pki / 'ca.crt'}", "--concurrent-gc-syncs=5",
-            "--node-monitor-grace-period=3600s", f"-v={v}"])
+            "--node-monitor-grace-period=3600s", f"-v={v}", *self.controller_args])
         self._spawn("kube-scheduler", [
             str(bin_dir() / "kube-scheduler"), f"--kubeconfig={admin}", "--secure-port=0",
             "--leader-elect=false", f"-v={v}"])

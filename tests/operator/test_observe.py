@@ -210,3 +210,24 @@ async def test_two_pools_keep_their_own_ttfa_baselines() -> None:
         finally:
             for srv in servers.values():
                 await srv.stop()
+
+
+def test_a_pod_on_a_lost_node_is_stuck_only_past_its_deadline_and_the_grace() -> None:
+    """``stuck_on_lost_node``: Terminating past deletionTimestamp + ``STUCK_AFTER_S`` on a NotReady or
+    vanished node; not before, not on a Ready node, not while not Terminating. (The e2e test of the
+    release, ``kube/test_e2e_fill.py``, runs with a shorter grace: the wait itself is checked here.)"""
+    deadline = fv.parse_time("2026-12-01T00:00:00Z")
+    pod = {"metadata": {"name": "p", "deletionTimestamp": "2026-12-01T00:00:00Z"}, "spec": {"nodeName": "n"}}
+
+    def node(ready: str) -> dict:
+        return {"metadata": {"name": "n"}, "status": {"conditions": [{"type": "Ready", "status": ready}]}}
+
+    past = deadline + fv.STUCK_AFTER_S
+    assert fv.STUCK_AFTER_S >= 10  # a slow but live kubelet keeps its time to finish
+    assert not fv.stuck_on_lost_node(pod, [node("False")], past - 0.5)
+    assert fv.stuck_on_lost_node(pod, [node("False")], past)
+    assert fv.stuck_on_lost_node(pod, [node("Unknown")], past + 60)
+    assert fv.stuck_on_lost_node(pod, [], past)  # the node is gone
+    assert not fv.stuck_on_lost_node(pod, [node("True")], past + 60)  # its kubelet will finish it
+    running = {"metadata": {"name": "p"}, "spec": {"nodeName": "n"}}
+    assert not fv.stuck_on_lost_node(running, [node("False")], past + 60)

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from ttsfleet.devtools.localkube import LocalKube
+from ttsfleet.operator import fillview
 
 from tests.operator import stopping
 from tests.operator.conftest import MetricsServer
@@ -177,6 +178,9 @@ async def test_a_fill_pod_stuck_on_a_lost_node_is_released_and_its_shard_rerun(
     job = fill_job("lost", ["h200"], shards=1, parallelism=1)
     job["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "h200-b"}
     path = f"/apis/ttsfleet.io/v1alpha1/namespaces/{ns}/filljobs"
+    # The operator gives a pod on a lost node up 30 s past its deletion deadline; 3 s here (the
+    # operator runs in this process). That grace is checked in test_observe.py without waiting.
+    monkeypatch.setattr(fillview, "STUCK_AFTER_S", 3.0)
 
     async def ready(status: str) -> None:
         await api.call("PATCH", f"{node}/status", {"status": {"conditions": [
