@@ -106,6 +106,8 @@ class LoopConfig:
     seed: int = 0
     nodes: list[FakeNode] = field(default_factory=default_nodes)
     operator_args: tuple[str, ...] = ("--autoscale-interval", "2", "--fill-interval", "1")
+    #: More kube-controller-manager flags (:class:`LocalKube`'s ``controller_args``; tests: sync periods).
+    controller_args: tuple[str, ...] = ()
     #: After the trace: how long to wait for fill to complete and the pools to scale down.
     settle_timeout_s: float = 120.0
     #: Run alongside the trace (a test's own probes); their results land in ``LoopRun.hooks``.
@@ -266,7 +268,7 @@ async def run_loop(cfg: LoopConfig) -> LoopRun:
     schedule = arrivals(load_csv(cfg.trace), seed=cfg.seed)
     cfg.log(f"corpus: {cfg.corpus_items} utterances with espeak-ng")
     await asyncio.to_thread(make_corpus, data / "corpus", cfg.corpus_items, cfg.seed)
-    kube = LocalKube(cfg.workdir / "kube", cfg.nodes)
+    kube = LocalKube(cfg.workdir / "kube", cfg.nodes, controller_args=cfg.controller_args)
     cfg.log("control plane: etcd, kube-apiserver, controller-manager, scheduler, process kubelet")
     try:
         await asyncio.to_thread(kube.start)

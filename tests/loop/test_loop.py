@@ -40,7 +40,7 @@ from ttsfleet.devtools.loop import HERE, LoopConfig, LoopContext, load_manifest,
 from ttsfleet.devtools.loopreport import print_summary, summarize
 from ttsfleet.devtools.traffic import Endpoint, RequestRecord, closed_loop, one_request
 
-from tests.kube import require_control_plane
+from tests.kube import FAST_SYNC, require_control_plane
 from tests.slurm.fillhelpers import audio_bytes, output_rows
 
 pytestmark = [pytest.mark.slow, pytest.mark.audio, pytest.mark.timeout(600)]
@@ -114,7 +114,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     command[command.index("--item-delay-seconds") + 1] = ITEM_DELAY_S
     job["spec"]["shards"] = job["spec"]["maxParallelism"] = SHARDS
     cfg = LoopConfig(workdir=tmp_path_factory.mktemp("loop"), filljob=job, trace=TRACE, corpus_items=ITEMS,
-                     settle_timeout_s=120, hooks={"pin": pin_one_h200_pod, "hold": hold_streams})
+                     settle_timeout_s=120, hooks={"pin": pin_one_h200_pod, "hold": hold_streams},
+                     controller_args=FAST_SYNC)  # the two host volumes' PVCs bound in ~1 s, not ~15 s
     record = asyncio.run(run_loop(cfg)).to_dict()
     keep = os.environ.get("TTSFLEET_LOOP_RECORD")  # a file to keep the record in, for a post-mortem
     if keep:
