@@ -26,6 +26,9 @@ from .test_e2e_fill import PodMetrics, fill_job, pods
 pytestmark = pytest.mark.timeout(210, method="signal")
 
 NS = "tts-restart"
+#: Autoscaler passes every 1 s (running_operator's default: 2 s): the waits below are counted in
+#: passes, and the scale-down lands closer to the window's end the assertions bound.
+FAST = {"autoscale_interval_s": 1.0}
 TTSD = f"/apis/ttsfleet.io/v1alpha1/namespaces/{NS}/ttsdeployments"
 DEPLOY = f"/apis/apps/v1/namespaces/{NS}/deployments/steady-h200"
 
@@ -41,7 +44,7 @@ async def test_restart_inside_the_stabilization_window_keeps_replicas(
     await api.namespace(NS)
     metrics = PodMetrics(api, "app.kubernetes.io/instance=steady", namespace=NS)
     async with metrics.feeding():
-        async with running_operator(kube, "ttsfleet", tmp_path, monkeypatch):
+        async with running_operator(kube, "ttsfleet", tmp_path, monkeypatch, **FAST):
             await api.create(TTSD, {
                 "apiVersion": "ttsfleet.io/v1alpha1", "kind": "TTSDeployment", "metadata": {"name": "steady"},
                 "spec": {"model": {"checkpoint": "s3://m/v1"}, "image": "ghcr.io/ttsfleet/inference:test",
@@ -54,7 +57,7 @@ async def test_restart_inside_the_stabilization_window_keeps_replicas(
             await wait_for(lambda: exactly(pods(api, NS, "app.kubernetes.io/instance=steady"), 4), 60,
                            "4 Running")
         metrics.in_flight = 0.0  # the load goes while the operator is down
-        async with running_operator(kube, "ttsfleet", tmp_path, monkeypatch) as rt:
+        async with running_operator(kube, "ttsfleet", tmp_path, monkeypatch, **FAST) as rt:
             await asyncio.sleep(4 * rt.autoscale_interval_s + 1)
             assert await replicas(api) == 4, "a restart inside the 300 s window dropped replicas"
             body = await api.get(f"{TTSD}/steady")
@@ -78,7 +81,7 @@ async def test_a_restart_continues_the_persisted_window(
     metrics = PodMetrics(api, "app.kubernetes.io/instance=short", namespace=NS)
     deploy = f"/apis/apps/v1/namespaces/{NS}/deployments/short-h200"
     async with metrics.feeding():
-        async with running_operator(kube, "ttsfleet", tmp_path, monkeypatch):
+        async with running_operator(kube, "ttsfleet", tmp_path, monkeypatch, **FAST):
             await api.create(TTSD, {
                 "apiVersion": "ttsfleet.io/v1alpha1", "kind": "TTSDeployment", "metadata": {"name": "short"},
                 "spec": {"model": {"checkpoint": "s3://m/v1"}, "image": "ghcr.io/ttsfleet/inference:test",
@@ -93,7 +96,7 @@ async def test_a_restart_continues_the_persisted_window(
             metrics.in_flight = 0.0
             held = await wait_for(lambda: _held(api, "short", 4), 30, "the held recommendation in status")
         await asyncio.sleep(max(held + 4.0 - time.time(), 0))  # restarted 4+ s into the window
-        async with running_operator(kube, "ttsfleet", tmp_path, monkeypatch) as rt:
+        async with running_operator(kube, "ttsfleet", tmp_path, monkeypatch, **FAST) as rt:
             restarted = time.time()
             assert await replicas(api, deploy) == 4
             await wait_for(lambda: _below(deploy, api, 4), 60, "the scale-down after the window")
