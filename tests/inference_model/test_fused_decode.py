@@ -116,7 +116,7 @@ def test_fused_sampler_draws_the_reference_tokens(vocab: int, select: str) -> No
     batch = _batch(_sampling_rows(bs))
     assert batch.fusable
     mismatches = total = 0
-    for step_i in range(4):
+    for step_i in range(2):  # (the step seeds each row's draws: a second step draws anew)
         logits = (torch.randn(bs, vocab, generator=g) * 3).to(DEV)
         window = torch.randint(-1, vocab, (bs, 16), generator=g, dtype=torch.int32).to(DEV)
         step = torch.full((bs,), step_i, dtype=torch.int64, device=DEV)
