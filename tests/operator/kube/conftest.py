@@ -257,7 +257,8 @@ async def running_operator(kube: LocalKube, release: str, tmp_path: Path,
     monkeypatch.setenv("KUBECONFIG", str(cfg))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.delenv("TTSFLEET_PROMETHEUS_URL", raising=False)
-    rt_kw.setdefault("autoscale_interval_s", 2.0)
+    # 1 s autoscaler passes: the tests' quiet windows are counted in passes (3 * autoscale_interval_s)
+    rt_kw.setdefault("autoscale_interval_s", 1.0)
     rt_kw.setdefault("fill_interval_s", 2.0)
     rt_kw.setdefault("retry_delay_s", 2.0)
     rt_kw.setdefault("catalog", GpuCatalog.default())  # the tests' entry point: the built-in catalog
