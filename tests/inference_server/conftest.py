@@ -32,6 +32,7 @@ class ServerProc:
     port: int
     log_path: Path
     api_key: str | None
+    interrupted: bool = False
 
     @property
     def url(self) -> str:
@@ -50,8 +51,17 @@ class ServerProc:
         return self.log_path.read_text(errors="replace")[-4000:]
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
+        self.interrupt()
+        self.wait_stopped()
+
+    def interrupt(self) -> None:
+        """SIGINT (the server's orderly stop), once."""
+        if self.proc.poll() is None and not self.interrupted:
             self.proc.send_signal(signal.SIGINT)
+            self.interrupted = True
+
+    def wait_stopped(self) -> None:
+        if self.proc.poll() is None:
             try:
                 self.proc.wait(15)
             except subprocess.TimeoutExpired:
@@ -103,8 +113,10 @@ def server_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
         return s
 
     yield factory
+    for s in started:  # all at once: each server's orderly stop runs beside the others'
+        s.interrupt()
     for s in started:
-        s.stop()
+        s.wait_stopped()
 
 
 @pytest.fixture(scope="session")
