@@ -26,8 +26,8 @@ from .test_e2e_fill import PodMetrics, fill_job, pods
 pytestmark = pytest.mark.timeout(210, method="signal")
 
 NS = "tts-restart"
-#: Autoscaler passes every 1 s (running_operator's default: 2 s): the waits below are counted in
-#: passes, and the scale-down lands closer to the window's end the assertions bound.
+#: Autoscaler passes every 1 s (running_operator's default too, pinned here): the waits below are
+#: counted in passes, and the scale-down lands closer to the window's end the assertions bound.
 FAST = {"autoscale_interval_s": 1.0}
 TTSD = f"/apis/ttsfleet.io/v1alpha1/namespaces/{NS}/ttsdeployments"
 DEPLOY = f"/apis/apps/v1/namespaces/{NS}/deployments/steady-h200"
