@@ -20,11 +20,11 @@ def _speed_run_stages() -> set[str]:
 
 def _calls() -> dict[str, list[list[str]]]:
     """Each call's ``stage`` lines as word lists (continuation lines joined); a call's short form
-    (``1s``: part of call 1 for a budget short of all of it) is a call of its own."""
+    (``1s``, ``1g``: part of call 1 for a budget short of all of it) is a call of its own."""
     text = (HERE / "next_calls.sh").read_text().replace("\\\n", "")
     body = text[text.index("case ${1:-} in"):text.index("esac")]
     calls: dict[str, list[list[str]]] = {}
-    for m in re.finditer(r"^  (\d+s?)\)(.*?);;", body, re.M | re.S):
+    for m in re.finditer(r"^  (\d+[a-z]?)\)(.*?);;", body, re.M | re.S):
         lines = [ln.split("#")[0].strip() for ln in m.group(2).splitlines()]
         calls[m.group(1)] = [shlex.split(ln) for ln in lines if ln.startswith("stage ")]
     return calls
