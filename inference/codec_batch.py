@@ -186,6 +186,11 @@ class BatchedCodec:
         waiting = {j.handle.rid: j.timing for j in self._decodable()}
         return [self.jobs[rid] for rid in select(self.gather, waiting, self.clock())]
 
+    def due_backlogs(self) -> list[int]:
+        """The frames waiting in each stream a round would decode now (what a push taking each row's
+        own frame count would pad to; :mod:`~ttsfleet.inference.codec_gather_sim` models it)."""
+        return [j.backlog for j in self._due_jobs()] if self.has_work() else []
+
     def wake_in(self) -> float | None:
         """Seconds the owner's loop may wait for new codes before codes already here fall due (None:
         until codes come)."""
