@@ -2,7 +2,7 @@
 frames a call and the listeners' underruns per window, and what one call a round would make.
 
     PYTHONSAFEPATH=1 python3 benchmarks/inference_serve/gather_model.py --streams 64 --frames 128 \\
-        --windows 0,50,100,200 --out benchmarks/inference_serve/gather-model-2026-12-05
+        --windows 0,50,100,200 --out benchmarks/inference_serve/gather-model-2026-12-06
 
 Why "one call a round": the rule gathers streams into rounds, but a round makes one codec call per
 frame count among its streams (a push decodes the same number of frames for every row), so the
