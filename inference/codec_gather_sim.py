@@ -41,6 +41,9 @@ class SimConfig:
 
 @dataclass(frozen=True)
 class SimResult:
+    """What one run counted: the codec's own counters (rounds, calls, frames), the underruns every
+    listener would hear, and the same rounds as a ragged push would make them."""
+
     rounds: int
     calls: int
     frames: int
