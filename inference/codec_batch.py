@@ -189,7 +189,7 @@ class BatchedCodec:
     def due_backlogs(self) -> list[int]:
         """The frames waiting in each stream a round would decode now (what a push taking each row's
         own frame count would pad to; :mod:`~ttsfleet.inference.codec_gather_sim` models it)."""
-        return [j.backlog for j in self._due_jobs()] if self.has_work() else []
+        return [j.backlog for j in self._due_jobs()]
 
     def wake_in(self) -> float | None:
         """Seconds the owner's loop may wait for new codes before codes already here fall due (None:

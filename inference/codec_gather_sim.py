@@ -38,6 +38,10 @@ class SimConfig:
     chunk: int = 4
     max_frames: int = 8
 
+    def cost_s(self, calls: int, frames: int) -> float:
+        """What ``calls`` codec calls decoding ``frames`` frames in all cost in the model."""
+        return self.call_s * calls + self.frame_s * frames
+
 
 @dataclass(frozen=True)
 class SimResult:
@@ -146,4 +150,4 @@ def _round_seconds(batched: BatchedCodec, counters: types.SimpleNamespace, cfg: 
     """One round of ``batched``; what its calls cost in the model."""
     calls, frames = counters.codec_calls, counters.codec_frames
     batched.round()
-    return cfg.call_s * (counters.codec_calls - calls) + cfg.frame_s * (counters.codec_frames - frames)
+    return cfg.cost_s(counters.codec_calls - calls, counters.codec_frames - frames)

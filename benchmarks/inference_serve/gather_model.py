@@ -52,11 +52,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def row(window_ms: float, r: SimResult, cfg: SimConfig) -> dict:
-    ragged_s = cfg.call_s * r.ragged_calls + cfg.frame_s * r.ragged_frames
     return {"window_ms": window_ms, **asdict(r), "calls_per_round": round(r.calls_per_round, 2),
             "frames_per_call": round(r.frames_per_call, 1),
-            "codec_s": round(cfg.call_s * r.calls + cfg.frame_s * r.frames, 3),
-            "ragged_codec_s": round(ragged_s, 3)}
+            "codec_s": round(cfg.cost_s(r.calls, r.frames), 3),
+            "ragged_codec_s": round(cfg.cost_s(r.ragged_calls, r.ragged_frames), 3)}
 
 
 def table(rows: list[dict]) -> Table:
@@ -72,7 +71,8 @@ def table(rows: list[dict]) -> Table:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse(argv)
     torch.set_num_threads(1)
     codec = load_codec("tiny")
     cfg = SimConfig(streams=args.streams, frames=args.frames, frames_per_s=args.frames_per_s,
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         meta = {"date": datetime.date.today().isoformat(), "machine": machine(), "config": asdict(cfg),
-                "command": " ".join(["gather_model.py", *(sys.argv[1:] if argv is None else argv)])}
+                "command": " ".join(["gather_model.py", *argv])}
         (args.out / "result.json").write_text(json.dumps({**meta, "rows": rows}, indent=1) + "\n")
         (args.out / "table.txt").write_text(console.export_text())
     return 0
