@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.fx.experimental._config as fx_config
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -452,6 +453,8 @@ class SlotCodecStream:
             cache_channels_last(codec.decoder)  # fresh 4-D weights (the codec may have moved since)
         self.slots = max_slots
         self.buckets = codec_batch_buckets(min(graph_max_batch or max_slots, max_slots))
+        if compile_mode is not None:  # one stream is padded to two: no compile of its own
+            self.buckets = [b for b in self.buckets if b >= MIN_COMPILED_ROWS] or [MIN_COMPILED_ROWS]
         self.pad = self.buckets[-1]  # scratch rows after the real ones: graphs pad B up to a bucket
         self.state = SlotState(max_slots + self.pad, max_positions=max_frames)
         self.use_graphs = graphs and codec.device.type == "cuda"
@@ -489,19 +492,18 @@ class SlotCodecStream:
     def capture(self, frames: tuple[int, ...]) -> int:
         """Capture every bucket x ``frames`` shape now (before serving); returns how many exist.
 
-        Without graphs but compiled, each shape class the compiled decode specializes on (one stream
-        or several x one frame or several) is compiled now instead, on scratch rows, so no request
-        waits for a compile."""
+        Without graphs but compiled, each shape class the compiled decode specializes on (one frame
+        or several) is compiled now instead, on scratch rows, so no request waits for a compile."""
         if self.use_graphs:
             for t in frames:
                 for b in self.buckets:
                     self._graph(b, t)
         elif self.compiled is not None:
             dev = self.codec.device
+            b = MIN_COMPILED_ROWS
             for t in sorted({min(t, 2) for t in frames}):
-                for b in sorted({1, min(2, self.pad)}):
-                    codes = torch.zeros(b, self.codec.num_codebooks, t, dtype=torch.long, device=dev)
-                    self._decode(torch.arange(self.slots, self.slots + b, device=dev), codes)
+                codes = torch.zeros(b, self.codec.num_codebooks, t, dtype=torch.long, device=dev)
+                self._decode(torch.arange(self.slots, self.slots + b, device=dev), codes)
             for row in range(self.slots, self.slots + self.pad):
                 self.state.reset(row)
         return sum(g is not None for g in self.graphs.values())
@@ -514,13 +516,17 @@ class SlotCodecStream:
             graph = self._graph(size, int(codes.shape[2]))
             if graph is not None:
                 return graph.run(self, slots, codes)
+        n = len(slots)
+        if self.compiled is not None and n < MIN_COMPILED_ROWS:  # scratch rows: see MIN_COMPILED_ROWS
+            slots = slots + list(range(self.slots, self.slots + MIN_COMPILED_ROWS - n))
+            codes = torch.cat([codes, codes.new_zeros((MIN_COMPILED_ROWS - n, *codes.shape[1:]))])
         rows = torch.tensor(slots, dtype=torch.int64).to(self.codec.device, non_blocking=True)
         codes = codes.to(self.codec.device, torch.long, non_blocking=True)
         if self.compiled is not None and not codes.is_inference():
             # the caller's own tensor (already on the device): Dynamo guards on dispatch keys, and an
             # inference tensor (what every other call passes) is another input kind: a recompile
             codes = codes.clone()
-        return self._decode(rows, codes)
+        return self._decode(rows, codes)[:n]
 
     def _decode(self, rows: Tensor, codes: Tensor) -> Tensor:
         """One batched streaming decode of the slots ``rows``: compiled where :meth:`_compile` set it
@@ -556,9 +562,13 @@ class SlotCodecStream:
         existing tensors in place instead of creating them (which would be traced as new outputs,
         and recompiled on the next call when they exist). The state tensors are then marked static:
         with ``dynamic=True`` every other input dimension is symbolic, so the compiled code serves
-        every stream count and frame count; Dynamo still specializes sizes of 1, so four compiles
-        (one stream or several x one frame or several) cover every shape a server captures
-        (measured on the tiny codec, CPU), not one per (streams, frames) shape. Dynamo caches on the
+        every stream count and frame count; Dynamo still specializes sizes of 1, so one stream is
+        padded to :data:`MIN_COMPILED_ROWS` and two compiles (one frame or several) cover every shape
+        a server captures, not one per (streams, frames) shape. Duck shaping is off: by default
+        Dynamo gives sizes equal at the first trace one symbol (2 streams x 2 frames: streams ==
+        frames), and every later shape breaks that guard — a compile more (measured on the tiny
+        codec, CPU: five pushes of 2x2, 3x4, 1x1, 1x4, 2x1 compiled 5 times as it was, 4 without duck
+        shaping, 2 with the one stream padded too). Dynamo caches on the
         function's code, shared by every decoder of the process: a process holds one serving decoder
         (its recompile limit, 8, counts the entries of all). A failure here logs one warning and
         leaves the decoder eager.
@@ -580,6 +590,7 @@ class SlotCodecStream:
                 torch._dynamo.mark_static(t)
             kwargs: dict[str, Any] = {"mode": mode} if backend == "inductor" else {}
             fn = torch.compile(self._decode_eager, backend=backend, dynamic=True, **kwargs)
+            fn = fx_config.patch(use_duck_shape=False)(fn)
             self.compiled = torch._dynamo.config.patch(specialize_float=True)(fn)
         except Exception as exc:
             self._give_up_compile(exc)
@@ -604,6 +615,12 @@ class SlotCodecStream:
     @torch.inference_mode()
     def reset(self, slot: int) -> None:
         self.state.reset(slot)
+
+
+#: The fewest rows a compiled decode call runs: one stream is padded with a scratch row, because
+#: Dynamo specializes a size of 1 (a compile of its own, ~90 s for the S2 codec on an H100,
+#: 2026-12-06) and a second row costs a 1-frame push little.
+MIN_COMPILED_ROWS = 2
 
 
 def codec_batch_buckets(max_batch: int) -> list[int]:
