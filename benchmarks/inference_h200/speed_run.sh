@@ -18,7 +18,8 @@
 # MPS (the server starts the daemon itself; `--no-codec-process` in SERVE_ARGS is the codec thread),
 # SERVE_ARGS="--preset-text qwen-bpe": prompts at S2 Pro's real length (Qwen's BPE: the 290-character
 # text 85 tokens instead of 355 as bytes; needs the dashscope wheel device_wheels.sh fetches),
-# LEVELS ("1:8 64:640 128:1280" = concurrency:requests), FRAMES (128), PYSPY_AT (a concurrency:
+# LEVELS ("1:8 64:640 128:1280" = concurrency:requests), FRAMES (128), READY_S (300: how long a server may
+# take to start, e.g. longer with --codec-compile), PYSPY_AT (a concurrency:
 # py-spy samples the server's threads during that level).
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -85,7 +86,7 @@ serve_config() {  # serve_config DIR "SERVE FLAGS": start a server, run every le
     --gpu-class h200 --max-queue 2048 --max-new-tokens "$FRAMES" --prefill-chunk-tokens 512 \
     --log-level info $flags > "$dir/server.log" 2>&1 &
   local pid=$! ready=0; SERVER_PID=$pid
-  for _ in $(seq 1 1500); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && { ready=1; break; }
+  for _ in $(seq 1 $(( ${READY_S:-300} * 5 ))); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && { ready=1; break; }
     kill -0 $pid 2>/dev/null || break; sleep 0.2; done
   [ $ready = 1 ] || { echo "$dir: server not ready"; tail -30 "$dir/server.log"; kill -9 $pid; return 1; }
   echo "$dir [${envs[*]}$flags]: server ready after $(( $(date +%s) - t0 )) s" | tee -a "$OUT/run.log"
