@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .bench_playback import Playback, underrun_tail
+from .bench_playback import Playback, first_stall_p50, underrun_tail
 
 if TYPE_CHECKING:
     from .bench_steady import EdgeReads, Read, ServerView, SteadyReading
@@ -97,6 +97,7 @@ class Sample:
     wave: int = 0  # its index among that worker's requests (0: the first wave)
     stalls: int = 0  # underruns of a listener playing pcm from its first byte (:mod:`.bench_playback`)
     stall_s: float = 0.0  # their summed silence
+    first_stall_at_s: float | None = None  # audio seconds played before the first underrun
 
 
 @dataclass
@@ -136,6 +137,8 @@ class Level:
     #: and the p99 over requests of their summed silence.
     stalled_share: float = float("nan")
     stall_p99_s: float = float("nan")
+    #: The median over the requests that stalled of the audio seconds played before their first gap.
+    first_stall_at_p50_s: float = float("nan")
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -185,7 +188,7 @@ async def _request(client: Any, cfg: BenchConfig, i: int,
         return Sample(False, EMPTY_REPLY, 0.0, end - t0, 0.0, start_s=t0)  # run was, and read 0 errors)
     seconds = (nbytes / 2 / rate) if cfg.fmt == "pcm" else 0.0
     return Sample(True, 200, (first or end) - t0, end - t0, seconds * fps, seconds, start_s=t0,
-                  stalls=play.stalls, stall_s=play.stall_s)
+                  stalls=play.stalls, stall_s=play.stall_s, first_stall_at_s=play.first_stall_at_s)
 
 
 async def _run_level(cfg: BenchConfig, c: int, n: int,
@@ -321,8 +324,10 @@ def summarize_runs(c: int, n: int, runs: list[tuple[list[Sample], float, float |
 
 def _underruns(timed: list[Sample]) -> dict[str, float]:
     """The :class:`Level` fields of the timed requests' underruns (NaN without pcm audio to play)."""
-    share, p99 = underrun_tail((s.stalls, s.stall_s) for s in timed if s.audio_s > 0)
-    return {"stalled_share": share, "stall_p99_s": p99}
+    played = [s for s in timed if s.audio_s > 0]
+    share, p99 = underrun_tail((s.stalls, s.stall_s) for s in played)
+    return {"stalled_share": share, "stall_p99_s": p99,
+            "first_stall_at_p50_s": first_stall_p50(s.first_stall_at_s for s in played)}
 
 
 #: The serving SLO a level must meet to count towards a replica's capacity (issue #25's definition):
@@ -627,8 +632,11 @@ def server_lines(report: dict[str, Any]) -> list[str]:
 
 
 def _underrun_line(lv: dict[str, Any]) -> str:
-    return (f"c={lv['concurrency']} listener underruns (pcm played from its first byte, timed requests): "
+    line = (f"c={lv['concurrency']} listener underruns (pcm played from its first byte, timed requests): "
             f"{lv['stalled_share']:.1%} of requests, summed silence p99 {lv['stall_p99_s'] * 1000:.0f} ms")
+    first = lv.get("first_stall_at_p50_s", math.nan)  # absent in reports written before 2026-12-06
+    return line if math.isnan(first) else f"{line}, the first after {first * 1000:.0f} ms of audio (p50)"
+
 
 
 def _steady_read_line(r: dict[str, Any]) -> str:

@@ -29,6 +29,10 @@ class Playback:
     end: float | None = None  # when the audio received so far finishes playing
     stalls: int = 0
     stall_s: float = 0.0
+    received_s: float = 0.0  # seconds of audio fed so far
+    #: Seconds of audio that had played when the first underrun began (None: none yet): where in a
+    #: reply the listener first runs dry — at the first chunk's end, or later.
+    first_stall_at_s: float | None = None
 
     def feed(self, t: float, seconds: float) -> None:
         if seconds <= 0:
@@ -39,7 +43,17 @@ class Playback:
         if gap > MIN_STALL_S:
             self.stalls += 1
             self.stall_s += gap
+            if self.first_stall_at_s is None:
+                self.first_stall_at_s = self.received_s  # all of it has played: the gap is silence
         self.end = max(self.end, t) + seconds
+        self.received_s += seconds
+
+
+def first_stall_p50(first_stalls: Iterable[float | None]) -> float:
+    """The median over streams that ran dry of the audio seconds played before their first underrun
+    (NaN when none did)."""
+    at = [s for s in first_stalls if s is not None]
+    return float(np.median(at)) if at else math.nan
 
 
 def underrun_tail(played: Iterable[tuple[int, float]]) -> tuple[float, float]:
