@@ -68,6 +68,8 @@ fused-units+window-auto --shapes 16x4,64x4,128x4 --tile-table $O/codectiles/tune
        codeccompile ;;
   8s) # call 8 at the two small pushes alone (~360 s), for a budget that cannot hold all of it
      stage codeccompile 360 CC_TIMEOUT=350 CC_ARGS="--variants fused-units,compiled --shapes 1x1,16x4" codeccompile ;;
+  8b) # the compiled codec at 16 x 4 and 64 x 4 beside the fused units' graphs (~200 s): one compile for both
+     stage codeccompile 270 CC_TIMEOUT=260 CC_ARGS="--variants fused-units,compiled --shapes 16x4,64x4" codeccompile ;;
   9) # the prefill target (16 x 512 >= 80,000 tokens/s): 79k on 2026-12-02, before the prefill graphs, the
      # native GQA and the one-piece attention; re-measured on today's tree, the split on and off
      stage prefill 210 prefill ;;
@@ -76,7 +78,7 @@ fused-units+window-auto --shapes 16x4,64x4,128x4 --tile-table $O/codectiles/tune
       # units' graphs), c=64 and c=128
      stage ab 580 READY_S=420 SERVE_ARGS_A="" SERVE_ARGS_B="TTSFLEET_CODEC_UNITS=cudnn --codec-compile default" \
        LEVELS="64:640 128:1280" AB_ROUNDS=1 ab ;;
-  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|9|10 (see benchmarks/inference_h200/README.md)" >&2; exit 2 ;;
+  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10 (see benchmarks/inference_h200/README.md)" >&2; exit 2 ;;
 esac
 bundle "$1"
 ls -la "$O"
