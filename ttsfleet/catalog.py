@@ -151,7 +151,9 @@ class ServingDefaults(BaseModel):
     #: How long a chunk of codes may wait for other streams' chunks on the class's GPU (``serve
     #: --codec-gather-ms``, :mod:`ttsfleet.inference.codec_gather`): above 0 only where a side-by-side
     #: served run on the class measured it faster with first audio and underruns no worse. 0
-    #: everywhere until then (the rule was rebuilt on 2026-12-05 and is not yet measured).
+    #: everywhere: on an H100 (2026-12-06, the rule of 2026-12-05) 100 ms took the codec's pushes
+    #: -43 % but served fewer frames (c=64 -2 %, c=128 -10 %) with first audio p99 twice as long
+    #: (benchmarks/inference_h200/2026-12-06/call1-h100-chunk-ramp-gather100).
     codec_gather_ms: float = Field(default=0.0, ge=0)
 
     @property
