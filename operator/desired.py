@@ -112,6 +112,7 @@ def serving_env(spec: TTSDeploymentSpec, pool: TTSPool, catalog: GpuCatalog,
         # Exit before the kubelet's SIGKILL even if a request is still streaming.
         {"name": contract.DRAIN_TIMEOUT_S,
          "value": str(max(spec.serving.termination_grace_seconds - 5, 1))},
+        *kernel_cache_env(KERNEL_CACHE_MOUNT if spec.serving.kernel_cache else "/tmp"),
     ]
     keys = access.api_key_env(spec.api_key_secret)  # from the Secret: it wins over spec.env
     ours = {e["name"] for e in env + keys}
@@ -135,6 +136,29 @@ CONTAINER_SECURITY: dict[str, Any] = {"allowPrivilegeEscalation": False, "readOn
                                       "capabilities": {"drop": ["ALL"]}}
 TMP_VOLUME: dict[str, Any] = {"name": "tmp", "emptyDir": {"sizeLimit": "4Gi"}}
 TMP_MOUNT: dict[str, Any] = {"name": "tmp", "mountPath": "/tmp"}
+#: Where Triton and Inductor keep compiled kernels in a pod (their own variables). Our images set
+#: ``HOME=/tmp`` and ``TRITON_CACHE_DIR=/tmp/triton`` (``docker/inference.Dockerfile``); the pod says
+#: so itself because ``spec.image`` may be any image, where Triton's default ``$HOME/.triton`` can
+#: lie on the read-only root, and so that ``serving.kernelCache`` can move both to its volume.
+KERNEL_CACHE_ENV = {"TRITON_CACHE_DIR": "triton", "TORCHINDUCTOR_CACHE_DIR": "torchinductor"}
+KERNEL_CACHE_VOLUME = "kernel-cache"
+KERNEL_CACHE_MOUNT = "/var/cache/ttsfleet"
+
+
+def kernel_cache_env(root: str = "/tmp") -> list[dict[str, str]]:
+    """The kernel caches' directories under ``root`` (/tmp, or a ``kernelCache`` mount)."""
+    return [{"name": name, "value": f"{root}/{sub}"} for name, sub in KERNEL_CACHE_ENV.items()]
+
+
+def kernel_cache_volume(spec: TTSDeploymentSpec) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The pod volume and mount of ``spec.serving.kernelCache`` (None without one)."""
+    cache = spec.serving.kernel_cache
+    if cache is None:
+        return None
+    source = ({"persistentVolumeClaim": {"claimName": cache.claim_name}} if cache.claim_name
+              else {"hostPath": {"path": cache.host_path, "type": "Directory"}})
+    mount = {"name": KERNEL_CACHE_VOLUME, "mountPath": KERNEL_CACHE_MOUNT}
+    return {"name": KERNEL_CACHE_VOLUME, **source}, mount
 
 
 def pod_template(name: str, spec: TTSDeploymentSpec, pool: TTSPool,
@@ -148,6 +172,10 @@ def pod_template(name: str, spec: TTSDeploymentSpec, pool: TTSPool,
     mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}, dict(TMP_MOUNT),
                                     {"name": CATALOG_VOLUME, "mountPath": contract.CATALOG_DIR,
                                      "readOnly": True}]
+    cache = kernel_cache_volume(spec)
+    if cache:
+        volumes.append(cache[0])
+        mounts.append(cache[1])
     pvc = spec.model.pvc
     if pvc:
         volumes.append({"name": "model", "persistentVolumeClaim": {"claimName": pvc[0], "readOnly": True}})

@@ -23,6 +23,7 @@ from ttsfleet.operator.desired import (
     POD_SECURITY,
     TMP_MOUNT,
     TMP_VOLUME,
+    kernel_cache_env,
 )
 from ttsfleet.operator.models import GPU_CLASS_LABEL, FillJobSpec
 
@@ -394,7 +395,8 @@ def fill_pod(job: str, namespace: str, spec: FillJobSpec, shard: int, gpu_class:
                         {"name": contract.JOB_ENV, "value": f"{job}-{shard}"},
                         {"name": contract.METRICS_PORT_ENV, "value": str(contract.METRICS_PORT)},
                         # the last checkpoint reaches the operator in the pod status, however it ends
-                        {"name": contract.STATE_FILE_ENV, "value": contract.TERMINATION_LOG}],
+                        {"name": contract.STATE_FILE_ENV, "value": contract.TERMINATION_LOG},
+                        *kernel_cache_env()],
                 "terminationMessagePath": contract.TERMINATION_LOG,
                 "terminationMessagePolicy": "File",
                 "resources": {"requests": {"cpu": spec.resources.cpu, "memory": spec.resources.memory,

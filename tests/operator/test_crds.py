@@ -123,6 +123,8 @@ def _mutate(doc: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
     ("spec.serving.maxRunningRequests", 0),
     ("spec.model.checkpoint", "relative/path"),
     ("spec.resources.memory", "lots"),
+    ("spec.serving.kernelCache", {"hostPath": "relative/dir"}),
+    ("spec.serving.kernelCache", {"claimName": "Not_A_Name"}),
 ])
 def test_invalid_ttsdeployment_rejected_by_schema_and_model(path: str, value: Any) -> None:
     bad = _mutate(ttsd(), path, value)
@@ -157,6 +159,16 @@ def test_min_above_max_is_a_cel_rule_and_a_model_error() -> None:
     bad = _mutate(ttsd(), "spec.pools.0.minReplicas", 9)
     with pytest.raises(ValidationError, match="minReplicas"):
         TTSDeploymentSpec.model_validate(bad["spec"], context={"catalog": CAT})
+
+
+def test_a_kernel_cache_names_one_volume_in_a_cel_rule_and_the_model() -> None:
+    serving = schema("TTSDeployment")["properties"]["spec"]["properties"]["serving"]
+    rules = [r["rule"] for r in serving["properties"]["kernelCache"]["x-kubernetes-validations"]]
+    assert rules == ["has(self.claimName) != has(self.hostPath)"]
+    for both_or_none in ({"claimName": "kernels", "hostPath": "/var/cache/k"}, {}):
+        bad = _mutate(ttsd(), "spec.serving.kernelCache", both_or_none)
+        with pytest.raises(ValidationError, match="exactly one"):
+            TTSDeploymentSpec.model_validate(bad["spec"], context={"catalog": CAT})
 
 
 def test_printer_columns() -> None:

@@ -132,6 +132,32 @@ def test_fill_pod_validates_and_shares_the_jobs_checkpoint_directory() -> None:
     assert pod["spec"]["terminationGracePeriodSeconds"] == 30
 
 
+def test_compiled_kernels_go_to_tmp_or_to_the_kernel_cache() -> None:
+    """Triton's and Inductor's caches always point somewhere writable (the read-only root has no
+    $HOME/.triton); with ``serving.kernelCache`` to the mounted claim or node directory, so a new
+    pod finds the kernels an earlier one compiled."""
+    fill_spec = FillJobSpec.model_validate(filljob()["spec"], context={"catalog": CAT})
+    fill = fv.fill_pod("clean", "ns1", fill_spec, 0, "h200", "clean-0-0", CAT)["spec"]["containers"][0]
+    plain = by("Deployment", objs(spec()))["voice-h200"]["spec"]["template"]["spec"]["containers"][0]
+    for c in (plain, fill):
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        assert env["TRITON_CACHE_DIR"] == "/tmp/triton"
+        assert env["TORCHINDUCTOR_CACHE_DIR"] == "/tmp/torchinductor"  # as docker/inference.Dockerfile
+    for cache, source in (({"claimName": "kernels"}, {"persistentVolumeClaim": {"claimName": "kernels"}}),
+                          ({"hostPath": "/var/lib/ttsfleet"},
+                           {"hostPath": {"path": "/var/lib/ttsfleet", "type": "Directory"}})):
+        items = objs(spec(serving={"kernelCache": cache}))
+        pod = by("Deployment", items)["voice-h200"]["spec"]["template"]["spec"]
+        kubernetes_validate.validate(by("Deployment", items)["voice-h200"], "1.31", strict=True)
+        (c,) = pod["containers"]
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        assert env["TRITON_CACHE_DIR"] == "/var/cache/ttsfleet/triton"
+        assert env["TORCHINDUCTOR_CACHE_DIR"] == "/var/cache/ttsfleet/torchinductor"
+        (vol,) = [v for v in pod["volumes"] if v["name"] == "kernel-cache"]
+        assert vol == {"name": "kernel-cache", **source}
+        assert {"name": "kernel-cache", "mountPath": "/var/cache/ttsfleet"} in c["volumeMounts"]
+
+
 def test_pods_run_hardened_with_writable_tmp() -> None:
     """Inference and fill pods run like the chart's: non-root, read-only root, fsGroup for PVCs."""
     inf = by("Deployment", objs(spec()))["voice-h200"]["spec"]["template"]["spec"]

@@ -75,6 +75,8 @@ BAD_TTSD = [
     ("sel", {"nodeSelector": {"bad key!": "x"}}, "label keys"),
     ("minmax", {"pools": [{"gpuClass": "h200", "minReplicas": 5, "maxReplicas": 2}]}, "minReplicas"),
     ("cls", {"pools": [{"gpuClass": "a100"}]}, "Unsupported value"),
+    ("kcboth", {"serving": {"kernelCache": {"claimName": "k", "hostPath": "/var/k"}}}, "exactly one"),
+    ("kcnone", {"serving": {"kernelCache": {}}}, "exactly one"),
 ]
 
 
