@@ -63,9 +63,12 @@ fused-units+window-auto --shapes 16x4,64x4,128x4 --tile-table $O/codectiles/tune
      stage tests 280 TESTS_TIMEOUT=270 tests ;;
   8) # Inductor on today's codec at the small pushes the served path makes (~34 frames: 9 x 4) and at
      # 64 x 4: on 2026-12-06 (H100) compiled 1.84x the fused units' graphs at 1 x 1, 1.50x at 16 x 4,
-     # but 90 + 138 s of compile; two compiles now serve every shape (one stream padded, no duck shaping)
+     # but 90 + 138 s of compile; two compiles now serve every shape (one stream padded, no duck shaping);
+     # then the compiled one again in a new process on the warm Inductor / Triton caches (a pod's restart
+     # with serving.kernelCache)
      stage codeccompile 380 CC_TIMEOUT=370 CC_ARGS="--variants fused-units,compiled --shapes 1x1,16x4,64x4" \
-       codeccompile ;;
+       codeccompile
+     stage codeccompile-warm 190 CC_TIMEOUT=180 CC_ARGS="--variants compiled --shapes 1x1,16x4,64x4" codeccompile ;;
   8s) # call 8 at the two small pushes alone (~360 s), for a budget that cannot hold all of it
      stage codeccompile 360 CC_TIMEOUT=350 CC_ARGS="--variants fused-units,compiled --shapes 1x1,16x4" codeccompile ;;
   8b) # the compiled codec at 16 x 4 and 64 x 4 beside the fused units' graphs (~200 s): one compile for both
