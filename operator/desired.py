@@ -12,10 +12,11 @@ replicas (the autoscaler owns ``spec.replicas``).
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from typing import Any
 
 from ttsfleet.operator import access
-from ttsfleet.operator.models import GPU_CLASS_LABEL, TTSDeploymentSpec, TTSPool
+from ttsfleet.operator.models import GPU_CLASS_LABEL, KernelCache, TTSDeploymentSpec, TTSPool
 
 from ttsfleet.catalog import GpuCatalog
 from ttsfleet.contracts import serving as contract
@@ -112,7 +113,7 @@ def serving_env(spec: TTSDeploymentSpec, pool: TTSPool, catalog: GpuCatalog,
         # Exit before the kubelet's SIGKILL even if a request is still streaming.
         {"name": contract.DRAIN_TIMEOUT_S,
          "value": str(max(spec.serving.termination_grace_seconds - 5, 1))},
-        *kernel_cache_env(KERNEL_CACHE_MOUNT if spec.serving.kernel_cache else "/tmp"),
+        *kernel_cache(spec.serving.kernel_cache).env,
     ]
     keys = access.api_key_env(spec.api_key_secret)  # from the Secret: it wins over spec.env
     ours = {e["name"] for e in env + keys}
@@ -145,20 +146,26 @@ KERNEL_CACHE_VOLUME = "kernel-cache"
 KERNEL_CACHE_MOUNT = "/var/cache/ttsfleet"
 
 
-def kernel_cache_env(root: str = "/tmp") -> list[dict[str, str]]:
-    """The kernel caches' directories under ``root`` (/tmp, or a ``kernelCache`` mount)."""
-    return [{"name": name, "value": f"{root}/{sub}"} for name, sub in KERNEL_CACHE_ENV.items()]
+@dataclass(frozen=True)
+class KernelCachePlumbing:
+    """What a pod needs for its compiled-kernel caches: the two variables and, with a
+    :class:`~ttsfleet.operator.models.KernelCache`, its volume and mount."""
+
+    env: list[dict[str, str]]
+    volumes: list[dict[str, Any]]
+    mounts: list[dict[str, Any]]
 
 
-def kernel_cache_volume(spec: TTSDeploymentSpec) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """The pod volume and mount of ``spec.serving.kernelCache`` (None without one)."""
-    cache = spec.serving.kernel_cache
+def kernel_cache(cache: KernelCache | None) -> KernelCachePlumbing:
+    """The caches under the pod's /tmp, or under ``cache``'s volume mounted at :data:`KERNEL_CACHE_MOUNT`."""
+    root = KERNEL_CACHE_MOUNT if cache else "/tmp"
+    env = [{"name": name, "value": f"{root}/{sub}"} for name, sub in KERNEL_CACHE_ENV.items()]
     if cache is None:
-        return None
+        return KernelCachePlumbing(env, [], [])
     source = ({"persistentVolumeClaim": {"claimName": cache.claim_name}} if cache.claim_name
               else {"hostPath": {"path": cache.host_path, "type": "Directory"}})
-    mount = {"name": KERNEL_CACHE_VOLUME, "mountPath": KERNEL_CACHE_MOUNT}
-    return {"name": KERNEL_CACHE_VOLUME, **source}, mount
+    return KernelCachePlumbing(env, [{"name": KERNEL_CACHE_VOLUME, **source}],
+                               [{"name": KERNEL_CACHE_VOLUME, "mountPath": KERNEL_CACHE_MOUNT}])
 
 
 def pod_template(name: str, spec: TTSDeploymentSpec, pool: TTSPool,
@@ -172,10 +179,9 @@ def pod_template(name: str, spec: TTSDeploymentSpec, pool: TTSPool,
     mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}, dict(TMP_MOUNT),
                                     {"name": CATALOG_VOLUME, "mountPath": contract.CATALOG_DIR,
                                      "readOnly": True}]
-    cache = kernel_cache_volume(spec)
-    if cache:
-        volumes.append(cache[0])
-        mounts.append(cache[1])
+    cache = kernel_cache(spec.serving.kernel_cache)
+    volumes += cache.volumes
+    mounts += cache.mounts
     pvc = spec.model.pvc
     if pvc:
         volumes.append({"name": "model", "persistentVolumeClaim": {"claimName": pvc[0], "readOnly": True}})

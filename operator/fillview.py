@@ -23,7 +23,7 @@ from ttsfleet.operator.desired import (
     POD_SECURITY,
     TMP_MOUNT,
     TMP_VOLUME,
-    kernel_cache_env,
+    kernel_cache,
 )
 from ttsfleet.operator.models import GPU_CLASS_LABEL, FillJobSpec
 
@@ -363,6 +363,9 @@ def fill_pod(job: str, namespace: str, spec: FillJobSpec, shard: int, gpu_class:
     if spec.data_volume is not None:
         volumes.append({"name": "data", "persistentVolumeClaim": {"claimName": spec.data_volume.claim_name}})
         mounts.append({"name": "data", "mountPath": spec.data_volume.mount_path})
+    cache = kernel_cache(spec.kernel_cache)
+    volumes += cache.volumes
+    mounts += cache.mounts
     gpus = str(spec.gpus_per_pod)
     tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     tolerations += [t.model_dump(by_alias=True, exclude_defaults=True) for t in spec.tolerations]
@@ -396,7 +399,7 @@ def fill_pod(job: str, namespace: str, spec: FillJobSpec, shard: int, gpu_class:
                         {"name": contract.METRICS_PORT_ENV, "value": str(contract.METRICS_PORT)},
                         # the last checkpoint reaches the operator in the pod status, however it ends
                         {"name": contract.STATE_FILE_ENV, "value": contract.TERMINATION_LOG},
-                        *kernel_cache_env()],
+                        *cache.env],
                 "terminationMessagePath": contract.TERMINATION_LOG,
                 "terminationMessagePolicy": "File",
                 "resources": {"requests": {"cpu": spec.resources.cpu, "memory": spec.resources.memory,

@@ -332,6 +332,9 @@ class FillJobSpec(WireModel):
     resources: Resources = Resources(cpu="4", memory="16Gi")
     node_selector: dict[str, str] = Field(default_factory=dict, json_schema_extra=_NODE_SELECTOR_RULES)
     tolerations: list[Toleration] = Field(default_factory=list, max_length=32)
+    kernel_cache: KernelCache | None = Field(
+        default=None, description="where compiled GPU kernels persist across the shards' pods (else "
+                                  "each pod, preempted ones restarting included, compiles them again)")
 
     _selector = field_validator("node_selector")(_check_node_selector)
 

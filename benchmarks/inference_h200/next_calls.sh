@@ -76,10 +76,10 @@ fused-units+window-auto --shapes 16x4,64x4,128x4 --tile-table $O/codectiles/tune
   9) # the prefill target (16 x 512 >= 80,000 tokens/s): 79k on 2026-12-02, before the prefill graphs, the
      # native GQA and the one-piece attention; re-measured on today's tree, the split on and off
      stage prefill 210 prefill ;;
-  10) # the served path with the codec compiled by Inductor over cuDNN's units, as codec_compile.py's
-      # `compiled` (B: two compiles at start-up, ~230 s on an H100) beside today's default (A: the fused
-      # units' graphs), c=64 and c=128
-     stage ab 580 READY_S=420 SERVE_ARGS_A="" SERVE_ARGS_B="TTSFLEET_CODEC_UNITS=cudnn --codec-compile default" \
+  10) # the served path with the codec compiled by Inductor (over cuDNN's units: codec_batch.residual_units),
+      # as codec_compile.py's `compiled` (B: two compiles at start-up, ~230 s on an H100) beside today's
+      # default (A: the fused units' graphs), c=64 and c=128
+     stage ab 580 READY_S=420 SERVE_ARGS_A="" SERVE_ARGS_B="--codec-compile default" \
        LEVELS="64:640 128:1280" AB_ROUNDS=1 ab ;;
   *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10 (see benchmarks/inference_h200/README.md)" >&2; exit 2 ;;
 esac

@@ -142,6 +142,17 @@ def test_compiling_without_graphs_compiles_every_shape_class_up_front(codec) -> 
     assert counter.frame_count == 2
 
 
+def test_a_compiled_served_decoder_keeps_cudnns_units(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--codec-compile``: Inductor fuses the units' elementwise work over cuDNN's convs (the form
+    measured) whatever ``TTSFLEET_CODEC_UNITS`` says; without it the switch decides."""
+    from ttsfleet.inference.codec_batch import CODEC_UNITS_SWITCH, residual_units
+
+    monkeypatch.setattr(CODEC_UNITS_SWITCH, "_value", "fused")
+    assert residual_units(None) == "fused" and residual_units("default") == "cudnn"
+    monkeypatch.setattr(CODEC_UNITS_SWITCH, "_value", "cudnn")
+    assert residual_units(None) == "cudnn"
+
+
 @pytest.mark.gpu
 def test_inductor_compiled_graphs_match_eager_bf16() -> None:
     """On a GPU: the serving configuration with the compile on (bf16, fused Snake, bucketed CUDA

@@ -158,6 +158,20 @@ def test_compiled_kernels_go_to_tmp_or_to_the_kernel_cache() -> None:
         assert {"name": "kernel-cache", "mountPath": "/var/cache/ttsfleet"} in c["volumeMounts"]
 
 
+def test_fill_pods_share_a_kernel_cache_across_preemptions() -> None:
+    """A preempted shard's next pod finds the kernels the last one compiled (``kernelCache``)."""
+    s = FillJobSpec.model_validate(filljob(kernelCache={"claimName": "kernels"})["spec"],
+                                   context={"catalog": CAT})
+    pod = fv.fill_pod("clean", "ns1", s, 0, "h200", "clean-0-0", CAT)
+    kubernetes_validate.validate(pod, "1.31", strict=True)
+    (c,) = pod["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["TRITON_CACHE_DIR"] == "/var/cache/ttsfleet/triton"
+    claim = {"name": "kernel-cache", "persistentVolumeClaim": {"claimName": "kernels"}}
+    assert claim in pod["spec"]["volumes"]
+    assert {"name": "kernel-cache", "mountPath": "/var/cache/ttsfleet"} in c["volumeMounts"]
+
+
 def test_pods_run_hardened_with_writable_tmp() -> None:
     """Inference and fill pods run like the chart's: non-root, read-only root, fsGroup for PVCs."""
     inf = by("Deployment", objs(spec()))["voice-h200"]["spec"]["template"]["spec"]
