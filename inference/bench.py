@@ -638,7 +638,6 @@ def _underrun_line(lv: dict[str, Any]) -> str:
     return line if math.isnan(first) else f"{line}, the first after {first * 1000:.0f} ms of audio (p50)"
 
 
-
 def _steady_read_line(r: dict[str, Any]) -> str:
     """Where a level's steady window was read, or that it had none."""
     if not r["read"]:

@@ -147,11 +147,11 @@ class ModelSource(WireModel):
 
 
 class KernelCache(WireModel):
-    """Where the servers' compiled GPU kernels persist across pod restarts: Triton's JIT cache (the
-    decode, prefill and codec kernels) and Inductor's (``--codec-compile``). Without one each new pod
-    compiles them again into its own ``/tmp``: on an H100 (2026-12-06, call 1) the first server on a
-    fresh machine captured its decode graphs in 25.1 s and was ready after 67 s, the next two, with
-    Triton's cache (and the machine's other caches) warm, in 4.4-4.7 s and 57-59 s. One of a
+    """Where compiled GPU kernels persist across pod restarts (inference servers, fill shards): Triton's
+    JIT cache (the decode, prefill and codec kernels) and Inductor's (``--codec-compile``). Without one
+    each new pod compiles them again into its own ``/tmp``: on an H100 (2026-12-06, call 1) the first
+    server on a fresh machine captured its decode graphs in 25.1 s and was ready after 67 s, the next
+    two, with Triton's cache (and the machine's other caches) warm, in 4.4-4.7 s and 57-59 s. One of a
     PersistentVolumeClaim (ReadWriteMany where pods of several nodes share it) or a node directory
     (hostPath: it must exist and be writable by the pods' UID 10001 — fsGroup does not reach
     hostPath volumes — and the namespace must admit hostPath volumes, which the restricted Pod
