@@ -207,7 +207,8 @@ def one_session(url: str, pause_s: float, seed: int, frames: int = 0, edges: Ste
         if edges is not None:
             edges.first_audio(index)
     return {"ttfa_s": None if first is None else first - handed[0], "wall_s": time.perf_counter() - start,
-            "audio_bytes": size, "seed": seed, "stalls": play.stalls, "stall_s": play.stall_s}
+            "audio_bytes": size, "seed": seed, "stalls": play.stalls, "stall_s": play.stall_s,
+            "first_stall_at_s": play.first_stall_at_s}
 
 
 def run_round(url: str, args: argparse.Namespace, seed: int) -> tuple[list[dict[str, Any]], Any]:
@@ -231,9 +232,9 @@ def run_round(url: str, args: argparse.Namespace, seed: int) -> tuple[list[dict[
 def summarize(rows: list[dict[str, Any]]) -> dict[str, float]:
     """First audio over all sessions, and over the steady ones alone (after the first wave, which
     opens ``concurrency`` sessions at one instant: a burst no steady load has); beside it, the
-    listener's underruns (:mod:`ttsfleet.inference.bench_playback`): the share of sessions with a gap
-    and the p99 of their summed silence."""
-    from ttsfleet.inference.bench_playback import underrun_tail
+    listener's underruns (:mod:`ttsfleet.inference.bench_playback`): the share of sessions with a gap,
+    the p99 of their summed silence and the median audio played before the first gap."""
+    from ttsfleet.inference.bench_playback import first_stall_p50, underrun_tail
 
     out: dict[str, float] = {"failed": sum(r["ttfa_s"] is None or not r["audio_bytes"] for r in rows)}
     for name, pick in (("", rows), ("steady_", [r for r in rows if not r.get("first_wave", True)])):
@@ -244,6 +245,8 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, float]:
         share, p99_s = underrun_tail((r.get("stalls", 0), r.get("stall_s", 0.0))
                                      for r in pick if r["audio_bytes"])
         out[f"{name}stalled_share"], out[f"{name}stall_p99_ms"] = share, 1000 * p99_s
+        out[f"{name}first_stall_at_p50_ms"] = 1000 * first_stall_p50(
+            r.get("first_stall_at_s") for r in pick if r["audio_bytes"])
     return out
 
 
@@ -381,13 +384,13 @@ def print_report(report: dict[str, Any], concurrency: int) -> None:
     from ttsfleet.inference.bench import codec_line
 
     print("\n| side | sessions | first audio p50 / p90 / p99 ms | steady sessions "
-          "| steady p50 / p90 / p99 ms | steady: sessions with underruns, silence p99 ms | failed |"
-          "\n|---|---:|---:|---:|---:|---:|---:|")
+          "| steady p50 / p90 / p99 ms | steady: sessions with underruns, silence p99 ms, "
+          "first after ms (p50) | failed |\n|---|---:|---:|---:|---:|---:|---:|")
     for k, s in report["sides"].items():
         print(f"| {k} | {s['n']} | {s['ttfa_p50_ms']:.0f} / {s['ttfa_p90_ms']:.0f} / {s['ttfa_p99_ms']:.0f} "
               f"| {s['steady_n']} | {s['steady_ttfa_p50_ms']:.0f} / {s['steady_ttfa_p90_ms']:.0f} / "
               f"{s['steady_ttfa_p99_ms']:.0f} | {s['steady_stalled_share']:.1%}, "
-              f"{s['steady_stall_p99_ms']:.0f} | {s['failed']} |")
+              f"{s['steady_stall_p99_ms']:.0f}, {s['steady_first_stall_at_p50_ms']:.0f} | {s['failed']} |")
     print(f"prompt tokens reused (server counter): {report['prefill_tokens_reused']}")
     for k in report["sides"]:
         print(steady_read_line(k, report.get("steady_reads", {}).get(k)))

@@ -93,6 +93,10 @@ def test_live_prefix_reports_steady_and_whole_round_figures(tmp_path):
     assert 0 <= side["steady_stalled_share"] <= 1 and side["steady_stall_p99_ms"] >= 0
     assert all(r["stalls"] >= 0 and r["stall_s"] >= 0 for r in report["sessions"]["reuse"])
     assert all(bool(r["stalls"]) == (r["stall_s"] > 0) for r in report["sessions"]["reuse"])
+    # where a session first ran dry: present exactly for the sessions that stalled
+    assert all((r["first_stall_at_s"] is None) == (r["stalls"] == 0) for r in report["sessions"]["reuse"])
+    stalled = [r for r in report["sessions"]["reuse"] if r["stalls"]]
+    assert math.isnan(side["first_stall_at_p50_ms"]) == (not stalled)
     for key in ("ttfa_stage_mean_ms", "admission_waits", "codec", "prefill_tokens_reused"):  # older keys
         assert "reuse" in report[key]
 
