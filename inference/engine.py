@@ -185,7 +185,7 @@ class Engine:
         self.codec = codec
         self.cfg = config
         self._SamplingBatch = SamplingBatch
-        self._chunk_ramp = CHUNK_RAMP_SWITCH.get() == "on"  # :meth:`GenerationRequest.chunk_frames_after`
+        self._chunk_ramp = CHUNK_RAMP_SWITCH.get()  # :meth:`GenerationRequest.chunk_frames_after`
         mc = model.config
         self.num_codebooks = int(mc.num_codebooks)
         self.im_end_id = int(mc.im_end_id)

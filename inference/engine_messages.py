@@ -83,9 +83,11 @@ class RequestHandle:
 #: A switch so that a served A/B can count the listener's underruns both ways (``bench serve``).
 #: Measured on an H100 (2026-12-06, benchmarks/inference_h200/2026-12-06/call1-h100-chunk-ramp-gather100):
 #: requests with an underrun at c=64 86.6 % (off) -> 42.4 % (on), c=128 100 -> 93.9 %, frames/s equal.
+#: ``repeat-first`` (unmeasured on a GPU): the first size twice, then doubling (1, 1, 2, 4, 4, ...).
 CHUNK_RAMP_ENV = "TTSFLEET_CHUNK_RAMP"
+CHUNK_RAMPS = ("on", "off", "repeat-first")
 CHUNK_RAMP_SWITCH: ProcessSwitch[str] = ProcessSwitch(CHUNK_RAMP_ENV, "on",
-                                                      one_of(CHUNK_RAMP_ENV, ("on", "off"), "on"))
+                                                      one_of(CHUNK_RAMP_ENV, CHUNK_RAMPS, "on"))
 
 
 @dataclass
@@ -106,16 +108,25 @@ class GenerationRequest:
     #: (a request whose later segments start with the same head). 0 = none.
     keep_prefix: int = 0
 
-    def chunk_frames_after(self, chunks_sent: int, ramp: bool = True) -> int:
-        """The frames of the chunk after ``chunks_sent`` chunks: ``first_chunk_frames``, then (``ramp``,
-        :data:`CHUNK_RAMP_SWITCH`) doubling up to ``chunk_frames`` — 1, 2, 4, 4, ... — or (no ramp)
-        ``chunk_frames`` at once. Why a ramp: a jump from the first chunk straight to the full one
-        leaves the listener dry whenever decoding is less than full/first times faster than real
-        time — at c=64 (58 frames/s a stream, H100, 2026-12-05d) the benchmark's 4 frames after its
-        first 1 took ~69 ms to decode, against 46 ms of audio sent."""
-        if not ramp:
+    def chunk_frames_after(self, chunks_sent: int, ramp: str = "on") -> int:
+        """The frames of the chunk after ``chunks_sent`` chunks, by ``ramp`` (:data:`CHUNK_RAMPS`, the
+        engine's :data:`CHUNK_RAMP_SWITCH`): ``on``, ``first_chunk_frames`` then doubling up to
+        ``chunk_frames`` — 1, 2, 4, 4, ...; ``repeat-first``, the first size twice, then doubling —
+        1, 1, 2, 4, 4, ...; ``off``, ``chunk_frames`` right after the first.
+
+        Why a ramp: a jump from the first chunk straight to the full one leaves the listener dry
+        whenever decoding is less than full/first times faster than real time — at c=64 (58 frames/s
+        a stream, H100, 2026-12-05d) the benchmark's 4 frames after its first 1 took ~69 ms to
+        decode, against 46 ms of audio sent. Why repeat the first: with one frame decoded every
+        ~17.5 ms (c=64) the chunk after chunk ``j`` comes ``17.5 * (next - 1)`` ms after the audio
+        sent so far would have played ``46 * sent`` ms, so the slack is smallest right after the
+        first chunk — 11 ms for 1, 2, 4 (a prefill between two steps or a busy codec round
+        eats it), 28.5 ms for 1, 1, 2, 4 — at no cost in first audio (a ``2, ...`` start buys 22 ms
+        of slack for 17.5 ms more of it)."""
+        if ramp == "off":
             return self.first_chunk_frames if chunks_sent == 0 else self.chunk_frames
-        return min(self.chunk_frames, max(1, self.first_chunk_frames) << min(chunks_sent, 16))
+        doublings = max(chunks_sent - 1, 0) if ramp == "repeat-first" else chunks_sent
+        return min(self.chunk_frames, max(1, self.first_chunk_frames) << min(doublings, 16))
 
 
 # ----------------------------------------------------------------------------- codec queue

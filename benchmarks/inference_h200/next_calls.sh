@@ -81,7 +81,12 @@ fused-units+window-auto --shapes 16x4,64x4,128x4 --tile-table $O/codectiles/tune
       # default (A: the fused units' graphs), c=64 and c=128
      stage ab 580 READY_S=420 SERVE_ARGS_A="" SERVE_ARGS_B="--codec-compile default" \
        LEVELS="64:640 128:1280" AB_ROUNDS=1 ab ;;
-  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10 (see benchmarks/inference_h200/README.md)" >&2; exit 2 ;;
+  11) # the chunk ramp as it is (A: 1, 2, 4) beside repeat-first (B: 1, 1, 2, 4: the slack after the first
+      # chunk 11 -> 28.5 ms at c=64), c=64 and c=128: the listener's underruns and where they start
+     stage ab 300 SERVE_ARGS_A="" SERVE_ARGS_B="TTSFLEET_CHUNK_RAMP=repeat-first" LEVELS="64:640 128:1280" \
+       AB_ROUNDS=1 ab ;;
+  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|11 (see benchmarks/inference_h200/README.md)" >&2
+     exit 2 ;;
 esac
 bundle "$1"
 ls -la "$O"

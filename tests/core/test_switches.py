@@ -53,7 +53,8 @@ MODEL_SWITCHES = {  # variable: (default, the parsed default, a bad value, its w
     "TTSFLEET_CODEC_WINDOW_ATTENTION": ("efficient", "efficient", "flex",
                                         "TTSFLEET_CODEC_WINDOW_ATTENTION='flex': expected one of auto, "
                                         "cudnn, efficient, flash, math"),
-    "TTSFLEET_CHUNK_RAMP": ("on", "on", "yes", "TTSFLEET_CHUNK_RAMP='yes': expected one of on, off"),
+    "TTSFLEET_CHUNK_RAMP": ("on", "on", "yes",
+                            "TTSFLEET_CHUNK_RAMP='yes': expected one of on, off, repeat-first"),
 }
 
 
