@@ -83,7 +83,11 @@ class RequestHandle:
 #: A switch so that a served A/B can count the listener's underruns both ways (``bench serve``).
 #: Measured on an H100 (2026-12-06, benchmarks/inference_h200/2026-12-06/call1-h100-chunk-ramp-gather100):
 #: requests with an underrun at c=64 86.6 % (off) -> 42.4 % (on), c=128 100 -> 93.9 %, frames/s equal.
-#: ``repeat-first`` (unmeasured on a GPU): the first size twice, then doubling (1, 1, 2, 4, 4, ...).
+#: ``repeat-first``: the first size twice, then doubling (1, 1, 2, 4, 4, ...). Measured beside ``on`` on
+#: an H100 (2026-12-06b, call11-h100-chunk-ramp-repeat-first, c=64, one round): requests with an underrun
+#: 46.5 -> 24.0 %, the first gap after 46 -> 93 ms of audio (p50), but frames/s 3,383 -> 3,189 (-5.7 %;
+#: two runs of ``on`` that hour: 3,419 and 3,383) and NVML busy 91 -> 86 %: not the default until a
+#: second round says whether the cost is real.
 CHUNK_RAMP_ENV = "TTSFLEET_CHUNK_RAMP"
 CHUNK_RAMPS = ("on", "off", "repeat-first")
 CHUNK_RAMP_SWITCH: ProcessSwitch[str] = ProcessSwitch(CHUNK_RAMP_ENV, "on",

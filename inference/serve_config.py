@@ -87,7 +87,9 @@ class ServeConfig:
     codec_fast: bool = True
     #: ``off``, or the ``torch.compile`` mode of the batched codec decode (``default`` |
     #: ``max-autotune-no-cudagraphs``), compiled at start before the codec graphs are captured (issue
-    #: #25). Off until measured on a GPU: benchmarks/inference_h200/codec_compile.py measures it.
+    #: #25). Off until measured served: on an H100 (2026-12-06b, benchmarks/inference_h200/2026-12-06b)
+    #: the push 1.13-1.38x faster than the fused units' graphs, but a cold server still compiling
+    #: after 396 s; a kernel cache (``serving.kernelCache``) makes that a once-per-cache cost.
     codec_compile: str = "off"
     #: The fused prefill's per-row work from CUDA graphs, per row bucket (CUDA, with ``cuda_graphs``).
     #: On since the side-by-side H200 run of 2026-12-02 (benchmarks/inference_h200/2026-12-02-graphs:

@@ -12,7 +12,7 @@
 # top-k kernel, FP8 KV side by side), onelaunch (one_launch.py: the MLP and the fast attention half in one launch
 # vs their launches: ONE_MS, ONE_EXTRA_MS, ONE_ROUNDS, ONE_PARTS; ~25 kernel compiles, ONE_TIMEOUT 420), gemmproto (gemm_proto.py), engineab (bench engine c=64, eager
 # prefill vs graphs: ENGINE_LEVELS; enginespy: bench engine with the codec under py-spy; ENGINE_SIDES="b:--prefill-graphs" runs one side; ENGINE_CODEC=s2-pro puts the serving codec in the loop), benchgate (bench engine --gate: GATE_LEVELS,
-# GATE_PER_CLIENT, GATE_CODEC), prefill, prefillhost, prefillgraphs, codec, sweep (the decode GEMM configs re-swept, then the step on the new table beside the old; SWEEP_MS), codecstages (codec_stages.py: a push stage by stage vs each stage's floor; CS_ARGS), codecunits (codec_units.py: one residual unit per decoder width, cuDNN vs the fused Triton convs and tiles; CU_ARGS), codectiles (codec_tiles.py: the fused convs' tiles swept per shape, the tuned table; CT_ARGS, CT_BUDGET), encodestages (encode_stages.py: the fill job's encode stage by stage, fused units vs cuDNN's; ES_ARGS), codeclayout (codec_layout.py: NCL vs channels-last pushes; CL_ARGS adds its flags), codeccapture (codec_capture.py: start-up graph capture per cuDNN setting; CAP_CONFIGS, CAP_BUDGET), codeccompile (CC_ARGS), live (real-time mode on/off side by side: LIVE_C, LIVE_SESSIONS, LIVE_ROUNDS; needs the fish-audio-sdk wheels and the reference voice made here first, the device has no espeak-ng: `python3 -P benchmarks/inference_serve/live_prefix.py x --reference-wav benchmarks/inference_serve/live_ref.wav --write-reference`, untracked, travels with the tree), serve, ab. Env: SERVE_ARGS (extra `ttsfleet serve` flags;
+# GATE_PER_CLIENT, GATE_CODEC), prefill, prefillhost, prefillgraphs, codec, sweep (the decode GEMM configs re-swept, then the step on the new table beside the old; SWEEP_MS), codecstages (codec_stages.py: a push stage by stage vs each stage's floor; CS_ARGS), codecunits (codec_units.py: one residual unit per decoder width, cuDNN vs the fused Triton convs and tiles; CU_ARGS), codectiles (codec_tiles.py: the fused convs' tiles swept per shape, the tuned table; CT_ARGS, CT_BUDGET), encodestages (encode_stages.py: the fill job's encode stage by stage, fused units vs cuDNN's; ES_ARGS), codeclayout (codec_layout.py: NCL vs channels-last pushes; CL_ARGS adds its flags), codeccapture (codec_capture.py: start-up graph capture per cuDNN setting; CAP_CONFIGS, CAP_BUDGET), codeccompile (CC_ARGS), cacheout (the Triton / Inductor caches packed for the next call: KCACHE_OUT), live (real-time mode on/off side by side: LIVE_C, LIVE_SESSIONS, LIVE_ROUNDS; needs the fish-audio-sdk wheels and the reference voice made here first, the device has no espeak-ng: `python3 -P benchmarks/inference_serve/live_prefix.py x --reference-wav benchmarks/inference_serve/live_ref.wav --write-reference`, untracked, travels with the tree), serve, ab. Env: SERVE_ARGS (extra `ttsfleet serve` flags;
 # ab: SERVE_ARGS_A / SERVE_ARGS_B alternated AB_ROUNDS times in one call),
 # serve runs with --gpu-class h200, whose catalog default since 2026-12-03d is the codec process under
 # MPS (the server starts the daemon itself; `--no-codec-process` in SERVE_ARGS is the codec thread),
@@ -23,7 +23,15 @@
 # py-spy samples the server's threads during that level).
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/triton_cache
+# Triton's and Inductor's caches in one folder, so a call can hand them to the next (a compile paid once
+# per cache, as `serving.kernelCache` gives pods): KERNEL_CACHE_IN (default .kcache/kernel_cache.tgz, an
+# ignored path the call carries) is unpacked here first; the `cacheout` stage packs it again
+KCACHE=/tmp/kcache; mkdir -p "$KCACHE"
+export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=$KCACHE/triton TORCHINDUCTOR_CACHE_DIR=$KCACHE/inductor
+if [ -f "${KERNEL_CACHE_IN:-.kcache/kernel_cache.tgz}" ]; then
+  tar -xzf "${KERNEL_CACHE_IN:-.kcache/kernel_cache.tgz}" -C "$KCACHE" \
+    && echo "kernel cache in: $(du -sh "$KCACHE" | cut -f1), $(find "$KCACHE" -type f | wc -l) files" | tee -a "$OUT/run.log"
+fi
 # no PYTHONSAFEPATH, no repo root on PYTHONPATH: `python3 -m` from the root imports ttsfleet (the
 # stdlib operator module is loaded by site before the root joins sys.path)
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
@@ -121,6 +129,11 @@ for stage in "$@"; do
                      | tee "$OUT/prefill_graphs.txt" | tail -40 ;;
     prefill) timeout 200 python3 -m benchmarks.inference_h200.prefill_dispatch "$OUT/prefill_dispatch.json" 2>&1 \
                | tee "$OUT/prefill_dispatch.txt" | tail -60 ;;
+    cacheout) # the kernel caches packed for the next call (KCACHE_OUT, default $OUT/kernel_cache.tgz; a file
+              # over 16 MiB does not come back from the device)
+              tar -czf "${KCACHE_OUT:-$OUT/kernel_cache.tgz}" -C "$KCACHE" . \
+                && echo "kernel cache out: $(du -h "${KCACHE_OUT:-$OUT/kernel_cache.tgz}" | cut -f1) packed," \
+                  "$(find "$KCACHE" -type f | wc -l) files" | tee -a "$OUT/run.log" ;;
     codeccompile) timeout "${CC_TIMEOUT:-480}" python3 -m benchmarks.inference_h200.codec_compile "$OUT/codec_compile.json" \
                     --profile ${CC_ARGS:-} 2>&1 | tee "$OUT/codec_compile.txt" | tail -30 ;;
     codeclayout) timeout "${CL_TIMEOUT:-150}" python3 -m benchmarks.inference_h200.codec_layout "$OUT/codec_layout.json" \
