@@ -27,10 +27,38 @@ from pathlib import Path
 
 from ttsfleet.contracts.serving import MPS_MODES
 from ttsfleet.errors import UserError
+from ttsfleet.switches import ProcessSwitch, off_or_count
 
 log = logging.getLogger("ttsfleet.inference.mps")
 
 CONTROL = "nvidia-cuda-mps-control"
+
+#: The share of the GPU's threads (so of its SMs) the codec process may take under MPS, in percent
+#: (``off``: all of them, as before). Why: under MPS the codec's kernels run beside the decode
+#: step's and take SMs from it; the codec's pushes are small (~35 frames a push at c=64), so they
+#: are short of work for a whole GPU anyway, while the step's weight reads want every SM's share of
+#: the memory bandwidth. A limit keeps SMs free for the step at some cost in the codec's latency.
+#: Unmeasured: ``next_calls.sh 13`` serves it beside the default. A process switch (the server's
+#: environment reaches the codec process), read in the codec process before its CUDA context.
+CODEC_SM_PERCENT_ENV = "TTSFLEET_CODEC_SM_PERCENT"
+CODEC_SM_PERCENT_SWITCH: ProcessSwitch[str | int] = ProcessSwitch(
+    CODEC_SM_PERCENT_ENV, "off", off_or_count(CODEC_SM_PERCENT_ENV, 100, "off"))
+#: CUDA's own variable: an MPS client's limit on the threads it may use (Volta and later), read when
+#: the client creates its CUDA context; it can only lower the daemon's limit.
+MPS_THREAD_LIMIT_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+
+
+def limit_codec_client(device: str, environ: dict[str, str] | None = None) -> int | None:
+    """In the codec process, before its first CUDA call: set CUDA's MPS thread limit from
+    :data:`CODEC_SM_PERCENT_SWITCH` when the codec runs on CUDA under an MPS daemon (the pipe
+    directory set by :func:`start`). Returns the percent applied, or None (off, the CPU, no MPS:
+    without a daemon CUDA ignores the variable, so it is not set)."""
+    env = os.environ if environ is None else environ
+    percent = CODEC_SM_PERCENT_SWITCH.get()
+    if percent == "off" or not device.startswith("cuda") or not env.get("CUDA_MPS_PIPE_DIRECTORY"):
+        return None
+    env[MPS_THREAD_LIMIT_ENV] = str(percent)
+    return int(percent)
 
 
 @dataclass

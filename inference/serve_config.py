@@ -203,7 +203,8 @@ class ServeConfig:
 #: switches for :func:`_check_process_switches` (``tests/core/test_switches.py`` fails if a module of
 #: the source tree defines one and is missing here).
 SWITCH_MODULES = ("ttsfleet.inference.model_layers", "ttsfleet.kernels.decode",
-                  "ttsfleet.inference.codec_batch", "ttsfleet.inference.engine_messages")
+                  "ttsfleet.inference.codec_batch", "ttsfleet.inference.engine_messages",
+                  "ttsfleet.inference.mps")
 
 
 def _check_process_switches(env: dict[str, str]) -> None:

@@ -104,6 +104,22 @@ def off_auto_or_count(env: str, most: int, default: str) -> Callable[[str], str 
     return parse
 
 
+def off_or_count(env: str, most: int, default: str) -> Callable[[str], str | int]:
+    """The parse of a switch that is ``off`` or a count ``1 .. most`` (blank: ``default``), else a
+    ``ValueError`` whose one line names the variable and the choices."""
+
+    def parse(value: str) -> str | int:
+        value = value.strip().lower() or default
+        if value == "off":
+            return value
+        n = int(value) if value.isdigit() else 0
+        if not 1 <= n <= most:
+            raise ValueError(f"{env}={value!r}: expected off or a count 1..{most}")
+        return n
+
+    return parse
+
+
 def registered() -> list[ProcessSwitch]:
     """Every switch constructed so far (their modules imported), in variable-name order, so a check
     over them reports the same first error whatever the import order was."""

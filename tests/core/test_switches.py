@@ -55,6 +55,8 @@ MODEL_SWITCHES = {  # variable: (default, the parsed default, a bad value, its w
                                         "cudnn, efficient, flash, math"),
     "TTSFLEET_CHUNK_RAMP": ("on", "on", "yes",
                             "TTSFLEET_CHUNK_RAMP='yes': expected one of on, off, repeat-first"),
+    "TTSFLEET_CODEC_SM_PERCENT": ("off", "off", "101",
+                                  "TTSFLEET_CODEC_SM_PERCENT='101': expected off or a count 1..100"),
 }
 
 
@@ -132,6 +134,7 @@ def test_the_model_switches_are_registered_with_their_defaults_and_messages() ->
     from ttsfleet.inference import (
         codec_batch,  # noqa: F401 - registers TTSFLEET_CODEC_UNITS
         model_layers,
+        mps,  # noqa: F401 - registers TTSFLEET_CODEC_SM_PERCENT
     )
     from ttsfleet.kernels import decode
 

@@ -182,3 +182,36 @@ def test_a_daemon_that_does_not_start_is_a_warning_in_auto_and_an_error_when_on(
     assert "no usable driver" in caplog.text and "CUDA_MPS_PIPE_DIRECTORY" not in os.environ
     with pytest.raises(UserError, match="no usable driver"):
         mps.start("on", control=str(failing))
+
+
+@pytest.fixture
+def codec_sm_percent(monkeypatch):
+    """Sets ``TTSFLEET_CODEC_SM_PERCENT`` for one test, the switch re-read before and after."""
+    def set_to(value: str) -> None:
+        monkeypatch.setenv(mps.CODEC_SM_PERCENT_ENV, value)
+        mps.CODEC_SM_PERCENT_SWITCH.reset()
+    yield set_to
+    monkeypatch.delenv(mps.CODEC_SM_PERCENT_ENV, raising=False)
+    mps.CODEC_SM_PERCENT_SWITCH.reset()
+
+
+@pytest.mark.parametrize(("value", "device", "pipe", "want"), [
+    ("40", "cuda", "/run/mps", 40), ("100", "cuda:1", "/run/mps", 100),
+    ("off", "cuda", "/run/mps", None),  # the default: the codec takes every SM, as before
+    ("40", "cpu", "/run/mps", None),    # no CUDA context to limit
+    ("40", "cuda", "", None),           # no MPS daemon: CUDA ignores the variable, so it is not set
+])
+def test_the_codec_clients_thread_limit_is_set_only_on_cuda_under_mps(codec_sm_percent, value, device, pipe,
+                                                                       want):
+    codec_sm_percent(value)
+    env = {"CUDA_MPS_PIPE_DIRECTORY": pipe} if pipe else {}
+    assert mps.limit_codec_client(device, env) == want
+    assert env.get(mps.MPS_THREAD_LIMIT_ENV) == (None if want is None else str(want))
+
+
+def test_a_bad_codec_sm_percent_is_refused_by_the_server_in_one_line():
+    done = subprocess.run([sys.executable, "-P", "-m", "ttsfleet.cli", "serve", "--checkpoint", "tiny",
+                           "--device", "cpu"], env={**os.environ, mps.CODEC_SM_PERCENT_ENV: "0"},
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2
+    assert done.stderr.strip() == "error: TTSFLEET_CODEC_SM_PERCENT='0': expected off or a count 1..100"
