@@ -38,7 +38,7 @@ CONTROL = "nvidia-cuda-mps-control"
 #: step's and take SMs from it; the codec's pushes are small (~35 frames a push at c=64), so they
 #: are short of work for a whole GPU anyway, while the step's weight reads want every SM's share of
 #: the memory bandwidth. A limit keeps SMs free for the step at some cost in the codec's latency.
-#: Unmeasured: ``next_calls.sh 13`` serves it beside the default. A process switch (the server's
+#: Unmeasured: ``next_calls.sh 12`` serves it beside the default. A process switch (the server's
 #: environment reaches the codec process), read in the codec process before its CUDA context.
 CODEC_SM_PERCENT_ENV = "TTSFLEET_CODEC_SM_PERCENT"
 CODEC_SM_PERCENT_SWITCH: ProcessSwitch[str | int] = ProcessSwitch(

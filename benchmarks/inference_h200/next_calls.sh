@@ -91,12 +91,12 @@ fused-units+window-auto --shapes 16x4,64x4,128x4 --tile-table $O/codectiles/tune
      # (2026-12-06b, one round in 300 s: B's c=128 was cut; underruns 46.5 -> 24.0 %, frames/s -5.7 %)
      stage ab 380 SERVE_ARGS_A="" SERVE_ARGS_B="TTSFLEET_CHUNK_RAMP=repeat-first" LEVELS="64:640 128:1280" \
        AB_ROUNDS=1 ab ;;
-  13) # the codec process held to 40 % of the GPU's threads under MPS (B: TTSFLEET_CODEC_SM_PERCENT=40, CUDA's
+  12) # the codec process held to 40 % of the GPU's threads under MPS (B: TTSFLEET_CODEC_SM_PERCENT=40, CUDA's
       # CUDA_MPS_ACTIVE_THREAD_PERCENTAGE in the codec process alone) beside no limit (A, the default), c=64
       # and c=128: its small pushes cannot fill the GPU, the decode step's weight reads want every SM
      stage ab 380 SERVE_ARGS_A="" SERVE_ARGS_B="TTSFLEET_CODEC_SM_PERCENT=40" LEVELS="64:640 128:1280" \
        AB_ROUNDS=1 ab ;;
-  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|13 (see benchmarks/inference_h200/README.md)" >&2
+  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12 (see benchmarks/inference_h200/README.md)" >&2
      exit 2 ;;
 esac
 bundle "$1"
