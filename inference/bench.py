@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .bench_engine_loop import engine_line
 from .bench_playback import Playback, first_stall_p50, underrun_tail
 
 if TYPE_CHECKING:
@@ -497,7 +498,7 @@ def server_report(measured: list[LevelReading]) -> dict[str, Any]:
     ``steady_reads``: whether the level had one, its span, its requests and how late the reads were."""
     out: dict[str, Any] = {}
     for key, part in (("ttfa_stages{}_ms", "stage_means_ms"), ("ttfa_stages{}_p99_ms", "stage_p99_ms"),
-                      ("admission_waits{}", "waits"), ("codec{}", "codec")):
+                      ("admission_waits{}", "waits"), ("codec{}", "codec"), ("engine{}", "engine")):
         out[key.format("")] = [{"concurrency": m.level.concurrency, **getattr(m.whole, part)}
                                for m in measured if getattr(m.whole, part)]
         out[key.format("_steady")] = [{"concurrency": m.level.concurrency, **getattr(m.steady.view, part)}
@@ -550,7 +551,8 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
         "levels": [asdict(lv) for lv in levels],
         # the server's own split of time to first audio per level: stage means and p99s (from its
         # histogram buckets), admission waits by cause, the codec's pushes, frames per push and busy
-        # share; over the whole level (first wave included) and over its steady window
+        # share; the engine loop's steps a second and each step's interval by phase; over the whole
+        # level (first wave included) and over its steady window
         **server_report(measured),
         "open_loop": [open_level(cfg, r) for r in cfg.rates],
         "scaling": (levels[-1].frames_per_s / base) if base > 0 else None,
@@ -625,6 +627,8 @@ def server_lines(report: dict[str, Any]) -> list[str]:
     for order, (key, span) in enumerate((("codec_steady", "the steady window"), ("codec", "the level's "
                                                                                  "wall time"))):
         lines += [(use["concurrency"], 10 + order, codec_line(use, span)) for use in report.get(key, [])]
+    for order, (key, span) in enumerate((("engine_steady", STEADY), ("engine", WHOLE))):
+        lines += [(use["concurrency"], 12 + order, engine_line(use, span)) for use in report.get(key, [])]
     lines += [(r["concurrency"], -1, _steady_read_line(r)) for r in report.get("steady_reads", [])]
     lines += [(lv["concurrency"], 20, _underrun_line(lv)) for lv in report.get("levels", [])
               if not math.isnan(lv.get("stalled_share", math.nan))]

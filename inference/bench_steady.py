@@ -84,19 +84,22 @@ class Counts:
     buckets: StageBuckets = field(default_factory=dict)  # {stage: {le: requests}}
     waits: dict[str, float] = field(default_factory=dict)  # admission waits by cause
     codec: dict[str, float] = field(default_factory=dict)  # codec pushes, frames, busy_s
+    engine: dict[str, float] = field(default_factory=dict)  # engine seconds by phase, steps, rows
     seconds: float = 0.0
 
     @classmethod
     def between(cls, before: list[Any], after: list[Any], seconds: float) -> Counts:
         """The growth between two /metrics reads' samples taken ``seconds`` apart."""
         from .bench import codec_totals, readings_of
+        from .bench_engine_loop import engine_totals
 
         (s0, w0), (s1, w1) = readings_of(before), readings_of(after)
         b0, b1 = stage_buckets(before), stage_buckets(after)
         return cls(
             stages=_pairs(s1, s0, -1.0),
             buckets={k: _minus(cum, b0.get(k, {})) for k, cum in b1.items()},
-            waits=_minus(w1, w0), codec=_minus(codec_totals(after), codec_totals(before)), seconds=seconds)
+            waits=_minus(w1, w0), codec=_minus(codec_totals(after), codec_totals(before)),
+            engine=_minus(engine_totals(after), engine_totals(before)), seconds=seconds)
 
     def plus(self, other: Counts) -> Counts:
         """Two spans' growth together (the steady windows of a level's repeated runs)."""
@@ -104,7 +107,7 @@ class Counts:
                       buckets={k: _plus(self.buckets.get(k, {}), other.buckets.get(k, {}))
                                for k in dict.fromkeys([*self.buckets, *other.buckets])},
                       waits=_plus(self.waits, other.waits), codec=_plus(self.codec, other.codec),
-                      seconds=self.seconds + other.seconds)
+                      engine=_plus(self.engine, other.engine), seconds=self.seconds + other.seconds)
 
 
 def _pairs(a: dict[str, tuple[float, float]], b: dict[str, tuple[float, float]],
@@ -126,7 +129,8 @@ def _plus(a: dict[Any, float], b: dict[Any, float]) -> dict[Any, float]:
 @dataclass
 class ServerView:
     """The server's account of a span: time to first audio by stage (means and p99s, in ms), the
-    admission waits by cause, the codec's work and how many requests got their first audio in it."""
+    admission waits by cause, the codec's work, the engine loop's steps by phase and how many
+    requests got their first audio in it."""
 
     stage_means_ms: dict[str, float]
     stage_p99_ms: dict[str, float]
@@ -134,17 +138,20 @@ class ServerView:
     codec: dict[str, float]
     requests: int
     seconds: float
+    engine: dict[str, Any] = field(default_factory=dict)
 
 
 def view_of(counts: Counts) -> ServerView:
     """The figures ``bench serve`` reports from a span's :class:`Counts`."""
     from .bench import codec_use, stage_means_ms
+    from .bench_engine_loop import engine_use
 
     return ServerView(
         stage_means_ms=stage_means_ms(counts.stages),
         stage_p99_ms=stage_quantiles_ms(counts.buckets, 0.99),
         waits={k: v for k, v in counts.waits.items() if v},
         codec=codec_use(counts.codec, counts.seconds),
+        engine=engine_use(counts.engine, counts.seconds),
         requests=int(max((n for _, n in counts.stages.values()), default=0)),
         seconds=round(counts.seconds, 4))
 

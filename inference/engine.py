@@ -69,6 +69,7 @@ from ttsfleet.inference.engine_messages import (
     RequestHandle,
     StopCodec,
 )
+from ttsfleet.inference.engine_phases import ENGINE_PHASES, PhaseClock
 from ttsfleet.inference.graph_capture import CAPTURE_LOCK
 from ttsfleet.inference.prefill_coalesce import Arrivals, CoalesceRule, hold_arrivals
 
@@ -159,6 +160,7 @@ class _Stats:
         self.prefill_s = 0.0
         self.decode_s = 0.0
         self.wait_s = 0.0
+        self.busy_s = 0.0  # wall seconds of the engine thread's busy iterations (:mod:`.engine_phases`)
         self.codec_calls = 0
         self.codec_frames = 0
         self.codec_s = 0.0
@@ -239,6 +241,7 @@ class Engine:
         self.label = model_label
         #: the codec's counts, in ``stats`` and on /metrics: both codec modes write through it
         self.codec_meter = CodecMeter(self.stats, self._export_codec)
+        self._phases = PhaseClock(self.stats)  # each busy iteration's time by phase
         self._threads = [threading.Thread(target=self._engine_main, name="ttsfleet-engine", daemon=True)]
         self._codec_proc: CodecProcess | None = None
         if config.codec_process is not None and codec is not None:
@@ -281,6 +284,8 @@ class Engine:
         collectors["inference_kv_slots_used"].labels(label).set(self.max_slots - len(self.free_slots))
         collectors["inference_queue_depth"].labels(label).set(0)
         collectors["inference_running_batch_size"].labels(label).set(0)
+        self._phases.export_to({phase: collectors["inference_engine_seconds"].labels(label, phase)
+                                for phase in ENGINE_PHASES})
         self.label = label
         self.metrics = collectors
 
@@ -404,7 +409,11 @@ class Engine:
                     self.prefill_graphs = self._capture_prefill_graphs()
             while not self._stop.is_set() and self._dead is None:
                 idle = not (self.running or self.waiting or self.prefilling or self._in_flight)
+                if not idle:
+                    self._phases.start()
                 self._ingest(block=idle)
+                if idle:  # the clock starts once work came, not while waiting for it
+                    self._phases.start()
                 self._drop_cancelled()
                 self._admit()
                 if self.running:
@@ -414,6 +423,7 @@ class Engine:
                 while len(self._in_flight) > depth:
                     self._finish_step(self._in_flight.popleft())
                 self._publish()
+                self._phases.stop()
         except Exception as exc:  # a bug, not bad input: fail everyone loudly, mark not alive
             log.exception("engine loop died")
             self._dead = f"engine failed: {type(exc).__name__}: {exc}"

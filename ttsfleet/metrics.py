@@ -75,6 +75,7 @@ L_STATUS = "status"
 L_DIRECTION = "direction"  # up | down | none
 L_MODEL = "model"
 L_DATASET = "dataset"  # a fill dataset (manifest) the Slurm fill agent cuts into shards
+L_PHASE = "phase"  # an engine iteration's phase: prefill | launch | gpu_wait | other
 
 WORKLOAD_CLASSES = ("inference", "training", "fill", "idle")
 
@@ -130,6 +131,12 @@ CONTRACT_LIST: tuple[MetricSpec, ...] = (
     _m("inference", "inference_codec_busy_seconds", "counter",
        "Wall seconds the codec spent in decode rounds, in its thread or its process: its rate (busy "
        "seconds per wall second) is the codec's load, 1 when it never idles.", [L_MODEL]),
+    _m("inference", "inference_engine_seconds", "counter",
+       "Wall seconds of the engine thread's busy iterations by phase (prefill: prompt pieces through "
+       "the model; launch: queueing decode steps; gpu_wait: waiting for a step's frames, the GPU "
+       "setting the pace; other: admission, hand-offs to the codec, bookkeeping). Divided by "
+       "inference_batch_size's count (decode steps): where each step's interval goes, host or GPU.",
+       [L_MODEL, L_PHASE]),
     _m("inference", "inference_request_duration_seconds", "histogram",
        "Request arrival to the last audio byte sent.", [L_MODEL], DURATION_BUCKETS),
     _m("inference", "inference_realtime_factor", "histogram",

@@ -164,6 +164,13 @@ def inference(catalog: GpuCatalog) -> Dashboard:
                     "+ send. The stack is the mean time to first audio.",
                     Target(_mean_by_stage("ttsfleet_inference_ttfa_stage_seconds"), "{{stage}}"),
                     unit="s", stacked=True, min=0),
+                _ts("Decode step interval by phase", "The engine loop's time per decode step, stacked: "
+                    "waiting for the GPU (gpu_wait: the GPU sets the pace), queueing steps (launch), "
+                    "prefill, and the rest on the host (other). The stack is the step interval.",
+                    Target(f"sum by (phase) (rate(ttsfleet_inference_engine_seconds_total{{{POD}}}[{RI}])) / "
+                           f"scalar(sum(rate(ttsfleet_inference_batch_size_count{{{POD}}}[{RI}])))",
+                           "{{phase}}"),
+                    unit="s", stacked=True, min=0),
             )),
             Row("Batching and queues", (
                 _ts("Queue depth", "Requests waiting for a decode slot, per pod.",

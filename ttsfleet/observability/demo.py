@@ -57,6 +57,9 @@ class Pod:
 #: How the demo splits each request's time to first audio into the stages of
 #: ``inference_ttfa_stage_seconds`` (shares of the whole; they add up to 1).
 TTFA_STAGE_SHARES = (("arrival", 0.05), ("queue", 0.10), ("prefill", 0.30), ("decode", 0.35), ("audio", 0.20))
+#: ``inference_engine_seconds`` per decode step, by phase (illustrative, the shape of a busy H100
+#: replica at c=64: a ~19 ms step interval mostly spent waiting for the GPU).
+ENGINE_STEP_SECONDS = (("gpu_wait", 0.012), ("launch", 0.001), ("prefill", 0.0025), ("other", 0.003))
 
 PODS = (
     Pod("tts-h200-0", "h200", 60, 0, 60000, ((0.09, 57), (0.3, 3)), 24, 0, 24),
@@ -300,6 +303,8 @@ def _step_pod(c: Collectors, p: Pod, f: float) -> None:
             c["inference_realtime_factor"].labels(m).observe(0.08 if p.gpu_class == "h200" else 0.15)
     for k in range(20):  # sampled decode steps; every fourth one runs a half-drained batch
         c["inference_batch_size"].labels(m).observe(p.batch if k % 4 else p.batch // 2)
+    for phase, seconds in ENGINE_STEP_SECONDS:  # the engine loop's time for those 20 steps
+        c["inference_engine_seconds"].labels(m, phase).inc(20 * seconds)
     c["inference_queue_depth"].labels(m).set(round(p.queue * f))
     c["inference_running_batch_size"].labels(m).set(p.batch)
     c["inference_requests_in_flight"].labels(m).set(round(p.in_flight * f))

@@ -1,0 +1,59 @@
+"""``bench serve``'s reading of the engine loop: decode steps a second and each step's interval by phase.
+
+The server exports its engine thread's busy seconds by phase (``inference_engine_seconds``,
+:mod:`.engine_phases`) and a sample per decode step (``inference_batch_size``, whose count is the
+steps and whose sum the rows decoded); two reads of /metrics give a span's growth, and this turns it
+into what a step costs the loop. Why: the served c=64 step interval (~19 ms on an H100) is twice a
+step's graph replay, and only the split says whether the GPU (``gpu_wait``) or the host (the rest)
+holds the loop back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: The phases in the order the line gives them (the server's ``ENGINE_PHASES``; any other a newer
+#: server exports is listed after them).
+PHASE_ORDER = ("gpu_wait", "launch", "prefill", "other")
+
+
+def engine_totals(samples: list[Any]) -> dict[str, float]:
+    """The server's engine counters in one /metrics read: ``{phase: seconds, ..., "steps": n,
+    "rows": n}`` ({} from a server without the phase counter: an older one, or another)."""
+    from ttsfleet.metrics import spec
+
+    phases = spec("inference_engine_seconds").exposed_names[0]
+    batch = spec("inference_batch_size").name
+    out: dict[str, float] = {}
+    for smp in samples:
+        if smp.name == phases:
+            key = smp.labels.get("phase", "?")
+        elif smp.name in (batch + "_count", batch + "_sum"):
+            key = "steps" if smp.name.endswith("_count") else "rows"
+        else:
+            continue
+        out[key] = out.get(key, 0.0) + smp.value
+    return out if any(k not in ("steps", "rows") for k in out) else {}
+
+
+def engine_use(grown: dict[str, float], wall_s: float) -> dict[str, Any]:
+    """A span's engine figures from how much :func:`engine_totals` grew over ``wall_s`` seconds:
+    steps a second, mean batch, the busy share of the span and each phase's ms per step ({} when the
+    server has no phase counter or made no step)."""
+    steps = grown.get("steps", 0.0)
+    phases = {k: v for k, v in grown.items() if k not in ("steps", "rows")}
+    if steps <= 0 or wall_s <= 0 or not phases:
+        return {}
+    ordered = [p for p in PHASE_ORDER if p in phases] + sorted(p for p in phases if p not in PHASE_ORDER)
+    busy = sum(phases.values())
+    return {"steps_per_s": round(steps / wall_s, 2), "mean_batch": round(grown.get("rows", 0.0) / steps, 2),
+            "busy_share": round(busy / wall_s, 4), "step_ms": round(1000 * busy / steps, 3),
+            "per_step_ms": {p: round(1000 * phases[p] / steps, 3) for p in ordered}}
+
+
+def engine_line(use: dict[str, Any], span: str) -> str:
+    """One level's :func:`engine_use` (with its ``concurrency``) as a line under the table."""
+    parts = ", ".join(f"{phase} {ms:.1f}" for phase, ms in use["per_step_ms"].items())
+    return (f"c={use['concurrency']} engine, {span}: {use['steps_per_s']:.1f} steps/s at batch "
+            f"{use['mean_batch']:.1f}, {use['step_ms']:.1f} ms a step: {parts} (busy "
+            f"{use['busy_share']:.0%})")
