@@ -35,6 +35,10 @@ def test_steady_reads_are_taken_live_at_the_windows_edges(server):
     assert abs(view.requests - len(inside)) <= 1  # a first audio in flight while a read is served
     assert set(view.stage_means_ms) == set(TTFA_STAGES) and view.stage_p99_ms["prefill"] > 0
     assert view.codec["pushes"] >= 1 and 0 < view.codec["busy_share"] <= 1
+    # the engine loop over the window: its steps, their batch and each step's interval by phase
+    assert view.engine["steps_per_s"] > 0 and 1 <= view.engine["mean_batch"] <= 2
+    assert set(view.engine["per_step_ms"]) == {"gpu_wait", "launch", "prefill", "other"}
+    assert abs(view.engine["step_ms"] - sum(view.engine["per_step_ms"].values())) < 0.01  # rounding only
 
 
 def test_bench_serve_reports_steady_and_whole_level_figures(server, tmp_path):
@@ -57,6 +61,9 @@ def test_bench_serve_reports_steady_and_whole_level_figures(server, tmp_path):
     assert ("c=2 server time to first audio by stage, mean ms, whole level, first wave included: "
             in proc.stdout)
     assert "c=4 no steady window" in proc.stdout
+    assert [e["concurrency"] for e in report["engine"]] == [2, 4]
+    assert [e["concurrency"] for e in report["engine_steady"]] == [2]
+    assert "c=2 engine, steady window: " in proc.stdout and " ms a step: gpu_wait " in proc.stdout
     assert "c=4 server time to first audio by stage, mean ms, steady window" not in proc.stdout
 
 
