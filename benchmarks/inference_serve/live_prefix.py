@@ -350,10 +350,12 @@ def steady_report(whole: dict[str, Any], steady: dict[str, Any]) -> dict[str, An
     windows (:class:`SteadyEdges`; a side is left out where a round had none) and ``steady_reads``:
     whether the side's windows were read, their seconds and first audios (summed over the rounds)
     beside all the server's, and how late the reads were sent (the worst round's)."""
-    out: dict[str, Any] = {"ttfa_stage_p99_ms": {k: v.stage_p99_ms for k, v in whole.items()}}
+    out: dict[str, Any] = {"ttfa_stage_p99_ms": {k: v.stage_p99_ms for k, v in whole.items()},
+                           "engine": {k: v.engine for k, v in whole.items() if v.engine}}
     for key, part in (("ttfa_stage_steady_mean_ms", "stage_means_ms"),
                       ("ttfa_stage_steady_p99_ms", "stage_p99_ms"),
-                      ("admission_waits_steady", "waits"), ("codec_steady", "codec")):
+                      ("admission_waits_steady", "waits"), ("codec_steady", "codec"),
+                      ("engine_steady", "engine")):
         out[key] = {k: getattr(r.view, part) for k, r in steady.items() if r is not None}
     out["steady_reads"] = {}
     for k, r in steady.items():
@@ -382,6 +384,7 @@ def print_report(report: dict[str, Any], concurrency: int) -> None:
     the steady sessions' window first (what the steady first audio is made of), then over the whole
     rounds."""
     from ttsfleet.inference.bench import codec_line
+    from ttsfleet.inference.bench_engine_loop import engine_line
 
     print("\n| side | sessions | first audio p50 / p90 / p99 ms | steady sessions "
           "| steady p50 / p90 / p99 ms | steady: sessions with underruns, silence p99 ms, "
@@ -400,6 +403,9 @@ def print_report(report: dict[str, Any], concurrency: int) -> None:
         for key, span in (("codec_steady", "the steady windows"), ("codec", "the rounds' wall time")):
             if use := report.get(key, {}).get(k):
                 print(f"{k}: {codec_line({'concurrency': concurrency, **use}, span)}")
+        for key, span in (("engine_steady", STEADY), ("engine", WHOLE)):
+            if use := report.get(key, {}).get(k):
+                print(f"{k}: {engine_line({'concurrency': concurrency, **use}, span)}")
     if ratios := report["p50_ratio_per_round"]:
         print(f"whole / reuse p50 per round: {', '.join(f'{x:.2f}' for x in ratios)} "
               f"(median {statistics.median(ratios):.2f})")

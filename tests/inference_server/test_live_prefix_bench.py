@@ -17,6 +17,7 @@ import soundfile as sf
 from ttsfleet.inference import bench_steady
 from ttsfleet.inference.bench_steady import Read, span_reading
 from ttsfleet.inference.bench_window import Window
+from ttsfleet.inference.engine_phases import ENGINE_PHASES
 from ttsfleet.inference.synthesis import TTFA_STAGES
 
 from tests.scripts import load_script
@@ -120,6 +121,10 @@ def test_live_prefix_reports_steady_and_whole_round_figures(tmp_path):
     steady_codec, whole_codec = report["codec_steady"]["reuse"], report["codec"]["reuse"]
     assert 0 < steady_codec["pushes"] < whole_codec["pushes"]
     assert steady_codec["frames_per_push"] > 0 and 0 < steady_codec["busy_share"] <= 1
+    steady_engine, whole_engine = report["engine_steady"]["reuse"], report["engine"]["reuse"]
+    assert steady_engine["steps_per_s"] > 0
+    assert set(steady_engine["per_step_ms"]) == set(whole_engine["per_step_ms"]) == set(ENGINE_PHASES)
+    assert "reuse: c=2 engine, steady sessions: " in proc.stdout
     waits, whole_waits = report["admission_waits_steady"]["reuse"], report["admission_waits"]["reuse"]
     assert all(0 < n <= whole_waits[cause] for cause, n in waits.items())
 
