@@ -36,7 +36,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from ttsfleet.devtools.loop import HERE, LoopConfig, LoopContext, load_manifest, run_loop
+from ttsfleet.devtools.loop import DEMO_TTSDEPLOYMENT, HERE, LoopConfig, LoopContext, load_manifest, run_loop
 from ttsfleet.devtools.loopreport import print_summary, summarize
 from ttsfleet.devtools.traffic import Endpoint, RequestRecord, closed_loop, one_request
 
@@ -48,8 +48,16 @@ pytestmark = [pytest.mark.slow, pytest.mark.audio, pytest.mark.timeout(600)]
 TRACE = Path(__file__).with_name("trace.csv")
 FALL_S = 40.0  # the trace's load falls here
 HOLD_STREAMS, HOLD_FROM_S, HOLD_FRAMES = 2, 3.0, 24  # 2 in flight: above 0.75 per replica in both pools
-ITEM_DELAY_S = "5.0"  # a shard of 8 items lasts ~40 s: the evictions (at 15-35 s) land mid-shard
+# A shard of 8 items lasts ~24 s. The held streams bring the scale-up, and so the evictions, ~9 s
+# after the shards start (2026-12-06: 8-9 s in three runs; the margin to the shard's end, ~15 s,
+# is also what a resumed shard still has to do, on the settle's critical path).
+ITEM_DELAY_S = "3.0"
 SHARDS, ITEMS = 2, 16  # one shard per class fits beside the floor's replicas and the idle GPU
+# The demo's 15 s scale-down window, shortened: the rtx5090 pool goes only a window after the
+# pinned stream (which holds it at 2) ends, a window after the h200 pool went, so the settle waits
+# for two windows and then a resumed shard. Each is still a window of several autoscaler passes
+# (every 2 s) of a 10 s stable mean: the scale-downs are still held, only sooner.
+SCALE_DOWN_WINDOW_S = 8
 
 
 class Pinned:
@@ -113,7 +121,10 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     command = job["spec"]["command"]
     command[command.index("--item-delay-seconds") + 1] = ITEM_DELAY_S
     job["spec"]["shards"] = job["spec"]["maxParallelism"] = SHARDS
-    cfg = LoopConfig(workdir=tmp_path_factory.mktemp("loop"), filljob=job, trace=TRACE, corpus_items=ITEMS,
+    ttsd = load_manifest(DEMO_TTSDEPLOYMENT)
+    ttsd["spec"]["autoscale"]["scaleDownStabilizationS"] = SCALE_DOWN_WINDOW_S
+    cfg = LoopConfig(workdir=tmp_path_factory.mktemp("loop"), ttsdeployment=ttsd, filljob=job, trace=TRACE,
+                     corpus_items=ITEMS,
                      settle_timeout_s=120, hooks={"pin": pin_one_h200_pod, "hold": hold_streams},
                      controller_args=FAST_SYNC)  # the two host volumes' PVCs bound in ~1 s, not ~15 s
     record = asyncio.run(run_loop(cfg)).to_dict()
