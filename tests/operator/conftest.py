@@ -252,8 +252,12 @@ class MetricsServer:
             self.collectors["inference_ttfa_seconds"].labels(model="m").observe(v)
 
     async def _metrics(self, _: aiohttp.web.Request) -> aiohttp.web.Response:
-        return aiohttp.web.Response(body=generate_latest(self.collectors.registry),
-                                    content_type="text/plain")
+        resp = aiohttp.web.Response(body=generate_latest(self.collectors.registry), content_type="text/plain")
+        # No keep-alive: a connection's handler task would outlive the scrape, in the test's event
+        # loop, where an in-process kopf operator takes every task created after its start for its
+        # own and waits 5 s for them at each stop (a restart test stopped it 4 times).
+        resp.force_close()
+        return resp
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> MetricsServer:
         app = aiohttp.web.Application()
