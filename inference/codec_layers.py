@@ -304,6 +304,22 @@ def uncache_channels_last(module: nn.Module) -> None:
             m.weight_4d = None
 
 
+def cached_conv_weights(module: nn.Module) -> Iterator[Tensor]:
+    """The conv weights cached under ``module`` in another layout (:func:`cache_channels_last`'s 4-D
+    weights, :func:`set_fused_units`' weight rows), each followed by the tensors it is a view of
+    (a 1x1 conv's 4-D weight is a view of its detached weight).
+
+    Why a list of them: they are plain tensor attributes, not parameters or buffers, so
+    ``torch.compile(dynamic=True)`` traces their sizes as symbols unless they are marked static
+    (:meth:`~ttsfleet.inference.codec.SlotCodecStream._compile` does)."""
+    for m in module.modules():
+        if isinstance(m, (CausalConv, CausalTransConv)):
+            for t in (m.weight_4d, getattr(m, "weight_rows", None)):
+                while t is not None:
+                    yield t
+                    t = t._base
+
+
 class ResidualUnit(nn.Module):
     """``x + conv1x1(Snake(conv7(Snake(x))))``, the dilated conv causal with carried history."""
 
