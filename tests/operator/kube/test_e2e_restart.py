@@ -69,7 +69,7 @@ async def test_restart_inside_the_stabilization_window_keeps_replicas(
             await wait_for(lambda: gone(api, f"{TTSD}/steady"), 60, "the TTSDeployment gone")
 
 
-WINDOW_S = 12.0
+WINDOW_S = 8.0  # the restart lands 4 s in: the persisted window ends 4 s after it, a fresh one 8 s after
 
 
 async def test_a_restart_continues_the_persisted_window(
