@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -465,10 +466,15 @@ class SlotCodecStream:
         # output is copied out before the next call, so their scratch memory can be shared
         self.pool = torch.cuda.graph_pool_handle() if self.use_graphs else None
         self.compile_mode = compile_mode
+        #: ``torch.compile``'s backend (the start-up log names it).
+        self.compile_backend = compile_backend
         #: The compiled decode (None: eager, by choice or after a failed compile).
         self.compiled: Callable[[Tensor, Tensor], Tensor] | None = None
         #: Why the compiled decode was given up (one line), or None.
         self.compile_error: str | None = None
+        #: Compiles the compiled decode has run so far (:meth:`_decode` counts and logs each).
+        self.compiles = 0
+        self._compiled_classes: set[str] = set()
         if compile_mode is not None:
             self._compile(compile_mode, compile_backend)
 
@@ -489,6 +495,11 @@ class SlotCodecStream:
         """The captured batch size ``n`` streams are padded to (None: more than any bucket)."""
         return next((b for b in self.buckets if b >= n), None)
 
+    def expected_compiles(self, frames: tuple[int, ...]) -> int:
+        """How many compiles capturing ``frames`` (:meth:`capture`) should take: one per shape class
+        of :func:`compile_class` among them (0 when not compiled)."""
+        return len({compile_class(t) for t in frames}) if self.compiled is not None else 0
+
     @torch.inference_mode()
     def capture(self, frames: tuple[int, ...]) -> int:
         """Capture every bucket x ``frames`` shape now (before serving); returns how many exist.
@@ -502,7 +513,7 @@ class SlotCodecStream:
         elif self.compiled is not None:
             dev = self.codec.device
             b = MIN_COMPILED_ROWS
-            for t in sorted({min(t, 2) for t in frames}):
+            for t in sorted({min(t, 2) for t in frames}):  # a frame count of each compile_class
                 codes = torch.zeros(b, self.codec.num_codebooks, t, dtype=torch.long, device=dev)
                 self._decode(torch.arange(self.slots, self.slots + b, device=dev), codes)
             for row in range(self.slots, self.slots + self.pad):
@@ -542,13 +553,32 @@ class SlotCodecStream:
         eager (:meth:`_graph`)."""
         fn = self.compiled
         if fn is not None:
+            frames_before, t0 = _dynamo_frames(), time.perf_counter()
             try:
-                return fn(rows, codes)
+                out = fn(rows, codes)
             except Exception as exc:
                 if self.use_graphs and torch.cuda.is_current_stream_capturing():
                     raise
                 self._give_up_compile(exc)
+            else:
+                if _dynamo_frames() != frames_before:
+                    self._log_compile(int(rows.shape[0]), int(codes.shape[2]), time.perf_counter() - t0)
+                return out
         return self._decode_eager(rows, codes)
+
+    def _log_compile(self, b: int, t: int, seconds: float) -> None:
+        """One line per compile, so a server's log shows where its start-up goes (a cold compile of
+        the S2 codec takes minutes): the shape class and the call that compiled it, and how long
+        that call took. A second compile of a class already compiled is not part of the design
+        (:meth:`_compile`): a guard failed, which ``TORCH_LOGS=recompiles`` names; it is a warning."""
+        self.compiles += 1
+        cls = compile_class(t)
+        again = cls in self._compiled_classes
+        self._compiled_classes.add(cls)
+        note = ", compiled before: a recompile, TORCH_LOGS=recompiles says why" if again else ""
+        log.log(logging.WARNING if again else logging.INFO,
+                "codec decode compile %d (%s pushes%s, at %d streams x %d frames) took %.1f s",
+                self.compiles, cls, note, b, t, seconds)
 
     def _decode_eager(self, rows: Tensor, codes: Tensor) -> Tensor:
         self.state.select(rows)
@@ -633,6 +663,21 @@ class SlotCodecStream:
 #: Dynamo specializes a size of 1 (a compile of its own, ~90 s for the S2 codec on an H100,
 #: 2026-12-06) and a second row costs a 1-frame push little.
 MIN_COMPILED_ROWS = 2
+
+
+def compile_class(frames: int) -> str:
+    """The shape class a push of ``frames`` frames runs in a compiled decode (one compile each,
+    :meth:`SlotCodecStream._compile`): ``one-frame`` (Dynamo specializes a size of 1) or
+    ``multi-frame`` (every other frame count, symbolic)."""
+    return "one-frame" if frames == 1 else "multi-frame"
+
+
+def _dynamo_frames() -> int:
+    """Frames Dynamo has compiled (or tried to) in this process: a change across a compiled call
+    means that call compiled. The codec's decoder is the process's one ``torch.compile`` user."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["frames"]["total"])
 
 
 def codec_batch_buckets(max_batch: int) -> list[int]:

@@ -350,7 +350,12 @@ def build_slot_decoder(codec: Any, plan: Any) -> Any:
     """The batched slot decoder of a :class:`~ttsfleet.inference.codec_process.DecoderPlan`, compiled
     if asked and its graphs captured for every stream bucket x frame count (1, 2, 4, ...
     ``plan.max_frames``): all of it before the first request, never on one. The residual units run
-    as :func:`residual_units` says."""
+    as :func:`residual_units` says.
+
+    Compiled, the log says so before the captures start, with the compiles to expect (each one then
+    logs its own line, :meth:`~ttsfleet.inference.codec.SlotCodecStream._decode`): a cold compile of
+    the S2 codec takes minutes, and a server whose codec process logged nothing for 396 s
+    (2026-12-06b call10) could not be told from a hung one."""
     t0 = time.perf_counter()
     units = residual_units(plan.compile_mode)
     codec.use_fused_units(units == "fused")
@@ -360,13 +365,33 @@ def build_slot_decoder(codec: Any, plan: Any) -> Any:
                                  graph_max_batch=plan.graph_max_batch, compile_mode=compile_mode,
                                  channels_last=plan.channels_last)
     frames = tuple(1 << i for i in range(plan.max_frames.bit_length()))
+    if decoder.compiled is not None:
+        shapes = len(decoder.buckets) * len(frames)
+        captures = (f"{shapes} graph captures (streams {decoder.buckets} x frames {frames})"
+                    if decoder.use_graphs else "no graph captures")
+        backend = decoder.compile_backend
+        log.info("codec decode compile on (%s, %s backend%s): %d compiles expected (one per shape class of "
+                 "frames %s: one frame, several), minutes each without a warm kernel cache, then %s",
+                 compile_mode, backend if isinstance(backend, str) else type(backend).__name__,
+                 _compile_threads(backend), decoder.expected_compiles(frames), frames, captures)
     n = decoder.capture(frames)  # compiled: the compiles happen here, before any capture
     if n:
         log.info("captured %d codec graphs (streams %s x frames %s, %s convs, %s units, %s window attention) "
                  "in %.1f s", n, decoder.buckets, frames, "channels-last" if decoder.channels_last else "NCL",
                  units, window_attention_for(codec.device), time.perf_counter() - t0)
     if compile_mode is not None:
-        log.info("codec decode compiled (%s): %s, %.1f s", compile_mode,
+        log.info("codec decode compiled (%s): %s, %d compiles, %.1f s", compile_mode,
                  "on" if decoder.compiled is not None else f"eager ({decoder.compile_error})",
-                 time.perf_counter() - t0)
+                 decoder.compiles, time.perf_counter() - t0)
     return decoder
+
+
+def _compile_threads(backend: str | Callable) -> str:
+    """``, N Inductor compile workers`` for the start-up log (Inductor's ``compile_threads``: its
+    Triton kernels compile in that many worker processes; decided from the CPUs this process may
+    run on, the codec process's own as much as the server's), or nothing for another backend."""
+    if backend != "inductor":
+        return ""
+    import torch._inductor.config as inductor_config
+
+    return f", {inductor_config.compile_threads} Inductor compile workers"

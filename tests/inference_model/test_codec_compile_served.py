@@ -1,7 +1,7 @@
 """The codec process's compiled decoder, built as a server builds it (``build_slot_decoder`` with
 ``--codec-compile``: bf16 weights with the fused Snake as ``CodecSource(fast=True)`` loads them,
 channels-last convs, cuDNN's residual units), on the CPU: how many compiles its graph captures cost,
-and what the compiles trace as symbols.
+what the compiles trace as symbols, and what the log says while they run.
 
 Dynamo's ``eager`` backend stands in for Inductor (the tracing, guards and compile count are
 Dynamo's; Inductor's code generation would take minutes here). The CPU takes no CUDA graphs, so the
@@ -95,6 +95,7 @@ def test_the_served_capture_set_compiles_twice(served) -> None:
     assert served.decoder.buckets == [MIN_COMPILED_ROWS, 4, 8]
     assert served.after_build == 2
     assert served.counter.frame_count == 2, "a capture-set shape or push recompiled"
+    assert served.decoder.compiles == 2
 
 
 def test_only_the_pushs_sizes_are_traced_as_symbols(served) -> None:
@@ -110,3 +111,30 @@ def test_only_the_pushs_sizes_are_traced_as_symbols(served) -> None:
             if isinstance(val, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in val.shape):
                 symbolic.append(node.name)
         assert sorted(symbolic) == ["l_codes_", "l_rows_"], symbolic
+
+
+def test_the_log_says_what_the_compiles_cost(served) -> None:
+    """Before the captures: compile on and two compiles expected; then one line per compile naming
+    its shape class and seconds; at the end the count. No warning (no recompile of a class)."""
+    lines = served.log.lines()
+    start = [i for i, m in enumerate(lines) if m.startswith("codec decode compile on")]
+    done = [i for i, m in enumerate(lines) if m.startswith("codec decode compile ") and " took " in m]
+    assert len(start) == 1 and "2 compiles expected" in lines[start[0]], lines
+    assert len(done) == 2 and start[0] < done[0], lines
+    assert "compile 1 (one-frame pushes, at 2 streams x 1 frames) took" in lines[done[0]]
+    assert "compile 2 (multi-frame pushes, at 2 streams x 2 frames) took" in lines[done[1]]
+    assert any(m.startswith("codec decode compiled (default): on, 2 compiles") for m in lines), lines
+    assert not served.log.lines(logging.WARNING)
+
+
+def test_a_second_compile_of_a_class_is_a_warning(caplog) -> None:
+    """A recompile of a shape class already compiled (a guard the design does not expect failed)
+    logs a warning that says how to find the guard."""
+    dec = load_codec("tiny").slot_decoder(2)
+    with caplog.at_level(logging.INFO, logger="ttsfleet.inference.codec"):
+        dec._log_compile(2, 4, 1.5)
+        dec._log_compile(4, 8, 2.0)
+    (first, second) = caplog.records
+    assert first.levelno == logging.INFO and "compile 1 (multi-frame pushes" in first.getMessage()
+    assert second.levelno == logging.WARNING and "TORCH_LOGS=recompiles" in second.getMessage()
+    assert dec.compiles == 2
