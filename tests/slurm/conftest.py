@@ -39,8 +39,10 @@ CRED_EXPIRE_S = 5
 #: backfill scheduler preempts for and starts a pending job.
 BF_INTERVAL_S = 2
 #: The local cluster's main-scheduler interval (``SchedulerParameters=sched_interval=``): what
-#: starts a requeued job once its BeginTime has passed (see :class:`LocalClusterSpec`).
-SCHED_INTERVAL_S = 5
+#: starts a requeued job once its BeginTime has passed (see :class:`LocalClusterSpec`). As often as
+#: the backfill pass: each requeue test waited up to this long after BeginTime (cred_expire is at
+#: Slurm's minimum, 5 s, already).
+SCHED_INTERVAL_S = 2
 #: How long a wait may see nothing change (no job state, no checkpointed item) before it fails.
 STALL_S = 60.0
 #: The furthest ahead a time Slurm promises (a requeued job's BeginTime) is believed: a job told to
