@@ -185,11 +185,34 @@ def _init_random_(model: DualARModel, seed: int, residual_scale: float = 1.0) ->
                 p.normal_(0.0, 0.02, generator=gen)
 
 
+#: Presets up to about this many parameters are built on their device directly (a default init of
+#: this many is well under a second on a CPU); larger ones on the meta device, allocated once.
+DIRECT_BUILD_MAX_PARAMS = 50_000_000
+
+
+def _rough_params(c: DualARConfig) -> int:
+    """About how many parameters ``c`` has (embeddings and each layer's attention and MLP)."""
+    slow = c.n_layer * (c.dim * (c.n_head + 2 * c.n_local_heads) * c.head_dim * 2
+                        + 3 * c.dim * c.intermediate_size)
+    fast = c.n_fast_layer * (c.fast_dim * (c.fast_n_head + 2 * c.fast_n_local_heads) * c.fast_head_dim * 2
+                             + 3 * c.fast_dim * c.fast_intermediate_size)
+    return slow + fast + c.vocab_size * c.dim + c.codebook_size * (c.num_codebooks * c.dim + c.fast_dim)
+
+
 def _build(config: DualARConfig, device: torch.device, dtype: torch.dtype) -> DualARModel:
-    with torch.device("meta"):
-        model = DualARModel(config)
-    model = model.to_empty(device=device).to(dtype)
-    _reset_buffers(model)
+    """The model with parameters to be drawn (every one is: :func:`_init_random_`) and its buffers.
+
+    A small preset (the tiny models) is built on its device: on the meta device every tensor op of
+    the constructor runs through torch's Python references, whose first call imports
+    ``torch._dynamo``: about 1 s of every start-up of a server that never compiles anything."""
+    if _rough_params(config) <= DIRECT_BUILD_MAX_PARAMS:
+        with torch.device(device):
+            model = DualARModel(config).to(dtype)
+    else:
+        with torch.device("meta"):
+            model = DualARModel(config)
+        model = model.to_empty(device=device).to(dtype)
+    _reset_buffers(model)  # the RoPE tables in bf16 whatever ``dtype`` is
     return model
 
 

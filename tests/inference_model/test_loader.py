@@ -130,3 +130,30 @@ def test_tiny_tokenizer(tiny_tok) -> None:
     assert max(tiny_tok.encode("any text ☃ at all")) < 584
     with pytest.raises(UserError):
         load_tokenizer("/nonexistent")
+
+
+@pytest.mark.parametrize("name", ["tiny", "tiny-fp8"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_small_preset_built_on_its_device_equals_the_meta_build(name: str, dtype: torch.dtype) -> None:
+    """The tiny presets skip the meta device (whose Python references import ``torch._dynamo``, ~1 s
+    of a server's start-up); drawn from the same seed they are the meta-built model, parameter for
+    parameter and buffer for buffer (the RoPE tables stay bf16)."""
+    from ttsfleet.inference import loader
+    from ttsfleet.inference.model import DualARModel
+    from ttsfleet.inference.model_config import preset
+
+    config = preset(name)
+    assert loader._rough_params(config) <= loader.DIRECT_BUILD_MAX_PARAMS
+    assert loader._rough_params(preset("s1-mini")) > loader.DIRECT_BUILD_MAX_PARAMS
+    direct = loader._build(config, torch.device("cpu"), dtype)
+    with torch.device("meta"):
+        meta = DualARModel(config)
+    meta = meta.to_empty(device="cpu").to(dtype)
+    loader._reset_buffers(meta)
+    tensors = []
+    for m in (direct, meta):
+        loader._init_random_(m, 0, loader.PRESET_RESIDUAL_SCALE.get(name, 1.0))
+        tensors.append({**dict(m.named_parameters()), **dict(m.named_buffers())})
+    assert tensors[0].keys() == tensors[1].keys() and tensors[0]["rope"].dtype == torch.bfloat16
+    for k, v in tensors[0].items():
+        assert v.dtype == tensors[1][k].dtype and torch.equal(v, tensors[1][k]), k
