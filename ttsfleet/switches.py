@@ -91,30 +91,23 @@ def one_of(env: str, choices: tuple[str, ...], default: str) -> Callable[[str], 
 def off_auto_or_count(env: str, most: int, default: str) -> Callable[[str], str | int]:
     """The parse of a switch that is ``off``, ``auto`` or a count ``1 .. most`` (blank: ``default``),
     else a ``ValueError`` whose one line names the variable and the choices."""
-
-    def parse(value: str) -> str | int:
-        value = value.strip().lower() or default
-        if value in ("off", "auto"):
-            return value
-        n = int(value) if value.isdigit() else 0
-        if not 1 <= n <= most:
-            raise ValueError(f"{env}={value!r}: expected off, auto or a count 1..{most}")
-        return n
-
-    return parse
+    return _word_or_count(env, ("off", "auto"), most, default)
 
 
 def off_or_count(env: str, most: int, default: str) -> Callable[[str], str | int]:
     """The parse of a switch that is ``off`` or a count ``1 .. most`` (blank: ``default``), else a
     ``ValueError`` whose one line names the variable and the choices."""
+    return _word_or_count(env, ("off",), most, default)
 
+
+def _word_or_count(env: str, words: tuple[str, ...], most: int, default: str) -> Callable[[str], str | int]:
     def parse(value: str) -> str | int:
         value = value.strip().lower() or default
-        if value == "off":
+        if value in words:
             return value
         n = int(value) if value.isdigit() else 0
         if not 1 <= n <= most:
-            raise ValueError(f"{env}={value!r}: expected off or a count 1..{most}")
+            raise ValueError(f"{env}={value!r}: expected {', '.join(words)} or a count 1..{most}")
         return n
 
     return parse
