@@ -110,7 +110,7 @@ def test_every_tunable_config_computes_the_reference(case: tuple[str, object], s
     if kind == "swiglu":
         _check_swiglu(tg, gen, cfg, scheme, m)
         return
-    n, k = 320, 640  # 5 K blocks: splits past K do nothing; n is not a tile multiple
+    n, k = 192, 640  # 5 K blocks: splits past K do nothing; n is not a multiple of the 128-wide tile
     qw = quantize_weight(randn(gen, n, k, scale=k ** -0.5, device=DEV), scheme)
     x = randn(gen, m, k, device=DEV, dtype=torch.bfloat16)
     ref = f64_same_codes(x, qw)
@@ -126,7 +126,7 @@ def test_every_tunable_config_computes_the_reference(case: tuple[str, object], s
 
 
 def _check_swiglu(tg, gen: torch.Generator, cfg, scheme: str, m: int) -> None:  # noqa: ANN001
-    d, f = 640, 320
+    d, f = 640, 192  # 5 K blocks into h, 1.5 of them (groups of 128) out of it
     gu = quantize_weight(randn(gen, 2 * f, d, scale=d ** -0.5, device=DEV), scheme)
     dn = quantize_weight(randn(gen, d, f, scale=f ** -0.5, device=DEV), scheme)
     x = randn(gen, m, d, device=DEV, dtype=torch.bfloat16)
