@@ -9,6 +9,9 @@ are kept apart by a lock in the output directory itself.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -18,7 +21,7 @@ from ttsfleet.slurm.cli_backend import CliBackend
 from ttsfleet.slurm.sbatch import FillShardSpec, fill_submit_request
 
 from .conftest import GRACE_PERIOD_S, job_by_id
-from .fillhelpers import output_rows
+from .fillhelpers import fill_pids, output_rows
 
 pytestmark = [pytest.mark.slurm, pytest.mark.audio]
 
@@ -77,17 +80,28 @@ def test_concurrent_jobs_on_one_output_are_kept_apart(slurm: LocalCluster, corpu
                                                       tmp_path: Path) -> None:
     backend = CliBackend(str(slurm.conf_path))
     out = tmp_path / "out"
-    # one shard twice at once (separate checkpoint directories) and a different job at once
-    # the first job must still run when the twin starts (a twin that starts after it finished
-    # finds the shard complete and exits 0): 32 items x 0.6 s outlasts a slow start under load
-    first = spec_for(corpus, tmp_path, "first", 1, out, delay=0.6)
+    # one shard twice at once (separate checkpoint directories) and a different job at once.
+    # The first job must still hold the shard while the twin waits for its lock (5 s; a twin that
+    # starts after it finished finds the shard complete and exits 0): it is paused (SIGSTOP) once
+    # it has started, however late the twin starts under load, and resumed once both were refused
+    # (before: 32 items x 0.6 s, since a twin under load once started after 32 x 0.2 s had passed).
+    first = spec_for(corpus, tmp_path, "first", 1, out, delay=0.2)
     twin = spec_for(corpus, tmp_path, "twin", 1, out, delay=0.2)
     other = spec_for(corpus, tmp_path, "other", 4, out, delay=0.2)
     j1 = backend.submit(fill_submit_request(first, 0))
     wait_for(lambda: (Path(first.checkpoint_root) / "shard-0000-of-0001.json").exists(), 60, "first to start")
-    j2 = backend.submit(fill_submit_request(twin, 0))
-    j3 = backend.submit(fill_submit_request(other, 0))
-    r2, r3 = finished(backend, j2), finished(backend, j3)
+    paused = wait_for(lambda: fill_pids(first, 0), 30, "the first job's fill process")
+    for pid in paused:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        assert job_by_id(backend.jobs(), j1).state == "RUNNING"  # paused while it holds the shard
+        j2 = backend.submit(fill_submit_request(twin, 0))
+        j3 = backend.submit(fill_submit_request(other, 0))
+        r2, r3 = finished(backend, j2), finished(backend, j3)
+    finally:
+        for pid in paused:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
     assert (r2.state, r2.exit_code) == ("FAILED", 2) and "another process holds" in log_of(twin, j2)
     assert (r3.state, r3.exit_code) == ("FAILED", 2) and "belongs to another fill job" in log_of(other, j3)
     assert finished(backend, j1, 120).state == "COMPLETED"
