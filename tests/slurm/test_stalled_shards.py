@@ -73,7 +73,7 @@ def test_sigkilled_shard_is_resubmitted_and_output_matches(slurm: LocalCluster, 
     """The OOM killer's SIGKILL: exit 137, FAILED. Before: 'nothing to do' for ever."""
     baseline = uninterrupted_run(corpus, tmp_path / "base-out", tmp_path / "base-ckpt", shards=2)
     backend = CliBackend(str(slurm.conf_path))
-    spec = make_spec(corpus, tmp_path, shards=2, delay=0.4)
+    spec = make_spec(corpus, tmp_path, shards=2, delay=0.2)  # 16 items a shard: killed after 2 of them
     agent, collectors = make_agent(backend, spec, tmp_path, retries=2, backoff=1.0)
     first = agent.run_once()
     assert sorted(s[0] for s in first.submitted) == [0, 1]
