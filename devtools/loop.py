@@ -106,6 +106,8 @@ class LoopConfig:
     seed: int = 0
     nodes: list[FakeNode] = field(default_factory=default_nodes)
     operator_args: tuple[str, ...] = ("--autoscale-interval", "2", "--fill-interval", "1")
+    #: More of the chart's ``operator.*`` values (tests: the readiness probe's period).
+    operator_values: dict[str, Any] = field(default_factory=dict)
     #: More kube-controller-manager flags (:class:`LocalKube`'s ``controller_args``; tests: sync periods).
     controller_args: tuple[str, ...] = ()
     #: After the trace: how long to wait for fill to complete and the pools to scale down.
@@ -180,11 +182,13 @@ async def namespace(api: httpx.AsyncClient, name: str) -> None:
     await wait_for_async(has_sa, 60, f"the default ServiceAccount in {name}")
 
 
-def install_chart(kube: LocalKube, operator_args: tuple[str, ...], chart_dir: Path) -> None:
-    """``helm install ttsfleet charts/ttsfleet -n ttsfleet`` with the operator running (1 replica)."""
+def install_chart(kube: LocalKube, operator_args: tuple[str, ...], chart_dir: Path,
+                  operator_values: dict[str, Any] | None = None) -> None:
+    """``helm install ttsfleet charts/ttsfleet -n ttsfleet`` with the operator running (1 replica);
+    ``operator_values``: more of the chart's ``operator.*`` values."""
     import helm_python as helm
 
-    values = {"operator": {"replicas": 1, "extraArgs": list(operator_args)}}
+    values = {"operator": {"replicas": 1, "extraArgs": list(operator_args), **(operator_values or {})}}
     with helm.Config(kubeconfig_path=str(kube.admin_kubeconfig), namespace=RELEASE_NS) as cfg, \
             helm.Chart.load(chart_dir) as chart:
         cfg.install(chart, RELEASE, values, namespace=RELEASE_NS, create_namespace=True, wait="watcher",
@@ -275,7 +279,8 @@ async def run_loop(cfg: LoopConfig) -> LoopRun:
         phase("control_plane")
         async with admin_client(kube.url, str(kube.ca_file), kube.admin_token) as api:
             cfg.log("chart: helm install ttsfleet (the operator runs as its pod)")
-            await asyncio.to_thread(install_chart, kube, cfg.operator_args, find_chart(cfg.chart))
+            await asyncio.to_thread(install_chart, kube, cfg.operator_args, find_chart(cfg.chart),
+                                    cfg.operator_values)
             phase("chart")
             await namespace(api, NS)
             await host_volume(api, "demo-data", data)

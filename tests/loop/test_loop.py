@@ -58,6 +58,9 @@ SHARDS, ITEMS = 2, 16  # one shard per class fits beside the floor's replicas an
 # for two windows and then a resumed shard. Each is still a window of several autoscaler passes
 # (every 2 s) of a 10 s stable mean: the scale-downs are still held, only sooner.
 SCALE_DOWN_WINDOW_S = 8
+# The operator pod's readiness probe every 1 s, not the chart's 10 s: its first try comes before
+# the operator listens, so the helm install (which waits for it) took a whole period more.
+OPERATOR_VALUES = {"readinessProbe": {"periodSeconds": 1, "timeoutSeconds": 1}}
 
 
 class Pinned:
@@ -126,6 +129,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     cfg = LoopConfig(workdir=tmp_path_factory.mktemp("loop"), ttsdeployment=ttsd, filljob=job, trace=TRACE,
                      corpus_items=ITEMS,
                      settle_timeout_s=120, hooks={"pin": pin_one_h200_pod, "hold": hold_streams},
+                     operator_values=OPERATOR_VALUES,
                      controller_args=FAST_SYNC)  # the two host volumes' PVCs bound in ~1 s, not ~15 s
     record = asyncio.run(run_loop(cfg)).to_dict()
     keep = os.environ.get("TTSFLEET_LOOP_RECORD")  # a file to keep the record in, for a post-mortem
