@@ -484,7 +484,7 @@ def run_engine_bench(cfg: EngineBenchConfig, progress: Any = None) -> dict[str, 
         "breakdown": breakdown,
         "prefill": prefill,
         "gate": gate,
-        "codec": codec_ms,
+        "codec_push_ms": codec_ms,  # not "codec": bench serve's per-level codec use (its table lines)
         "points": points(levels),
         "capacity": capacity(levels),
         "source": f"ttsfleet bench engine --checkpoint {cfg.checkpoint} --codec {cfg.codec}",
