@@ -12,9 +12,17 @@ from __future__ import annotations
 
 from typing import Any
 
-#: The phases in the order the line gives them (the server's ``ENGINE_PHASES``; any other a newer
-#: server exports is listed after them).
-PHASE_ORDER = ("gpu_wait", "launch", "prefill", "other")
+from .engine_phases import ENGINE_PHASES
+
+#: Where a phase goes in the line: the GPU wait first (whether the GPU holds the loop back), then the
+#: host's phases, the remainder (``other``) last; a phase :data:`ENGINE_PHASES` gains without a rank
+#: here comes before ``other``.
+_DISPLAY_RANK = {"gpu_wait": 0, "launch": 1, "prefill": 2, "other": 9}
+assert set(_DISPLAY_RANK) <= set(ENGINE_PHASES), "a ranked phase the engine no longer exports"
+
+#: The server's ``ENGINE_PHASES`` in the order the line gives them (any other phase a newer server
+#: exports is listed after them).
+PHASE_ORDER = tuple(sorted(ENGINE_PHASES, key=lambda phase: _DISPLAY_RANK.get(phase, 5)))
 
 
 def engine_totals(samples: list[Any]) -> dict[str, float]:
