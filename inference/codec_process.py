@@ -225,11 +225,11 @@ def worker_main(conn: Any, source: CodecSource, plan: DecoderPlan) -> None:
     import torch
     from ttsfleet.inference.codec import load_codec
     from ttsfleet.inference.codec_batch import build_slot_decoder, use_conv_autotuner
-    from ttsfleet.inference.mps import limit_codec_client
+    from ttsfleet.inference.mps import codec_client_note
 
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s (codec process): %(message)s")
-    sm_percent = limit_codec_client(source.device)  # before this process's CUDA context exists
+    client_note = codec_client_note(source.device)  # MPS settings: before this process's CUDA context
     torch.set_grad_enabled(False)
     if plan.cpu_threads:
         torch.set_num_threads(plan.cpu_threads)
@@ -245,9 +245,8 @@ def worker_main(conn: Any, source: CodecSource, plan: DecoderPlan) -> None:
         logging.getLogger(__name__).exception("codec process failed to start")
         conn.send([("dead", f"codec process failed to start: {type(exc).__name__}: {exc}")])
         return
-    limited = f", MPS threads {sm_percent} %" if sm_percent is not None else ""
     took = time.perf_counter() - t0
-    conn.send([("ready", f"{source.name_or_path} on {source.device} in {took:.1f} s{limited}")])
+    conn.send([("ready", f"{source.name_or_path} on {source.device} in {took:.1f} s{client_note}")])
     with contextlib.suppress(EOFError, BrokenPipeError):  # the parent went away: nothing left to serve
         _serve(conn, decoder, plan.max_frames, plan.gather_s)
 

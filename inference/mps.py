@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ttsfleet.contracts.serving import MPS_MODES
 from ttsfleet.errors import UserError
-from ttsfleet.switches import ProcessSwitch, off_or_count
+from ttsfleet.switches import ProcessSwitch, off_or_count, one_of
 
 log = logging.getLogger("ttsfleet.inference.mps")
 
@@ -47,6 +47,21 @@ CODEC_SM_PERCENT_SWITCH: ProcessSwitch[str | int] = ProcessSwitch(
 #: the client creates its CUDA context; it can only lower the daemon's limit.
 MPS_THREAD_LIMIT_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 
+#: The codec process's scheduling priority among MPS clients: ``normal`` (as before) or
+#: ``below-normal`` (CUDA's ``CUDA_MPS_CLIENT_PRIORITY=1``: the GPU schedules the engine's pending
+#: work ahead of the codec's). Why: a cap on the codec's SMs (:data:`CODEC_SM_PERCENT_SWITCH`, 40 %)
+#: gave the step room, +6.1 % frames/s at c=64, but starved the codec when its pushes grew (first
+#: audio p99 234 -> 303 ms at c=64, 331 -> 1,414 ms at c=128; H100, 2026-12-06c call 12); a lower
+#: priority keeps every SM open to the codec whenever the step leaves them idle. Unmeasured:
+#: ``next_calls.sh 13``. Read in the codec process before its CUDA context, like the thread limit.
+CODEC_PRIORITY_ENV = "TTSFLEET_CODEC_MPS_PRIORITY"
+CODEC_PRIORITIES = ("normal", "below-normal")
+CODEC_PRIORITY_SWITCH: ProcessSwitch[str] = ProcessSwitch(
+    CODEC_PRIORITY_ENV, "normal", one_of(CODEC_PRIORITY_ENV, CODEC_PRIORITIES, "normal"))
+#: CUDA's own variable (NVIDIA's MPS guide, "CUDA_MPS_CLIENT_PRIORITY"): 0 normal, 1 below normal;
+#: a driver that does not know it ignores it, which the served A/B would show as no change.
+MPS_PRIORITY_ENV = "CUDA_MPS_CLIENT_PRIORITY"
+
 
 def limit_codec_client(device: str, environ: dict[str, str] | None = None) -> int | None:
     """In the codec process, before its first CUDA call: set CUDA's MPS thread limit from
@@ -59,6 +74,27 @@ def limit_codec_client(device: str, environ: dict[str, str] | None = None) -> in
         return None
     env[MPS_THREAD_LIMIT_ENV] = str(percent)
     return int(percent)
+
+
+def lower_codec_priority(device: str, environ: dict[str, str] | None = None) -> bool:
+    """In the codec process, before its first CUDA call: set CUDA's MPS client priority from
+    :data:`CODEC_PRIORITY_SWITCH` when the codec runs on CUDA under an MPS daemon. Returns whether
+    the codec now runs below normal (``normal``, the CPU or no MPS: False, nothing set)."""
+    env = os.environ if environ is None else environ
+    if CODEC_PRIORITY_SWITCH.get() == "normal" or not device.startswith("cuda") \
+            or not env.get("CUDA_MPS_PIPE_DIRECTORY"):
+        return False
+    env[MPS_PRIORITY_ENV] = "1"
+    return True
+
+
+def codec_client_note(device: str) -> str:
+    """Apply both codec-client settings (:func:`limit_codec_client`, :func:`lower_codec_priority`)
+    and say what took effect, for the codec process's ready line (empty: neither)."""
+    percent, lowered = limit_codec_client(device), lower_codec_priority(device)
+    parts = ([f"MPS threads {percent} %"] if percent is not None else []) + \
+        (["MPS priority below normal"] if lowered else [])
+    return "".join(f", {part}" for part in parts)
 
 
 @dataclass

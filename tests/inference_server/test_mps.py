@@ -209,6 +209,43 @@ def test_the_codec_clients_thread_limit_is_set_only_on_cuda_under_mps(codec_sm_p
     assert env.get(mps.MPS_THREAD_LIMIT_ENV) == (None if want is None else str(want))
 
 
+@pytest.fixture
+def codec_priority(monkeypatch):
+    """Sets ``TTSFLEET_CODEC_MPS_PRIORITY`` for one test, the switch re-read before and after."""
+    def set_to(value: str) -> None:
+        monkeypatch.setenv(mps.CODEC_PRIORITY_ENV, value)
+        mps.CODEC_PRIORITY_SWITCH.reset()
+    yield set_to
+    monkeypatch.delenv(mps.CODEC_PRIORITY_ENV, raising=False)
+    mps.CODEC_PRIORITY_SWITCH.reset()
+
+
+@pytest.mark.parametrize(("value", "device", "pipe", "want"), [
+    ("below-normal", "cuda", "/run/mps", True), ("Below-Normal", "cuda:1", "/run/mps", True),
+    ("normal", "cuda", "/run/mps", False),     # the default: the codec's work as urgent as the step's
+    ("below-normal", "cpu", "/run/mps", False),  # no CUDA context
+    ("below-normal", "cuda", "", False),       # no MPS daemon: nothing to be a client of
+])
+def test_the_codec_clients_priority_is_lowered_only_on_cuda_under_mps(codec_priority, value, device, pipe,
+                                                                      want):
+    codec_priority(value)
+    env = {"CUDA_MPS_PIPE_DIRECTORY": pipe} if pipe else {}
+    assert mps.lower_codec_priority(device, env) is want
+    assert env.get(mps.MPS_PRIORITY_ENV) == ("1" if want else None)
+
+
+def test_the_codec_process_names_both_mps_settings_it_applied(codec_sm_percent, codec_priority, monkeypatch):
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", "/run/mps")
+    for var in (mps.MPS_THREAD_LIMIT_ENV, mps.MPS_PRIORITY_ENV):
+        monkeypatch.delenv(var, raising=False)
+    assert mps.codec_client_note("cuda") == ""
+    codec_priority("below-normal")
+    assert mps.codec_client_note("cuda") == ", MPS priority below normal"
+    codec_sm_percent("70")
+    assert mps.codec_client_note("cuda") == ", MPS threads 70 %, MPS priority below normal"
+    assert os.environ[mps.MPS_THREAD_LIMIT_ENV] == "70" and os.environ[mps.MPS_PRIORITY_ENV] == "1"
+
+
 def test_a_bad_codec_sm_percent_is_refused_by_the_server_in_one_line():
     done = subprocess.run([sys.executable, "-P", "-m", "ttsfleet.cli", "serve", "--checkpoint", "tiny",
                            "--device", "cpu"], env={**os.environ, mps.CODEC_SM_PERCENT_ENV: "0"},
