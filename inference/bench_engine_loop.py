@@ -25,43 +25,55 @@ assert set(_DISPLAY_RANK) <= set(ENGINE_PHASES), "a ranked phase the engine no l
 PHASE_ORDER = tuple(sorted(ENGINE_PHASES, key=lambda phase: _DISPLAY_RANK.get(phase, 5)))
 
 
+#: Prefix of :func:`engine_totals`' keys for the engine's GPU work in situ (``inference_engine_gpu_seconds``).
+GPU_KEY = "gpu:"
+
+
 def engine_totals(samples: list[Any]) -> dict[str, float]:
-    """The server's engine counters in one /metrics read: ``{phase: seconds, ..., "steps": n,
-    "rows": n}`` ({} from a server without the phase counter: an older one, or another)."""
+    """The server's engine counters in one /metrics read: ``{phase: seconds, ..., "gpu:decode":
+    seconds, "gpu:prefill": seconds, "steps": n, "rows": n}`` (no ``gpu:`` keys from a server on the
+    CPU or an older one; {} from a server without the phase counter: an older one, or another)."""
     from ttsfleet.metrics import spec
 
     phases = spec("inference_engine_seconds").exposed_names[0]
+    gpu = spec("inference_engine_gpu_seconds").exposed_names[0]
     batch = spec("inference_batch_size").name
     out: dict[str, float] = {}
     for smp in samples:
         if smp.name == phases:
             key = smp.labels.get("phase", "?")
+        elif smp.name == gpu:
+            key = GPU_KEY + smp.labels.get("work", "?")
         elif smp.name in (batch + "_count", batch + "_sum"):
             key = "steps" if smp.name.endswith("_count") else "rows"
         else:
             continue
         out[key] = out.get(key, 0.0) + smp.value
-    return out if any(k not in ("steps", "rows") for k in out) else {}
+    return out if any(k not in ("steps", "rows") and not k.startswith(GPU_KEY) for k in out) else {}
 
 
 def engine_use(grown: dict[str, float], wall_s: float) -> dict[str, Any]:
     """A span's engine figures from how much :func:`engine_totals` grew over ``wall_s`` seconds:
-    steps a second, mean batch, the busy share of the span and each phase's ms per step ({} when the
+    steps a second, mean batch, the busy share of the span, each phase's ms per step and, from a
+    server on a GPU, its GPU work's ms per step in situ (``gpu_ms``: decode, prefill) ({} when the
     server has no phase counter or made no step)."""
     steps = grown.get("steps", 0.0)
-    phases = {k: v for k, v in grown.items() if k not in ("steps", "rows")}
+    phases = {k: v for k, v in grown.items() if k not in ("steps", "rows") and not k.startswith(GPU_KEY)}
+    gpu = {k.removeprefix(GPU_KEY): v for k, v in grown.items() if k.startswith(GPU_KEY)}
     if steps <= 0 or wall_s <= 0 or not phases:
         return {}
     ordered = [p for p in PHASE_ORDER if p in phases] + sorted(p for p in phases if p not in PHASE_ORDER)
     busy = sum(phases.values())
     return {"steps_per_s": round(steps / wall_s, 2), "mean_batch": round(grown.get("rows", 0.0) / steps, 2),
             "busy_share": round(busy / wall_s, 4), "step_ms": round(1000 * busy / steps, 3),
-            "per_step_ms": {p: round(1000 * phases[p] / steps, 3) for p in ordered}}
+            "per_step_ms": {p: round(1000 * phases[p] / steps, 3) for p in ordered},
+            **({"gpu_ms": {w: round(1000 * gpu[w] / steps, 3) for w in sorted(gpu)}} if gpu else {})}
 
 
 def engine_line(use: dict[str, Any], span: str) -> str:
     """One level's :func:`engine_use` (with its ``concurrency``) as a line under the table."""
     parts = ", ".join(f"{phase} {ms:.1f}" for phase, ms in use["per_step_ms"].items())
+    gpu = ", ".join(f"{work} {ms:.1f}" for work, ms in use.get("gpu_ms", {}).items())
     return (f"c={use['concurrency']} engine, {span}: {use['steps_per_s']:.1f} steps/s at batch "
             f"{use['mean_batch']:.1f}, {use['step_ms']:.1f} ms a step: {parts} (busy "
-            f"{use['busy_share']:.0%})")
+            f"{use['busy_share']:.0%})" + (f"; its GPU work in situ, ms a step: {gpu}" if gpu else ""))

@@ -69,7 +69,7 @@ from ttsfleet.inference.engine_messages import (
     RequestHandle,
     StopCodec,
 )
-from ttsfleet.inference.engine_phases import ENGINE_PHASES, PhaseClock
+from ttsfleet.inference.engine_phases import ENGINE_PHASES, GPU_WORK, GpuSpans, PhaseClock
 from ttsfleet.inference.graph_capture import CAPTURE_LOCK
 from ttsfleet.inference.prefill_coalesce import Arrivals, CoalesceRule, hold_arrivals
 
@@ -242,6 +242,7 @@ class Engine:
         #: the codec's counts, in ``stats`` and on /metrics: both codec modes write through it
         self.codec_meter = CodecMeter(self.stats, self._export_codec)
         self._phases = PhaseClock(self.stats)  # each busy iteration's time by phase
+        self._gpu_spans = GpuSpans() if self.device.type == "cuda" else None  # its GPU work in situ
         self._threads = [threading.Thread(target=self._engine_main, name="ttsfleet-engine", daemon=True)]
         self._codec_proc: CodecProcess | None = None
         if config.codec_process is not None and codec is not None:
@@ -286,6 +287,9 @@ class Engine:
         collectors["inference_running_batch_size"].labels(label).set(0)
         self._phases.export_to({phase: collectors["inference_engine_seconds"].labels(label, phase)
                                 for phase in ENGINE_PHASES})
+        if self._gpu_spans is not None:
+            self._gpu_spans.export_to({work: collectors["inference_engine_gpu_seconds"].labels(label, work)
+                                       for work in GPU_WORK})
         self.label = label
         self.metrics = collectors
 
@@ -652,7 +656,10 @@ class Engine:
         try:
             pieces = [PrefillPiece(st.slot, st.req.prompt[:, st.prefilled:st.prefilled + n], st.prefilled)
                       for st, n in plan]
+            start = GpuSpans.mark() if self._gpu_spans is not None else None
             self.model.prefill_batch(self.cache, pieces, graphs=self.prefill_graphs)
+            if self._gpu_spans is not None:
+                self._gpu_spans.add("prefill", start, GpuSpans.mark())
         except Exception as exc:
             log.exception("prefill failed")
             for st, _ in plan:
@@ -722,6 +729,7 @@ class Engine:
             self._pad_rows = (bs, pbs)
         sampling = self._sampling_batch(pbs)
         window = self.window_buf[:pbs]
+        start = GpuSpans.mark() if self._gpu_spans is not None else None
         if self.graphs is not None and pbs in self.graphs.graphs and sampling.fusable:
             frames = self.graphs.replay(pbs, sampling)
         else:
@@ -733,8 +741,8 @@ class Engine:
         if self.device.type == "cuda":
             buf = self._host_buf(len(self._in_flight), frames.shape)
             buf[:bs].copy_(frames[:bs], non_blocking=True)
-            step.host, step.done = buf, torch.cuda.Event()
-            step.done.record()
+            step.host, step.done = buf, GpuSpans.mark()
+            self._gpu_spans.add("decode", start, step.done)
         else:
             step.host = frames[:bs].clone()
         self._in_flight.append(step)
@@ -768,6 +776,8 @@ class Engine:
             step.done.synchronize()
         host = step.host.numpy()
         self.stats.wait_s += time.perf_counter() - t0
+        if self._gpu_spans is not None:
+            self._gpu_spans.harvest()  # this step's span and every span before it are done
         now = time.perf_counter()
         self.stats.steps += 1
         bs = len(step.rows)

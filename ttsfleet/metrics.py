@@ -76,6 +76,7 @@ L_DIRECTION = "direction"  # up | down | none
 L_MODEL = "model"
 L_DATASET = "dataset"  # a fill dataset (manifest) the Slurm fill agent cuts into shards
 L_PHASE = "phase"  # an engine iteration's phase: prefill | launch | gpu_wait | other
+L_GPU_WORK = "work"  # the engine's GPU work timed by CUDA events: decode | prefill
 
 WORKLOAD_CLASSES = ("inference", "training", "fill", "idle")
 
@@ -137,6 +138,14 @@ CONTRACT_LIST: tuple[MetricSpec, ...] = (
        "setting the pace; other: admission, hand-offs to the codec, bookkeeping). Divided by "
        "inference_batch_size's count (decode steps): where each step's interval goes, host or GPU.",
        [L_MODEL, L_PHASE]),
+    _m("inference", "inference_engine_gpu_seconds", "counter",
+       "GPU seconds of the engine's own work on its CUDA stream, by kind (decode: each step, its "
+       "graph replay and frame copy; prefill: each prompt call), from CUDA events at each one's start "
+       "and end: the span from the stream reaching the start to reaching the end, so the work itself "
+       "plus whatever slowed it there (the codec process's kernels beside it under MPS, launch gaps). "
+       "Divided by inference_batch_size's count: a decode step's GPU time in situ, set beside its "
+       "replay alone (bench engine) and beside inference_engine_seconds's interval. CUDA only.",
+       [L_MODEL, L_GPU_WORK]),
     _m("inference", "inference_request_duration_seconds", "histogram",
        "Request arrival to the last audio byte sent.", [L_MODEL], DURATION_BUCKETS),
     _m("inference", "inference_realtime_factor", "histogram",
