@@ -17,8 +17,8 @@ stage() {  # stage NAME LIMIT_S [VAR=value ...] STAGE: one speed_run.sh stage, i
   echo "== $name rc $? at $(date +%T)" | tee -a "$O/summary.txt"; tail -25 "$O/$name.log" | tee -a "$O/summary.txt"
 }
 bundle() {  # every stage's folder and log into $O/callN.tgz, beside summary.txt
-  tar -czf "/tmp/call$1.tgz" -C "$O" --exclude=summary.txt --exclude='call*.tgz' --exclude=kernel_cache.tgz . \
-    && find "$O" -mindepth 1 ! -name summary.txt ! -name 'call*.tgz' ! -name kernel_cache.tgz -delete \
+  tar -czf "/tmp/call$1.tgz" -C "$O" --exclude=summary.txt --exclude='call*.tgz' --exclude='kernel_cache.tgz*' . \
+    && find "$O" -mindepth 1 ! -name summary.txt ! -name 'call*.tgz' ! -name 'kernel_cache.tgz*' -delete \
     && mv "/tmp/call$1.tgz" "$O/call$1.tgz"
 }
 case ${1:-} in
@@ -82,8 +82,10 @@ fused-units+window-auto --shapes 16x4,64x4,128x4 --tile-table $O/codectiles/tune
      stage ab 580 READY_S=300 SERVE_ARGS_A="" SERVE_ARGS_B="--codec-compile default" \
        LEVELS="64:640 128:1280" AB_ROUNDS=1 ab ;;
   10w) # the served compiled codec's start-up alone, its Triton / Inductor caches packed for call 10 (2026-12-06b:
-       # its server was still compiling after 396 s, so call 10's B never served): $O/kernel_cache.tgz comes
-       # back; put it at .kcache/kernel_cache.tgz and carry .kcache with call 10, whose servers then start warm
+       # its server was still compiling after 396 s, so call 10's B never served): $O/kernel_cache.tgz.part00, ...
+       # come back (15 MiB parts: 2026-12-06c's one 41 MiB file did not); put them in .kcache/ and carry .kcache
+       # with call 10, whose servers then start warm (or run 10 right after 10w on the same warm machine:
+       # /tmp/kcache stays there between calls, as it did on 2026-12-06c: compiles 112 + 146 s -> 27 + 33 s)
      stage warm 540 READY_S=510 SERVE_ARGS="--codec-compile default" LEVELS="1:4" serve
      stage cacheout 30 KCACHE_OUT="$O/kernel_cache.tgz" cacheout ;;
   11) # the chunk ramp as it is (A: 1, 2, 4) beside repeat-first (B: 1, 1, 2, 4: the slack after the first
@@ -96,7 +98,18 @@ fused-units+window-auto --shapes 16x4,64x4,128x4 --tile-table $O/codectiles/tune
       # and c=128: its small pushes cannot fill the GPU, the decode step's weight reads want every SM
      stage ab 380 SERVE_ARGS_A="" SERVE_ARGS_B="TTSFLEET_CODEC_SM_PERCENT=40" LEVELS="64:640 128:1280" \
        AB_ROUNDS=1 ab ;;
-  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12 (see benchmarks/inference_h200/README.md)" >&2
+  13) # the codec process below normal priority among MPS clients (B: TTSFLEET_CODEC_MPS_PRIORITY=below-normal,
+      # CUDA's CUDA_MPS_CLIENT_PRIORITY=1) beside the default (A), c=64 and c=128: the step's work first, every
+      # SM still open to the codec (call 12's 40 % cap, 2026-12-06c: +6.1 % frames/s at c=64, first audio
+      # p99 234 -> 303 ms at c=64 and 331 -> 1,414 ms at c=128); the engine line now gives the step's GPU
+      # time in situ beside its interval
+     stage ab 380 SERVE_ARGS_A="" SERVE_ARGS_B="TTSFLEET_CODEC_MPS_PRIORITY=below-normal" LEVELS="64:640 128:1280" \
+       AB_ROUNDS=1 ab ;;
+  14) # the codec process at 70 % of the GPU's threads (B) beside no limit (A): call 12's 40 % bought frames/s
+      # with first audio; a milder cap, c=64 and c=128
+     stage ab 380 SERVE_ARGS_A="" SERVE_ARGS_B="TTSFLEET_CODEC_SM_PERCENT=70" LEVELS="64:640 128:1280" \
+       AB_ROUNDS=1 ab ;;
+  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14 (see benchmarks/inference_h200/README.md)" >&2
      exit 2 ;;
 esac
 bundle "$1"

@@ -25,11 +25,13 @@ set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 # Triton's and Inductor's caches in one folder, so a call can hand them to the next (a compile paid once
 # per cache, as `serving.kernelCache` gives pods): KERNEL_CACHE_IN (default .kcache/kernel_cache.tgz, an
-# ignored path the call carries) is unpacked here first; the `cacheout` stage packs it again
+# ignored path the call carries; or its parts, KERNEL_CACHE_IN.part00, .part01, ... as `cacheout` cuts
+# them) is unpacked here first; the `cacheout` stage packs it again
 KCACHE=/tmp/kcache; mkdir -p "$KCACHE"
 export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=$KCACHE/triton TORCHINDUCTOR_CACHE_DIR=$KCACHE/inductor
-if [ -f "${KERNEL_CACHE_IN:-.kcache/kernel_cache.tgz}" ]; then
-  tar -xzf "${KERNEL_CACHE_IN:-.kcache/kernel_cache.tgz}" -C "$KCACHE" \
+KCACHE_IN=${KERNEL_CACHE_IN:-.kcache/kernel_cache.tgz}
+if [ -f "$KCACHE_IN" ] || [ -f "$KCACHE_IN.part00" ]; then
+  { if [ -f "$KCACHE_IN" ]; then cat "$KCACHE_IN"; else cat "$KCACHE_IN".part*; fi; } | tar -xz -C "$KCACHE" \
     && echo "kernel cache in: $(du -sh "$KCACHE" | cut -f1), $(find "$KCACHE" -type f | wc -l) files" | tee -a "$OUT/run.log"
 fi
 # no PYTHONSAFEPATH, no repo root on PYTHONPATH: `python3 -m` from the root imports ttsfleet (the
@@ -129,10 +131,12 @@ for stage in "$@"; do
                      | tee "$OUT/prefill_graphs.txt" | tail -40 ;;
     prefill) timeout 200 python3 -m benchmarks.inference_h200.prefill_dispatch "$OUT/prefill_dispatch.json" 2>&1 \
                | tee "$OUT/prefill_dispatch.txt" | tail -60 ;;
-    cacheout) # the kernel caches packed for the next call (KCACHE_OUT, default $OUT/kernel_cache.tgz; a file
-              # over 16 MiB does not come back from the device)
-              tar -czf "${KCACHE_OUT:-$OUT/kernel_cache.tgz}" -C "$KCACHE" . \
-                && echo "kernel cache out: $(du -h "${KCACHE_OUT:-$OUT/kernel_cache.tgz}" | cut -f1) packed," \
+    cacheout) # the kernel caches packed for the next call, cut in 15 MiB parts (KCACHE_OUT.part00, ...;
+              # KCACHE_OUT defaults to $OUT/kernel_cache.tgz): a file over 16 MiB does not come back from
+              # the device, and the one piece of 2026-12-06c was 41 MiB
+              tar -czf - -C "$KCACHE" . | split -b 15m -d - "${KCACHE_OUT:-$OUT/kernel_cache.tgz}.part" \
+                && echo "kernel cache out: $(cat "${KCACHE_OUT:-$OUT/kernel_cache.tgz}".part* | wc -c) bytes packed" \
+                  "in $(ls "${KCACHE_OUT:-$OUT/kernel_cache.tgz}".part* | wc -l) parts," \
                   "$(find "$KCACHE" -type f | wc -l) files" | tee -a "$OUT/run.log" ;;
     codeccompile) timeout "${CC_TIMEOUT:-480}" python3 -m benchmarks.inference_h200.codec_compile "$OUT/codec_compile.json" \
                     --profile ${CC_ARGS:-} 2>&1 | tee "$OUT/codec_compile.txt" | tail -30 ;;
