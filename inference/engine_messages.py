@@ -86,8 +86,10 @@ class RequestHandle:
 #: ``repeat-first``: the first size twice, then doubling (1, 1, 2, 4, 4, ...). Measured beside ``on`` on
 #: an H100 (2026-12-06b, call11-h100-chunk-ramp-repeat-first, c=64, one round): requests with an underrun
 #: 46.5 -> 24.0 %, the first gap after 46 -> 93 ms of audio (p50), but frames/s 3,383 -> 3,189 (-5.7 %;
-#: two runs of ``on`` that hour: 3,419 and 3,383) and NVML busy 91 -> 86 %: not the default until a
-#: second round says whether the cost is real.
+#: two runs of ``on`` that hour: 3,419 and 3,383) and NVML busy 91 -> 86 %. The second round (2026-12-06c,
+#: call11-h100-repeat-first-round2): underruns 40.8 -> 11.5 % at c=64, frames/s -3.8 % at c=64 and -1.7 %
+#: at c=128 (the hour's ``on`` runs 2.2 % apart): the cost is real, so not the default; for deployments
+#: that value gap-free playback over throughput.
 CHUNK_RAMP_ENV = "TTSFLEET_CHUNK_RAMP"
 CHUNK_RAMPS = ("on", "off", "repeat-first")
 CHUNK_RAMP_SWITCH: ProcessSwitch[str] = ProcessSwitch(CHUNK_RAMP_ENV, "on",

@@ -87,9 +87,11 @@ class ServeConfig:
     codec_fast: bool = True
     #: ``off``, or the ``torch.compile`` mode of the batched codec decode (``default`` |
     #: ``max-autotune-no-cudagraphs``), compiled at start before the codec graphs are captured (issue
-    #: #25). Off until measured served: on an H100 (2026-12-06b, benchmarks/inference_h200/2026-12-06b)
-    #: the push 1.13-1.38x faster than the fused units' graphs, but a cold server still compiling
-    #: after 396 s; a kernel cache (``serving.kernelCache``) makes that a once-per-cache cost.
+    #: #25). Off, measured served: on an H100 (2026-12-06b) the push 1.13-1.38x faster than the fused
+    #: units' graphs, but served with a warm kernel cache (2026-12-06c, call10-h100-served-codec-compile-
+    #: warm) frames/s -5.0 % at c=64 and -9.0 % at c=128 beside them (the codec busy 82 -> 58 % of the
+    #: time, the engine's prefill slower beside its kernels); cold, its two compiles take 112 + 146 s
+    #: (27 + 33 s from a warm cache: ``serving.kernelCache``).
     codec_compile: str = "off"
     #: The fused prefill's per-row work from CUDA graphs, per row bucket (CUDA, with ``cuda_graphs``).
     #: On since the side-by-side H200 run of 2026-12-02 (benchmarks/inference_h200/2026-12-02-graphs:
