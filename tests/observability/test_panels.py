@@ -153,6 +153,8 @@ def expectations(o: Oracle) -> dict[tuple[str, str, str], Vec]:
     by_stage = {frozenset({("stage", st)}): share * ttfa_mean for st, share in dm.TTFA_STAGE_SHARES}
     by_phase = {k: v / bcount for k, v in by(o.rate("ttsfleet_inference_engine_seconds_total", W),
                                               "phase").items()}
+    by_work = {k: v / bcount for k, v in by(o.rate("ttsfleet_inference_engine_gpu_seconds_total", W),
+                                             "work").items()}
     processed = by(o.last("ttsfleet_fill_items_processed_total"), "fill_job")
     manifest = by(o.last("ttsfleet_fill_items_total_in_manifest"), "fill_job")
     stage_p99 = {}
@@ -210,6 +212,7 @@ def expectations(o: Oracle) -> dict[tuple[str, str, str], Vec]:
             one(quantile(0.99, ttfa_buckets("ttsfleet_inference_realtime_factor"))),
         ("ttsfleet-inference", "Time to first audio by stage (mean)", "{{stage}}"): by_stage,
         ("ttsfleet-inference", "Decode step interval by phase", "{{phase}}"): by_phase,
+        ("ttsfleet-inference", "Decode step GPU time in situ", "{{work}}"): by_work,
         ("ttsfleet-inference", "Queue depth", "{{pod}}"): by(o.last("ttsfleet_inference_queue_depth"), "pod"),
         ("ttsfleet-inference", "Batch size", "mean per decode step"): one(bsum / bcount),
         ("ttsfleet-inference", "Batch size", "running (avg)"):

@@ -163,14 +163,25 @@ def inference(catalog: GpuCatalog) -> Dashboard:
                     "engine's queue, for a slot, prefill, decode to the first codes, codec + encoding "
                     "+ send. The stack is the mean time to first audio.",
                     Target(_mean_by_stage("ttsfleet_inference_ttfa_stage_seconds"), "{{stage}}"),
-                    unit="s", stacked=True, min=0),
+                    unit="s", stacked=True, min=0, width=8),
                 _ts("Decode step interval by phase", "The engine loop's time per decode step, stacked: "
                     "waiting for the GPU (gpu_wait: the GPU sets the pace), queueing steps (launch), "
                     "prefill, and the rest on the host (other). The stack is the step interval.",
                     Target(f"sum by (phase) (rate(ttsfleet_inference_engine_seconds_total{{{POD}}}[{RI}])) / "
                            f"scalar(sum(rate(ttsfleet_inference_batch_size_count{{{POD}}}[{RI}])))",
                            "{{phase}}"),
-                    unit="s", stacked=True, min=0),
+                    unit="s", stacked=True, min=0, width=8),
+                _ts("Decode step GPU time in situ", "The GPU's time per decode step where the engine "
+                    "runs, stacked: its decode steps and prefill calls on its CUDA stream (CUDA event "
+                    "pairs, so it includes whatever slowed them there, e.g. the codec process's "
+                    "kernels beside them under MPS). Set it beside the step interval (the panel to "
+                    "its left): when the stack is close to the interval the GPU sets the pace; when "
+                    "well below it, the host or gaps between steps do.",
+                    Target(f"sum by (work) "
+                           f"(rate(ttsfleet_inference_engine_gpu_seconds_total{{{POD}}}[{RI}])) / "
+                           f"scalar(sum(rate(ttsfleet_inference_batch_size_count{{{POD}}}[{RI}])))",
+                           "{{work}}"),
+                    unit="s", stacked=True, min=0, width=8),
             )),
             Row("Batching and queues", (
                 _ts("Queue depth", "Requests waiting for a decode slot, per pod.",

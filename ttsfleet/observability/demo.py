@@ -60,6 +60,11 @@ TTFA_STAGE_SHARES = (("arrival", 0.05), ("queue", 0.10), ("prefill", 0.30), ("de
 #: ``inference_engine_seconds`` per decode step, by phase (illustrative, the shape of a busy H100
 #: replica at c=64: a ~19 ms step interval mostly spent waiting for the GPU).
 ENGINE_STEP_SECONDS = (("gpu_wait", 0.012), ("launch", 0.001), ("prefill", 0.0025), ("other", 0.003))
+#: ``inference_engine_gpu_seconds`` per decode step, by work: illustrative, not measured (the GPU
+#: time in situ has no benchmark yet). The shape of a busy H100 replica at c=64, whose step
+#: interval benchmarks/inference_h200/2026-12-06c measured at 17.5 ms: decode and prefill GPU
+#: time below the interval above (18.5 ms), the rest of it the host's and the gaps'.
+ENGINE_STEP_GPU_SECONDS = (("decode", 0.011), ("prefill", 0.002))
 
 PODS = (
     Pod("tts-h200-0", "h200", 60, 0, 60000, ((0.09, 57), (0.3, 3)), 24, 0, 24),
@@ -305,6 +310,8 @@ def _step_pod(c: Collectors, p: Pod, f: float) -> None:
         c["inference_batch_size"].labels(m).observe(p.batch if k % 4 else p.batch // 2)
     for phase, seconds in ENGINE_STEP_SECONDS:  # the engine loop's time for those 20 steps
         c["inference_engine_seconds"].labels(m, phase).inc(20 * seconds)
+    for work, seconds in ENGINE_STEP_GPU_SECONDS:  # the engine's GPU time for those 20 steps
+        c["inference_engine_gpu_seconds"].labels(m, work).inc(20 * seconds)
     c["inference_queue_depth"].labels(m).set(round(p.queue * f))
     c["inference_running_batch_size"].labels(m).set(p.batch)
     c["inference_requests_in_flight"].labels(m).set(round(p.in_flight * f))
