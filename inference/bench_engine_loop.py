@@ -27,6 +27,10 @@ PHASE_ORDER = tuple(sorted(ENGINE_PHASES, key=lambda phase: _DISPLAY_RANK.get(ph
 
 #: Prefix of :func:`engine_totals`' keys for the engine's GPU work in situ (``inference_engine_gpu_seconds``).
 GPU_KEY = "gpu:"
+#: :func:`engine_totals`' keys for the GIL probe's sum and count (``inference_engine_gil_wait_seconds``).
+GIL_SUM, GIL_COUNT = "gil:sum", "gil:count"
+#: Keys of :func:`engine_totals` that are not phases of the loop's time.
+_NOT_PHASES = ("steps", "rows", GIL_SUM, GIL_COUNT)
 
 
 def engine_totals(samples: list[Any]) -> dict[str, float]:
@@ -37,6 +41,7 @@ def engine_totals(samples: list[Any]) -> dict[str, float]:
 
     phases = spec("inference_engine_seconds").exposed_names[0]
     gpu = spec("inference_engine_gpu_seconds").exposed_names[0]
+    gil = spec("inference_engine_gil_wait_seconds").name
     batch = spec("inference_batch_size").name
     out: dict[str, float] = {}
     for smp in samples:
@@ -44,21 +49,24 @@ def engine_totals(samples: list[Any]) -> dict[str, float]:
             key = smp.labels.get("phase", "?")
         elif smp.name == gpu:
             key = GPU_KEY + smp.labels.get("work", "?")
+        elif smp.name in (gil + "_sum", gil + "_count"):
+            key = GIL_SUM if smp.name.endswith("_sum") else GIL_COUNT
         elif smp.name in (batch + "_count", batch + "_sum"):
             key = "steps" if smp.name.endswith("_count") else "rows"
         else:
             continue
         out[key] = out.get(key, 0.0) + smp.value
-    return out if any(k not in ("steps", "rows") and not k.startswith(GPU_KEY) for k in out) else {}
+    return out if any(k not in _NOT_PHASES and not k.startswith(GPU_KEY) for k in out) else {}
 
 
 def engine_use(grown: dict[str, float], wall_s: float) -> dict[str, Any]:
     """A span's engine figures from how much :func:`engine_totals` grew over ``wall_s`` seconds:
     steps a second, mean batch, the busy share of the span, each phase's ms per step and, from a
-    server on a GPU, its GPU work's ms per step in situ (``gpu_ms``: decode, prefill) ({} when the
-    server has no phase counter or made no step)."""
+    server on a GPU, its GPU work's ms per step in situ (``gpu_ms``: decode, prefill), and the GIL
+    probe's mean wait in ms (``gil_wait_ms``, with its probe count) ({} when the server has no phase
+    counter or made no step)."""
     steps = grown.get("steps", 0.0)
-    phases = {k: v for k, v in grown.items() if k not in ("steps", "rows") and not k.startswith(GPU_KEY)}
+    phases = {k: v for k, v in grown.items() if k not in _NOT_PHASES and not k.startswith(GPU_KEY)}
     gpu = {k.removeprefix(GPU_KEY): v for k, v in grown.items() if k.startswith(GPU_KEY)}
     if steps <= 0 or wall_s <= 0 or not phases:
         return {}
@@ -67,7 +75,15 @@ def engine_use(grown: dict[str, float], wall_s: float) -> dict[str, Any]:
     return {"steps_per_s": round(steps / wall_s, 2), "mean_batch": round(grown.get("rows", 0.0) / steps, 2),
             "busy_share": round(busy / wall_s, 4), "step_ms": round(1000 * busy / steps, 3),
             "per_step_ms": {p: round(1000 * phases[p] / steps, 3) for p in ordered},
-            **({"gpu_ms": {w: round(1000 * gpu[w] / steps, 3) for w in sorted(gpu)}} if gpu else {})}
+            **({"gpu_ms": {w: round(1000 * gpu[w] / steps, 3) for w in sorted(gpu)}} if gpu else {}),
+            **_gil_use(grown)}
+
+
+def _gil_use(grown: dict[str, float]) -> dict[str, Any]:
+    probes = grown.get(GIL_COUNT, 0.0)
+    if probes <= 0:
+        return {}
+    return {"gil_wait_ms": round(1000 * grown.get(GIL_SUM, 0.0) / probes, 3), "gil_probes": int(probes)}
 
 
 def engine_line(use: dict[str, Any], span: str) -> str:
@@ -76,4 +92,6 @@ def engine_line(use: dict[str, Any], span: str) -> str:
     gpu = ", ".join(f"{work} {ms:.1f}" for work, ms in use.get("gpu_ms", {}).items())
     return (f"c={use['concurrency']} engine, {span}: {use['steps_per_s']:.1f} steps/s at batch "
             f"{use['mean_batch']:.1f}, {use['step_ms']:.1f} ms a step: {parts} (busy "
-            f"{use['busy_share']:.0%})" + (f"; its GPU work in situ, ms a step: {gpu}" if gpu else ""))
+            f"{use['busy_share']:.0%})" + (f"; its GPU work in situ, ms a step: {gpu}" if gpu else "")
+            + (f"; the GIL back after letting go, mean {use['gil_wait_ms']:.2f} ms "
+               f"({use['gil_probes']} probes)" if "gil_wait_ms" in use else ""))

@@ -69,7 +69,7 @@ from ttsfleet.inference.engine_messages import (
     RequestHandle,
     StopCodec,
 )
-from ttsfleet.inference.engine_phases import ENGINE_PHASES, GPU_WORK, GpuSpans, PhaseClock
+from ttsfleet.inference.engine_phases import ENGINE_PHASES, GPU_WORK, GilProbe, GpuSpans, PhaseClock
 from ttsfleet.inference.graph_capture import CAPTURE_LOCK
 from ttsfleet.inference.prefill_coalesce import Arrivals, CoalesceRule, hold_arrivals
 
@@ -243,6 +243,7 @@ class Engine:
         self.codec_meter = CodecMeter(self.stats, self._export_codec)
         self._phases = PhaseClock(self.stats)  # each busy iteration's time by phase
         self._gpu_spans = GpuSpans() if self.device.type == "cuda" else None  # its GPU work in situ
+        self._gil_probe = GilProbe()  # how long it waits for the interpreter back, sampled
         self._threads = [threading.Thread(target=self._engine_main, name="ttsfleet-engine", daemon=True)]
         self._codec_proc: CodecProcess | None = None
         if config.codec_process is not None and codec is not None:
@@ -287,6 +288,7 @@ class Engine:
         collectors["inference_running_batch_size"].labels(label).set(0)
         self._phases.export_to({phase: collectors["inference_engine_seconds"].labels(label, phase)
                                 for phase in ENGINE_PHASES})
+        self._gil_probe.export_to(collectors["inference_engine_gil_wait_seconds"].labels(label))
         if self._gpu_spans is not None:
             self._gpu_spans.export_to({work: collectors["inference_engine_gpu_seconds"].labels(label, work)
                                        for work in GPU_WORK})
@@ -428,6 +430,8 @@ class Engine:
                     self._finish_step(self._in_flight.popleft())
                 self._publish()
                 self._phases.stop()
+                if not idle:
+                    self._gil_probe.tick()  # outside the phases: the probe's own wait is not the loop's
         except Exception as exc:  # a bug, not bad input: fail everyone loudly, mark not alive
             log.exception("engine loop died")
             self._dead = f"engine failed: {type(exc).__name__}: {exc}"

@@ -120,3 +120,42 @@ class GpuSpans:
             if work in self._counters:
                 self._counters[work].inc(seconds)
         self._pending = left
+
+
+class GilProbe:
+    """How long the engine thread waits to get the interpreter back after letting go of it, sampled.
+
+    Why: every torch call and every wait on the GPU lets go of the GIL, and the thread then waits for
+    it while another thread of the server holds it (the event loop writing audio, the codec process's
+    receiving thread): up to the switch interval (5 ms) each time. The phases count that wait inside
+    whichever phase let go, so they cannot show it; the served ``other`` phase grows ~0.11 ms a row
+    from c=64 to c=128 on an H100 (2026-12-06c) while the engine's own host work outside the step
+    is ~0.5 ms a step at batch 63, ~8 us a row (the tiny model on the CPU, codes only, nothing else
+    in the process: ``benchmarks/inference_h200/2026-12-06c/cpu-engine-codes-only``). Every
+    :attr:`every`-th busy iteration, :meth:`tick` lets go of the GIL once (``time.sleep(0)``) and
+    times getting it back: ~microseconds when no other thread wants it, and the wait any release
+    costs when one does (CPU: 0.07 ms free, 10.2 ms beside a spinning thread at a 10 ms switch
+    interval). Sampling keeps the probe's own cost (one such wait) to 1/``every`` of an iteration's."""
+
+    def __init__(self, every: int = 16) -> None:
+        self.every = every
+        self.count = 0
+        self.total_s = 0.0
+        self._iterations = 0
+        self._histogram: Any = None
+
+    def export_to(self, histogram: Any) -> None:
+        """``histogram``: the labelled histogram child each probe is observed into."""
+        self._histogram = histogram
+
+    def tick(self) -> None:
+        self._iterations += 1
+        if self._iterations % self.every:
+            return
+        t0 = time.perf_counter()
+        time.sleep(0)  # lets go of the GIL and takes it back
+        waited = time.perf_counter() - t0
+        self.count += 1
+        self.total_s += waited
+        if self._histogram is not None:
+            self._histogram.observe(waited)

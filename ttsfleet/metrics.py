@@ -31,6 +31,8 @@ DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 120.0)
 RTF_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 5.0)
 #: Buckets for decode batch sizes.
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128)
+#: Seconds to re-take the GIL: microseconds free, the switch interval (5 ms) or more contended.
+GIL_WAIT_BUCKETS = (1e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2e-3, 3e-3, 4e-3, 5e-3, 6e-3, 1e-2, 2e-2)
 
 
 @dataclass(frozen=True)
@@ -146,6 +148,12 @@ CONTRACT_LIST: tuple[MetricSpec, ...] = (
        "Divided by inference_batch_size's count: a decode step's GPU time in situ, set beside its "
        "replay alone (bench engine) and beside inference_engine_seconds's interval. CUDA only.",
        [L_MODEL, L_GPU_WORK]),
+    _m("inference", "inference_engine_gil_wait_seconds", "histogram",
+       "How long the engine thread waited to get the Python interpreter (GIL) back after letting go "
+       "of it, probed every 16th busy iteration: microseconds when no other thread of the server "
+       "wants it, up to the switch interval (5 ms) when one holds it. Every torch call and GPU wait "
+       "lets go once, so a mean well above microseconds says the server's other threads (HTTP, the "
+       "codec's hand-offs) slow the decode loop.", [L_MODEL], GIL_WAIT_BUCKETS),
     _m("inference", "inference_request_duration_seconds", "histogram",
        "Request arrival to the last audio byte sent.", [L_MODEL], DURATION_BUCKETS),
     _m("inference", "inference_realtime_factor", "histogram",
