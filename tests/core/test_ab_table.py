@@ -1,0 +1,53 @@
+"""``benchmarks/inference_h200/ab_table.py``: a served A/B call's folder as the README's markdown table,
+read from the sides' ``bench.json`` (checked on 2026-12-06c's recorded call 12, whose table was typed by
+hand from the text output), the engine cell's GPU and GIL parts, and a bad folder refused in one line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parents[2] / "benchmarks" / "inference_h200"
+CALL12 = HERE / "2026-12-06c" / "call12-h100-codec-sm-40"
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-P", str(HERE / "ab_table.py"), *args], capture_output=True,
+                          text=True, timeout=60, check=False)
+
+
+def test_a_recorded_call_gives_the_table_typed_by_hand():
+    done = _run(str(CALL12))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("| c | side | frames/s |") and len(lines) == 2 + 4
+    assert lines[2] == ("| 64 | A | 3,532.7 | 95 / 234 | 0.394 / 0.440 | 45.1%, 93 ms | 36.7, 79% | 92.2 % | "
+                        "17.5: 4.5 / 1.6 / 4.8 / 6.6 |")
+    assert lines[3].startswith("| 64 | B: TTSFLEET_CODEC_SM_PERCENT=40 | 3,747.1 | 118 / 303 |")
+    assert [ln.split(" | ")[0] for ln in lines[2:]] == ["| 64", "| 64", "| 128", "| 128"]
+    assert "| 219 / 1414 |" in lines[5] and lines[5].endswith("| 96.5 % | 27.4: 3.8 / 2.1 / 6.9 / 14.6 |")
+
+
+def test_the_engine_cell_gives_gpu_work_and_the_gil_probe_where_exported(tmp_path):
+    folder = tmp_path / "ab"
+    shutil.copytree(CALL12 / "a1" / "served_c64", folder / "a1" / "served_c64")
+    bench = folder / "a1" / "served_c64" / "bench.json"
+    report = json.loads(bench.read_text())
+    report["engine_steady"][0].update(gpu_ms={"decode": 11.2, "prefill": 2.9}, gil_wait_ms=1.234,
+                                      gil_probes=80)
+    bench.write_text(json.dumps(report))
+    done = _run(str(folder))  # no run-ab.log: no flags, no NVML
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[2].endswith(
+        "| - | 17.5: 4.5 / 1.6 / 4.8 / 6.6; GPU decode 11.2, prefill 2.9; GIL 1.23 |")
+
+
+def test_a_folder_without_sides_is_refused_in_one_line(tmp_path):
+    done = _run(str(tmp_path))
+    assert done.returncode == 2
+    assert done.stderr.strip() == f"error: no <side>/served_c<N>/bench.json under {tmp_path}"
+    done = _run(str(tmp_path / "missing"))
+    assert done.returncode == 2 and done.stderr.strip().startswith("usage: ab_table.py FOLDER")
