@@ -110,8 +110,9 @@ fused-units+window-auto --shapes 16x4,64x4,128x4 --tile-table $O/codectiles/tune
      stage ab 380 SERVE_ARGS_A="" SERVE_ARGS_B="TTSFLEET_CODEC_SM_PERCENT=70" LEVELS="64:640 128:1280" \
        AB_ROUNDS=1 ab ;;
   15) # prompts held up to 20 ms so later arrivals share a prefill call (B: --prefill-coalesce-ms 20) beside
-      # none (A, the default), c=64 and c=128: a one-prompt 512-token prefill runs at 17k tokens/s, four
-      # at 28k, sixteen at 78k (2026-12-06c call 9), and at c=128 about one prompt arrives a step; off
+      # none (A, the default), c=64 and c=128: a prefill call from graphs is done in 10.9 ms for one
+      # prompt, 14.6 for two, 24.7 for four (H200, 2026-12-02-graphs run6), and at c=128 about one prompt
+      # arrives a step; off
       # since 2026-12-02 (+7.4 % frames/s for first audio then, before the prefill graphs and the
       # codec process); the engine line's GPU spans say what a step's prefill costs the GPU
      stage ab 380 SERVE_ARGS_A="" SERVE_ARGS_B="--prefill-coalesce-ms 20" LEVELS="64:640 128:1280" \
