@@ -503,7 +503,11 @@ class DualARModel(nn.Module):
         tokens = tokens.to(self.device, non_blocking=True)[None]
         x = self.embed(tokens)[0]  # [N, dim]
         if fused_enabled(tokens):
-            if graphs is not None and graphs.bucket(x.shape[0]) is not None:
+            whole = graphs.whole_fit(x.shape[0], lay.max_end) if graphs is not None and \
+                lay.lone_slot is not None else None
+            if whole is not None:
+                h, normed = graphs.run_whole(x, lay.pos, lay.row_slots, lay.slots, lay.starts, whole)
+            elif graphs is not None and graphs.bucket(x.shape[0]) is not None:
                 h, normed = graphs.run(x, lay.pos, lay.row_slots, lay.attend)
             else:
                 h, normed = fused.run_blocks(list(self.layers), x, self.rope, lay.pos, cache.k, cache.v,

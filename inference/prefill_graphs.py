@@ -28,8 +28,12 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 from ttsfleet.kernels import decode as kd
+from ttsfleet.kernels.reference import dequantize_kv
+
+from ttsfleet.switches import ProcessSwitch, one_of
 
 from . import fused
+from .model_layers import attend as sdpa_attend
 
 if TYPE_CHECKING:
     from .model import DualARModel, KVCache
@@ -38,6 +42,56 @@ log = logging.getLogger(__name__)
 
 #: Smallest bucket: prompt pieces are rarely shorter, and padding a few rows costs little.
 MIN_ROWS = 64
+
+#: Whole-call graphs for one-piece calls (``on``), attention inside them, or the piecewise graphs alone
+#: (``off``, the default). Why: a one-prompt call from the piecewise graphs is still host-bound — done
+#: in 10.9 ms, its host time 10.7 ms (H200, 2026-12-02-graphs run6) — since its 36 attentions run
+#: eagerly between 37 replays; at c=128 about one prompt arrives per decode step, so the engine thread
+#: spends ~10 ms a step there. A one-piece call (the common one: a prompt or its next chunk) can attend
+#: inside a graph: its slot and start are device tensors, its keys padded to a static length and masked
+#: (``WholeAttend``), one replay for the call. The cost: attention over up to twice the keys it needs.
+#: Unmeasured on a GPU: ``next_calls.sh 16`` serves it beside ``off``.
+WHOLE_ENV = "TTSFLEET_PREFILL_WHOLE_GRAPHS"
+WHOLE_SWITCH: ProcessSwitch[str] = ProcessSwitch(WHOLE_ENV, "off", one_of(WHOLE_ENV, ("off", "on"), "off"))
+#: Largest one-piece call a whole graph takes, in rows: the engine's prefill chunk (256 tokens).
+WHOLE_MAX_ROWS = 256
+#: Smallest key length a whole graph attends over; then doubling up to the cache's length.
+MIN_KEYS = 256
+
+
+def key_buckets(max_seq_len: int, min_keys: int = MIN_KEYS) -> list[int]:
+    """Key lengths a whole graph pads its slot's keys to: ``min_keys`` doubling, ending at the
+    cache's length (each at most twice the one below: attention over at most 2x the keys needed)."""
+    out, size = [], min_keys
+    while size < max_seq_len:
+        out.append(size)
+        size *= 2
+    return [*out, max_seq_len]
+
+
+class WholeAttend:
+    """One piece's attention with static shapes, for a graph: the rows' queries against the first
+    ``keys`` positions of the slot in ``slot`` (a device tensor), query ``i`` seeing keys ``0 .. start
+    + i`` (``start`` a device tensor too). Padded queries past the piece see stale keys of the slot,
+    finite, and their outputs are never read."""
+
+    def __init__(self, slot: Tensor, start: Tensor, row_idx: Tensor, key_idx: Tensor, keys: int) -> None:
+        self.slot, self.start, self.keys = slot, start, keys
+        self.row_idx, self.key_idx = row_idx, key_idx[:keys]
+
+    def __call__(self, q: Tensor, k_cache: Tensor, v_cache: Tensor, k_scale: Tensor | None = None,
+                 v_scale: Tensor | None = None) -> Tensor:
+        rows, keys = q.shape[0], self.keys
+
+        def gather(cache: Tensor) -> Tensor:  # [1, keys, ...]: the slot's first keys, copied
+            return cache[:, :keys].index_select(0, self.slot)
+
+        k, v = gather(k_cache), gather(v_cache)
+        if k_scale is not None and v_scale is not None:
+            k, v = dequantize_kv(k, gather(k_scale), q.dtype), dequantize_kv(v, gather(v_scale), q.dtype)
+        seen = self.start + self.row_idx[:rows]  # the last key each query sees
+        mask = (self.key_idx[None, :] <= seen[:, None])[None, None]
+        return sdpa_attend(q[None], k, v, mask).reshape(rows, *q.shape[1:])
 
 
 def row_buckets(max_rows: int, min_rows: int = MIN_ROWS) -> list[int]:
@@ -62,7 +116,8 @@ class PrefillGraphs:
     ``scratch_slot``: a cache slot no request uses (the engine's pad slot); padded rows store there.
     """
 
-    def __init__(self, model: DualARModel, cache: KVCache, scratch_slot: int, buckets: list[int]) -> None:
+    def __init__(self, model: DualARModel, cache: KVCache, scratch_slot: int, buckets: list[int],
+                 whole: bool | None = None, keys: list[int] | None = None) -> None:
         if not 0 <= scratch_slot < cache.max_slots:
             raise ValueError(f"scratch slot {scratch_slot} is not in [0, {cache.max_slots})")
         c, top = model.config, max(buckets)
@@ -80,6 +135,15 @@ class PrefillGraphs:
         # padded rows: distinct scratch positions (no two rows store to one place)
         self.pad_pos = torch.arange(top, device=dev, dtype=torch.int64) % cache.max_seq_len
         self.graphs: dict[int, list[torch.cuda.CUDAGraph]] = {}
+        # whole-call graphs (:data:`WHOLE_SWITCH`): one per (row bucket, key length) of a one-piece call
+        self.whole = WHOLE_SWITCH.get() == "on" if whole is None else whole
+        self.whole_rows = [b for b in self.buckets if b <= WHOLE_MAX_ROWS] or self.buckets[:1]
+        self.key_lengths = key_buckets(cache.max_seq_len) if keys is None else sorted(keys)
+        self.lone_slot = torch.zeros(1, device=dev, dtype=torch.int64)
+        self.lone_start = torch.zeros(1, device=dev, dtype=torch.int64)
+        self.row_idx = torch.arange(top, device=dev, dtype=torch.int64)
+        self.key_idx = torch.arange(max(self.key_lengths), device=dev, dtype=torch.int64)
+        self.whole_graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
 
     # ------------------------------------------------------------------ segments
     @property
@@ -125,17 +189,58 @@ class PrefillGraphs:
         rows = self.bucket(n)
         if rows is None:
             raise ValueError(f"{n} prefill rows exceed the largest row bucket {self.buckets[-1]}")
-        self.x[:n].copy_(x)
-        self.pos[:n].copy_(pos)
-        self.slots[:n].copy_(row_slots)
-        self.pos[n:rows].copy_(self.pad_pos[:rows - n])
-        self.slots[n:rows].fill_(self.scratch_slot)
+        self._load(x, pos, row_slots, rows)
         cache = self.cache
         for s, blk in enumerate(self.blocks):
             self._run_segment(s, rows)
             kv = fused.layer_kv(cache.k, cache.v, cache.k_scale, cache.v_scale, s)
             self.y[:n].copy_(fused.attend_block(blk, self.q[:n], kv, attend))
         self._run_segment(len(self.blocks), rows)
+        return self.x[:n], self.normed[:n]
+
+    def _load(self, x: Tensor, pos: Tensor, row_slots: Tensor, rows: int) -> None:
+        """The call's rows into the static buffers; rows ``n .. rows`` padded (scratch slot)."""
+        n = int(x.shape[0])
+        self.x[:n].copy_(x)
+        self.pos[:n].copy_(pos)
+        self.slots[:n].copy_(row_slots)
+        self.pos[n:rows].copy_(self.pad_pos[:rows - n])
+        self.slots[n:rows].fill_(self.scratch_slot)
+
+    # ------------------------------------------------------------------ whole-call graphs
+    def whole_fit(self, n: int, max_end: int) -> tuple[int, int] | None:
+        """The (row bucket, key length) a one-piece call of ``n`` rows ending at ``max_end`` runs at
+        from a whole graph, or None (whole graphs off, too many rows or keys)."""
+        if not self.whole:
+            return None
+        rows = next((b for b in self.whole_rows if b >= n), None)
+        keys = next((k for k in self.key_lengths if k >= max_end), None)
+        return None if rows is None or keys is None else (rows, keys)
+
+    def _whole(self, rows: int, keys: int) -> None:
+        """The whole call on the first ``rows`` static rows, attention over ``keys`` of the slot in
+        :attr:`lone_slot` (what a whole graph captures)."""
+        m, cache = self.model, self.cache
+        attend = WholeAttend(self.lone_slot, self.lone_start, self.row_idx, self.key_idx, keys)
+        x, normed = fused.run_blocks(self.blocks, self.x[:rows], m.rope, self.pos[:rows], cache.k, cache.v,
+                                     self.slots[:rows], attend, m.norm, cache.k_scale, cache.v_scale)
+        self.normed[:rows].copy_(normed)
+        self.x[:rows].copy_(x)
+
+    def run_whole(self, x: Tensor, pos: Tensor, row_slots: Tensor, slot: Tensor, start: Tensor,
+                  fit: tuple[int, int]) -> tuple[Tensor, Tensor]:
+        """One piece's call (``slot`` and ``start``: one-element device tensors) at ``fit`` (from
+        :meth:`whole_fit`): one replay, or the same work eagerly without its graph -> (pre-norm
+        hidden, normed) of the ``n`` rows (views of static buffers: valid until the next call)."""
+        n, (rows, keys) = int(x.shape[0]), fit
+        self._load(x, pos, row_slots, rows)
+        self.lone_slot.copy_(slot)
+        self.lone_start.copy_(start)
+        graph = self.whole_graphs.get(fit)
+        if graph is None:
+            self._whole(rows, keys)
+        else:
+            graph.replay()
         return self.x[:n], self.normed[:n]
 
     # ------------------------------------------------------------------ capture
@@ -163,9 +268,33 @@ class PrefillGraphs:
                         self._segment(s, rows)
                     graphs.append(g)
                 self.graphs[rows] = graphs
+            if self.whole:
+                self._capture_whole(pool)
             torch.cuda.synchronize()
         finally:
             self.model.release(self.cache, self.scratch_slot)
-        log.info("captured prefill graphs for %d row buckets (%d..%d rows, %d segments each) in %.1f s",
+        log.info("captured prefill graphs for %d row buckets (%d..%d rows, %d segments each)%s in %.1f s",
                  len(self.graphs), self.buckets[0], self.buckets[-1], self.n_segments,
-                 time.perf_counter() - t0)
+                 f", {len(self.whole_graphs)} whole-call graphs (rows {self.whole_rows} x keys "
+                 f"{self.key_lengths})" if self.whole else "", time.perf_counter() - t0)
+
+    def _capture_whole(self, pool: object) -> None:
+        """A whole graph per (row bucket, key length) that can hold it, the scratch slot attended
+        (its keys are stale, finite). Each runs once eagerly on a side stream first."""
+        self.lone_slot.fill_(self.scratch_slot)
+        self.lone_start.zero_()
+        for keys in reversed(self.key_lengths):
+            for rows in reversed(self.whole_rows):
+                if rows > keys:
+                    continue
+                self.slots[:rows].fill_(self.scratch_slot)
+                self.pos[:rows].copy_(self.pad_pos[:rows])
+                side = torch.cuda.Stream()
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):
+                    self._whole(rows, keys)
+                torch.cuda.current_stream().wait_stream(side)
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g, pool=pool):
+                    self._whole(rows, keys)
+                self.whole_graphs[(rows, keys)] = g
