@@ -117,7 +117,13 @@ fused-units+window-auto --shapes 16x4,64x4,128x4 --tile-table $O/codectiles/tune
       # codec process); the engine line's GPU spans say what a step's prefill costs the GPU
      stage ab 380 SERVE_ARGS_A="" SERVE_ARGS_B="--prefill-coalesce-ms 20" LEVELS="64:640 128:1280" \
        AB_ROUNDS=1 ab ;;
-  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15 (see benchmarks/inference_h200/README.md)" >&2
+  16) # one-piece prefill calls from whole-call graphs, attention inside (B: TTSFLEET_PREFILL_WHOLE_GRAPHS=on)
+      # beside the piecewise graphs (A), c=64 and c=128: a one-prompt call is host-bound there (done in
+      # 10.9 ms, host 10.7 ms: H200, 2026-12-02-graphs run6); the engine line's prefill phase and its GPU
+      # span say what the whole graphs save; the GPU tests' test_prefill_graphs.py checks their capture
+     stage ab 380 SERVE_ARGS_A="" SERVE_ARGS_B="TTSFLEET_PREFILL_WHOLE_GRAPHS=on" LEVELS="64:640 128:1280" \
+       AB_ROUNDS=1 ab ;;
+  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16 (see benchmarks/inference_h200/README.md)" >&2
      exit 2 ;;
 esac
 bundle "$1"

@@ -57,6 +57,8 @@ MODEL_SWITCHES = {  # variable: (default, the parsed default, a bad value, its w
                             "TTSFLEET_CHUNK_RAMP='yes': expected one of on, off, repeat-first"),
     "TTSFLEET_CODEC_SM_PERCENT": ("off", "off", "101",
                                   "TTSFLEET_CODEC_SM_PERCENT='101': expected off or a count 1..100"),
+    "TTSFLEET_PREFILL_WHOLE_GRAPHS": ("off", "off", "yes",
+                                      "TTSFLEET_PREFILL_WHOLE_GRAPHS='yes': expected one of off, on"),
     "TTSFLEET_CODEC_MPS_PRIORITY": (
         "normal", "normal", "high",
         "TTSFLEET_CODEC_MPS_PRIORITY='high': expected one of normal, below-normal"),
@@ -138,6 +140,7 @@ def test_the_model_switches_are_registered_with_their_defaults_and_messages() ->
         codec_batch,  # noqa: F401 - registers TTSFLEET_CODEC_UNITS
         model_layers,
         mps,  # noqa: F401 - registers TTSFLEET_CODEC_SM_PERCENT, TTSFLEET_CODEC_MPS_PRIORITY
+        prefill_graphs,  # noqa: F401 - registers TTSFLEET_PREFILL_WHOLE_GRAPHS
     )
     from ttsfleet.kernels import decode
 
