@@ -269,7 +269,11 @@ class PrefillGraphs:
                     graphs.append(g)
                 self.graphs[rows] = graphs
             if self.whole:
-                self._capture_whole(pool)
+                try:
+                    self._capture_whole(pool)
+                except Exception:  # the piecewise graphs still serve every call
+                    log.exception("whole-call prefill graph capture failed; one-piece calls use the segments")
+                    self.whole, self.whole_graphs = False, {}
             torch.cuda.synchronize()
         finally:
             self.model.release(self.cache, self.scratch_slot)
