@@ -182,3 +182,25 @@ def metric_value(client: httpx.Client, name: str, **labels: str) -> float:
             if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
                 return float(s.value)
     return 0.0
+
+
+def run_requests(engine, prompt, count: int, max_new_tokens: int, **request) -> list[str]:  # noqa: ANN001
+    """``count`` requests (seeds 0 .. count-1) through a started ``engine`` at once, each read to its
+    end: the last event's kind of each ("done" or "error")."""
+    import asyncio
+
+    from ttsfleet.inference.engine import GenerationRequest
+    from ttsfleet.inference.sampling import SamplingParams
+
+    async def one(seed: int) -> str:
+        req = GenerationRequest(prompt=prompt, sampling=SamplingParams(seed=seed),
+                                max_new_tokens=max_new_tokens, **request)
+        h = engine.submit(req, asyncio.get_running_loop())
+        while (ev := await h.next()).kind not in ("done", "error"):
+            pass
+        return ev.kind
+
+    async def main() -> list[str]:
+        return await asyncio.gather(*(one(s) for s in range(count)))
+
+    return asyncio.run(main())

@@ -4,19 +4,19 @@ the switch interval when one holds it; a real engine exports it, and ``bench ser
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import threading
 
 import pytest
-from ttsfleet.inference.engine import Engine, EngineConfig, GenerationRequest
+from ttsfleet.inference.engine import Engine, EngineConfig
 from ttsfleet.inference.engine_phases import GilProbe
 from ttsfleet.inference.loader import load_model
 from ttsfleet.inference.prompt import build_prompt
-from ttsfleet.inference.sampling import SamplingParams
 from ttsfleet.inference.tokenizer import load_tokenizer
 
 from ttsfleet.metrics import make_collectors, spec
+
+from .conftest import run_requests
 
 
 def _probe(ticks: int) -> GilProbe:
@@ -74,19 +74,8 @@ def test_a_real_engine_exports_its_probes():
     eng = Engine(model, None, EngineConfig(max_running_requests=2, max_queue=4), metrics, "tiny")
     eng._gil_probe.every = 1
     eng.start()
-
-    async def one(seed: int) -> str:
-        h = eng.submit(GenerationRequest(prompt=prompt, sampling=SamplingParams(seed=seed), max_new_tokens=6),
-                       asyncio.get_running_loop())
-        while (ev := await h.next()).kind not in ("done", "error"):
-            pass
-        return ev.kind
-
-    async def main() -> list[str]:
-        return await asyncio.gather(*(one(s) for s in range(2)))
-
     try:
-        assert asyncio.run(main()) == ["done"] * 2
+        assert run_requests(eng, prompt, 2, 6) == ["done"] * 2
     finally:
         eng.stop()
     assert _gil_count(metrics) == eng._gil_probe.count >= 6  # one per busy iteration, each step one

@@ -4,18 +4,17 @@ real engine on a GPU exports its decode steps' and prefill calls' GPU time (skip
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 import torch
-from ttsfleet.inference.engine import Engine, EngineConfig, GenerationRequest
+from ttsfleet.inference.engine import Engine, EngineConfig
 from ttsfleet.inference.engine_phases import GPU_WORK, GpuSpans
 from ttsfleet.inference.loader import load_model
 from ttsfleet.inference.prompt import build_prompt
-from ttsfleet.inference.sampling import SamplingParams
 from ttsfleet.inference.tokenizer import load_tokenizer
 
 from ttsfleet.metrics import make_collectors, spec
+
+from .conftest import run_requests
 
 
 class _Event:
@@ -82,19 +81,8 @@ def test_a_gpu_engine_exports_its_decode_and_prefill_gpu_time():
     eng = Engine(model, None, EngineConfig(max_running_requests=4, max_queue=8, cuda_graph_max_bs=4,
                                            device="cuda"), metrics, "tiny")
     eng.start()
-
-    async def one(seed: int) -> str:
-        h = eng.submit(GenerationRequest(prompt=prompt, sampling=SamplingParams(seed=seed), max_new_tokens=12,
-                                         first_chunk_frames=1, chunk_frames=4), asyncio.get_running_loop())
-        while (ev := await h.next()).kind not in ("done", "error"):
-            pass
-        return ev.kind
-
-    async def main() -> list[str]:
-        return await asyncio.gather(*(one(s) for s in range(6)))
-
     try:
-        assert asyncio.run(main()) == ["done"] * 6
+        assert run_requests(eng, prompt, 6, 12, first_chunk_frames=1, chunk_frames=4) == ["done"] * 6
     finally:
         eng.stop()
     decode, prefill = _gpu_value(metrics, "decode"), _gpu_value(metrics, "prefill")

@@ -4,7 +4,6 @@ timers, and two /metrics reads become steps a second and each step's interval by
 
 from __future__ import annotations
 
-import asyncio
 import time
 import types
 
@@ -15,14 +14,15 @@ from ttsfleet.inference.bench import server_lines, server_report
 from ttsfleet.inference.bench_engine_loop import engine_line, engine_totals, engine_use
 from ttsfleet.inference.bench_steady import Counts, view_of
 from ttsfleet.inference.codec import load_codec
-from ttsfleet.inference.engine import Engine, EngineConfig, GenerationRequest
+from ttsfleet.inference.engine import Engine, EngineConfig
 from ttsfleet.inference.engine_phases import ENGINE_PHASES, PhaseClock
 from ttsfleet.inference.loader import load_model
 from ttsfleet.inference.prompt import build_prompt
-from ttsfleet.inference.sampling import SamplingParams
 from ttsfleet.inference.tokenizer import load_tokenizer
 
 from ttsfleet.metrics import make_collectors, spec
+
+from .conftest import run_requests
 
 
 def _phase_value(metrics, phase: str) -> float:
@@ -60,19 +60,8 @@ def test_a_real_engines_phase_counters_add_up_to_its_timers():
     eng = Engine(model, codec, EngineConfig(max_running_requests=4, max_queue=8, cuda_graph_max_bs=4),
                  metrics, "tiny")
     eng.start()
-
-    async def one(seed: int) -> str:
-        h = eng.submit(GenerationRequest(prompt=prompt, sampling=SamplingParams(seed=seed), max_new_tokens=12,
-                                         first_chunk_frames=1, chunk_frames=4), asyncio.get_running_loop())
-        while (ev := await h.next()).kind not in ("done", "error"):
-            pass
-        return ev.kind
-
-    async def main() -> list[str]:
-        return await asyncio.gather(*(one(s) for s in range(6)))
-
     try:
-        assert asyncio.run(main()) == ["done"] * 6
+        assert run_requests(eng, prompt, 6, 12, first_chunk_frames=1, chunk_frames=4) == ["done"] * 6
     finally:
         eng.stop()
     s = eng.stats

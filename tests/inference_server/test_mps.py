@@ -184,15 +184,20 @@ def test_a_daemon_that_does_not_start_is_a_warning_in_auto_and_an_error_when_on(
         mps.start("on", control=str(failing))
 
 
+def _switch_setter(monkeypatch, switch):  # noqa: ANN001, ANN202
+    """Sets ``switch``'s variable for one test, the switch re-read before and after."""
+    def set_to(value: str) -> None:
+        monkeypatch.setenv(switch.env, value)
+        switch.reset()
+    yield set_to
+    monkeypatch.delenv(switch.env, raising=False)
+    switch.reset()
+
+
 @pytest.fixture
 def codec_sm_percent(monkeypatch):
-    """Sets ``TTSFLEET_CODEC_SM_PERCENT`` for one test, the switch re-read before and after."""
-    def set_to(value: str) -> None:
-        monkeypatch.setenv(mps.CODEC_SM_PERCENT_ENV, value)
-        mps.CODEC_SM_PERCENT_SWITCH.reset()
-    yield set_to
-    monkeypatch.delenv(mps.CODEC_SM_PERCENT_ENV, raising=False)
-    mps.CODEC_SM_PERCENT_SWITCH.reset()
+    """Sets ``TTSFLEET_CODEC_SM_PERCENT`` for one test."""
+    yield from _switch_setter(monkeypatch, mps.CODEC_SM_PERCENT_SWITCH)
 
 
 @pytest.mark.parametrize(("value", "device", "pipe", "want"), [
@@ -211,13 +216,8 @@ def test_the_codec_clients_thread_limit_is_set_only_on_cuda_under_mps(codec_sm_p
 
 @pytest.fixture
 def codec_priority(monkeypatch):
-    """Sets ``TTSFLEET_CODEC_MPS_PRIORITY`` for one test, the switch re-read before and after."""
-    def set_to(value: str) -> None:
-        monkeypatch.setenv(mps.CODEC_PRIORITY_ENV, value)
-        mps.CODEC_PRIORITY_SWITCH.reset()
-    yield set_to
-    monkeypatch.delenv(mps.CODEC_PRIORITY_ENV, raising=False)
-    mps.CODEC_PRIORITY_SWITCH.reset()
+    """Sets ``TTSFLEET_CODEC_MPS_PRIORITY`` for one test."""
+    yield from _switch_setter(monkeypatch, mps.CODEC_PRIORITY_SWITCH)
 
 
 @pytest.mark.parametrize(("value", "device", "pipe", "want"), [
