@@ -155,6 +155,8 @@ def expectations(o: Oracle) -> dict[tuple[str, str, str], Vec]:
                                               "phase").items()}
     by_work = {k: v / bcount for k, v in by(o.rate("ttsfleet_inference_engine_gpu_seconds_total", W),
                                              "work").items()}
+    gil = "ttsfleet_inference_engine_gil_wait_seconds"
+    gil_mean = total(o.rate(gil + "_sum", W)) / total(o.rate(gil + "_count", W))
     processed = by(o.last("ttsfleet_fill_items_processed_total"), "fill_job")
     manifest = by(o.last("ttsfleet_fill_items_total_in_manifest"), "fill_job")
     stage_p99 = {}
@@ -217,6 +219,8 @@ def expectations(o: Oracle) -> dict[tuple[str, str, str], Vec]:
         ("ttsfleet-inference", "Batch size", "mean per decode step"): one(bsum / bcount),
         ("ttsfleet-inference", "Batch size", "running (avg)"):
             one(_mean(o.last("ttsfleet_inference_running_batch_size"))),
+        ("ttsfleet-inference", "Engine GIL wait (probe)", "mean"): one(gil_mean),
+        ("ttsfleet-inference", "Engine GIL wait (probe)", "p99"): one(quantile(0.99, ttfa_buckets(gil))),
         ("ttsfleet-inference", "KV slots in use", "used"):
             one(total(o.last("ttsfleet_inference_kv_slots_used"))
                 / total(o.last("ttsfleet_inference_kv_slots_total"))),

@@ -186,17 +186,29 @@ def inference(catalog: GpuCatalog) -> Dashboard:
             Row("Batching and queues", (
                 _ts("Queue depth", "Requests waiting for a decode slot, per pod.",
                     Target(f"sum by (pod) (ttsfleet_inference_queue_depth{{{POD}}})", "{{pod}}"),
-                    width=8),
+                    width=6),
                 _ts("Batch size", "Mean decode batch per step and the running batch now.",
                     Target(f"sum(rate(ttsfleet_inference_batch_size_sum{{{POD}}}[{RI}])) / "
                            f"sum(rate(ttsfleet_inference_batch_size_count{{{POD}}}[{RI}]))",
                            "mean per decode step"),
                     Target(f"avg(ttsfleet_inference_running_batch_size{{{POD}}})", "running (avg)"),
-                    width=8),
+                    width=6),
                 _ts("KV slots in use", "KV cache slots used over available.",
                     Target(f"sum(ttsfleet_inference_kv_slots_used{{{POD}}}) / "
                            f"sum(ttsfleet_inference_kv_slots_total{{{POD}}})", "used"),
-                    unit="percentunit", width=8, min=0, max=1),
+                    unit="percentunit", width=6, min=0, max=1),
+                _ts("Engine GIL wait (probe)", "How long the engine thread waits to get the Python "
+                    "interpreter (GIL) back after letting go of it, probed every 16th busy iteration "
+                    "of its loop: the engine thread waits behind the server's other threads (HTTP, "
+                    "the codec's hand-offs). Microseconds when no other thread wants the interpreter, "
+                    "up to the switch interval (5 ms) when one holds it; every torch call and GPU "
+                    "wait lets go once, so a mean well above microseconds says those threads slow "
+                    "the decode loop.",
+                    Target(f"sum(rate(ttsfleet_inference_engine_gil_wait_seconds_sum{{{POD}}}[{RI}])) / "
+                           f"sum(rate(ttsfleet_inference_engine_gil_wait_seconds_count{{{POD}}}[{RI}]))",
+                           "mean"),
+                    Target(_q("0.99", "ttsfleet_inference_engine_gil_wait_seconds"), "p99"),
+                    unit="s", width=6, min=0),
             )),
             Row("Replicas and scaling", (
                 _ts("Replicas desired vs ready per pool", "From the operator.",

@@ -65,6 +65,10 @@ ENGINE_STEP_SECONDS = (("gpu_wait", 0.012), ("launch", 0.001), ("prefill", 0.002
 #: interval benchmarks/inference_h200/2026-12-06c measured at 17.5 ms: decode and prefill GPU
 #: time below the interval above (18.5 ms), the rest of it the host's and the gaps'.
 ENGINE_STEP_GPU_SECONDS = (("decode", 0.011), ("prefill", 0.002))
+#: ``inference_engine_gil_wait_seconds`` per scrape, as (seconds, probes): illustrative, not
+#: measured. Most probes get the interpreter back in microseconds, a few wait behind another of the
+#: server's threads up to the 5 ms switch interval; spread over ``GIL_WAIT_BUCKETS``, a ~0.45 ms mean.
+GIL_WAIT_PROBES = ((2e-5, 10), (7e-5, 6), (3e-4, 4), (1.5e-3, 3), (4.5e-3, 1))
 
 PODS = (
     Pod("tts-h200-0", "h200", 60, 0, 60000, ((0.09, 57), (0.3, 3)), 24, 0, 24),
@@ -312,6 +316,9 @@ def _step_pod(c: Collectors, p: Pod, f: float) -> None:
         c["inference_engine_seconds"].labels(m, phase).inc(20 * seconds)
     for work, seconds in ENGINE_STEP_GPU_SECONDS:  # the engine's GPU time for those 20 steps
         c["inference_engine_gpu_seconds"].labels(m, work).inc(20 * seconds)
+    for seconds, n in GIL_WAIT_PROBES:  # the engine's GIL probes (every 16th busy iteration)
+        for _ in range(n):
+            c["inference_engine_gil_wait_seconds"].labels(m).observe(seconds)
     c["inference_queue_depth"].labels(m).set(round(p.queue * f))
     c["inference_running_batch_size"].labels(m).set(p.batch)
     c["inference_requests_in_flight"].labels(m).set(round(p.in_flight * f))
