@@ -444,14 +444,15 @@ class Engine:
     def _capture_prefill_graphs(self) -> Any:
         """The prefill's graphs for row buckets up to the token budget, or None (logged) where they
         cannot be had: then every prefill runs eagerly, as without the option."""
-        from ttsfleet.inference.prefill_graphs import PrefillGraphs, row_buckets
+        from ttsfleet.inference.prefill_graphs import WHOLE_MAX_ROWS, PrefillGraphs, row_buckets
 
         if self.device.type != "cuda" or not self.cfg.pad_to_buckets:
             log.warning("prefill_graphs needs a CUDA device and pad_to_buckets; prefilling eagerly")
             return None
         try:
             graphs = PrefillGraphs(self.model, self.cache, self.pad_slot,
-                                   row_buckets(self.cfg.prefill_token_budget))
+                                   row_buckets(self.cfg.prefill_token_budget),
+                                   whole_max_rows=self.cfg.prefill_chunk_tokens or WHOLE_MAX_ROWS)
             graphs.capture()
         except Exception:
             log.exception("prefill graph capture failed; prefilling eagerly")

@@ -53,8 +53,9 @@ MIN_ROWS = 64
 #: Unmeasured on a GPU: ``next_calls.sh 16`` serves it beside ``off``.
 WHOLE_ENV = "TTSFLEET_PREFILL_WHOLE_GRAPHS"
 WHOLE_SWITCH: ProcessSwitch[str] = ProcessSwitch(WHOLE_ENV, "off", one_of(WHOLE_ENV, ("off", "on"), "off"))
-#: Largest one-piece call a whole graph takes, in rows: the engine's prefill chunk (256 tokens).
-WHOLE_MAX_ROWS = 256
+#: Largest one-piece call a whole graph takes, in rows, unless the engine passes its prefill chunk: a
+#: whole prompt of the benchmark's length (~350 tokens; ``speed_run.sh`` serves whole prompts up to 512).
+WHOLE_MAX_ROWS = 512
 #: Smallest key length a whole graph attends over; then doubling up to the cache's length.
 MIN_KEYS = 256
 
@@ -117,7 +118,8 @@ class PrefillGraphs:
     """
 
     def __init__(self, model: DualARModel, cache: KVCache, scratch_slot: int, buckets: list[int],
-                 whole: bool | None = None, keys: list[int] | None = None) -> None:
+                 whole: bool | None = None, keys: list[int] | None = None,
+                 whole_max_rows: int = WHOLE_MAX_ROWS) -> None:
         if not 0 <= scratch_slot < cache.max_slots:
             raise ValueError(f"scratch slot {scratch_slot} is not in [0, {cache.max_slots})")
         c, top = model.config, max(buckets)
@@ -137,7 +139,7 @@ class PrefillGraphs:
         self.graphs: dict[int, list[torch.cuda.CUDAGraph]] = {}
         # whole-call graphs (:data:`WHOLE_SWITCH`): one per (row bucket, key length) of a one-piece call
         self.whole = WHOLE_SWITCH.get() == "on" if whole is None else whole
-        self.whole_rows = [b for b in self.buckets if b <= WHOLE_MAX_ROWS] or self.buckets[:1]
+        self.whole_rows = [b for b in self.buckets if b <= whole_max_rows] or self.buckets[:1]
         self.key_lengths = key_buckets(cache.max_seq_len) if keys is None else sorted(keys)
         self.lone_slot = torch.zeros(1, device=dev, dtype=torch.int64)
         self.lone_start = torch.zeros(1, device=dev, dtype=torch.int64)

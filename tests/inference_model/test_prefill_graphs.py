@@ -146,6 +146,8 @@ def test_calls_a_whole_graph_cannot_take_use_the_segments() -> None:
     graphs = PrefillGraphs(model, padded, 3, [8, 16, 24], whole=True, keys=[96])
     off = PrefillGraphs(model, padded, 3, [8, 16, 24], whole=False)
     assert off.whole_fit(5, 5) is None
+    chunked = PrefillGraphs(model, padded, 3, [8, 16, 24], whole=True, keys=[96], whole_max_rows=16)
+    assert chunked.whole_fit(16, 16) == (16, 96) and chunked.whole_fit(17, 17) is None  # the engine's chunk
     calls = []
     graphs._whole = lambda rows, keys: calls.append((rows, keys))
     pieces = _pieces(model.config, [5, 7], [0, 0], 7)
