@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from ttsfleet.inference.graph_capture import on_side_stream
 
 log = logging.getLogger("ttsfleet.fill_jobs.encode_graphs")
 
@@ -78,11 +79,8 @@ class ShapeGraphs:
         if x.device.type != "cuda":
             raise RuntimeError(f"CUDA graphs need a CUDA tensor, not one on {x.device}")
         static_in = x.clone()
-        side = torch.cuda.Stream(x.device)
-        side.wait_stream(torch.cuda.current_stream(x.device))
-        with torch.cuda.stream(side):
+        with on_side_stream(x.device):
             self.fn(static_in)  # the warm-up: autotuner, compiles and lazy buffers outside the capture
-        torch.cuda.current_stream(x.device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self._pool):
             static_out = self.fn(static_in)

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .bench import Level, Sample, capacity, machine, points, summarize_runs
+from .graph_capture import on_side_stream
 
 DEFAULT_LEVELS = [1, 2, 4, 8, 16, 32, 64]
 
@@ -234,12 +235,9 @@ def capture_graph(fn: Any) -> Any:
     lazy allocations and autotuning happen outside the graph)."""
     import torch
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
+    with on_side_stream():
         fn()
         fn()
-    torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         fn()

@@ -53,6 +53,7 @@ from .codec_layers import (
     set_fused_units,
     uncache_channels_last,
 )
+from .graph_capture import on_side_stream
 
 _TINY_JSON = Path(__file__).with_name("codec_tiny.json")
 log = logging.getLogger("ttsfleet.inference.codec")
@@ -702,12 +703,9 @@ class _CodecGraph:
         scratch = torch.arange(stream.slots, stream.slots + b, device=dev)  # warm-up writes only these
         rows = scratch.clone()
         codes = torch.zeros(b, stream.codec.num_codebooks, t, dtype=torch.long, device=dev)
-        side = torch.cuda.Stream(dev)
-        side.wait_stream(torch.cuda.current_stream(dev))
-        with torch.cuda.stream(side):
+        with on_side_stream(dev):
             for _ in range(2):  # allocates the state rows, picks conv algorithms
                 stream._decode(rows, codes)
-        torch.cuda.current_stream(dev).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=stream.pool, capture_error_mode="thread_local"):
             out = stream._decode(rows, codes)

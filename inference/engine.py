@@ -70,7 +70,7 @@ from ttsfleet.inference.engine_messages import (
     StopCodec,
 )
 from ttsfleet.inference.engine_phases import ENGINE_PHASES, GPU_WORK, GilProbe, GpuSpans, PhaseClock
-from ttsfleet.inference.graph_capture import CAPTURE_LOCK
+from ttsfleet.inference.graph_capture import CAPTURE_LOCK, on_side_stream
 from ttsfleet.inference.prefill_coalesce import Arrivals, CoalesceRule, hold_arrivals
 
 from ttsfleet.contracts.serving import CODEC_COMPILE_MODES
@@ -967,12 +967,9 @@ class _DecodeGraphs:
                 eng.slots_buf[:bs] = eng.pad_slot
                 sampling = eng._SamplingBatch.from_params([SamplingParams(seed=0)] * bs, eng.device)
                 slots, window = eng.slots_buf[:bs], eng.window_buf[:bs]
-                side = torch.cuda.Stream()
-                side.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(side):
+                with on_side_stream():
                     for _ in range(2):
                         eng.model.decode_step(eng.cache, slots, sampling, window)
-                torch.cuda.current_stream().wait_stream(side)
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph, pool=pool):
                     out = eng.model.decode_step(eng.cache, slots, sampling, window)

@@ -11,5 +11,23 @@ third of its speed. So every capture, and the codec's set-up around it, holds th
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 CAPTURE_LOCK = threading.Lock()
+
+
+@contextmanager
+def on_side_stream(device: Any = None) -> Iterator[None]:
+    """Run the body (a capture's eager warm-up: lazy allocations, autotuning, Triton compiles) on a
+    fresh side stream that starts after the current stream's work and that the current stream then
+    waits for, as CUDA graph capture wants its warm-up done. ``device``: the CUDA device (None: the
+    current one)."""
+    import torch
+
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        yield
+    torch.cuda.current_stream(device).wait_stream(side)

@@ -33,6 +33,7 @@ from ttsfleet.kernels.reference import dequantize_kv
 from ttsfleet.switches import ProcessSwitch, one_of
 
 from . import fused
+from .graph_capture import on_side_stream
 from .model_layers import attend as sdpa_attend
 
 if TYPE_CHECKING:
@@ -257,12 +258,9 @@ class PrefillGraphs:
             for rows in reversed(self.buckets):
                 self.slots[:rows].fill_(self.scratch_slot)
                 self.pos[:rows].copy_(self.pad_pos[:rows])
-                side = torch.cuda.Stream()
-                side.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(side):
+                with on_side_stream():
                     for s in range(self.n_segments):
                         self._segment(s, rows)
-                torch.cuda.current_stream().wait_stream(side)
                 graphs = []
                 for s in range(self.n_segments):
                     g = torch.cuda.CUDAGraph()
@@ -295,11 +293,8 @@ class PrefillGraphs:
                     continue
                 self.slots[:rows].fill_(self.scratch_slot)
                 self.pos[:rows].copy_(self.pad_pos[:rows])
-                side = torch.cuda.Stream()
-                side.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(side):
+                with on_side_stream():
                     self._whole(rows, keys)
-                torch.cuda.current_stream().wait_stream(side)
                 g = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(g, pool=pool):
                     self._whole(rows, keys)
