@@ -29,8 +29,14 @@ PHASE_ORDER = tuple(sorted(ENGINE_PHASES, key=lambda phase: _DISPLAY_RANK.get(ph
 GPU_KEY = "gpu:"
 #: :func:`engine_totals`' keys for the GIL probe's sum and count (``inference_engine_gil_wait_seconds``).
 GIL_SUM, GIL_COUNT = "gil:sum", "gil:count"
-#: Keys of :func:`engine_totals` that are not phases of the loop's time.
+#: Keys of :func:`engine_totals` that are not phases of the loop's time (nor GPU work: :data:`GPU_KEY`).
 _NOT_PHASES = ("steps", "rows", GIL_SUM, GIL_COUNT)
+
+
+def _is_phase(key: str) -> bool:
+    """Whether an :func:`engine_totals` key is a phase of the loop's time (an ``inference_engine_seconds``
+    label), not a count, the GIL probe or GPU work."""
+    return key not in _NOT_PHASES and not key.startswith(GPU_KEY)
 
 
 def engine_totals(samples: list[Any]) -> dict[str, float]:
@@ -56,7 +62,7 @@ def engine_totals(samples: list[Any]) -> dict[str, float]:
         else:
             continue
         out[key] = out.get(key, 0.0) + smp.value
-    return out if any(k not in _NOT_PHASES and not k.startswith(GPU_KEY) for k in out) else {}
+    return out if any(_is_phase(k) for k in out) else {}
 
 
 def engine_use(grown: dict[str, float], wall_s: float) -> dict[str, Any]:
@@ -66,7 +72,7 @@ def engine_use(grown: dict[str, float], wall_s: float) -> dict[str, Any]:
     probe's mean wait in ms (``gil_wait_ms``, with its probe count) ({} when the server has no phase
     counter or made no step)."""
     steps = grown.get("steps", 0.0)
-    phases = {k: v for k, v in grown.items() if k not in _NOT_PHASES and not k.startswith(GPU_KEY)}
+    phases = {k: v for k, v in grown.items() if _is_phase(k)}
     gpu = {k.removeprefix(GPU_KEY): v for k, v in grown.items() if k.startswith(GPU_KEY)}
     if steps <= 0 or wall_s <= 0 or not phases:
         return {}

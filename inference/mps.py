@@ -70,7 +70,7 @@ def limit_codec_client(device: str, environ: dict[str, str] | None = None) -> in
     without a daemon CUDA ignores the variable, so it is not set)."""
     env = os.environ if environ is None else environ
     percent = CODEC_SM_PERCENT_SWITCH.get()
-    if percent == "off" or not device.startswith("cuda") or not env.get("CUDA_MPS_PIPE_DIRECTORY"):
+    if percent == "off" or not _mps_client(device, env):
         return None
     env[MPS_THREAD_LIMIT_ENV] = str(percent)
     return int(percent)
@@ -81,11 +81,16 @@ def lower_codec_priority(device: str, environ: dict[str, str] | None = None) -> 
     :data:`CODEC_PRIORITY_SWITCH` when the codec runs on CUDA under an MPS daemon. Returns whether
     the codec now runs below normal (``normal``, the CPU or no MPS: False, nothing set)."""
     env = os.environ if environ is None else environ
-    if CODEC_PRIORITY_SWITCH.get() == "normal" or not device.startswith("cuda") \
-            or not env.get("CUDA_MPS_PIPE_DIRECTORY"):
+    if CODEC_PRIORITY_SWITCH.get() == "normal" or not _mps_client(device, env):
         return False
     env[MPS_PRIORITY_ENV] = "1"
     return True
+
+
+def _mps_client(device: str, env: dict[str, str] | os._Environ[str]) -> bool:
+    """Whether a process on ``device`` with ``env`` becomes an MPS client: CUDA, and a daemon's pipe
+    directory set (by :func:`start`); elsewhere CUDA ignores the client variables, so none is set."""
+    return device.startswith("cuda") and bool(env.get("CUDA_MPS_PIPE_DIRECTORY"))
 
 
 def codec_client_note(device: str) -> str:
