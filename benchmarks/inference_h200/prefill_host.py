@@ -21,27 +21,14 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 from ttsfleet.inference.loader import load_model
-from ttsfleet.inference.model import PrefillPiece
 from ttsfleet.inference.model_layers import PROMPT_GQA_MODES, set_prompt_gqa
 from ttsfleet.kernels import dispatch
 
+from benchmarks.inference_h200.prefill_graphs_bench import random_pieces
 from ttsfleet.catalog import GpuCatalog
 
 PROMPTS = (1, 2, 4, 8)
 CALLS = 12
-
-
-def random_pieces(model, n: int, g: torch.Generator) -> list[PrefillPiece]:  # noqa: ANN001
-    """``n`` fresh prompts of 300-400 random tokens (a new length every call, as in the server),
-    into slots ``0 .. n-1``."""
-    c = model.config
-    out = []
-    for slot in range(n):
-        t = int(torch.randint(300, 400, (1,), generator=g))
-        ids = torch.randint(0, c.semantic_begin_id - 1000, (t,), generator=g)
-        codes = torch.zeros(c.num_codebooks, t, dtype=torch.int64)
-        out.append(PrefillPiece(slot, torch.cat([ids[None], codes]), 0))
-    return out
 
 
 def _timed_calls(model, cache, n: int, seed: int, mode: str) -> dict:  # noqa: ANN001
