@@ -120,14 +120,18 @@ fused-units+window-auto --shapes 16x4,64x4,128x4 --tile-table $O/codectiles/tune
   16) # one-piece prefill calls from whole-call graphs, attention inside (B: TTSFLEET_PREFILL_WHOLE_GRAPHS=on)
       # beside the piecewise graphs (A), c=64 and c=128: a one-prompt call is host-bound there (done in
       # 10.9 ms, host 10.7 ms: H200, 2026-12-02-graphs run6); the engine line's prefill phase and its GPU
-      # span say what the whole graphs save; the GPU tests' test_prefill_graphs.py checks their capture
+      # span say what the whole graphs save; the GPU tests' test_prefill_graphs.py checks their capture.
+      # Round 1 (2026-12-06d, their attention on SDPA's math kernel): -6.9 % c=64; round 2 after the fix
      stage ab 380 SERVE_ARGS_A="" SERVE_ARGS_B="TTSFLEET_PREFILL_WHOLE_GRAPHS=on" LEVELS="64:640 128:1280" \
        AB_ROUNDS=1 ab ;;
   17) # one prefill call eager, from the piecewise graphs and from the whole-call graphs, each call's host, done
       # and GPU time apart (the GPU's own: the call queued behind a sleep), 1-8 prompts and one prompt of
       # ~100 / ~350 / ~480 tokens, and the kernels by GPU time: served, the whole graphs cut the prefill
       # phase's host time in half and still slowed the step (call 16, 2026-12-06d: their GPU span 5.5 ->
-      # 6.8 ms a step)
+      # 6.8 ms a step; their attention, always masked, ran on SDPA's math kernel: masked calls now expand the
+      # K/V heads for the memory-efficient kernel); first the GPU test that a masked GQA call finds that kernel
+     stage quicktests 100 QT_TIMEOUT=90 QUICKTESTS="tests/inference_model/test_prompt_gqa.py \
+tests/inference_model/test_chunked_prefill.py" quicktests
      stage prefillgraphs 310 prefillgraphs ;;
   *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17 (see benchmarks/inference_h200/README.md)" >&2
      exit 2 ;;
