@@ -49,9 +49,11 @@ MIN_ROWS = 64
 #: in 10.9 ms, its host time 10.7 ms (H200, 2026-12-02-graphs run6) — since its 36 attentions run
 #: eagerly between 37 replays; at c=128 about one prompt arrives per decode step, so the engine thread
 #: spends ~10 ms a step there. A one-piece call (the common one: a prompt or its next chunk) can attend
-#: inside a graph: its slot and start are device tensors, its keys padded to a static length and masked
-#: (``WholeAttend``), one replay for the call. The cost: attention over up to twice the keys it needs.
-#: Unmeasured on a GPU: ``next_calls.sh 16`` serves it beside ``off``.
+#: inside a graph: its slot and start are device tensors; a fresh piece attends causally over its own
+#: rows, a continuing one over keys padded to a static length and masked (``WholeAttend``); one replay
+#: for the call. Served once on an H100 (2026-12-06d call 16): the prefill phase's host time halved,
+#: frames/s -6.9 % at c=64, every whole graph's attention then masked and, with native GQA, on SDPA's
+#: math kernel; fresh pieces causal and masked calls on expanded heads since (``next_calls.sh 17``, 16).
 WHOLE_ENV = "TTSFLEET_PREFILL_WHOLE_GRAPHS"
 WHOLE_SWITCH: ProcessSwitch[str] = ProcessSwitch(WHOLE_ENV, "off", one_of(WHOLE_ENV, ("off", "on"), "off"))
 #: Largest one-piece call a whole graph takes, in rows, unless the engine passes its prefill chunk: a
@@ -71,11 +73,18 @@ def key_buckets(max_seq_len: int, min_keys: int = MIN_KEYS) -> list[int]:
     return [*out, max_seq_len]
 
 
+#: The key length a fresh piece's whole graph is keyed by: a piece from position 0 attends causally
+#: over its own rows (no mask: flash attention with native GQA), where a continuing piece's keys are
+#: padded to a static length and masked (the memory-efficient kernel on expanded heads).
+FRESH = 0
+
+
 class WholeAttend:
     """One piece's attention with static shapes, for a graph: the rows' queries against the first
     ``keys`` positions of the slot in ``slot`` (a device tensor), query ``i`` seeing keys ``0 .. start
-    + i`` (``start`` a device tensor too). Padded queries past the piece see stale keys of the slot,
-    finite, and their outputs are never read."""
+    + i`` (``start`` a device tensor too); ``keys`` :data:`FRESH`: a piece from position 0, query ``i``
+    seeing the slot's keys ``0 .. i`` (causal, no mask). Padded queries past the piece see stale keys
+    of the slot, finite, and their outputs are never read."""
 
     def __init__(self, slot: Tensor, start: Tensor, row_idx: Tensor, key_idx: Tensor, keys: int) -> None:
         self.slot, self.start, self.keys = slot, start, keys
@@ -83,7 +92,8 @@ class WholeAttend:
 
     def __call__(self, q: Tensor, k_cache: Tensor, v_cache: Tensor, k_scale: Tensor | None = None,
                  v_scale: Tensor | None = None) -> Tensor:
-        rows, keys = q.shape[0], self.keys
+        rows = q.shape[0]
+        keys = self.keys or rows
 
         def gather(cache: Tensor) -> Tensor:  # [1, keys, ...]: the slot's first keys, copied
             return cache[:, :keys].index_select(0, self.slot)
@@ -91,6 +101,8 @@ class WholeAttend:
         k, v = gather(k_cache), gather(v_cache)
         if k_scale is not None and v_scale is not None:
             k, v = dequantize_kv(k, gather(k_scale), q.dtype), dequantize_kv(v, gather(v_scale), q.dtype)
+        if self.keys == FRESH:
+            return sdpa_attend(q[None], k, v, None, causal=True).reshape(rows, *q.shape[1:])
         seen = self.start + self.row_idx[:rows]  # the last key each query sees
         mask = (self.key_idx[None, :] <= seen[:, None])[None, None]
         return sdpa_attend(q[None], k, v, mask).reshape(rows, *q.shape[1:])
@@ -213,10 +225,13 @@ class PrefillGraphs:
     # ------------------------------------------------------------------ whole-call graphs
     def whole_fit(self, n: int, max_end: int) -> tuple[int, int] | None:
         """The (row bucket, key length) a one-piece call of ``n`` rows ending at ``max_end`` runs at
-        from a whole graph, or None (whole graphs off, too many rows or keys)."""
+        from a whole graph — key length :data:`FRESH` for a piece from position 0 — or None (whole
+        graphs off, too many rows or keys)."""
         if not self.whole:
             return None
         rows = next((b for b in self.whole_rows if b >= n), None)
+        if rows is not None and max_end == n and rows <= self.cache.max_seq_len:  # from position 0
+            return rows, FRESH
         keys = next((k for k in self.key_lengths if k >= max_end), None)
         return None if rows is None or keys is None else (rows, keys)
 
@@ -280,22 +295,22 @@ class PrefillGraphs:
         log.info("captured prefill graphs for %d row buckets (%d..%d rows, %d segments each)%s in %.1f s",
                  len(self.graphs), self.buckets[0], self.buckets[-1], self.n_segments,
                  f", {len(self.whole_graphs)} whole-call graphs (rows {self.whole_rows} x keys "
-                 f"{self.key_lengths})" if self.whole else "", time.perf_counter() - t0)
+                 f"{['fresh', *self.key_lengths]})" if self.whole else "", time.perf_counter() - t0)
 
     def _capture_whole(self, pool: object) -> None:
         """A whole graph per (row bucket, key length) that can hold it, the scratch slot attended
         (its keys are stale, finite). Each runs once eagerly on a side stream first."""
         self.lone_slot.fill_(self.scratch_slot)
         self.lone_start.zero_()
-        for keys in reversed(self.key_lengths):
-            for rows in reversed(self.whole_rows):
-                if rows > keys:
-                    continue
-                self.slots[:rows].fill_(self.scratch_slot)
-                self.pos[:rows].copy_(self.pad_pos[:rows])
-                with on_side_stream():
-                    self._whole(rows, keys)
-                g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g, pool=pool):
-                    self._whole(rows, keys)
-                self.whole_graphs[(rows, keys)] = g
+        fresh = [(rows, FRESH) for rows in reversed(self.whole_rows) if rows <= self.cache.max_seq_len]
+        padded = [(rows, keys) for keys in reversed(self.key_lengths) for rows in reversed(self.whole_rows)
+                  if rows <= keys]
+        for rows, keys in fresh + padded:
+            self.slots[:rows].fill_(self.scratch_slot)
+            self.pos[:rows].copy_(self.pad_pos[:rows])
+            with on_side_stream():
+                self._whole(rows, keys)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, pool=pool):
+                self._whole(rows, keys)
+            self.whole_graphs[(rows, keys)] = g

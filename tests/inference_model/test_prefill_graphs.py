@@ -18,7 +18,7 @@ pytest.importorskip("triton")
 
 from ttsfleet.inference.loader import load_model  # noqa: E402
 from ttsfleet.inference.model import PrefillPiece  # noqa: E402
-from ttsfleet.inference.prefill_graphs import PrefillGraphs, row_buckets  # noqa: E402
+from ttsfleet.inference.prefill_graphs import FRESH, PrefillGraphs, row_buckets  # noqa: E402
 from ttsfleet.kernels import dispatch  # noqa: E402
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
@@ -106,22 +106,25 @@ def test_rows_beyond_the_largest_bucket_are_refused_and_prefill_falls_back() -> 
 
 @pytest.mark.parametrize("kv_dtype", ["auto", "fp8"])
 def test_a_whole_call_leaves_the_slot_as_the_plain_fused_prefill(kv_dtype: str) -> None:
-    """One-piece calls through the whole-call path (attention inside, keys padded to a static length
-    and masked): a fresh piece, a continuing one, one past the smallest key length; each slot ends
-    with the plain path's K/V, logits and hand-off state, the padded rows in the scratch slot only."""
+    """One-piece calls through the whole-call path (attention inside): fresh pieces causal over their
+    own rows, continuing ones over keys padded to a static length and masked (within the smallest key
+    length and past it); each slot ends with the plain path's K/V, logits and hand-off state, the
+    padded rows in the scratch slot only."""
     model = load_model("tiny", device=DEV, dtype=torch.float32, quantize="bsgemm_fp8")
     eager, padded = model.new_cache(4, 96, kv_dtype=kv_dtype), model.new_cache(4, 96, kv_dtype=kv_dtype)
     scratch = 3
     graphs = PrefillGraphs(model, padded, scratch, [8, 16, 24], whole=True, keys=[16, 96])
-    assert graphs.whole_fit(5, 5) == (8, 16) and graphs.whole_fit(9, 20) == (16, 96)
+    assert graphs.whole_fit(5, 5) == (8, FRESH) and graphs.whole_fit(13, 13) == (16, FRESH)
+    assert graphs.whole_fit(5, 9) == (8, 16) and graphs.whole_fit(9, 20) == (16, 96)
     assert graphs.whole_fit(25, 25) is None and graphs.whole_fit(5, 97) is None
     if DEV == "cuda":
         graphs.capture()
-        assert sorted(graphs.whole_graphs) == [(8, 16), (8, 96), (16, 16), (16, 96), (24, 96)]
+        assert sorted(graphs.whole_graphs) == [(8, FRESH), (8, 16), (8, 96), (16, FRESH), (16, 16), (16, 96),
+                                               (24, FRESH), (24, 96)]
     used = []
     real_whole = graphs._whole
     graphs._whole = lambda rows, keys: (used.append((rows, keys)), real_whole(rows, keys))[1]
-    for length, start, slot, seed in ((5, 0, 0, 4), (7, 12, 1, 5), (13, 0, 2, 6)):
+    for length, start, slot, seed in ((5, 0, 0, 4), (7, 12, 1, 5), (13, 0, 2, 6), (4, 5, 0, 7)):
         piece = _pieces(model.config, [length], [start], seed)[0]
         piece.slot = slot
         _prefill_both(model, [piece], graphs, eager, padded)
@@ -135,7 +138,7 @@ def test_a_whole_call_leaves_the_slot_as_the_plain_fused_prefill(kv_dtype: str) 
         torch.testing.assert_close(padded.pending_hidden[slot], eager.pending_hidden[slot], rtol=1e-4,
                                    atol=1e-5)
     if DEV == "cpu":  # eager here: the whole path ran at the fits above (on CUDA, their graphs)
-        assert used == [(8, 16), (8, 96), (16, 16)]
+        assert used == [(8, FRESH), (8, 96), (16, FRESH), (8, 16)]
     assert padded.length(scratch) == 0
 
 
@@ -147,7 +150,8 @@ def test_calls_a_whole_graph_cannot_take_use_the_segments() -> None:
     off = PrefillGraphs(model, padded, 3, [8, 16, 24], whole=False)
     assert off.whole_fit(5, 5) is None
     chunked = PrefillGraphs(model, padded, 3, [8, 16, 24], whole=True, keys=[96], whole_max_rows=16)
-    assert chunked.whole_fit(16, 16) == (16, 96) and chunked.whole_fit(17, 17) is None  # the engine's chunk
+    assert chunked.whole_fit(16, 16) == (16, FRESH)  # up to the engine's chunk
+    assert chunked.whole_fit(17, 17) is None
     calls = []
     graphs._whole = lambda rows, keys: calls.append((rows, keys))
     pieces = _pieces(model.config, [5, 7], [0, 0], 7)
