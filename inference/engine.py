@@ -72,6 +72,7 @@ from ttsfleet.inference.engine_messages import (
 from ttsfleet.inference.engine_phases import ENGINE_PHASES, GPU_WORK, GilProbe, GpuSpans, PhaseClock
 from ttsfleet.inference.graph_capture import CAPTURE_LOCK, on_side_stream
 from ttsfleet.inference.prefill_coalesce import Arrivals, CoalesceRule, hold_arrivals
+from ttsfleet.inference.prefill_stream import PREFILL_STREAM_SWITCH, SidePrefill
 
 from ttsfleet.contracts.serving import CODEC_COMPILE_MODES
 
@@ -243,6 +244,10 @@ class Engine:
         self.codec_meter = CodecMeter(self.stats, self._export_codec)
         self._phases = PhaseClock(self.stats)  # each busy iteration's time by phase
         self._gpu_spans = GpuSpans() if self.device.type == "cuda" else None  # its GPU work in situ
+        side = PREFILL_STREAM_SWITCH.get() == "on" if config.prefill_stream is None else config.prefill_stream
+        #: prefill calls on a stream of their own (:mod:`.prefill_stream`), each landed once done
+        self._side_prefill = SidePrefill(self.device, self._gpu_spans) if side else None
+        self._prefills: deque[_PrefillInFlight] = deque()  # side-stream prefill calls not yet landed
         self._gil_probe = GilProbe()  # how long it waits for the interpreter back, sampled
         self._threads = [threading.Thread(target=self._engine_main, name="ttsfleet-engine", daemon=True)]
         self._codec_proc: CodecProcess | None = None
@@ -414,13 +419,15 @@ class Engine:
                 with CAPTURE_LOCK:
                     self.prefill_graphs = self._capture_prefill_graphs()
             while not self._stop.is_set() and self._dead is None:
-                idle = not (self.running or self.waiting or self.prefilling or self._in_flight)
+                idle = not (self.running or self.waiting or self.prefilling or self._in_flight
+                            or self._prefills)
                 if not idle:
                     self._phases.start()
                 self._ingest(block=idle)
                 if idle:  # the clock starts once work came, not while waiting for it
                     self._phases.start()
                 self._drop_cancelled()
+                self._land_prefills()
                 self._admit()
                 if self.running:
                     self._launch_step()
@@ -437,7 +444,8 @@ class Engine:
             self._dead = f"engine failed: {type(exc).__name__}: {exc}"
         finally:
             if self._dead is not None:  # this loop or the codec process died
-                for st in list(self.running) + list(self.prefilling) + list(self.waiting):
+                landing = [st for call in self._prefills for st, _ in call.plan]
+                for st in list(self.running) + list(self.prefilling) + list(self.waiting) + landing:
                     st.handle.post(Event("error", reason=self._dead))
             self._drain_inbox_on_exit()
 
@@ -615,7 +623,7 @@ class Engine:
             return "slots"
         if budget <= 0:
             return "budget"
-        if len(self.running) + len(self.prefilling) + planned >= self.static_bs:
+        if self._holding_rows() + planned >= self.static_bs:
             return "batch"
         return None
 
@@ -645,7 +653,7 @@ class Engine:
         no hold makes anyone wait longer than the window."""
         if not ordered:
             return False
-        room = self.static_bs - len(self.running) - len(self.prefilling)
+        room = self.static_bs - self._holding_rows()
         head = ordered[:self._coalesce.enough_prompts]
         seen = Arrivals(waiting_prompts=len(ordered), waiting_tokens=sum(st.prompt_len for st in head),
                         oldest_wait_s=time.perf_counter() - self.waiting[0].handle.submitted_at,
@@ -654,17 +662,23 @@ class Engine:
         return hold_arrivals(self._coalesce, seen)
 
     def _prefill(self, plan: list[tuple[_Running, int]]) -> None:
-        """One ``model.prefill_batch`` over every planned piece; on failure each of them ends in an error."""
+        """One ``model.prefill_batch`` over every planned piece; on failure each of them ends in an error.
+        On the side stream (:mod:`.prefill_stream`) the pieces land once the call is done."""
         from ttsfleet.inference.model import PrefillPiece
 
         t0 = time.perf_counter()
+        done = None
         try:
             pieces = [PrefillPiece(st.slot, st.req.prompt[:, st.prefilled:st.prefilled + n], st.prefilled)
                       for st, n in plan]
-            start = GpuSpans.mark() if self._gpu_spans is not None else None
-            self.model.prefill_batch(self.cache, pieces, graphs=self.prefill_graphs)
-            if self._gpu_spans is not None:
-                self._gpu_spans.add("prefill", start, GpuSpans.mark())
+            if self._side_prefill is not None:
+                done = self._side_prefill.run(
+                    lambda: self.model.prefill_batch(self.cache, pieces, graphs=self.prefill_graphs))
+            else:
+                start = GpuSpans.mark() if self._gpu_spans is not None else None
+                self.model.prefill_batch(self.cache, pieces, graphs=self.prefill_graphs)
+                if self._gpu_spans is not None:
+                    self._gpu_spans.add("prefill", start, GpuSpans.mark())
         except Exception as exc:
             log.exception("prefill failed")
             for st, _ in plan:
@@ -677,6 +691,30 @@ class Engine:
         self.stats.prefill_calls += 1
         if self.metrics is not None:
             self.metrics["inference_prefill_tokens"].labels(self.label).inc(sum(n for _, n in plan))
+        if done is not None:
+            self._prefills.append(_PrefillInFlight(plan, done))
+        else:
+            self._prefilled(plan)
+
+    def _land_prefills(self) -> None:
+        """Land the side-stream prefill calls that are done, oldest first (one stream: in order). With
+        nothing decoding the loop would only spin on them, so it waits for the oldest instead."""
+        while self._prefills:
+            call = self._prefills[0]
+            if not call.done.query():
+                if self.running or self._in_flight:
+                    return
+                call.done.synchronize()
+            self._prefills.popleft()
+            self._prefilled(call.plan)
+
+    def _holding_rows(self) -> int:
+        """Requests holding a slot toward the decode batch: running, mid-prompt, or in a prefill call
+        not yet landed."""
+        return len(self.running) + len(self.prefilling) + sum(len(call.plan) for call in self._prefills)
+
+    def _prefilled(self, plan: list[tuple[_Running, int]]) -> None:
+        """The planned pieces are in the cache: each request goes on prefilling, or joins the batch."""
         for st, n in plan:
             st.prefilled += n
             self.stats.prefill_chunks += 1
@@ -925,6 +963,14 @@ class Engine:
             return False
         codec.round()
         return True
+
+
+@dataclass
+class _PrefillInFlight:
+    """A prefill call on the side stream: its plan (request, tokens) and its completion (query())."""
+
+    plan: list[tuple[_Running, int]]
+    done: Any
 
 
 @dataclass

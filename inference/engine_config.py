@@ -79,6 +79,10 @@ class EngineConfig:
     #: scratch slot): a prefill call costs the host ~1/25 of the launches
     #: (:mod:`ttsfleet.inference.prefill_graphs`). A capture failure logs and prefills eagerly.
     prefill_graphs: bool = False
+    #: Run prefill calls on a CUDA stream of their own beside the decode steps, each prompt joining the
+    #: batch once its call is done (:mod:`ttsfleet.inference.prefill_stream`); None: the process switch
+    #: ``TTSFLEET_PREFILL_STREAM`` (``off`` by default). On the CPU only the deferred landing runs.
+    prefill_stream: bool | None = None
     #: Share of the free GPU memory the KV cache may take; the context per slot shrinks to fit.
     kv_cache_memory_fraction: float = 0.5
     #: The slow model's KV cache: ``auto`` (the model's dtype) or ``fp8`` (e4m3 + one exponent per

@@ -133,7 +133,13 @@ fused-units+window-auto --shapes 16x4,64x4,128x4 --tile-table $O/codectiles/tune
      stage quicktests 100 QT_TIMEOUT=90 QUICKTESTS="tests/inference_model/test_prompt_gqa.py \
 tests/inference_model/test_chunked_prefill.py" quicktests
      stage prefillgraphs 310 prefillgraphs ;;
-  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17 (see benchmarks/inference_h200/README.md)" >&2
+  18) # prefill calls on a CUDA stream of their own (B: TTSFLEET_PREFILL_STREAM=on) beside inline on the engine's
+      # stream (A), c=64 and c=128: a prompt held the engine's stream ~30 % of the time at c=64 (2026-12-06d),
+      # every decode step queued behind it; first the GPU test that the side stream gives the inline codes
+     stage quicktests 100 QT_TIMEOUT=90 QUICKTESTS="tests/inference_server/test_prefill_stream.py" quicktests
+     stage ab 380 SERVE_ARGS_A="" SERVE_ARGS_B="TTSFLEET_PREFILL_STREAM=on" LEVELS="64:640 128:1280" \
+       AB_ROUNDS=1 ab ;;
+  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18 (see benchmarks/inference_h200/README.md)" >&2
      exit 2 ;;
 esac
 bundle "$1"
