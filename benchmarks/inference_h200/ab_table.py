@@ -46,6 +46,9 @@ def engine_cell(engine: dict[str, Any]) -> str:
                                                       ("gpu_wait", "launch", "prefill", "other"))
     if engine.get("gpu_ms"):
         cell += "; GPU " + ", ".join(f"{w} {ms:.1f}" for w, ms in engine["gpu_ms"].items())
+    if "prefill_gpu_ms_per_1k_tokens" in engine:
+        cell += (f"; prefill {engine['prefill_tokens_per_step']:.0f} tok a step, "
+                 f"{engine['prefill_gpu_ms_per_1k_tokens']:.1f} ms/1k")
     if "gil_wait_ms" in engine:
         cell += f"; GIL {engine['gil_wait_ms']:.2f}"
     return cell

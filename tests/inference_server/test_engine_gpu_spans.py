@@ -93,7 +93,8 @@ def test_a_gpu_engine_exports_its_decode_and_prefill_gpu_time():
     assert decode == pytest.approx(eng._gpu_spans.seconds["decode"])
 
 
-def _exposition(phases: dict[str, float], gpu: dict[str, float], steps: float, rows: float) -> list:
+def _exposition(phases: dict[str, float], gpu: dict[str, float], steps: float, rows: float,
+                tokens: float | None = None) -> list:
     from prometheus_client.parser import text_string_to_metric_families
 
     lines = [f'ttsfleet_inference_engine_seconds_total{{model="tiny",phase="{p}"}} {v}'
@@ -102,6 +103,8 @@ def _exposition(phases: dict[str, float], gpu: dict[str, float], steps: float, r
               for w, v in gpu.items()]
     lines += [f'ttsfleet_inference_batch_size_count{{model="tiny"}} {steps}',
               f'ttsfleet_inference_batch_size_sum{{model="tiny"}} {rows}']
+    if tokens is not None:
+        lines.append(f'ttsfleet_inference_prefill_tokens_total{{model="tiny"}} {tokens}')
     return [s for fam in text_string_to_metric_families("\n".join(lines) + "\n") for s in fam.samples]
 
 
@@ -123,3 +126,23 @@ def test_bench_serve_gives_a_steps_gpu_work_beside_its_interval():
     cpu_server = _exposition(phases, {}, steps=100, rows=6_400)
     assert not any(k.startswith("gpu:") for k in engine_totals(cpu_server))
     assert engine_totals(_exposition({}, {"decode": 1.0}, steps=1, rows=1)) == {}  # no phases: no reading
+
+
+def test_bench_serve_gives_the_prefills_tokens_a_step_and_its_span_per_thousand():
+    """With the prompt tokens counted, the line says how many a step and what the prefill's GPU span
+    costs per 1,000 of them (in situ, whatever the prompts' length); a CPU server: the tokens alone."""
+    from ttsfleet.inference.bench_engine_loop import engine_line, engine_use
+    from ttsfleet.inference.bench_steady import Counts
+
+    phases = {"gpu_wait": 1.0, "launch": 0.1, "prefill": 0.2, "other": 0.3}
+    before = _exposition(phases, {"decode": 1.0, "prefill": 0.5}, steps=100, rows=6_400, tokens=10_000)
+    after = _exposition({p: 10 * v for p, v in phases.items()}, {"decode": 13.0, "prefill": 2.5}, steps=1_100,
+                        rows=70_400, tokens=210_000)
+    use = engine_use(Counts.between(before, after, 20.0).engine, 20.0)
+    assert use["prefill_tokens_per_step"] == 200.0  # 200,000 tokens over 1,000 steps
+    assert use["prefill_gpu_ms_per_1k_tokens"] == 10.0  # 2.0 s of span over 200,000 tokens
+    assert engine_line({"concurrency": 64, **use}, "steady window").endswith(
+        "prefill 2.0; prefill 200 tokens a step, its span 10.0 ms per 1,000")
+    first, second = _exposition(phases, {}, 100, 6_400, 0), _exposition(phases, {}, 200, 12_800, 5_000)
+    cpu = engine_use(Counts.between(first, second, 10.0).engine, 10.0)
+    assert cpu["prefill_tokens_per_step"] == 50.0 and "prefill_gpu_ms_per_1k_tokens" not in cpu
