@@ -247,6 +247,9 @@ class Engine:
         side = PREFILL_STREAM_SWITCH.get() == "on" if config.prefill_stream is None else config.prefill_stream
         #: prefill calls on a stream of their own (:mod:`.prefill_stream`), each landed once done
         self._side_prefill = SidePrefill(self.device, self._gpu_spans) if side else None
+        if side:
+            log.info("prefill calls on a stream of their own (%s)", "CUDA" if self.device.type == "cuda"
+                     else "the CPU: deferred landing only")
         self._prefills: deque[_PrefillInFlight] = deque()  # side-stream prefill calls not yet landed
         self._gil_probe = GilProbe()  # how long it waits for the interpreter back, sampled
         self._threads = [threading.Thread(target=self._engine_main, name="ttsfleet-engine", daemon=True)]

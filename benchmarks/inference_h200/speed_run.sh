@@ -100,7 +100,7 @@ serve_config() {  # serve_config DIR "SERVE FLAGS": start a server, run every le
     kill -0 $pid 2>/dev/null || break; sleep 0.2; done
   [ $ready = 1 ] || { echo "$dir: server not ready"; tail -30 "$dir/server.log"; kill -9 $pid; return 1; }
   echo "$dir [${envs[*]}$flags]: server ready after $(( $(date +%s) - t0 )) s" | tee -a "$OUT/run.log"
-  grep -E "captured|warm-up|graph capture failed" "$dir/server.log" | tee -a "$OUT/run.log"
+  grep -E "captured|warm-up|graph capture failed|stream of their own" "$dir/server.log" | tee -a "$OUT/run.log"
   TEXT=$(python3 -c 'print(("The quick brown fox jumps over the lazy dog, " * 7)[:290])')
   for lv in ${LEVELS:-1:8 64:640 128:1280}; do serve_level $port "${lv%%:*}" "${lv##*:}" "$dir"; done
   curl -s "http://127.0.0.1:$port/metrics" > "$dir/metrics.txt"
