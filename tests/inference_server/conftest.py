@@ -204,3 +204,28 @@ def run_requests(engine, prompt, count: int, max_new_tokens: int, **request) -> 
         return await asyncio.gather(*(one(s) for s in range(count)))
 
     return asyncio.run(main())
+
+
+def stream_outputs(engine, prompt, seeds: list[int], max_new_tokens: int, field: str, **request) -> list:  # noqa: ANN001
+    """One request per seed through a started ``engine`` at once, each read to "done": the ``field``
+    ("codes" or "audio") of its audio events, joined along time (an error event fails the test)."""
+    import asyncio
+
+    import numpy as np
+    from ttsfleet.inference.engine import GenerationRequest
+    from ttsfleet.inference.sampling import SamplingParams
+
+    async def one(seed: int) -> np.ndarray:
+        req = GenerationRequest(prompt=prompt, sampling=SamplingParams(seed=seed),
+                                max_new_tokens=max_new_tokens, **request)
+        h = engine.submit(req, asyncio.get_running_loop())
+        parts = []
+        while (ev := await h.next()).kind != "done":
+            assert ev.kind == "audio", ev.reason
+            parts.append(getattr(ev, field))
+        return np.concatenate(parts, axis=-1)
+
+    async def main() -> list:
+        return await asyncio.gather(*(one(s) for s in seeds))
+
+    return asyncio.run(main())

@@ -4,7 +4,6 @@ both codec loops waking for codes that fall due."""
 
 from __future__ import annotations
 
-import asyncio
 import multiprocessing
 import types
 
@@ -15,14 +14,15 @@ from ttsfleet.inference.codec import load_codec
 from ttsfleet.inference.codec_batch import BatchedCodec
 from ttsfleet.inference.codec_gather import GatherRule, StreamTiming, due, due_at, select, wake_in
 from ttsfleet.inference.codec_process import _wait_for_codes
-from ttsfleet.inference.engine import Engine, EngineConfig, GenerationRequest
+from ttsfleet.inference.engine import Engine, EngineConfig
 from ttsfleet.inference.loader import load_model
 from ttsfleet.inference.prompt import build_prompt
-from ttsfleet.inference.sampling import SamplingParams
 from ttsfleet.inference.serve_config import ServeConfig
 from ttsfleet.inference.tokenizer import load_tokenizer
 
 from ttsfleet.errors import UserError
+
+from .conftest import stream_outputs
 
 FRAME = 0.05
 RULE = GatherRule(window_s=0.04, frame_s=FRAME)
@@ -176,22 +176,8 @@ def test_the_engine_decodes_the_same_audio_with_gathering(codec):  # noqa: ANN00
         eng = Engine(model, codec, EngineConfig(max_running_requests=3, max_queue=8, cuda_graph_max_bs=3,
                                                 codec_gather_ms=gather_ms))
         eng.start()
-
-        async def one(seed: int) -> np.ndarray:
-            req = GenerationRequest(prompt=prompt, sampling=SamplingParams(seed=seed), max_new_tokens=12,
-                                    first_chunk_frames=1, chunk_frames=2)
-            h = eng.submit(req, asyncio.get_running_loop())
-            audio = []
-            while (ev := await h.next()).kind != "done":
-                assert ev.kind == "audio", ev.reason
-                audio.append(ev.audio)
-            return np.concatenate(audio)
-
-        async def main() -> list[np.ndarray]:
-            return await asyncio.gather(*(one(s) for s in (1, 2, 3)))
-
         try:
-            return asyncio.run(main())
+            return stream_outputs(eng, prompt, [1, 2, 3], 12, "audio", first_chunk_frames=1, chunk_frames=2)
         finally:
             eng.stop()
 

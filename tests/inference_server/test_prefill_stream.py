@@ -5,17 +5,16 @@ a GPU (the side stream itself)."""
 
 from __future__ import annotations
 
-import asyncio
-
 import numpy as np
 import pytest
 import torch
-from ttsfleet.inference.engine import Engine, EngineConfig, GenerationRequest
+from ttsfleet.inference.engine import Engine, EngineConfig
 from ttsfleet.inference.loader import load_model
 from ttsfleet.inference.prefill_stream import PREFILL_STREAM_SWITCH, Done, SidePrefill
 from ttsfleet.inference.prompt import build_prompt
-from ttsfleet.inference.sampling import SamplingParams
 from ttsfleet.inference.tokenizer import load_tokenizer
+
+from .conftest import stream_outputs
 
 SEEDS = [21, 22, 23, 24, 25]
 
@@ -30,23 +29,8 @@ def _codes(device: str, prefill_stream: bool, late: int = 0, **cfg) -> tuple[Eng
     if late:
         eng._side_prefill = _LateSide(eng._side_prefill, late)
     eng.start()
-
-    async def one(seed: int) -> np.ndarray:
-        req = GenerationRequest(prompt=prompt, sampling=SamplingParams(seed=seed), max_new_tokens=10,
-                                first_chunk_frames=1, chunk_frames=4)
-        h = eng.submit(req, asyncio.get_running_loop())
-        codes = []
-        while (ev := await h.next()).kind != "done":
-            assert ev.kind != "error", ev.reason
-            if ev.kind == "audio":
-                codes.append(ev.codes)
-        return np.concatenate(codes, axis=1)
-
-    async def main() -> list[np.ndarray]:
-        return await asyncio.gather(*(one(s) for s in SEEDS))
-
     try:
-        return eng, asyncio.run(main())
+        return eng, stream_outputs(eng, prompt, SEEDS, 10, "codes", first_chunk_frames=1, chunk_frames=4)
     finally:
         eng.stop()
 
