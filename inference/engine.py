@@ -429,8 +429,8 @@ class Engine:
                 self._ingest(block=idle)
                 if idle:  # the clock starts once work came, not while waiting for it
                     self._phases.start()
+                self._land_prefills()  # first: a request cancelled in a side call is dropped as it lands
                 self._drop_cancelled()
-                self._land_prefills()
                 self._admit()
                 if self.running:
                     self._launch_step()

@@ -142,11 +142,15 @@ def test_long_prompt_is_prefilled_in_chunks_between_decode_steps(parts, chunk, b
     assert np.array_equal(l_codes, l0) and np.array_equal(s_codes, s0)
 
 
-def test_cancel_mid_prefill_frees_the_slot(parts):
+@pytest.mark.parametrize("prefill_stream", [False, True])
+def test_cancel_mid_prefill_frees_the_slot(parts, prefill_stream: bool):
+    """Inline, and with the prefill's side-stream landing (the cancelled request is dropped as its
+    chunk lands, before another chunk is planned)."""
     model, codec, tok = parts
     short, long = _prompts(tok, model.config)
     rec = Recorder(model)
-    cfg = EngineConfig(max_running_requests=1, max_queue=4, cuda_graph_max_bs=1, prefill_chunk_tokens=16)
+    cfg = EngineConfig(max_running_requests=1, max_queue=4, cuda_graph_max_bs=1, prefill_chunk_tokens=16,
+                       prefill_stream=prefill_stream)
     eng = rec.engine = Engine(rec, codec, cfg)
     submitted = threading.Event()
     handles = {}
