@@ -206,7 +206,8 @@ class ServeConfig:
 #: the source tree defines one and is missing here).
 SWITCH_MODULES = ("ttsfleet.inference.model_layers", "ttsfleet.kernels.decode",
                   "ttsfleet.inference.codec_batch", "ttsfleet.inference.engine_messages",
-                  "ttsfleet.inference.mps", "ttsfleet.inference.prefill_graphs")
+                  "ttsfleet.inference.mps", "ttsfleet.inference.prefill_graphs",
+                  "ttsfleet.inference.prefill_stream")
 
 
 def _check_process_switches(env: dict[str, str]) -> None:

@@ -62,6 +62,8 @@ MODEL_SWITCHES = {  # variable: (default, the parsed default, a bad value, its w
     "TTSFLEET_CODEC_MPS_PRIORITY": (
         "normal", "normal", "high",
         "TTSFLEET_CODEC_MPS_PRIORITY='high': expected one of normal, below-normal"),
+    "TTSFLEET_PREFILL_STREAM": ("off", "off", "yes",
+                                "TTSFLEET_PREFILL_STREAM='yes': expected one of off, on"),
 }
 
 
@@ -141,6 +143,7 @@ def test_the_model_switches_are_registered_with_their_defaults_and_messages() ->
         model_layers,
         mps,  # noqa: F401 - registers TTSFLEET_CODEC_SM_PERCENT, TTSFLEET_CODEC_MPS_PRIORITY
         prefill_graphs,  # noqa: F401 - registers TTSFLEET_PREFILL_WHOLE_GRAPHS
+        prefill_stream,  # noqa: F401 - registers TTSFLEET_PREFILL_STREAM
     )
     from ttsfleet.kernels import decode
 
