@@ -8,14 +8,15 @@ a prompt's 350 tokens). The piecewise graphs leave one prompt host-bound (2026-1
 that, and served slower (call 16: their prefill span 5.5 -> 6.8 ms a step). This says per path how
 much of a call is the GPU's own work and how much the host's.
 
-For 1 / 2 / 4 / 8 prompts of 300-400 tokens (a new length every call), and one prompt of 64-128 and
-of 450-510 tokens, it alternates the sides on the same cache and reports medians (min / max) of
-``CALLS``: ``host`` until the call returns, ``done`` until its GPU work ends, and ``gpu``: the same
-call queued behind a ``torch.cuda._sleep`` longer than its host time, CUDA events around it, so the
-GPU runs it without waiting for launches (flagged when the host outran the sleep). The whole side
-exists for one-piece calls only. Logits against the eager side's (relative L2 error, argmax). Then
-torch.profiler's kernels by GPU time for four one-prompt calls per side (kernels replayed from a
-graph show where CUPTI reports them). Usage on the device:
+For 1 / 2 / 4 / 8 prompts of 300-400 tokens (a new length every call), one prompt of 64-128 and of
+450-510 tokens, and a 100-160-token chunk continuing a 256-token head (masked attention), it
+alternates the sides on the same cache and reports medians (min / max) of ``CALLS``: ``host`` until
+the call returns, ``done`` until its GPU work ends, and ``gpu``: the same call queued behind a
+``torch.cuda._sleep`` longer than its host time, CUDA events around it, so the GPU runs it without
+waiting for launches (flagged when the host outran the sleep). The whole side exists for one-piece
+calls only. Logits against the eager side's (relative L2 error, argmax). Then torch.profiler's
+kernels by GPU time for four one-prompt calls per side (kernels replayed from a graph show where
+CUPTI reports them). Usage on the device:
 ``python3 -m benchmarks.inference_h200.prefill_graphs_bench OUT.json``.
 """
 
@@ -35,6 +36,9 @@ from ttsfleet.inference.prefill_graphs import PrefillGraphs, row_buckets
 PROMPTS = (1, 2, 4, 8)
 #: one-prompt calls at other lengths: (tokens from, tokens to)
 LONE_LENGTHS = ((64, 128), (450, 510))
+#: one-prompt continuing chunks: (tokens from, tokens to, the head already in the slot): the masked
+#: attention (a prompt past the server's default 256-token chunk goes on this way)
+CONTINUING = ((100, 160, 256),)
 CALLS = 10
 SLOTS = 16  # + 1 scratch
 SEQ = 1024
@@ -108,14 +112,25 @@ def _stats(values: list[float]) -> dict:
             "max": round(max(values), 2)}
 
 
+def _call_pieces(model, cache, n: int, g: torch.Generator, lo: int, hi: int,  # noqa: ANN001
+                 start: int) -> list[PrefillPiece]:
+    """A call's pieces; with ``start``, each slot first gets a ``start``-token head (untimed) and its
+    piece continues there (the timed calls rewrite the same positions)."""
+    pieces = random_pieces(model, n, g, lo, hi)
+    if not start:
+        return pieces
+    model.prefill_batch(cache, random_pieces(model, n, g, start, start + 1))
+    return [PrefillPiece(p.slot, p.tokens, start) for p in pieces]
+
+
 def _side_by_side(model, cache, graphs, n: int, g: torch.Generator, cycles: int,  # noqa: ANN001
-                  lo: int = 300, hi: int = 400, calls: int = CALLS) -> dict:
+                  lo: int = 300, hi: int = 400, calls: int = CALLS, start: int = 0) -> dict:
     sides = SIDES if n == 1 else SIDES[:2]
     runs: dict[str, dict[str, list[float]]] = {s: {} for s in sides}
     errs: dict[str, list[float]] = {s: [] for s in sides[1:]}
     agree = dict.fromkeys(sides[1:], 0)
     for _ in range(calls):
-        pieces = random_pieces(model, n, g, lo, hi)
+        pieces = _call_pieces(model, cache, n, g, lo, hi, start)
         slots = torch.tensor([p.slot for p in pieces], device=model.device)
         for side in sides:
             for k, v in _timed(model, cache, pieces, _use(graphs, side), cycles).items():
@@ -128,8 +143,8 @@ def _side_by_side(model, cache, graphs, n: int, g: torch.Generator, cycles: int,
             agree[side] += int(torch.equal(logits.argmax(-1), ref.argmax(-1)))
     rows = sum(p.tokens.shape[1] for p in pieces)
     graphs.whole = True
-    row = {"prompts": n, "tokens": f"{lo}-{hi}", "rows": rows,
-           "whole_fit": graphs.whole_fit(rows, rows) if n == 1 else None,  # (row bucket, keys) it replays
+    row = {"prompts": n, "tokens": f"{lo}-{hi}" + (f" after {start}" if start else ""), "rows": rows,
+           "whole_fit": graphs.whole_fit(rows, start + rows) if n == 1 else None,  # (row bucket, keys)
            **{f"{side}_{k}_ms": _stats(v) for side, r in runs.items() for k, v in r.items()},
            "host_outran_sleep": sorted(s for s, r in runs.items() if max(r["host_behind_sleep"]) > SLEEP_MS),
            **{f"{s}_logits_rel_err_max": max(e) for s, e in errs.items()},
@@ -204,6 +219,8 @@ def main(argv: list[str] | None = None) -> dict:
     cycles = sleep_cycles(SLEEP_MS) if cuda else 0
     calls = [_side_by_side(model, cache, graphs, n, g, cycles, calls=a.calls) for n in prompts]
     calls += [_side_by_side(model, cache, graphs, 1, g, cycles, lo, hi, a.calls) for lo, hi in LONE_LENGTHS]
+    calls += [_side_by_side(model, cache, graphs, 1, g, cycles, lo, hi, a.calls, start)
+              for lo, hi, start in CONTINUING]
     report = {"device": torch.cuda.get_device_name() if cuda else str(model.device),
               "torch": torch.__version__, "model": a.model, **info, "sleep_ms": SLEEP_MS, "calls": calls,
               "profile_one_prompt_x4": {s: _profile(model, cache, graphs, s, g) for s in SIDES}}

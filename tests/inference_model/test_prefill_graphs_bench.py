@@ -39,13 +39,15 @@ def test_prompts_have_the_asked_lengths_and_one_slot_each(bench) -> None:  # noq
 
 def test_the_whole_side_times_one_piece_calls_only(report: dict) -> None:
     calls = {(c["prompts"], c["tokens"]): c for c in report["calls"]}
-    assert set(calls) == {(1, "300-400"), (2, "300-400"), (1, "64-128"), (1, "450-510")}
-    for (n, _), row in calls.items():
+    assert set(calls) == {(1, "300-400"), (2, "300-400"), (1, "64-128"), (1, "450-510"),
+                          (1, "100-160 after 256")}
+    for (n, tokens), row in calls.items():
         assert ("whole_gpu_ms" in row) == (n == 1)
         assert "eager_gpu_ms" in row and "piecewise_gpu_ms" in row
-        if n == 1:  # the last call's whole graph: the smallest row bucket holding it, causal (fresh)
-            rows, keys = row["whole_fit"]
-            assert row["rows"] <= rows < row["rows"] + 64 and keys == 0
+        if n == 1:  # the last call's whole graph: the smallest row bucket holding it; causal when fresh,
+            rows, keys = row["whole_fit"]  # else the smallest key length past its head
+            assert row["rows"] <= rows < row["rows"] + 64
+            assert keys == 0 if "after" not in tokens else 256 + row["rows"] <= keys < 2 * (256 + row["rows"])
         else:
             assert row["whole_fit"] is None
 
