@@ -57,18 +57,17 @@ class Pod:
 #: How the demo splits each request's time to first audio into the stages of
 #: ``inference_ttfa_stage_seconds`` (shares of the whole; they add up to 1).
 TTFA_STAGE_SHARES = (("arrival", 0.05), ("queue", 0.10), ("prefill", 0.30), ("decode", 0.35), ("audio", 0.20))
-#: ``inference_engine_seconds`` per decode step, by phase (illustrative, the shape of a busy H100
-#: replica at c=64: a ~19 ms step interval mostly spent waiting for the GPU).
-ENGINE_STEP_SECONDS = (("gpu_wait", 0.012), ("launch", 0.001), ("prefill", 0.0025), ("other", 0.003))
-#: ``inference_engine_gpu_seconds`` per decode step, by work: illustrative, not measured (the GPU
-#: time in situ has no benchmark yet). The shape of a busy H100 replica at c=64, whose step
-#: interval benchmarks/inference_h200/2026-12-06c measured at 17.5 ms: decode and prefill GPU
-#: time below the interval above (18.5 ms), the rest of it the host's and the gaps'.
-ENGINE_STEP_GPU_SECONDS = (("decode", 0.011), ("prefill", 0.002))
-#: ``inference_engine_gil_wait_seconds`` per scrape, as (seconds, probes): illustrative, not
-#: measured. Most probes get the interpreter back in microseconds, a few wait behind another of the
-#: server's threads up to the 5 ms switch interval; spread over ``GIL_WAIT_BUCKETS``, a ~0.45 ms mean.
-GIL_WAIT_PROBES = ((2e-5, 10), (7e-5, 6), (3e-4, 4), (1.5e-3, 3), (4.5e-3, 1))
+#: ``inference_engine_seconds`` per decode step, by phase: a served H100 replica at c=64, steady window
+#: (benchmarks/inference_h200/2026-12-06d/call15-h100-prefill-coalesce-20ms, side A, served_c64.txt:
+#: a 17.3 ms step).
+ENGINE_STEP_SECONDS = (("gpu_wait", 0.0046), ("launch", 0.0017), ("prefill", 0.0048), ("other", 0.0063))
+#: ``inference_engine_gpu_seconds`` per decode step, by work: the same run's GPU spans in situ (the
+#: engine's stream busy 16.6 of the 17.3 ms).
+ENGINE_STEP_GPU_SECONDS = (("decode", 0.0113), ("prefill", 0.0053))
+#: ``inference_engine_gil_wait_seconds`` per scrape, as (seconds, probes): the same server's probe
+#: histogram (its metrics.txt: 168 probes, 88 under 0.1 ms, 7 to 0.25, 40 to 0.5, 32 to 1, 1 to 2 ms;
+#: mean 0.27 ms) scaled to 24 probes.
+GIL_WAIT_PROBES = ((7e-5, 13), (2e-4, 1), (4e-4, 6), (7e-4, 4))
 
 PODS = (
     Pod("tts-h200-0", "h200", 60, 0, 60000, ((0.09, 57), (0.3, 3)), 24, 0, 24),

@@ -39,8 +39,10 @@ def _fmt(v: float, unit: str) -> str:
         return f"{v:.1%}"
     if unit == "percent":
         return f"{v:.1f}%"
-    if unit == "s":
-        return f"{v * 1000:.0f} ms" if v < 1 else f"{v:.1f} s"
+    if unit == "s":  # sub-10 ms values keep their tenths (a 0.3 ms GIL wait, not "0 ms")
+        if v >= 1:
+            return f"{v:.1f} s"
+        return f"{v * 1000:.0f} ms" if v >= 0.01 or v == 0 else f"{v * 1000:.1f} ms"
     if unit == "reqps":
         return f"{v:.2f} req/s"
     return f"{v:.3g}"
