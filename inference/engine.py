@@ -674,14 +674,15 @@ class Engine:
         try:
             pieces = [PrefillPiece(st.slot, st.req.prompt[:, st.prefilled:st.prefilled + n], st.prefilled)
                       for st, n in plan]
-            if self._side_prefill is not None:
-                done = self._side_prefill.run(
-                    lambda: self.model.prefill_batch(self.cache, pieces, graphs=self.prefill_graphs))
-            else:
-                start = GpuSpans.mark() if self._gpu_spans is not None else None
+            def call() -> None:
                 self.model.prefill_batch(self.cache, pieces, graphs=self.prefill_graphs)
-                if self._gpu_spans is not None:
-                    self._gpu_spans.add("prefill", start, GpuSpans.mark())
+
+            if self._side_prefill is not None:
+                done = self._side_prefill.run(call)
+            elif self._gpu_spans is not None:
+                self._gpu_spans.time("prefill", call)
+            else:
+                call()
         except Exception as exc:
             log.exception("prefill failed")
             for st, _ in plan:

@@ -14,6 +14,7 @@ iteration's wall time into them and what is left, and exports it as
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 #: The phases of an engine iteration, the ``phase`` label's values: ``prefill`` — prompt pieces
@@ -102,6 +103,15 @@ class GpuSpans:
         event = torch.cuda.Event(enable_timing=True)
         event.record()
         return event
+
+    def time(self, work: str, call: Callable[[], Any]) -> Any:
+        """``call()`` between two marks on the current stream, its span added as ``work``: the end
+        event (done once the call's GPU work is)."""
+        start = self.mark()
+        call()
+        end = self.mark()
+        self.add(work, start, end)
+        return end
 
     def add(self, work: str, start: Any, end: Any) -> None:
         """One span to read once its end is done (the oldest dropped past :data:`MAX_PENDING`)."""
