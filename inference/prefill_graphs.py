@@ -153,6 +153,8 @@ class PrefillGraphs:
         # whole-call graphs (:data:`WHOLE_SWITCH`): one per (row bucket, key length) of a one-piece call
         self.whole = WHOLE_SWITCH.get() == "on" if whole is None else whole
         self.whole_rows = [b for b in self.buckets if b <= whole_max_rows] or self.buckets[:1]
+        # a fresh piece attends over its own padded rows, so they must fit the slot
+        self.fresh_rows = [b for b in self.whole_rows if b <= cache.max_seq_len]
         self.key_lengths = key_buckets(cache.max_seq_len) if keys is None else sorted(keys)
         self.lone_slot = torch.zeros(1, device=dev, dtype=torch.int64)
         self.lone_start = torch.zeros(1, device=dev, dtype=torch.int64)
@@ -230,7 +232,7 @@ class PrefillGraphs:
         if not self.whole:
             return None
         rows = next((b for b in self.whole_rows if b >= n), None)
-        if rows is not None and max_end == n and rows <= self.cache.max_seq_len:  # from position 0
+        if max_end == n and rows in self.fresh_rows:  # from position 0
             return rows, FRESH
         keys = next((k for k in self.key_lengths if k >= max_end), None)
         return None if rows is None or keys is None else (rows, keys)
@@ -302,7 +304,7 @@ class PrefillGraphs:
         (its keys are stale, finite). Each runs once eagerly on a side stream first."""
         self.lone_slot.fill_(self.scratch_slot)
         self.lone_start.zero_()
-        fresh = [(rows, FRESH) for rows in reversed(self.whole_rows) if rows <= self.cache.max_seq_len]
+        fresh = [(rows, FRESH) for rows in reversed(self.fresh_rows)]
         padded = [(rows, keys) for keys in reversed(self.key_lengths) for rows in reversed(self.whole_rows)
                   if rows <= keys]
         for rows, keys in fresh + padded:
