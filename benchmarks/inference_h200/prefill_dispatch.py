@@ -17,10 +17,10 @@ import sys
 
 import torch
 from ttsfleet.inference.loader import load_model
-from ttsfleet.inference.model import PrefillPiece
 from ttsfleet.kernels import cublas_fp8, dispatch, triton_gemm, triton_mlp
 from ttsfleet.kernels.ops import quantize_activation, quantize_weight
 
+from benchmarks.inference_h200.prefill_graphs_bench import random_pieces
 from ttsfleet.catalog import GpuCatalog
 
 SHAPES = {"qkv": (6144, 2560), "o": (2560, 4096), "gate_up": (19456, 2560), "down": (2560, 9728)}
@@ -82,16 +82,11 @@ def prefill_rows() -> list[dict]:
     # 1 of 3 agreed)
     model = load_model("s2-pro-gate", device="cuda", dtype=torch.bfloat16, quantize="bsgemm_fp8",
                        max_seq_len=1024)
-    c = model.config
     g = torch.Generator().manual_seed(1)
     cache = model.new_cache(16, 1024)
     rows = []
     for n in (1, 4, 16):
-        pieces = []
-        for slot in range(n):
-            ids = torch.randint(0, c.semantic_begin_id - 1000, (512,), generator=g)
-            codes = torch.zeros(c.num_codebooks, 512, dtype=torch.int64)
-            pieces.append(PrefillPiece(slot, torch.cat([ids[None], codes]), 0))
+        pieces = random_pieces(model, n, g, lo=512, hi=513)
         res = {}
         for label, cat in (("ours", alone), ("split", split)):
             dispatch.use_catalog(cat)
