@@ -230,7 +230,9 @@ class Engine:
         self._codec_q: queue.SimpleQueue[CodecMessage] = queue.SimpleQueue()
         self._in_flight: deque[_StepInFlight] = deque()  # launched decode steps not yet read back
         self._host_bufs: list[Any] = []  # pinned frame buffers, one per in-flight step
-        self._pad_rows: tuple[int, int] = (0, 0)  # (bs, padded bs) the pad rows of slots_buf were set for
+        # (bs, padded bs) the pad rows of slots_buf were set for; a join or retire forgets it (both
+        # change what rows past the batch hold)
+        self._pad_rows: tuple[int, int] = (0, 0)
         self._pad_growth = 0  # padded steps since the pad slot was last emptied
         self.codec_slots = 2 * self.max_slots  # audio streams may outlive their KV slot
         self._admit_lock = threading.Lock()
@@ -752,6 +754,7 @@ class Engine:
         self.running.append(st)
         self.window_buf[row].fill_(-1)
         self.slots_buf[row] = st.slot
+        self._pad_rows = (0, 0)  # row may have been a pad row: the next padded step sets them again
         with self._admit_lock:
             self._queued -= 1
             self.stats.running = len(self.running)
@@ -894,6 +897,7 @@ class Engine:
             self.window_buf[row].copy_(self.window_buf[last])
             self.slots_buf[row] = self.slots_buf[last]
         self.running.pop()
+        self._pad_rows = (0, 0)  # row ``last`` still names a request's slot: no longer a pad row
         with self._admit_lock:
             self.stats.running = len(self.running)
 

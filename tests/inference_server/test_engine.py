@@ -24,8 +24,10 @@ def parts():
     return model, load_codec("tiny"), load_tokenizer("tiny")
 
 
-def _run(parts, cfg: EngineConfig, seeds: list[int], max_new: int = 16):
+def _run(parts, cfg: EngineConfig, seeds: list[int], max_new: int | list[int] = 16):
+    """One request per seed at once (``max_new``: every request's frame limit, or one per seed)."""
     model, codec, tok = parts
+    limits = dict(zip(seeds, max_new if isinstance(max_new, list) else [max_new] * len(seeds), strict=True))
     prompt = build_prompt(tok, model.config, "Engine test sentence.")
     metrics = make_collectors("inference")
     eng = Engine(model, codec, cfg, metrics, "tiny")
@@ -35,8 +37,8 @@ def _run(parts, cfg: EngineConfig, seeds: list[int], max_new: int = 16):
         loop = asyncio.get_running_loop()
 
         async def one(seed):
-            req = GenerationRequest(prompt=prompt, sampling=SamplingParams(seed=seed), max_new_tokens=max_new,
-                                    first_chunk_frames=1, chunk_frames=4)
+            req = GenerationRequest(prompt=prompt, sampling=SamplingParams(seed=seed),
+                                    max_new_tokens=limits[seed], first_chunk_frames=1, chunk_frames=4)
             h = eng.submit(req, loop)
             codes, audio = [], []
             while True:
@@ -180,6 +182,44 @@ def test_the_pad_slot_is_emptied_every_few_padded_steps(parts):
             eng.cache.lengths[eng.pad_slot] += 1  # what a padded decode step does to it
             eng._reset_pad_slot()
             assert eng.cache.length(eng.pad_slot) == step % every
+
+
+def test_every_padded_step_points_its_pad_rows_at_the_pad_slot(parts, monkeypatch):
+    """Rows past the batch in a padded step write the pad slot and nothing else: a row left pointing
+    at a request's slot (running, freed, or given to a new prompt) decodes into it. The batch here
+    is padded at 3 of 4, fills to 4 (a join writes row 3), and shrinks back to 3 (a retire): the
+    padded size is the same as before, and row 3 must point at the pad slot again, not at a request's
+    slot (on an H100 a c=128 run of short prompts died of an index out of bounds: 2026-12-06,
+    ``next_calls.sh 4``)."""
+    from types import SimpleNamespace
+
+    model, codec, _ = parts
+    seen = []
+    real_step = model.decode_step
+
+    def decode_step(cache, slots, sampling, window=None):  # noqa: ANN001, ANN202
+        seen.append((len(eng.running), slots.tolist()))
+        return real_step(cache, slots, sampling, window)
+
+    monkeypatch.setattr(model, "decode_step", decode_step)
+    eng = Engine(model, codec, EngineConfig(max_running_requests=4, cuda_graph_max_bs=4, pad_to_buckets=True))
+
+    def request(rid: int) -> SimpleNamespace:
+        slot = eng.free_slots.popleft()
+        return SimpleNamespace(slot=slot, req=SimpleNamespace(sampling=SamplingParams(seed=rid)),
+                               handle=SimpleNamespace(rid=rid), retired=False)
+
+    for rid in range(3):
+        eng._join(request(rid))
+    eng._launch_step()  # 3 rows padded to 4
+    eng._join(request(3))  # row 3 now the fourth request's
+    eng._launch_step()
+    eng._retire(1, "cancelled")  # the last row moves into row 1; row 3 is past the batch again
+    eng._launch_step()  # 3 rows padded to 4, as in the first step
+    assert [len(slots) for _, slots in seen] == [4, 4, 4]
+    for bs, slots in seen:
+        assert len(set(slots[:bs])) == bs, slots  # one row per running request
+        assert slots[bs:] == [eng.pad_slot] * (len(slots) - bs), (bs, slots)
 
 
 @pytest.mark.gpu
