@@ -72,7 +72,7 @@ from ttsfleet.inference.engine_messages import (
 from ttsfleet.inference.engine_phases import ENGINE_PHASES, GPU_WORK, GilProbe, GpuSpans, PhaseClock
 from ttsfleet.inference.graph_capture import CAPTURE_LOCK, on_side_stream
 from ttsfleet.inference.prefill_coalesce import Arrivals, CoalesceRule, hold_arrivals
-from ttsfleet.inference.prefill_stream import PREFILL_STREAM_SWITCH, SidePrefill
+from ttsfleet.inference.prefill_stream import SidePrefill, side_stream_wanted
 
 from ttsfleet.contracts.serving import CODEC_COMPILE_MODES
 
@@ -246,7 +246,8 @@ class Engine:
         self.codec_meter = CodecMeter(self.stats, self._export_codec)
         self._phases = PhaseClock(self.stats)  # each busy iteration's time by phase
         self._gpu_spans = GpuSpans() if self.device.type == "cuda" else None  # its GPU work in situ
-        side = PREFILL_STREAM_SWITCH.get() == "on" if config.prefill_stream is None else config.prefill_stream
+        side = config.prefill_stream
+        side = side_stream_wanted(self.device.type) if side is None else side
         #: prefill calls on a stream of their own (:mod:`.prefill_stream`), each landed once done
         self._side_prefill = SidePrefill(self.device, self._gpu_spans) if side else None
         if side:

@@ -81,7 +81,8 @@ class EngineConfig:
     prefill_graphs: bool = False
     #: Run prefill calls on a CUDA stream of their own beside the decode steps, each prompt joining the
     #: batch once its call is done (:mod:`ttsfleet.inference.prefill_stream`); None: the process switch
-    #: ``TTSFLEET_PREFILL_STREAM`` (``off`` by default). On the CPU only the deferred landing runs.
+    #: ``TTSFLEET_PREFILL_STREAM`` (``auto`` by default: on with a CUDA device, +7.6 / +10.2 % frames/s
+    #: at c=64 / 128 on an H100, 2026-12-06e). On the CPU (``on``) only the deferred landing runs.
     prefill_stream: bool | None = None
     #: Share of the free GPU memory the KV cache may take; the context per slot shrinks to fit.
     kv_cache_memory_fraction: float = 0.5

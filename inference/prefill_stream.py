@@ -9,12 +9,17 @@ no longer stand between two decode steps: the step runs beside it (the prefill c
 step reading weights), and the prompt's request joins the batch once the call's completion event is
 done, a step or two later than when it joined at once.
 
+Measured (H100, 2026-12-06e, ``next_calls.sh 18``, one round, side by side): frames/s +7.6 % at c=64
+(3,662 -> 3,942) and +10.2 % at c=128 (4,461 -> 4,915), the hour's four A sides within 1.2 / 1.6 %;
+first audio p50 +29 ms (88 -> 117 at c=64), p99 161 -> 177 ms at c=64 and 175 -> 287 at c=128; the
+listener's gaps 36 -> 17 % of requests at c=64. On by default on CUDA since (``auto``).
+
 Ordering: the side stream first waits for everything already queued on the engine's stream, so a
 freed slot's last decode writes and its release are done before a new prompt fills it; decode steps
 launched after the call never touch its slots (the request joins only once the call is done), and
-the padded rows of both write the shared scratch slot, whose contents nobody reads. Off by default
-until measured (``benchmarks/inference_h200/next_calls.sh 18``). On the CPU a call's work is done
-when it returns: the deferral alone runs there, which is what the CPU tests check.
+the padded rows of both write the shared scratch slot, whose contents nobody reads. On the CPU a
+call's work is done when it returns: the deferral alone runs there (``on``), which is what the CPU
+tests check; ``auto`` leaves it off there.
 """
 
 from __future__ import annotations
@@ -25,8 +30,15 @@ from typing import Any
 from ttsfleet.switches import ProcessSwitch, one_of
 
 PREFILL_STREAM_ENV = "TTSFLEET_PREFILL_STREAM"
+#: ``auto`` (the default): on where the engine runs on a CUDA device (a CPU has no second stream)
 PREFILL_STREAM_SWITCH: ProcessSwitch[str] = ProcessSwitch(
-    PREFILL_STREAM_ENV, "off", one_of(PREFILL_STREAM_ENV, ("off", "on"), "off"))
+    PREFILL_STREAM_ENV, "auto", one_of(PREFILL_STREAM_ENV, ("auto", "off", "on"), "auto"))
+
+
+def side_stream_wanted(device_type: str) -> bool:
+    """What the process switch says for an engine on ``device_type``."""
+    mode = PREFILL_STREAM_SWITCH.get()
+    return mode == "on" or (mode == "auto" and device_type == "cuda")
 
 
 class Done:

@@ -62,8 +62,8 @@ MODEL_SWITCHES = {  # variable: (default, the parsed default, a bad value, its w
     "TTSFLEET_CODEC_MPS_PRIORITY": (
         "normal", "normal", "high",
         "TTSFLEET_CODEC_MPS_PRIORITY='high': expected one of normal, below-normal"),
-    "TTSFLEET_PREFILL_STREAM": ("off", "off", "yes",
-                                "TTSFLEET_PREFILL_STREAM='yes': expected one of off, on"),
+    "TTSFLEET_PREFILL_STREAM": ("auto", "auto", "yes",
+                                "TTSFLEET_PREFILL_STREAM='yes': expected one of auto, off, on"),
 }
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from ttsfleet.inference.engine import Engine, EngineConfig
 from ttsfleet.inference.loader import load_model
-from ttsfleet.inference.prefill_stream import PREFILL_STREAM_SWITCH, Done, SidePrefill
+from ttsfleet.inference.prefill_stream import PREFILL_STREAM_SWITCH, Done, SidePrefill, side_stream_wanted
 from ttsfleet.inference.prompt import build_prompt
 from ttsfleet.inference.tokenizer import load_tokenizer
 
@@ -99,6 +99,9 @@ def test_the_process_switch_decides_when_the_config_does_not() -> None:
         assert Engine(model, None, off)._side_prefill is None
         PREFILL_STREAM_SWITCH.set("off")
         assert Engine(model, None, EngineConfig(max_running_requests=2))._side_prefill is None
+        PREFILL_STREAM_SWITCH.set("auto")  # the default: on with a CUDA device only
+        assert Engine(model, None, EngineConfig(max_running_requests=2))._side_prefill is None
+        assert side_stream_wanted("cuda") and not side_stream_wanted("cpu")
         with pytest.raises(ValueError, match="TTSFLEET_PREFILL_STREAM"):
             PREFILL_STREAM_SWITCH.set("sideways")
     finally:
