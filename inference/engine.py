@@ -705,13 +705,19 @@ class Engine:
 
     def _land_prefills(self) -> None:
         """Land the side-stream prefill calls that are done, oldest first (one stream: in order). With
-        nothing decoding the loop would only spin on them, so it waits for the oldest instead."""
+        nothing decoding the loop would only spin on them, so it waits for the oldest instead. Joining
+        at the next step (``TTSFLEET_PREFILL_JOIN=next-step``) lands every call now and orders the
+        engine's stream after it on the GPU instead."""
+        side = self._side_prefill
         while self._prefills:
             call = self._prefills[0]
             if not call.done.query():
-                if self.running or self._in_flight:
+                if side is not None and side.joins_next_step:
+                    side.order_after(call.done)
+                elif self.running or self._in_flight:
                     return
-                call.done.synchronize()
+                else:
+                    call.done.synchronize()
             self._prefills.popleft()
             self._prefilled(call.plan)
 

@@ -35,6 +35,19 @@ PREFILL_STREAM_SWITCH: ProcessSwitch[str] = ProcessSwitch(
     PREFILL_STREAM_ENV, "auto", one_of(PREFILL_STREAM_ENV, ("auto", "off", "on"), "auto"))
 
 
+PREFILL_JOIN_ENV = "TTSFLEET_PREFILL_JOIN"
+#: When a side call's requests join the decode batch: ``done`` (the default) once the call's event
+#: reports done, polled each iteration; ``next-step`` at the next iteration whatever the call's state,
+#: the engine's stream made to wait for the call's event on the GPU (no host wait) before the step
+#: that decodes them. Why: on an H100 the side stream cost first audio +29 ms at p50 (2026-12-06e,
+#: two decode steps: the call is rarely done when the next step is launched, since the pipelined
+#: loop launches it as soon as the step before last is read back); a decode step starts ~12-20 ms
+#: after the one the call runs beside, a one-prompt call takes ~7-11 ms, so the wait is rarely felt.
+#: Off until measured (``benchmarks/inference_h200/next_calls.sh 21``).
+PREFILL_JOIN_SWITCH: ProcessSwitch[str] = ProcessSwitch(
+    PREFILL_JOIN_ENV, "done", one_of(PREFILL_JOIN_ENV, ("done", "next-step"), "done"))
+
+
 def side_stream_wanted(device_type: str) -> bool:
     """What the process switch says for an engine on ``device_type``."""
     mode = PREFILL_STREAM_SWITCH.get()
@@ -63,6 +76,18 @@ class SidePrefill:
 
         self.stream = torch.cuda.Stream(device=device) if device.type == "cuda" else None
         self.spans = spans
+        #: join a call's requests at the next iteration (:data:`PREFILL_JOIN_SWITCH`)
+        self.joins_next_step = PREFILL_JOIN_SWITCH.get() == "next-step"
+
+    @staticmethod
+    def order_after(done: Any) -> None:
+        """Make the current (engine's) stream wait on the GPU for a call's completion ``done``, so work
+        queued from now on reads what the call wrote; the host does not wait."""
+        if isinstance(done, Done):
+            return
+        import torch
+
+        torch.cuda.current_stream().wait_event(done)
 
     def run(self, call: Callable[[], None]) -> Any:
         """``call()`` (one ``model.prefill_batch``) on the side stream, after the engine's queued work."""

@@ -157,7 +157,15 @@ tests/inference_model/test_chunked_prefill.py" quicktests
        tar -xzOf "$O/shortprompts-blocking/served.tgz" --wildcards '*server.log' | grep -B2 -A30 "engine loop died" \
          | head -60 | tee -a "$O/summary.txt"
      fi ;;
-  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18|19|20 (see benchmarks/inference_h200/README.md)" >&2
+  21) # side-stream prompts joining at the next step, the engine's stream waiting on the GPU for their call
+      # (B: TTSFLEET_PREFILL_JOIN=next-step) beside joining once the call is done (A, the default), c=64
+      # and c=128: the side stream cost first audio +29 ms at p50 (2026-12-06e call 18: two decode steps);
+      # a one-step join should give back about half of it, and frames/s should not fall (a wait is felt
+      # only where a call outlasts the step it runs beside); the GPU test of both joins first
+     stage quicktests 100 QT_TIMEOUT=90 QUICKTESTS="tests/inference_server/test_prefill_stream.py" quicktests
+     stage ab 380 SERVE_ARGS_A="" SERVE_ARGS_B="TTSFLEET_PREFILL_JOIN=next-step" LEVELS="64:640 128:1280" \
+       AB_ROUNDS=1 ab ;;
+  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18|19|20|21 (see benchmarks/inference_h200/README.md)" >&2
      exit 2 ;;
 esac
 bundle "$1"

@@ -64,6 +64,8 @@ MODEL_SWITCHES = {  # variable: (default, the parsed default, a bad value, its w
         "TTSFLEET_CODEC_MPS_PRIORITY='high': expected one of normal, below-normal"),
     "TTSFLEET_PREFILL_STREAM": ("auto", "auto", "yes",
                                 "TTSFLEET_PREFILL_STREAM='yes': expected one of auto, off, on"),
+    "TTSFLEET_PREFILL_JOIN": ("done", "done", "now",
+                              "TTSFLEET_PREFILL_JOIN='now': expected one of done, next-step"),
 }
 
 
@@ -143,7 +145,7 @@ def test_the_model_switches_are_registered_with_their_defaults_and_messages() ->
         model_layers,
         mps,  # noqa: F401 - registers TTSFLEET_CODEC_SM_PERCENT, TTSFLEET_CODEC_MPS_PRIORITY
         prefill_graphs,  # noqa: F401 - registers TTSFLEET_PREFILL_WHOLE_GRAPHS
-        prefill_stream,  # noqa: F401 - registers TTSFLEET_PREFILL_STREAM
+        prefill_stream,  # noqa: F401 - registers TTSFLEET_PREFILL_STREAM, TTSFLEET_PREFILL_JOIN
     )
     from ttsfleet.kernels import decode
 

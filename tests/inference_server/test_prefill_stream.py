@@ -10,7 +10,13 @@ import pytest
 import torch
 from ttsfleet.inference.engine import Engine, EngineConfig
 from ttsfleet.inference.loader import load_model
-from ttsfleet.inference.prefill_stream import PREFILL_STREAM_SWITCH, Done, SidePrefill, side_stream_wanted
+from ttsfleet.inference.prefill_stream import (
+    PREFILL_JOIN_SWITCH,
+    PREFILL_STREAM_SWITCH,
+    Done,
+    SidePrefill,
+    side_stream_wanted,
+)
 from ttsfleet.inference.prompt import build_prompt
 from ttsfleet.inference.tokenizer import load_tokenizer
 
@@ -56,10 +62,16 @@ class _LateSide:
 
     def __init__(self, side: SidePrefill, polls: int) -> None:
         self.side, self.polls, self.log = side, polls, []
+        self.joins_next_step = side.joins_next_step
 
     def run(self, call) -> _Late:  # noqa: ANN001
         assert isinstance(self.side.run(call), Done)
         return _Late(self.polls, self.log)
+
+    def order_after(self, done: _Late) -> None:
+        """What the engine's stream would wait for on a GPU; here the call's work is done already."""
+        assert isinstance(done, _Late) and done.left >= 0  # only calls not yet done are ordered after
+        self.log.append("order")
 
 
 @pytest.mark.parametrize("chunk", [0, 8])
@@ -88,6 +100,25 @@ def test_requests_join_only_once_their_call_is_done() -> None:
     log = eng._side_prefill.log
     assert log.count("query") > log.count("wait") >= 1  # the first call: nothing decoded yet
     assert "query" in log[log.index("wait") + 1:]  # later calls polled while the batch decoded
+    assert "order" not in log
+
+
+def test_joining_at_the_next_step_lands_every_call_at_once_ordered_after_it() -> None:
+    """``TTSFLEET_PREFILL_JOIN=next-step``: a call not yet done lands at the next iteration all the
+    same, the engine's stream ordered after it (on a GPU, a wait on its event), never a host wait nor
+    a second poll; the codes are the inline ones."""
+    cfg = {"prefill_chunk_tokens": 0, "prefill_token_budget": 1}
+    _, inline = _codes("cpu", False, **cfg)
+    try:
+        PREFILL_JOIN_SWITCH.set("next-step")
+        eng, late = _codes("cpu", True, late=3, **cfg)
+    finally:
+        PREFILL_JOIN_SWITCH.reset()
+    for a, b in zip(inline, late, strict=True):
+        assert np.array_equal(a, b)
+    log = eng._side_prefill.log
+    assert "wait" not in log and log.count("order") == log.count("query") == len(SEEDS)
+    assert eng.stats.prefill_calls == len(SEEDS)
 
 
 def test_the_process_switch_decides_when_the_config_does_not() -> None:
@@ -110,12 +141,18 @@ def test_the_process_switch_decides_when_the_config_does_not() -> None:
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_on_a_gpu_the_side_stream_gives_the_inline_codes() -> None:
-    """Decode graphs, prefill graphs and the side stream together: the same codes as inline."""
+@pytest.mark.parametrize("join", ["done", "next-step"])
+def test_on_a_gpu_the_side_stream_gives_the_inline_codes(join: str) -> None:
+    """Decode graphs, prefill graphs and the side stream together: the same codes as inline, the
+    requests joining once their call is done or at the next step (the engine's stream waiting)."""
     cfg = {"pad_to_buckets": True, "cuda_graphs": True, "prefill_graphs": True, "prefill_chunk_tokens": 8,
            "prefill_token_budget": 16}
     _, inline = _codes("cuda", False, **cfg)
-    eng, side = _codes("cuda", True, **cfg)
-    assert eng._side_prefill.stream is not None
+    try:
+        PREFILL_JOIN_SWITCH.set(join)
+        eng, side = _codes("cuda", True, **cfg)
+    finally:
+        PREFILL_JOIN_SWITCH.reset()
+    assert eng._side_prefill.stream is not None and eng._side_prefill.joins_next_step == (join == "next-step")
     for a, b in zip(inline, side, strict=True):
         assert np.array_equal(a, b)
