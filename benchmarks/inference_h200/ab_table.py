@@ -4,9 +4,9 @@ Usage: ``python3 -P benchmarks/inference_h200/ab_table.py FOLDER`` where FOLDER 
 stage's sides (``a1/``, ``b1/``, ``a2/`` ... each with ``served_c<N>/bench.json``) and its log
 (``run-ab.log``: each side's flags and NVML busy per level). Why: the tables were typed from the
 text output by hand (2026-12-06c), which is slow and can slip a digit; this reads the sides' JSON.
-Columns: frames/s, first audio p50 / p99, RTF p50 / p99, the listener's underruns (share of requests,
-summed silence p99), the codec's frames a push and busy share, NVML busy, and the engine's step
-interval by phase — with, where the server exported them, the step's GPU work in situ and the GIL
+Columns: frames/s (and the failed requests, where any failed), first audio p50 / p99, RTF p50 / p99,
+the listener's underruns (share of requests, summed silence p99), the codec's frames a push and busy
+share, NVML busy, and the engine's step interval by phase — with, where the server exported them, the step's GPU work in situ and the GIL
 probe's mean wait.
 """
 
@@ -59,7 +59,10 @@ def row(side: str, label: str, c: int, report: dict[str, Any], busy: float | Non
     codec = _steady(report, "codec_steady", c)
     under = (f"{lv['stalled_share']:.1%}, {lv['stall_p99_s'] * 1000:.0f} ms"
              if lv.get("stalled_share") is not None else "-")
-    cells = [str(c), f"{side[0].upper()}{': ' + label if label else ''}", f"{lv['frames_per_s']:,.1f}",
+    frames = f"{lv['frames_per_s']:,.1f}"
+    if lv.get("errors"):  # a side whose requests failed (a dead server) must not read as a figure
+        frames += f" (**{lv['errors']:,} of {lv['requests']:,} requests failed**)"
+    cells = [str(c), f"{side[0].upper()}{': ' + label if label else ''}", frames,
              f"{lv['ttfa_p50_s'] * 1000:.0f} / {lv['ttfa_p99_s'] * 1000:.0f}",
              f"{lv['rtf_p50']:.3f} / {lv['rtf_p99']:.3f}", under,
              f"{codec['frames_per_push']:.1f}, {codec['busy_share']:.0%}" if codec else "-",

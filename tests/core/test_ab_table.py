@@ -12,6 +12,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parents[2] / "benchmarks" / "inference_h200"
 CALL12 = HERE / "2026-12-06c" / "call12-h100-codec-sm-40"
+#: its B side's server died at c=128 (2026-12-06e): 1,193 of 1,280 requests failed
+CALL4 = HERE / "2026-12-06e" / "call4-h100-qwen-bpe-prompts"
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
@@ -51,3 +53,12 @@ def test_a_folder_without_sides_is_refused_in_one_line(tmp_path):
     assert done.stderr.strip() == f"error: no <side>/served_c<N>/bench.json under {tmp_path}"
     done = _run(str(tmp_path / "missing"))
     assert done.returncode == 2 and done.stderr.strip().startswith("usage: ab_table.py FOLDER")
+
+
+def test_a_side_whose_requests_failed_says_so_in_its_frames_cell():
+    done = _run(str(CALL4))
+    assert done.returncode == 0, done.stderr
+    rows = {tuple(ln.split(" | ")[:2]): ln for ln in done.stdout.splitlines()[2:]}
+    assert "(**1,193 of 1,280 requests failed**)" in rows[("| 128", "B: --preset-text qwen-bpe")]
+    assert "failed" not in rows[("| 64", "B: --preset-text qwen-bpe")]  # no error at c=64
+    assert all("failed" not in line for key, line in rows.items() if key[1].startswith("A"))
