@@ -6,8 +6,8 @@ stage's sides (``a1/``, ``b1/``, ``a2/`` ... each with ``served_c<N>/bench.json`
 text output by hand (2026-12-06c), which is slow and can slip a digit; this reads the sides' JSON.
 Columns: frames/s (and the failed requests, where any failed), first audio p50 / p99, RTF p50 / p99,
 the listener's underruns (share of requests, summed silence p99), the codec's frames a push and busy
-share, NVML busy, and the engine's step interval by phase — with, where the server exported them, the step's GPU work in situ and the GIL
-probe's mean wait.
+share, NVML busy, and the engine's step interval by phase — with, where the server exported them,
+the step's GPU work in situ and the GIL probe's mean wait.
 """
 
 from __future__ import annotations
