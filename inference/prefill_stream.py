@@ -10,7 +10,7 @@ step reading weights), and the prompt's request joins the batch once the call's 
 done, a step or two later than when it joined at once.
 
 Measured (H100, 2026-12-06e, ``next_calls.sh 18``, one round, side by side): frames/s +7.6 % at c=64
-(3,662 -> 3,942) and +10.2 % at c=128 (4,461 -> 4,915), the hour's four A sides within 1.2 / 1.6 %;
+(3,662 -> 3,942) and +10.2 % at c=128 (4,461 -> 4,915), the hour's three A sides within 1.2 / 1.6 %;
 first audio p50 +29 ms (88 -> 117 at c=64), p99 161 -> 177 ms at c=64 and 175 -> 287 at c=128; the
 listener's gaps 36 -> 17 % of requests at c=64. On by default on CUDA since (``auto``).
 
