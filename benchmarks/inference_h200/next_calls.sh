@@ -16,6 +16,9 @@ stage() {  # stage NAME LIMIT_S [VAR=value ...] STAGE: one speed_run.sh stage, i
   env OUT="$O/$name" "${vars[@]}" timeout -k 5 "$limit" bash "$S" "$what" > "$O/$name.log" 2>&1
   echo "== $name rc $? at $(date +%T)" | tee -a "$O/summary.txt"; tail -25 "$O/$name.log" | tee -a "$O/summary.txt"
 }
+server_log() {  # server_log NAME: the server.log of stage NAME, from the served.tgz speed_run.sh bundled it into
+  tar -xzOf "$O/$1/served.tgz" --wildcards '*server.log' 2>/dev/null
+}
 bundle() {  # every stage's folder and log into $O/callN.tgz, beside summary.txt
   tar -czf "/tmp/call$1.tgz" -C "$O" --exclude=summary.txt --exclude='call*.tgz' --exclude='kernel_cache.tgz*' . \
     && find "$O" -mindepth 1 ! -name summary.txt ! -name 'call*.tgz' ! -name 'kernel_cache.tgz*' -delete \
@@ -151,11 +154,10 @@ tests/inference_model/test_chunked_prefill.py" quicktests
       # level once more under CUDA_LAUNCH_BLOCKING=1, so the traceback names the op (a decode graph's
       # replay or an eager prefill op)
      stage shortprompts 250 SERVE_ARGS="--preset-text qwen-bpe" LEVELS="64:640 128:1280" serve
-     if tar -xzOf "$O/shortprompts/served.tgz" --wildcards '*server.log' 2>/dev/null | grep -q "device-side assert"; then
+     if server_log shortprompts | grep -q "device-side assert"; then
        stage shortprompts-blocking 250 CUDA_LAUNCH_BLOCKING=1 SERVE_ARGS="--preset-text qwen-bpe" \
          LEVELS="128:1280" serve
-       tar -xzOf "$O/shortprompts-blocking/served.tgz" --wildcards '*server.log' | grep -B2 -A30 "engine loop died" \
-         | head -60 | tee -a "$O/summary.txt"
+       server_log shortprompts-blocking | grep -B2 -A30 "engine loop died" | head -60 | tee -a "$O/summary.txt"
      fi ;;
   21) # side-stream prompts joining at the next step, the engine's stream waiting on the GPU for their call
       # (B: TTSFLEET_PREFILL_JOIN=next-step) beside joining once the call is done (A, the default), c=64
