@@ -55,6 +55,13 @@ import numpy as np
 from ttsfleet.inference.admission_order import Entry, admission_order, passed_over
 from ttsfleet.inference.codec_batch import BatchedCodec, CodecMeter, build_slot_decoder, use_conv_autotuner
 from ttsfleet.inference.codec_process import CodecProcess, DecoderPlan
+from ttsfleet.inference.engine_checks import (
+    ENGINE_CHECKS_ENV,
+    ENGINE_CHECKS_SWITCH,
+    StepRows,
+    check_prefill,
+    check_step,
+)
 from ttsfleet.inference.engine_config import DEFAULT_WINDOW, EngineConfig, batch_buckets
 from ttsfleet.inference.engine_messages import (
     CHUNK_RAMP_SWITCH,
@@ -254,6 +261,11 @@ class Engine:
             log.info("prefill calls on a stream of their own (%s)", "CUDA" if self.device.type == "cuda"
                      else "the CPU: deferred landing only")
         self._prefills: deque[_PrefillInFlight] = deque()  # side-stream prefill calls not yet landed
+        #: every call and step checked before the next reads it (:mod:`.engine_checks`; a diagnostic)
+        self._checks = ENGINE_CHECKS_SWITCH.get()
+        if self._checks:
+            log.warning("engine checks on (%s): a host sync after every prefill call and decode step",
+                        ENGINE_CHECKS_ENV)
         self._gil_probe = GilProbe()  # how long it waits for the interpreter back, sampled
         self._threads = [threading.Thread(target=self._engine_main, name="ttsfleet-engine", daemon=True)]
         self._codec_proc: CodecProcess | None = None
@@ -696,6 +708,11 @@ class Engine:
         finally:
             self.stats.prefill_s += time.perf_counter() - t0
         self.stats.prefill_calls += 1
+        if self._checks:
+            if done is not None:
+                done.synchronize()
+            check_prefill(self.cache, [(st.slot, st.prefilled + n) for st, n in plan],
+                          f"prefill call {self.stats.prefill_calls} ({sum(n for _, n in plan)} rows)")
         if self.metrics is not None:
             self.metrics["inference_prefill_tokens"].labels(self.label).inc(sum(n for _, n in plan))
         if done is not None:
@@ -794,6 +811,11 @@ class Engine:
         prev_tokens_shift_(window, frames[:, 1:].to(torch.int32).contiguous())
         if pbs > bs:
             self._reset_pad_slot()
+        if self._checks:
+            mc = self.model.config
+            check_step(self.cache, self.slots_buf, frames,
+                       StepRows([st.slot for st in self.running], pbs, self.pad_slot, self.stats.steps),
+                       (int(mc.vocab_size), int(mc.codebook_size)))
         step = _StepInFlight(rows=list(self.running))
         if self.device.type == "cuda":
             buf = self._host_buf(len(self._in_flight), frames.shape)

@@ -151,13 +151,19 @@ tests/inference_model/test_chunked_prefill.py" quicktests
       # side stream on): call 4 (2026-12-06e) died at c=128 in its first seconds of a device-side index
       # out of bounds (rows 99-103 of a ~104-row index; the engine loop's next sync raised it); the pad-row
       # mend since is the one engine bug found, not shown to be that cause. If it dies again, the same
-      # level once more under CUDA_LAUNCH_BLOCKING=1, so the traceback names the op (a decode graph's
-      # replay or an eager prefill op)
+      # level with the engine's checks on (TTSFLEET_ENGINE_CHECKS: a sync after every call and step, the
+      # first non-finite logits / out-of-range frame / misplaced slot named with its call or step), then
+      # once with the side stream off (whether the second stream is part of the cause)
      stage shortprompts 250 SERVE_ARGS="--preset-text qwen-bpe" LEVELS="64:640 128:1280" serve
      if server_log shortprompts | grep -q "device-side assert"; then
-       stage shortprompts-blocking 250 CUDA_LAUNCH_BLOCKING=1 SERVE_ARGS="--preset-text qwen-bpe" \
+       stage shortprompts-checked 160 SERVE_ARGS="TTSFLEET_ENGINE_CHECKS=on --preset-text qwen-bpe" \
          LEVELS="128:1280" serve
-       server_log shortprompts-blocking | grep -B2 -A30 "engine loop died" | head -60 | tee -a "$O/summary.txt"
+       server_log shortprompts-checked | grep -B2 -A30 "engine loop died\|EngineStateError" | head -60 \
+         | tee -a "$O/summary.txt"
+       stage shortprompts-inline 150 SERVE_ARGS="TTSFLEET_PREFILL_STREAM=off --preset-text qwen-bpe" \
+         LEVELS="128:1280" serve
+       server_log shortprompts-inline | grep -c "device-side assert" | sed 's/^/inline side: asserts /' \
+         | tee -a "$O/summary.txt"
      fi ;;
   21) # side-stream prompts joining at the next step, the engine's stream waiting on the GPU for their call
       # (B: TTSFLEET_PREFILL_JOIN=next-step) beside joining once the call is done (A, the default), c=64

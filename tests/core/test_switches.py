@@ -64,6 +64,8 @@ MODEL_SWITCHES = {  # variable: (default, the parsed default, a bad value, its w
         "TTSFLEET_CODEC_MPS_PRIORITY='high': expected one of normal, below-normal"),
     "TTSFLEET_PREFILL_STREAM": ("auto", "auto", "yes",
                                 "TTSFLEET_PREFILL_STREAM='yes': expected one of auto, off, on"),
+    "TTSFLEET_ENGINE_CHECKS": ("off", False, "yes",
+                               "TTSFLEET_ENGINE_CHECKS='yes': expected one of off, on"),
     "TTSFLEET_PREFILL_JOIN": ("done", "done", "now",
                               "TTSFLEET_PREFILL_JOIN='now': expected one of done, next-step"),
 }
@@ -142,6 +144,7 @@ def test_made_switches_register_by_name(own_registry) -> None:  # noqa: ANN001
 def test_the_model_switches_are_registered_with_their_defaults_and_messages() -> None:
     from ttsfleet.inference import (
         codec_batch,  # noqa: F401 - registers TTSFLEET_CODEC_UNITS
+        engine_checks,  # noqa: F401 - registers TTSFLEET_ENGINE_CHECKS
         model_layers,
         mps,  # noqa: F401 - registers TTSFLEET_CODEC_SM_PERCENT, TTSFLEET_CODEC_MPS_PRIORITY
         prefill_graphs,  # noqa: F401 - registers TTSFLEET_PREFILL_WHOLE_GRAPHS
