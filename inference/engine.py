@@ -815,7 +815,7 @@ class Engine:
             mc = self.model.config
             check_step(self.cache, self.slots_buf, frames,
                        StepRows([st.slot for st in self.running], pbs, self.pad_slot, self.stats.steps),
-                       (int(mc.vocab_size), int(mc.codebook_size)))
+                       (int(mc.vocab_size), int(mc.codebook_size)), self.model)
         step = _StepInFlight(rows=list(self.running))
         if self.device.type == "cuda":
             buf = self._host_buf(len(self._in_flight), frames.shape)

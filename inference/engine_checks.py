@@ -91,10 +91,12 @@ def check_prefill(cache: Any, landed: Sequence[tuple[int, int]], where: str) -> 
                                f"[{_kv_report(cache, bad)}]")
 
 
-def check_step(cache: Any, slots_buf: Any, frames: Any, rows: StepRows, vocab: tuple[int, int]) -> None:
+def check_step(cache: Any, slots_buf: Any, frames: Any, rows: StepRows, vocab: tuple[int, int],
+               model: Any = None) -> None:
     """After decode step ``rows.step``: the rows ran the slots meant, the frames are in range and
     every slot the next step reads (the pad slot included) has finite logits and a length inside the
-    cache. ``vocab``: (main-token id bound, codebook size)."""
+    cache. ``vocab``: (main-token id bound, codebook size). ``model`` (the one that ran the step):
+    non-finite logits are explained by :func:`rerun_report` too."""
     where = f"decode step {rows.step} ({len(rows.slots)} rows padded to {rows.padded})"
     ran = slots_buf[:rows.padded].tolist()
     meant = list(rows.slots) + [rows.pad_slot] * (rows.padded - len(rows.slots))
@@ -107,8 +109,9 @@ def check_step(cache: Any, slots_buf: Any, frames: Any, rows: StepRows, vocab: t
     bad = _bad_logit_slots(cache, read_next)
     if bad:
         pad = " (the pad slot)" if rows.pad_slot in bad else ""
+        rerun = "" if model is None else f" [{rerun_report(model, cache, slots_buf[:rows.padded], frames)}]"
         raise EngineStateError(f"{where}: non-finite pending logits in slots {_first(bad)}{pad} "
-                               f"[{_kv_report(cache, bad)}]")
+                               f"[{_kv_report(cache, bad)}]{rerun}")
     lengths = cache.lengths[read_next].tolist()
     top = cache.max_seq_len
     over = [f"slot {s}: {n}" for s, n in zip(read_next, lengths, strict=True) if not 0 <= n <= top]
@@ -124,3 +127,67 @@ def _check_frames(frames: Any, vocab: tuple[int, int], bs: int, where: str) -> N
            if not 0 <= row[0] < main_bound or not all(0 <= c < codebook for c in row[1:])]
     if bad:
         raise EngineStateError(f"{where}: frames out of range: {_first(bad)}")
+
+
+def rerun_report(model: Any, cache: Any, slots: Any, frames: Any) -> str:
+    """The step's slow half run again on the same rows and frames, the engine's state undone first:
+    once through the fused kernels outside any graph, once through the model's plain modules with
+    a hook on each, naming the first module whose output is non-finite. A transient fault (a race,
+    a graph replay) gives finite logits again; one in the data or the weights repeats and is named.
+    The non-finite parameters, if any, are named too (memory written over)."""
+    from . import fused
+
+    weights = [name for name, t in [*model.named_parameters(), *model.named_buffers()]
+               if t.is_floating_point() and not bool(_all_finite(t))]
+    parts = [f"non-finite weights: {_first(weights)}" if weights else "weights finite"]
+    uniq = sorted(set(slots.tolist()))
+    for label, run in (("fused rerun", lambda: fused.slow_step(model, cache, slots, frames)),
+                       ("plain rerun", lambda: model._slow_step(cache, slots, frames))):
+        _step_back(cache, uniq)
+        first: list[str] = []
+        with _first_non_finite_module(model, first):
+            run()
+        bad = _bad_logit_slots(cache, uniq)
+        where = f", first non-finite output: {first[0]}" if first else ""
+        parts.append(f"{label}: {len(bad)} of {len(uniq)} slots non-finite{where}")
+    return "; ".join(parts)
+
+
+def _all_finite(t: Any) -> Any:
+    """``isfinite(t).all()`` for any float dtype (FP8 codes through float32, a chunk at a time)."""
+    import torch
+
+    flat = t.reshape(-1)
+    step = 1 << 24
+    return all(bool(torch.isfinite(flat[i:i + step].float()).all()) for i in range(0, flat.numel(), step))
+
+
+def _step_back(cache: Any, slots: Sequence[int]) -> None:
+    """Each slot one position back (where the step wrote), a slot already at 0 left there."""
+    index = list(slots)
+    cache.lengths[index] = (cache.lengths[index] - 1).clamp(min=0)
+
+
+class _first_non_finite_module:
+    """Forward hooks on every submodule of ``model``, appending to ``out`` the name of the first
+    whose (first tensor) output holds a non-finite value, in call order."""
+
+    def __init__(self, model: Any, out: list[str]) -> None:
+        self.model, self.out, self.handles = model, out, []
+
+    def __enter__(self) -> None:
+        import torch
+
+        def hook(name: str) -> Any:
+            def check(_module: Any, _inputs: Any, output: Any) -> None:
+                t = output[0] if isinstance(output, tuple) else output
+                if not self.out and isinstance(t, torch.Tensor) and t.is_floating_point() \
+                        and not bool(torch.isfinite(t).all()):
+                    self.out.append(name)
+            return check
+
+        self.handles = [m.register_forward_hook(hook(n)) for n, m in self.model.named_modules() if n]
+
+    def __exit__(self, *exc: object) -> None:
+        for h in self.handles:
+            h.remove()

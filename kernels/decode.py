@@ -141,6 +141,16 @@ attn_tile = ATTN_TILE_SWITCH.get
 set_attn_tile = ATTN_TILE_SWITCH.set
 
 
+#: Programmatic dependent launch of the Triton decode kernels (``TTSFLEET_PDL``): ``on`` (the default
+#: on the GPU: each kernel may launch while its predecessor drains, and waits before touching
+#: memory) or ``off`` (plain stream order). Why a switch: to tell a race between launches from a
+#: fault in a kernel's arithmetic without a rebuild (a c=128 run's whole batch went non-finite in
+#: one step on an H100, 2026-12-06f). Read once, when ``triton_gemm`` is first imported.
+PDL_ENV = "TTSFLEET_PDL"
+PDL_SWITCH: ProcessSwitch[bool] = ProcessSwitch(
+    PDL_ENV, "on", lambda raw: one_of(PDL_ENV, ("on", "off"), "on")(raw) == "on")
+
+
 #: The decode kernels' prefetch into L2 before they wait for their predecessor (programmatic
 #: dependent launch), two switches of one form: ``off``, ``auto`` (as much of the
 #: program's share as fits the launch's bytes in half of L2, :func:`prefetch_blocks`) or a count of

@@ -37,14 +37,16 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from .decode import PDL_SWITCH
 from .layout import BS_BLOCK, MX_BLOCK, QuantizedWeight, cdiv
 
 FLT_MIN = tl.constexpr(1.1754943508222875e-38)
 INTERPRETING = os.environ.get("TRITON_INTERPRET") == "1"
 #: Programmatic dependent launch (sm_90): every decode kernel may be launched while its predecessor
 #: drains and waits (``griddepcontrol.wait``) before touching memory, so launch latency and set-up
-#: overlap the previous kernel's tail. Not in the interpreter (no such instruction there).
-PDL = not INTERPRETING
+#: overlap the previous kernel's tail. Not in the interpreter (no such instruction there), nor with
+#: ``TTSFLEET_PDL=off`` (:data:`.decode.PDL_SWITCH`).
+PDL = not INTERPRETING and PDL_SWITCH.get()
 
 
 @triton.jit

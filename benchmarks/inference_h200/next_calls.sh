@@ -19,6 +19,10 @@ stage() {  # stage NAME LIMIT_S [VAR=value ...] STAGE: one speed_run.sh stage, i
 server_log() {  # server_log NAME: the server.log of stage NAME, from the served.tgz speed_run.sh bundled it into
   tar -xzOf "$O/$1/served.tgz" --wildcards '*server.log' 2>/dev/null
 }
+first_error() {  # first_error NAME: how many device asserts stage NAME's server met, its first engine check
+  echo "== $1: $(server_log "$1" | grep -c 'device-side assert') asserts" | tee -a "$O/summary.txt"
+  server_log "$1" | grep -m1 EngineStateError | cut -c1-3000 | tee -a "$O/summary.txt"
+}
 bundle() {  # every stage's folder and log into $O/callN.tgz, beside summary.txt
   tar -czf "/tmp/call$1.tgz" -C "$O" --exclude=summary.txt --exclude='call*.tgz' --exclude='kernel_cache.tgz*' . \
     && find "$O" -mindepth 1 ! -name summary.txt ! -name 'call*.tgz' ! -name 'kernel_cache.tgz*' -delete \
@@ -173,7 +177,28 @@ tests/inference_model/test_chunked_prefill.py" quicktests
      stage quicktests 100 QT_TIMEOUT=90 QUICKTESTS="tests/inference_server/test_prefill_stream.py" quicktests
      stage ab 380 SERVE_ARGS_A="" SERVE_ARGS_B="TTSFLEET_PREFILL_JOIN=next-step" LEVELS="64:640 128:1280" \
        AB_ROUNDS=1 ab ;;
-  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18|19|20|21 (see benchmarks/inference_h200/README.md)" >&2
+  22) # call 20's diagnosis alone: the dead c=128 level with the engine's checks on, then the side stream off
+     stage shortprompts-checked 200 SERVE_ARGS="TTSFLEET_ENGINE_CHECKS=on --preset-text qwen-bpe" \
+       LEVELS="128:1280" serve
+     server_log shortprompts-checked | grep -B2 -A30 "engine loop died\|EngineStateError" | head -60 \
+       | tee -a "$O/summary.txt"
+     stage shortprompts-inline 200 SERVE_ARGS="TTSFLEET_PREFILL_STREAM=off --preset-text qwen-bpe" \
+       LEVELS="128:1280" serve
+     server_log shortprompts-inline | grep -c "device-side assert" | sed 's/^/inline side: asserts /' \
+       | tee -a "$O/summary.txt" ;;
+  23) # where call 22's whole batch went non-finite in one step (c=128, short prompts, every slot's K/V
+      # finite): the checks' rerun report (the step's slow half again, fused outside a graph and plain
+      # with a hook per module: transient or repeatable, which module first), then the same level with
+      # programmatic dependent launch off, then without any CUDA graph (each stage's first error, or none)
+     stage checked 175 SERVE_ARGS="TTSFLEET_ENGINE_CHECKS=on --preset-text qwen-bpe" LEVELS="128:640" serve
+     first_error checked
+     stage nopdl 175 SERVE_ARGS="TTSFLEET_ENGINE_CHECKS=on TTSFLEET_PDL=off --preset-text qwen-bpe" \
+       LEVELS="128:640" serve
+     first_error nopdl
+     stage nographs 175 SERVE_ARGS="TTSFLEET_ENGINE_CHECKS=on TTSFLEET_CUDA_GRAPHS=0 --preset-text qwen-bpe" \
+       LEVELS="128:640" serve
+     first_error nographs ;;
+  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18|19|20|21|22|23 (see benchmarks/inference_h200/README.md)" >&2
      exit 2 ;;
 esac
 bundle "$1"

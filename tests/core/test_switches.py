@@ -66,6 +66,7 @@ MODEL_SWITCHES = {  # variable: (default, the parsed default, a bad value, its w
                                 "TTSFLEET_PREFILL_STREAM='yes': expected one of auto, off, on"),
     "TTSFLEET_ENGINE_CHECKS": ("off", False, "yes",
                                "TTSFLEET_ENGINE_CHECKS='yes': expected one of off, on"),
+    "TTSFLEET_PDL": ("on", True, "no", "TTSFLEET_PDL='no': expected one of on, off"),
     "TTSFLEET_PREFILL_JOIN": ("done", "done", "now",
                               "TTSFLEET_PREFILL_JOIN='now': expected one of done, next-step"),
 }

@@ -131,3 +131,29 @@ def test_the_engine_stops_at_the_step_after_which_a_slot_s_logits_went_bad(parts
     with pytest.raises(EngineStateError, match=rf"decode step \d+ \(1 rows padded to 1\): "
                                                rf"non-finite pending logits in slots {slot} \["):
         eng._launch_step()
+
+
+def test_a_step_gone_bad_is_rerun_and_the_first_bad_module_named(parts, checks_on, monkeypatch) -> None:
+    """A NaN planted in the last layer's MLP weight: the step's logits go non-finite, and the
+    report names the weight and the first module whose output went bad in the plain rerun."""
+    model, codec, _ = parts
+    eng = Engine(model, codec, EngineConfig(max_running_requests=2, cuda_graph_max_bs=2, pad_to_buckets=True))
+    for rid in (1, 2):
+        eng._join(SimpleNamespace(slot=eng.free_slots.popleft(), handle=SimpleNamespace(rid=rid),
+                                  req=SimpleNamespace(sampling=SamplingParams(seed=rid)), retired=False))
+    eng._launch_step()
+    last = len(model.layers) - 1
+    weight = model.layers[last].feed_forward.w2.weight
+    saved = weight.detach().clone()
+    try:
+        with torch.no_grad():
+            weight[0, 0] = float("nan")
+        with pytest.raises(EngineStateError) as err:
+            eng._launch_step()
+    finally:
+        with torch.no_grad():
+            weight.copy_(saved)
+    message = str(err.value)
+    assert f"non-finite weights: layers.{last}.feed_forward.w2.weight" in message
+    assert "fused rerun: 2 of 2 slots non-finite" in message
+    assert f"plain rerun: 2 of 2 slots non-finite, first non-finite output: layers.{last}.feed_forward" in message
