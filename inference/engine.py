@@ -1041,23 +1041,26 @@ class _DecodeGraphs:
             log.warning("cuda_graphs needs a CUDA device and pad_to_buckets; decoding eagerly")
             return None
         from ttsfleet.inference.sampling import SamplingParams
+        from ttsfleet.kernels.workspaces import new_owner, workspace_scope
 
         self = cls()
         t0 = time.perf_counter()
         pool = torch.cuda.graph_pool_handle()
         try:
-            for bs in reversed(eng.buckets):  # largest first: later graphs reuse its memory
-                eng.slots_buf[:bs] = eng.pad_slot
-                sampling = eng._SamplingBatch.from_params([SamplingParams(seed=0)] * bs, eng.device)
-                slots, window = eng.slots_buf[:bs], eng.window_buf[:bs]
-                with on_side_stream():
-                    for _ in range(2):
-                        eng.model.decode_step(eng.cache, slots, sampling, window)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool):
-                    out = eng.model.decode_step(eng.cache, slots, sampling, window)
-                self.graphs[bs] = (graph, sampling, out)
-                eng.model.release(eng.cache, eng.pad_slot)
+            # the kernels' workspaces these graphs bake: made by the warm-ups, shared by no eager launch
+            with workspace_scope(new_owner("decode-graphs")):
+                for bs in reversed(eng.buckets):  # largest first: later graphs reuse its memory
+                    eng.slots_buf[:bs] = eng.pad_slot
+                    sampling = eng._SamplingBatch.from_params([SamplingParams(seed=0)] * bs, eng.device)
+                    slots, window = eng.slots_buf[:bs], eng.window_buf[:bs]
+                    with on_side_stream():
+                        for _ in range(2):
+                            eng.model.decode_step(eng.cache, slots, sampling, window)
+                    graph = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(graph, pool=pool):
+                        out = eng.model.decode_step(eng.cache, slots, sampling, window)
+                    self.graphs[bs] = (graph, sampling, out)
+                    eng.model.release(eng.cache, eng.pad_slot)
             torch.cuda.synchronize()
         except Exception:
             log.exception("CUDA graph capture failed; decoding eagerly")

@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 from ttsfleet.kernels import decode as kd
 from ttsfleet.kernels.reference import dequantize_kv
+from ttsfleet.kernels.workspaces import new_owner, workspace_scope
 
 from ttsfleet.switches import ProcessSwitch, one_of
 
@@ -272,25 +273,28 @@ class PrefillGraphs:
         pool = torch.cuda.graph_pool_handle()
         t0 = time.perf_counter()
         try:
-            for rows in reversed(self.buckets):
-                self.slots[:rows].fill_(self.scratch_slot)
-                self.pos[:rows].copy_(self.pad_pos[:rows])
-                with on_side_stream():
+            # the kernels' workspaces these graphs bake: made by the warm-ups, shared by no eager launch
+            with workspace_scope(new_owner("prefill-graphs")):
+                for rows in reversed(self.buckets):
+                    self.slots[:rows].fill_(self.scratch_slot)
+                    self.pos[:rows].copy_(self.pad_pos[:rows])
+                    with on_side_stream():
+                        for s in range(self.n_segments):
+                            self._segment(s, rows)
+                    graphs = []
                     for s in range(self.n_segments):
-                        self._segment(s, rows)
-                graphs = []
-                for s in range(self.n_segments):
-                    g = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(g, pool=pool):
-                        self._segment(s, rows)
-                    graphs.append(g)
-                self.graphs[rows] = graphs
-            if self.whole:
-                try:
-                    self._capture_whole(pool)
-                except Exception:  # the piecewise graphs still serve every call
-                    log.exception("whole-call prefill graph capture failed; one-piece calls use the segments")
-                    self.whole, self.whole_graphs = False, {}
+                        g = torch.cuda.CUDAGraph()
+                        with torch.cuda.graph(g, pool=pool):
+                            self._segment(s, rows)
+                        graphs.append(g)
+                    self.graphs[rows] = graphs
+                if self.whole:
+                    try:
+                        self._capture_whole(pool)
+                    except Exception:  # the piecewise graphs still serve every call
+                        log.exception("whole-call prefill graph capture failed; one-piece calls use the "
+                                      "segments")
+                        self.whole, self.whole_graphs = False, {}
             torch.cuda.synchronize()
         finally:
             self.model.release(self.cache, self.scratch_slot)

@@ -39,6 +39,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from .decode import PDL_SWITCH
 from .layout import BS_BLOCK, MX_BLOCK, QuantizedWeight, cdiv
+from .workspaces import workspace
 
 FLT_MIN = tl.constexpr(1.1754943508222875e-38)
 INTERPRETING = os.environ.get("TRITON_INTERPRET") == "1"
@@ -559,22 +560,8 @@ def config_dict(cfg: GemmConfig) -> dict[str, Any]:
 # ----------------------------------------------------------------------------------------------
 # workspaces and descriptors
 
-_WS: dict[tuple[int, int], list[torch.Tensor]] = {}
-
-
-def _workspace(dev: torch.device, n_part: int, n_tickets: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Grow-only buffers. Tickets are zero between launches (the kernel resets them), so the same
-    buffers serve every launch on a stream; two streams get separate buffers."""
-    stream = torch.cuda.current_stream(dev).cuda_stream if dev.type == "cuda" else 0  # 0: interpreter
-    key = (dev.index or 0, stream)
-    ws = _WS.get(key)
-    if ws is None or ws[0].numel() < n_part or ws[1].numel() < n_tickets:
-        old_p = ws[0].numel() if ws else 0
-        old_t = ws[1].numel() if ws else 0
-        ws = [torch.empty(max(n_part, old_p, 1), device=dev, dtype=torch.float32),
-              torch.zeros(max(n_tickets, old_t, 1024), device=dev, dtype=torch.int32)]
-        _WS[key] = ws
-    return ws[0], ws[1]
+#: the split-K / one-launch workspaces (:mod:`.workspaces`: what a CUDA graph may bake)
+_workspace = workspace
 
 
 _DESC: dict[tuple[int, int, int, int, int], Any] = {}

@@ -44,6 +44,7 @@ from ttsfleet.kernels import gluon_gemm as gg
 from ttsfleet.kernels.bench import copy_bandwidth
 from ttsfleet.kernels.reference import linear_fp8_codes_ref, quantize_activation_ref, quantize_weight_ref
 from ttsfleet.kernels.testing import TOL_SAME_CODES_BF16, rel_err
+from ttsfleet.kernels.workspaces import new_owner, workspace_scope
 
 T0 = time.time()
 DEADLINE_S = float(os.environ.get("GEMM_PROTO_DEADLINE_S", "140"))
@@ -62,18 +63,19 @@ def left() -> float:
 
 def graph_us(calls: list[Callable[[], Any]]) -> float:
     """µs per call: ``calls`` captured into one CUDA graph, median of REPLAYS replays."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):  # warm-up (compiles) outside the capture
-        for c in calls:
-            c()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    s.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, stream=s):  # the stream whose workspaces the warm-up made
-        for c in calls:
-            c()
+    with workspace_scope(new_owner("gemm-proto")):  # the warm-up makes the workspaces the graph bakes
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):  # warm-up (compiles) outside the capture
+            for c in calls:
+                c()
+        torch.cuda.current_stream().wait_stream(s)
+        torch.cuda.synchronize()
+        s.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=s):
+            for c in calls:
+                c()
     g.replay()
     torch.cuda.synchronize()
     times = []
