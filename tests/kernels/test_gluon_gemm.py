@@ -213,14 +213,17 @@ def test_gpu_matches_the_reference_and_replays_from_a_graph(gen, n: int, k: int,
     gg.gluon_linear_fp8_codes(xq, xs, qw, torch.bfloat16, out=out)
     assert rel_err(out, ref) < TOL_SAME_CODES_BF16
     assert torch.equal(gg.gluon_linear_fp8_codes(xq, xs, qw), out)  # split-K sums in slot order
+    from ttsfleet.kernels.workspaces import new_owner, workspace_scope
+
     g = torch.cuda.CUDAGraph()
     s = torch.cuda.Stream()
-    with torch.cuda.stream(s):
-        gg.gluon_linear_fp8_codes(xq, xs, qw)  # the capture stream's workspace, outside the capture
-    s.synchronize()
     gout = torch.full_like(out, float("nan"))
-    with torch.cuda.graph(g, stream=s):
-        gg.gluon_linear_fp8_codes(xq, xs, qw, out=gout)
+    with workspace_scope(new_owner("test-gluon")):  # the graph shares the eager launch's workspace
+        with torch.cuda.stream(s):
+            gg.gluon_linear_fp8_codes(xq, xs, qw)  # the workspace, made outside the capture
+        s.synchronize()
+        with torch.cuda.graph(g, stream=s):
+            gg.gluon_linear_fp8_codes(xq, xs, qw, out=gout)
     for _ in range(2):  # the tickets reset themselves: replays give the same result
         gout.fill_(float("nan"))
         g.replay()

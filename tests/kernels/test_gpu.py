@@ -29,6 +29,7 @@ from ttsfleet.kernels.testing import (  # noqa: E402
     randn,
     rel_err,
 )
+from ttsfleet.kernels.workspaces import new_owner, workspace_scope  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 SCHEMES = ["bsgemm_fp8", "mxfp8"]
@@ -185,12 +186,13 @@ def test_cuda_graph_capture_and_replay(gen):
 
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        step()  # warm-up: compile, workspaces
-    torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        y_mlp, y_qkv, _ = step()
+    with workspace_scope(new_owner("test-step")):  # the graph shares the warm-up's workspaces
+        with torch.cuda.stream(s):
+            step()  # warm-up: compile, workspaces
+        torch.cuda.current_stream().wait_stream(s)
+        with torch.cuda.graph(g):
+            y_mlp, y_qkv, _ = step()
     for _ in range(3):
         x.copy_(randn(gen, 8, d, device="cuda", dtype=torch.bfloat16))
         nxt.copy_(torch.randint(0, 100, (8, 10), generator=gen, dtype=torch.int32))
