@@ -151,24 +151,12 @@ tests/inference_model/test_chunked_prefill.py" quicktests
       # phase, ~4.8 ms a step at c=64), which the whole graphs halve; the pair is what 16 and 18 point at
      stage ab 380 SERVE_ARGS_A="" SERVE_ARGS_B="TTSFLEET_PREFILL_WHOLE_GRAPHS=on TTSFLEET_PREFILL_STREAM=on" \
        LEVELS="64:640 128:1280" AB_ROUNDS=1 ab ;;
-  20) # the served curve with prompts at the real model's length (qwen-bpe) on today's defaults (the prefill
-      # side stream on): call 4 (2026-12-06e) died at c=128 in its first seconds of a device-side index
-      # out of bounds (rows 99-103 of a ~104-row index; the engine loop's next sync raised it); the pad-row
-      # mend since is the one engine bug found, not shown to be that cause. If it dies again, the same
-      # level with the engine's checks on (TTSFLEET_ENGINE_CHECKS: a sync after every call and step, the
-      # first non-finite logits / out-of-range frame / misplaced slot named with its call or step), then
-      # once with the side stream off (whether the second stream is part of the cause)
+  20) # the served curve with prompts at the real model's length (qwen-bpe) on today's defaults: call 4
+      # (2026-12-06e) died at c=128 of a device-side assert; found with the engine's checks (calls 22, 23)
+      # and mended (graph-owned split-K workspaces, 2026-12-06f); the stage's asserts and first engine
+      # check are counted into the summary (0 and none since the mend)
      stage shortprompts 250 SERVE_ARGS="--preset-text qwen-bpe" LEVELS="64:640 128:1280" serve
-     if server_log shortprompts | grep -q "device-side assert"; then
-       stage shortprompts-checked 160 SERVE_ARGS="TTSFLEET_ENGINE_CHECKS=on --preset-text qwen-bpe" \
-         LEVELS="128:1280" serve
-       server_log shortprompts-checked | grep -B2 -A30 "engine loop died\|EngineStateError" | head -60 \
-         | tee -a "$O/summary.txt"
-       stage shortprompts-inline 150 SERVE_ARGS="TTSFLEET_PREFILL_STREAM=off --preset-text qwen-bpe" \
-         LEVELS="128:1280" serve
-       server_log shortprompts-inline | grep -c "device-side assert" | sed 's/^/inline side: asserts /' \
-         | tee -a "$O/summary.txt"
-     fi ;;
+     first_error shortprompts ;;
   21) # side-stream prompts joining at the next step, the engine's stream waiting on the GPU for their call
       # (B: TTSFLEET_PREFILL_JOIN=next-step) beside joining once the call is done (A, the default), c=64
       # and c=128: the side stream cost first audio +29 ms at p50 (2026-12-06e call 18: two decode steps);
