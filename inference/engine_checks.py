@@ -7,8 +7,11 @@ sync). With the checks on, the engine waits for each call and step and checks wh
 read: each slot's pending main-head logits finite, its length inside the cache, the decode rows'
 slots where the engine put them (its own rows, then the pad slot) and the sampled frames inside
 their vocabularies. The first miss raises :class:`EngineStateError` naming the call or step, the
-rows, slots and values, which the engine loop logs as it dies. Each check costs a host sync: a
-diagnostic mode, off by default (and measured as nothing else)."""
+rows, slots and values, which the engine loop logs as it dies; a step's non-finite logits come with
+the step run again (:func:`rerun_report`). It found its first fault on an H100 (2026-12-06f: a whole
+batch non-finite in one decode graph's replay, finite when rerun eagerly: the split-K workspaces,
+``ttsfleet.kernels.workspaces``). Each check costs a host sync: a diagnostic mode, off by default,
+never in a figure of record."""
 
 from __future__ import annotations
 
