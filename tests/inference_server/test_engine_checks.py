@@ -44,8 +44,12 @@ def _cache(slots: int = 5, seq: int = 32):
     return load_model("tiny").new_cache(slots, seq)
 
 
-def test_a_served_run_with_the_checks_on_equals_the_run_without(parts, checks_on) -> None:
-    cfg = EngineConfig(max_running_requests=4, cuda_graph_max_bs=4, pad_to_buckets=True)
+@pytest.mark.parametrize("side_stream", [False, True], ids=["inline", "deferred"])
+def test_a_served_run_with_the_checks_on_equals_the_run_without(parts, checks_on, side_stream) -> None:
+    """Deferred: prefill calls landed later (the side stream's schedule; on a CPU the deferral alone),
+    each checked once its completion is waited for."""
+    cfg = EngineConfig(max_running_requests=4, cuda_graph_max_bs=4, pad_to_buckets=True,
+                       prefill_stream=side_stream)
     seeds, limits = [1, 2, 3], [6, 11, 16]  # retires mid-run: padded steps at 3, 2 and 1 rows
     eng, checked, _ = _run(parts, cfg, seeds, limits)
     assert eng._checks
