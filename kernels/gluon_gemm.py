@@ -554,9 +554,9 @@ def gluon_linear_fp8_codes(xq: Any, xs: Any, qw: Any, out_dtype: Any = None, cfg
 
     ctas = grid_size(cfg, n, k, m, _sm_count(xq.device.index or 0))
     tiles, _, most = partition(cfg, n, k, m, ctas)
-    from .triton_gemm import _workspace  # the Triton kernel's buffers: tickets are zero between launches
+    from .workspaces import workspace  # the Triton kernel's buffers: tickets are zero between launches
 
-    part, tickets = _workspace(xq.device, tiles * most * cfg.bn * cfg.bm, tiles)
+    part, tickets = workspace(xq.device, tiles * most * cfg.bn * cfg.bm, tiles)
     x_desc = TensorDescriptor(xq2, list(xq2.shape), list(xq2.stride()), [cfg.bm, BK], _smem_layout(cfg.bm))
     _bsgemm_kernel[(ctas,)](
         _weight_desc(w, cfg.bn), x_desc, qw.scale, xs2, out, part, tickets,

@@ -39,7 +39,6 @@ from .triton_gemm import (
     _prefetch_blocks,
     _scheme_params,
     _weight_desc,
-    _workspace,
     launch_opts,
     pdl_entry,
     row_tile,
@@ -55,6 +54,7 @@ from .work_queue import (
     wait_for,
     waiting_gemm_item,
 )
+from .workspaces import workspace
 
 #: Default tile widths (output columns) of the QKV and O items: a first guess, not yet timed.
 QKV_BN = 64
@@ -191,7 +191,7 @@ def attention_block_one_launch(aq: torch.Tensor, as_: torch.Tensor, wqkv: Quanti
     out = torch.empty(m, wo.shape[0], device=aq.device, dtype=out_dtype)
     qkv_part_n = plan.qkv_tiles * plan.qkv_split * plan.bm * plan.qkv_bn if plan.qkv_split > 1 else 0
     o_part_n = plan.o_tiles * plan.o_split * plan.bm * plan.o_bn if plan.o_split > 1 else 0
-    part, tickets = _workspace(aq.device, qkv_part_n + o_part_n + 1, plan.qkv_tiles + plan.o_tiles + 4)
+    part, tickets = workspace(aq.device, qkv_part_n + o_part_n + 1, plan.qkv_tiles + plan.o_tiles + 4)
     use_tma = tma_ok(wqkv) and tma_ok(wo)
     qkv_per, o_per = cdiv(cdiv(d, bk), plan.qkv_split), cdiv(cdiv(hd, bk), plan.o_split)
     if prefetch is None:  # the O items' weights, asked of L2 while QKV and attention run

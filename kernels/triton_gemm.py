@@ -560,10 +560,6 @@ def config_dict(cfg: GemmConfig) -> dict[str, Any]:
 # ----------------------------------------------------------------------------------------------
 # workspaces and descriptors
 
-#: the split-K / one-launch workspaces (:mod:`.workspaces`: what a CUDA graph may bake)
-_workspace = workspace
-
-
 _DESC: dict[tuple[int, int, int, int, int], Any] = {}
 
 
@@ -628,7 +624,7 @@ def launch_gemm(a: torch.Tensor, a_scale: torch.Tensor | None, qw: QuantizedWeig
     nslot = 2 if epi == 1 else 1
     tiles = grid[0] * grid[1]
     if cfg.split_k > 1:
-        part, tickets = _workspace(a.device, tiles * cfg.split_k * nslot * bm * bn, tiles)
+        part, tickets = workspace(a.device, tiles * cfg.split_k * nslot * bm * bn, tiles)
     else:
         part = tickets = out  # unused
     use_tma = cfg.tma and tma_ok(qw)

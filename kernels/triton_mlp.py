@@ -38,7 +38,6 @@ from .triton_gemm import (
     _prefetch_blocks,
     _scheme_params,
     _weight_desc,
-    _workspace,
     act_group,
     get_config,
     launch_gemm,
@@ -48,6 +47,7 @@ from .triton_gemm import (
     tma_ok,
 )
 from .work_queue import MAX_ROWS, count_done, gemm_item, leave, most_shares, take_ticket, waiting_gemm_item
+from .workspaces import workspace
 
 
 def swiglu_mlp_fp8_triton(x: torch.Tensor, gate_up: QuantizedWeight, down: QuantizedWeight,
@@ -191,7 +191,7 @@ def swiglu_mlp_one_launch(xq: torch.Tensor, xs: torch.Tensor, gate_up: Quantized
     out = torch.empty(m, d, device=xq.device, dtype=out_dtype)
     gu_part_n = plan.gu_items * 2 * plan.bm * GATE_UP_BN if plan.gu_split > 1 else 0
     dn_part_n = plan.dn_tiles * plan.dn_split * plan.bm * plan.dn_bn if plan.dn_split > 1 else 0
-    part, tickets = _workspace(xq.device, gu_part_n + dn_part_n + 1, plan.gu_tiles + plan.dn_tiles + 3)
+    part, tickets = workspace(xq.device, gu_part_n + dn_part_n + 1, plan.gu_tiles + plan.dn_tiles + 3)
     use_tma = tma and tma_ok(gate_up) and tma_ok(down)
     gu_per, dn_per = cdiv(cdiv(d, bk), plan.gu_split), cdiv(cdiv(f, bk), plan.dn_split)
     if prefetch is None:  # the down items' weights, asked of L2 while gate_up runs

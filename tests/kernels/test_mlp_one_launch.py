@@ -23,6 +23,7 @@ from ttsfleet.kernels.layout import cdiv  # noqa: E402
 from ttsfleet.kernels.ops import quantize_weight, swiglu_mlp_fp8_codes  # noqa: E402
 from ttsfleet.kernels.reference import quantize_activation_ref, swiglu_mlp_fp8_codes_ref  # noqa: E402
 from ttsfleet.kernels.testing import graph_replays_equal, randn, rel_err  # noqa: E402
+from ttsfleet.kernels.workspaces import workspace  # noqa: E402
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 S2_D, S2_F = 2560, 9728
@@ -102,7 +103,7 @@ def test_one_launch_equals_two_launches_with_its_tiles(scheme: str, m: int, gu_s
     got = tm.swiglu_mlp_one_launch(xq, xs, gu, dn, torch.bfloat16, plan=plan)
     want = _two_launches(xq, xs, gu, dn, plan, scheme)
     assert torch.equal(got.view(torch.int16), want.view(torch.int16))
-    _, tickets = tg._workspace(xq.device, 1, 1)
+    _, tickets = workspace(xq.device, 1, 1)
     assert int(tickets.abs().sum()) == 0, "a ticket or work counter was left set"
     again = tm.swiglu_mlp_one_launch(xq, xs, gu, dn, torch.bfloat16, plan=plan)
     assert torch.equal(again.view(torch.int16), got.view(torch.int16))
@@ -147,10 +148,8 @@ def test_a_cuda_graph_of_it_replays_the_eager_result(gen: torch.Generator) -> No
     """The counters return to zero at the end of every launch, so a captured launch replays: three
     replays of a graph holding two launches give the eager bits (a counter left set would make a
     replay skip its items or spin forever: the pytest timeout catches that)."""
-    from ttsfleet.kernels import triton_gemm as tg
-
     gu, dn = _weights(gen, "bsgemm_fp8", S2_D, S2_F)
     xq, xs = quantize_activation_ref(randn(gen, 4, S2_D, dtype=torch.bfloat16), 128)
     xq, xs = xq.to(DEV), xs.to(DEV)
     assert graph_replays_equal(lambda: _tm().swiglu_mlp_one_launch(xq, xs, gu, dn, torch.bfloat16))
-    assert int(tg._workspace(xq.device, 1, 1)[1].abs().sum()) == 0
+    assert int(workspace(xq.device, 1, 1)[1].abs().sum()) == 0
