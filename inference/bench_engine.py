@@ -234,13 +234,15 @@ def capture_graph(fn: Any) -> Any:
     """``fn`` captured into a CUDA graph, after two warm-up calls on a side stream (as capture wants:
     lazy allocations and autotuning happen outside the graph)."""
     import torch
+    from ttsfleet.kernels.workspaces import new_owner, workspace_scope
 
-    with on_side_stream():
-        fn()
-        fn()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
+    with workspace_scope(new_owner("bench-engine")):  # the warm-ups make the workspaces it bakes
+        with on_side_stream():
+            fn()
+            fn()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
     return graph
 
 

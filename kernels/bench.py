@@ -41,6 +41,7 @@ from .ops import (
 )
 from .reference import linear_fp8_ref, swiglu_mlp_fp8_ref
 from .testing import rel_err
+from .workspaces import new_owner, workspace_scope
 
 F8 = torch.float8_e4m3fn
 H, INTER = 2560, 9728
@@ -77,18 +78,19 @@ def _do_bench(fn: Callable[[], Any], rep_ms: int) -> float:
 
 def graph_us(calls: list[Callable[[], Any]], rounds: int = 2, rep_ms: int = 60) -> float:
     """Median GPU time of one call (µs): capture rounds x calls into one graph and replay it."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for c in calls:
-            c()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(rounds):
+    with workspace_scope(new_owner("bench")):  # the warm-up makes the workspaces the graph bakes
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
             for c in calls:
                 c()
+        torch.cuda.current_stream().wait_stream(s)
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for _ in range(rounds):
+                for c in calls:
+                    c()
     ms = _do_bench(g.replay, rep_ms)
     del g
     return ms * 1e3 / (rounds * len(calls))

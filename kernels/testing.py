@@ -6,10 +6,12 @@ on, so the helpers cannot live only under tests/.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 import torch
 from torch import Tensor
+
+from .workspaces import new_owner, workspace_scope
 
 # ||out - ref|| / ||ref|| bounds. FP8 e4m3 keeps 3 mantissa bits: quantizing both operands costs
 # about 3-4 % relative error against unquantized float64; against float64 math on the *same* FP8
@@ -43,15 +45,19 @@ def poison_(t: Tensor) -> Tensor:
     return t.fill_(-123456)
 
 
-def graph_replays_equal(launch: Callable[[], Tensor], replays: int = 3) -> bool:
+def graph_replays_equal(launch: Callable[[], Tensor], replays: int = 3,
+                        owner: Hashable | None = None) -> bool:
     """Whether a CUDA graph holding two calls of ``launch`` gives the eager call's bits at each of
     ``replays`` replays (outputs zeroed before each, so a replay that skips work shows). Why two
-    calls: a kernel that leaves state set (a work counter, a ticket) breaks the call after it."""
-    eager = launch()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        first, second = launch(), launch()
+    calls: a kernel that leaves state set (a work counter, a ticket) breaks the call after it; the
+    eager call and both captured ones share one workspace (``owner``'s: default a new one; pass one
+    to read its tickets afterwards)."""
+    with workspace_scope(new_owner("graph-test") if owner is None else owner):
+        eager = launch()
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            first, second = launch(), launch()
     for _ in range(replays):
         first.zero_()
         second.zero_()

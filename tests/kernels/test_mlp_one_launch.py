@@ -23,7 +23,7 @@ from ttsfleet.kernels.layout import cdiv  # noqa: E402
 from ttsfleet.kernels.ops import quantize_weight, swiglu_mlp_fp8_codes  # noqa: E402
 from ttsfleet.kernels.reference import quantize_activation_ref, swiglu_mlp_fp8_codes_ref  # noqa: E402
 from ttsfleet.kernels.testing import graph_replays_equal, randn, rel_err  # noqa: E402
-from ttsfleet.kernels.workspaces import workspace  # noqa: E402
+from ttsfleet.kernels.workspaces import new_owner, workspace, workspace_scope  # noqa: E402
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 S2_D, S2_F = 2560, 9728
@@ -151,5 +151,8 @@ def test_a_cuda_graph_of_it_replays_the_eager_result(gen: torch.Generator) -> No
     gu, dn = _weights(gen, "bsgemm_fp8", S2_D, S2_F)
     xq, xs = quantize_activation_ref(randn(gen, 4, S2_D, dtype=torch.bfloat16), 128)
     xq, xs = xq.to(DEV), xs.to(DEV)
-    assert graph_replays_equal(lambda: _tm().swiglu_mlp_one_launch(xq, xs, gu, dn, torch.bfloat16))
-    assert int(workspace(xq.device, 1, 1)[1].abs().sum()) == 0
+    owner = new_owner("test-mlp-graph")  # the graph's workspace, read back below
+    launch = lambda: _tm().swiglu_mlp_one_launch(xq, xs, gu, dn, torch.bfloat16)  # noqa: E731
+    assert graph_replays_equal(launch, owner=owner)
+    with workspace_scope(owner):
+        assert int(workspace(xq.device, 1, 1)[1].abs().sum()) == 0
