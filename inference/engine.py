@@ -78,6 +78,7 @@ from ttsfleet.inference.engine_messages import (
 )
 from ttsfleet.inference.engine_phases import ENGINE_PHASES, GPU_WORK, GilProbe, GpuSpans, PhaseClock
 from ttsfleet.inference.graph_capture import CAPTURE_LOCK, on_side_stream
+from ttsfleet.inference.mixed_step import MIXED_STEPS_SWITCH
 from ttsfleet.inference.prefill_coalesce import Arrivals, CoalesceRule, hold_arrivals
 from ttsfleet.inference.prefill_stream import SidePrefill, side_stream_wanted
 
@@ -160,6 +161,7 @@ class _Stats:
         self.steps = 0
         self.prefill_chunks = 0  # prompt pieces prefilled
         self.prefill_calls = 0  # batched model.prefill_batch calls
+        self.mixed_steps = 0  # decode steps that carried prefill pieces (:mod:`.mixed_step`)
         self.prefill_tokens = 0
         self.prefill_holds = 0  # iterations that held new prompts back for a fuller call (coalescing)
         self.prefix_tokens_reused = 0  # prompt tokens restored from a prefilled head, not prefilled
@@ -261,6 +263,9 @@ class Engine:
             log.info("prefill calls on a stream of their own (%s)", "CUDA" if self.device.type == "cuda"
                      else "the CPU: deferred landing only")
         self._prefills: deque[_PrefillInFlight] = deque()  # side-stream prefill calls not yet landed
+        #: prefill pieces inside the decode step where something decodes (:mod:`.mixed_step`)
+        self._mixed = MIXED_STEPS_SWITCH.get()
+        self._riders: list[tuple[_Running, int]] = []  # this iteration's pieces for the next step
         #: every call and step checked before the next reads it (:mod:`.engine_checks`; a diagnostic)
         self._checks = ENGINE_CHECKS_SWITCH.get()
         if self._checks:
@@ -463,6 +468,7 @@ class Engine:
         finally:
             if self._dead is not None:  # this loop or the codec process died
                 landing = [st for call in self._prefills for st, _ in call.plan]
+                landing += [st for st, _ in self._riders]
                 for st in list(self.running) + list(self.prefilling) + list(self.waiting) + landing:
                     st.handle.post(Event("error", reason=self._dead))
             self._drain_inbox_on_exit()
@@ -572,8 +578,19 @@ class Engine:
         if self.waiting and blocker is not None:  # always set when requests are left waiting
             deferred = passed_over(entries, planned, self.cfg.prefix_job_max_wait_s)
             self._admission_wait("deferred" if deferred else blocker)
-        if plan:
+        if plan and self._can_ride(plan):
+            self._riders = plan
+        elif plan:
             self._prefill(plan)
+
+    def _can_ride(self, plan: list[tuple[_Running, int]]) -> bool:
+        """Whether the planned pieces go into this iteration's decode step (mixed steps on, something
+        decoding, and with prefill graphs, the step's rows and the pieces' within their largest bucket)."""
+        if not (self._mixed and self.running):
+            return False
+        graphs = self.prefill_graphs
+        rows = len(self.running) + sum(n for _, n in plan)
+        return graphs is None or graphs.bucket(rows) is not None
 
     def _plan(self, order: list[int], prefilling: list[_Running],
               waiting: list[_Running]) -> tuple[list[tuple[_Running, int]], set[int], str | None]:
@@ -741,7 +758,8 @@ class Engine:
     def _holding_rows(self) -> int:
         """Requests holding a slot toward the decode batch: running, mid-prompt, or in a prefill call
         not yet landed."""
-        return len(self.running) + len(self.prefilling) + sum(len(call.plan) for call in self._prefills)
+        return (len(self.running) + len(self.prefilling) + len(self._riders)
+                + sum(len(call.plan) for call in self._prefills))
 
     def _prefilled(self, plan: list[tuple[_Running, int]]) -> None:
         """The planned pieces are in the cache: each request goes on prefilling, or joins the batch."""
@@ -804,7 +822,10 @@ class Engine:
         sampling = self._sampling_batch(pbs)
         window = self.window_buf[:pbs]
         start = GpuSpans.mark() if self._gpu_spans is not None else None
-        if self.graphs is not None and pbs in self.graphs.graphs and sampling.fusable:
+        riders = self._riders  # cleared once landed: if the step fails, the loop's exit tells them
+        if riders:
+            frames = self._mixed_step(riders, bs, pbs, sampling, window)
+        elif self.graphs is not None and pbs in self.graphs.graphs and sampling.fusable:
             frames = self.graphs.replay(pbs, sampling)
         else:
             frames = self.model.decode_step(self.cache, self.slots_buf[:pbs], sampling, window)
@@ -826,6 +847,37 @@ class Engine:
             step.host = frames[:bs].clone()
         self._in_flight.append(step)
         self.stats.decode_s += time.perf_counter() - t0
+        if riders:  # in the cache as far as the stream goes: they join the next step
+            self._riders = []
+            self._rode(riders)
+
+    def _mixed_step(self, riders: list[tuple[_Running, int]], bs: int, pbs: int, sampling: Any,
+                    window: Any) -> Any:
+        """The step's frames (its first half from a graph where one is captured), then their slow
+        half and the riders' pieces in one pass (:meth:`DualARModel.decode_with_prefill`)."""
+        from ttsfleet.inference.model import PrefillPiece
+
+        graphs = self.graphs
+        if graphs is not None and pbs in graphs.fronts and sampling.fusable:
+            frames = graphs.replay(pbs, sampling, front=True)
+        else:
+            frames = self.model.decode_front(self.cache, self.slots_buf[:pbs], sampling, window)
+        pieces = [PrefillPiece(st.slot, st.req.prompt[:, st.prefilled:st.prefilled + n], st.prefilled)
+                  for st, n in riders]
+        self.model.decode_with_prefill(self.cache, self.slots_buf[:bs], frames[:bs], pieces,
+                                       graphs=self.prefill_graphs)
+        return frames
+
+    def _rode(self, riders: list[tuple[_Running, int]]) -> None:
+        """Count a mixed step's pieces (as a prefill call's) and land them."""
+        self.stats.mixed_steps += 1
+        tokens = sum(n for _, n in riders)
+        if self._checks:
+            check_prefill(self.cache, [(st.slot, st.prefilled + n) for st, n in riders],
+                          f"mixed step {self.stats.mixed_steps} ({tokens} rows)")
+        if self.metrics is not None:
+            self.metrics["inference_prefill_tokens"].labels(self.label).inc(tokens)
+        self._prefilled(riders)
 
     def _reset_pad_slot(self) -> None:
         """Empty the pad slot every :data:`PAD_RESET_STEPS` padded steps (each adds one position).
@@ -1031,7 +1083,9 @@ class _DecodeGraphs:
 
     def __init__(self) -> None:
         self.graphs: dict[int, tuple[Any, Any, Any]] = {}
-        self._filled: dict[int, Any] = {}  # size -> the SamplingBatch last copied into its static inputs
+        #: ``model.decode_front`` per size, for mixed steps (:mod:`.mixed_step`; captured when on)
+        self.fronts: dict[int, tuple[Any, Any, Any]] = {}
+        self._filled: dict[tuple[int, bool], Any] = {}  # (size, front) -> the SamplingBatch copied in last
 
     @classmethod
     def capture(cls, eng: Engine) -> _DecodeGraphs | None:
@@ -1053,13 +1107,12 @@ class _DecodeGraphs:
                     eng.slots_buf[:bs] = eng.pad_slot
                     sampling = eng._SamplingBatch.from_params([SamplingParams(seed=0)] * bs, eng.device)
                     slots, window = eng.slots_buf[:bs], eng.window_buf[:bs]
-                    with on_side_stream():
-                        for _ in range(2):
-                            eng.model.decode_step(eng.cache, slots, sampling, window)
-                    graph = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(graph, pool=pool):
-                        out = eng.model.decode_step(eng.cache, slots, sampling, window)
-                    self.graphs[bs] = (graph, sampling, out)
+                    self.graphs[bs] = _capture_one(eng.model.decode_step, eng.cache, slots, sampling, window,
+                                                   pool)
+                    if eng._mixed:
+                        front = eng._SamplingBatch.from_params([SamplingParams(seed=0)] * bs, eng.device)
+                        self.fronts[bs] = _capture_one(eng.model.decode_front, eng.cache, slots, front,
+                                                       window, pool)
                     eng.model.release(eng.cache, eng.pad_slot)
             torch.cuda.synchronize()
         except Exception:
@@ -1068,19 +1121,36 @@ class _DecodeGraphs:
             return None
         finally:
             eng.window_buf.fill_(-1)
-        log.info("captured %d decode graphs (batch sizes %s) in %.1f s", len(self.graphs),
-                 sorted(self.graphs), time.perf_counter() - t0)
+        log.info("captured %d decode graphs (batch sizes %s)%s in %.1f s", len(self.graphs),
+                 sorted(self.graphs), f" and {len(self.fronts)} of their first halves" if self.fronts else "",
+                 time.perf_counter() - t0)
         return self
 
-    def replay(self, bs: int, sampling: Any) -> Any:
+    def replay(self, bs: int, sampling: Any, front: bool = False) -> Any:
         """Replay size ``bs`` on ``sampling``'s rows, copied into the graph's static inputs only when
         it is not the batch copied there last (the graph only reads them). Why: the engine hands the
         same batch object for every step until the running requests change, and the nine small
-        copies per step were 12 % of the engine thread's samples on the H200 (2026-12-03d)."""
-        graph, static, out = self.graphs[bs]
-        if self._filled.get(bs) is not sampling:
+        copies per step were 12 % of the engine thread's samples on the H200 (2026-12-03d).
+        ``front``: the step's first half (a mixed step's)."""
+        graph, static, out = (self.fronts if front else self.graphs)[bs]
+        if self._filled.get((bs, front)) is not sampling:
             for name, value in sampling.tensors().items():
                 getattr(static, name).copy_(value, non_blocking=True)
-            self._filled[bs] = sampling
+            self._filled[(bs, front)] = sampling
         graph.replay()
         return out
+
+
+def _capture_one(fn: Any, cache: Any, slots: Any, sampling: Any, window: Any,
+                 pool: Any) -> tuple[Any, Any, Any]:
+    """``fn(cache, slots, sampling, window)`` warmed up twice on a side stream, then captured:
+    (the graph, its static sampling batch, its output)."""
+    import torch
+
+    with on_side_stream():
+        for _ in range(2):
+            fn(cache, slots, sampling, window)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool):
+        out = fn(cache, slots, sampling, window)
+    return graph, sampling, out

@@ -19,9 +19,10 @@ from typing import Any, Protocol
 
 #: The phases of an engine iteration, the ``phase`` label's values: ``prefill`` — prompt pieces
 #: through the model (its host time, waits inside included); ``launch`` — queueing decode steps (graph
-#: replays and their copies); ``gpu_wait`` — waiting for a step's frames to reach the host (with the
-#: pipeline on: the GPU setting the pace); ``other`` — the rest: taking new requests, admission,
-#: handing codes to the codec, retiring requests, publishing gauges.
+#: replays and their copies; a mixed step's prompt pieces with them, :mod:`.mixed_step`);
+#: ``gpu_wait`` — waiting for a step's frames to reach the host (with the pipeline on: the GPU setting
+#: the pace); ``other`` — the rest: taking new requests, admission, handing codes to the codec,
+#: retiring requests, publishing gauges.
 ENGINE_PHASES = ("prefill", "launch", "gpu_wait", "other")
 
 

@@ -495,12 +495,7 @@ class DualARModel(nn.Module):
         """
         if not pieces:
             return None
-        if len({p.slot for p in pieces}) != len(pieces):
-            raise ValueError("prefill_batch needs distinct slots")
-        spans = [self._check_prefill(cache, p.slot, p.tokens, p.start, trust_start=True) for p in pieces]
-        lay = _VarlenLayout.build([p.slot for p in pieces], spans, self.device)
-        tokens = torch.cat([p.tokens.to(torch.int64) for p in pieces], dim=1)
-        tokens = tokens.to(self.device, non_blocking=True)[None]
+        lay, tokens = self.piece_rows(cache, pieces)
         x = self.embed(tokens)[0]  # [N, dim]
         if fused_enabled(tokens):
             whole = graphs.whole_fit(x.shape[0], lay.max_end) if graphs is not None and \
@@ -527,9 +522,23 @@ class DualARModel(nn.Module):
             normed, to_fast = self._hand_off(x[0, lay.last])
         cache.pending_logits[lay.slots] = self.main_logits(normed)
         cache.pending_hidden[lay.slots] = to_fast.to(cache.pending_hidden.dtype)
+        self.land_pieces(cache, lay)
+        return None
+
+    def piece_rows(self, cache: KVCache, pieces: list[PrefillPiece]) -> tuple[_VarlenLayout, Tensor]:
+        """Checked pieces (distinct slots) -> their rows' layout and tokens ``[1, 1 + ncb, N]`` on the
+        device, concatenated in piece order."""
+        if len({p.slot for p in pieces}) != len(pieces):
+            raise ValueError("prefill_batch needs distinct slots")
+        spans = [self._check_prefill(cache, p.slot, p.tokens, p.start, trust_start=True) for p in pieces]
+        lay = _VarlenLayout.build([p.slot for p in pieces], spans, self.device)
+        tokens = torch.cat([p.tokens.to(torch.int64) for p in pieces], dim=1)
+        return lay, tokens.to(self.device, non_blocking=True)[None]
+
+    def land_pieces(self, cache: KVCache, lay: _VarlenLayout) -> None:
+        """The pieces' slots after their rows ran: their lengths, and a fresh slot's sampling counter."""
         cache.lengths[lay.slots] = lay.ends
         cache.steps[lay.slots] = torch.where(lay.starts == 0, 0, cache.steps[lay.slots])
-        return None
 
     def _finish_prefill(self, cache: KVCache, slot: int, h: Tensor, normed: Tensor, start: int, end: int,
                         to_fast: Tensor | None = None) -> None:
@@ -610,6 +619,20 @@ class DualARModel(nn.Module):
     def decode_step(self, cache: KVCache, slots: Tensor, sampling: SamplingBatch,
                     window: Tensor | None = None) -> Tensor:
         """Advance each slot by one frame; returns ``[bs, 1 + ncb]`` int64 ``[main, cb0..]`` rows."""
+        slots = slots.to(self.device, torch.int64)
+        frame = self.decode_front(cache, slots, sampling, window)
+        if fused_enabled(cache.pending_logits):
+            fused.slow_step(self, cache, slots, frame)
+        else:
+            self._slow_step(cache, slots, frame)
+        return frame
+
+    @torch.inference_mode()
+    def decode_front(self, cache: KVCache, slots: Tensor, sampling: SamplingBatch,
+                     window: Tensor | None = None) -> Tensor:
+        """A decode step's first half: each slot's frame ``[bs, 1 + ncb]`` sampled from its pending
+        logits through the fast model, its sampling counter advanced; the slow model has not seen
+        the frame yet (:meth:`decode_step` appends it; a mixed step, :meth:`decode_with_prefill`)."""
         c = self.config
         slots = slots.to(self.device, torch.int64)
         step = cache.steps[slots]
@@ -625,10 +648,24 @@ class DualARModel(nn.Module):
             codes = fused.fast_decode(self, hidden, cb0, sampling, window, step)
         else:
             codes = self._fast_decode(hidden, cb0, sampling, window, step)
-        frame = torch.cat([main[:, None], codes], dim=1)
-        if fused_path:
-            fused.slow_step(self, cache, slots, frame)
-        else:
-            self._slow_step(cache, slots, frame)
         cache.steps[slots] = step + 1
-        return frame
+        return torch.cat([main[:, None], codes], dim=1)
+
+    @torch.inference_mode()
+    def decode_with_prefill(self, cache: KVCache, slots: Tensor, frame: Tensor, pieces: list[PrefillPiece],
+                            graphs: PrefillGraphs | None = None) -> None:
+        """A decode step's second half for ``slots`` (their ``frame`` from :meth:`decode_front`
+        appended) and the prefill ``pieces`` (other slots) in one pass through the slow model: the
+        same cache state as :meth:`_slow_step` then :meth:`prefill_batch`. On the fused path their rows
+        share every GEMM (:mod:`.mixed_step`: one weight read where two calls read twice); elsewhere
+        it is those two calls."""
+        if not pieces:
+            raise ValueError("decode_with_prefill needs at least one prefill piece")
+        slots = slots.to(self.device, torch.int64)
+        if not fused_enabled(cache.pending_logits):
+            self._slow_step(cache, slots, frame)
+            self.prefill_batch(cache, pieces)
+            return
+        from .mixed_step import mixed_slow_pass
+
+        mixed_slow_pass(self, cache, slots, frame, pieces, graphs)

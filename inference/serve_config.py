@@ -207,7 +207,8 @@ class ServeConfig:
 SWITCH_MODULES = ("ttsfleet.inference.model_layers", "ttsfleet.kernels.decode",
                   "ttsfleet.inference.codec_batch", "ttsfleet.inference.engine_messages",
                   "ttsfleet.inference.mps", "ttsfleet.inference.prefill_graphs",
-                  "ttsfleet.inference.prefill_stream", "ttsfleet.inference.engine_checks")
+                  "ttsfleet.inference.prefill_stream", "ttsfleet.inference.engine_checks",
+                  "ttsfleet.inference.mixed_step")
 
 
 def _check_process_switches(env: dict[str, str]) -> None:

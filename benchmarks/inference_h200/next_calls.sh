@@ -192,7 +192,15 @@ tests/inference_model/test_chunked_prefill.py" quicktests
      stage quicktests 70 QT_TIMEOUT=60 QUICKTESTS="tests/kernels/test_workspaces.py" quicktests
      stage mended 175 SERVE_ARGS="TTSFLEET_ENGINE_CHECKS=on --preset-text qwen-bpe" LEVELS="128:640" serve
      first_error mended ;;
-  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18|19|20|21|22|23|24 (see benchmarks/inference_h200/README.md)" >&2
+  25) # mixed steps (B: TTSFLEET_MIXED_STEPS=on: prompts arriving while others decode ride in the decode
+      # step, one pass of the slow model for both) beside separate prefill calls on the side stream (A,
+      # the default), prompts at the real tokenizer's length, c=64 and c=128; the GPU test first (the
+      # one-pass form against the step then the call, its prefill graphs captured)
+     stage quicktests 110 QT_TIMEOUT=100 QUICKTESTS="tests/inference_model/test_mixed_step.py" quicktests
+     stage ab 440 SERVE_ARGS_A="--preset-text qwen-bpe" SERVE_ARGS_B="TTSFLEET_MIXED_STEPS=on --preset-text \
+qwen-bpe" LEVELS="64:640 128:1280" AB_ROUNDS=1 ab
+     first_error ab ;;
+  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18|19|20|21|22|23|24|25 (see benchmarks/inference_h200/README.md)" >&2
      exit 2 ;;
 esac
 bundle "$1"

@@ -69,6 +69,7 @@ MODEL_SWITCHES = {  # variable: (default, the parsed default, a bad value, its w
     "TTSFLEET_PDL": ("on", True, "no", "TTSFLEET_PDL='no': expected one of on, off"),
     "TTSFLEET_PREFILL_JOIN": ("done", "done", "now",
                               "TTSFLEET_PREFILL_JOIN='now': expected one of done, next-step"),
+    "TTSFLEET_MIXED_STEPS": ("off", False, "yes", "TTSFLEET_MIXED_STEPS='yes': expected one of off, on"),
 }
 
 
@@ -146,6 +147,7 @@ def test_the_model_switches_are_registered_with_their_defaults_and_messages() ->
     from ttsfleet.inference import (
         codec_batch,  # noqa: F401 - registers TTSFLEET_CODEC_UNITS
         engine_checks,  # noqa: F401 - registers TTSFLEET_ENGINE_CHECKS
+        mixed_step,  # noqa: F401 - registers TTSFLEET_MIXED_STEPS
         model_layers,
         mps,  # noqa: F401 - registers TTSFLEET_CODEC_SM_PERCENT, TTSFLEET_CODEC_MPS_PRIORITY
         prefill_graphs,  # noqa: F401 - registers TTSFLEET_PREFILL_WHOLE_GRAPHS

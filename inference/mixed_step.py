@@ -1,0 +1,80 @@
+"""Mixed steps: a decode step's slow half and the iteration's prefill pieces in one pass of the slow model.
+
+Why: on an H100 at c=64 the engine's stream spends ~10.4 ms a step decoding and ~4.4 ms prefilling
+(short prompts, ~44 prompt tokens a step; byte prompts: 11.2 + 5.3 ms), each a separate pass
+through the 36 slow layers, and each reads all of their FP8 weights (~3.6 GB; the decode step's
+GEMMs are weight-bound at 64 rows, 2026-12-06f call 20, 2026-12-06d). With the pieces' rows riding
+in the decode step's pass, the weights are read once for both and the GEMMs run at 64 + ~44 rows,
+which on a weight-bound GEMM costs little more than 64 (what continuous-batching servers call
+mixed or chunked-prefill batches). What it costs: the step's slow half no longer replays from the
+whole-step graph but from the prefill's piecewise graphs (attention eager between segments, ~36
+attention launches of host time), and a request prefilled in a mixed step decodes its first frame
+in the next step rather than in the same iteration. Off by default until a served A/B on a GPU
+says which wins (``TTSFLEET_MIXED_STEPS=on``; ``benchmarks/inference_h200/next_calls.sh``).
+
+The pass: rows ``[decode rows ; piece rows]`` (each decode row is its slot's next position, the
+frame's embedding; the pieces' rows as :meth:`~ttsfleet.inference.model.DualARModel.prefill_batch`
+lays them out), every per-row kernel once over all rows, attention split: the decode rows through
+decode attention (one query per slot), the piece rows through the prefill's variable-length
+attention. Then each decode row's and each piece's last row's logits and hand-off state.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from ttsfleet.switches import ProcessSwitch, one_of
+
+from . import fused
+
+if TYPE_CHECKING:
+    from .model import DualARModel, KVCache, PrefillPiece
+    from .prefill_graphs import PrefillGraphs
+
+MIXED_STEPS_ENV = "TTSFLEET_MIXED_STEPS"
+#: ``on``: the engine runs an iteration's prefill pieces inside its decode step when something is
+#: decoding (and the rows fit a prefill graph bucket on a GPU); ``off`` (default): separate calls.
+MIXED_STEPS_SWITCH: ProcessSwitch[bool] = ProcessSwitch(
+    MIXED_STEPS_ENV, "off", lambda raw: one_of(MIXED_STEPS_ENV, ("off", "on"), "off")(raw) == "on")
+
+
+class MixedAttend:
+    """Attention for ``[decode rows ; piece rows]``: the first ``decode_rows`` rows attend as a decode
+    step's (:class:`~ttsfleet.inference.fused.DecodeAttend`), the rest as the prefill pieces' (their
+    layout's ``attend``). Both read the K/V stored for this pass's rows, so either may come first."""
+
+    def __init__(self, decode_rows: int, decode: fused.DecodeAttend, pieces: fused.Attend) -> None:
+        self.decode_rows, self.decode, self.pieces = decode_rows, decode, pieces
+
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor, ks: Tensor | None = None,
+                 vs: Tensor | None = None) -> Tensor:
+        n = self.decode_rows
+        return torch.cat([self.decode(q[:n], k, v, ks, vs), self.pieces(q[n:], k, v, ks, vs)])
+
+
+def mixed_slow_pass(model: DualARModel, cache: KVCache, slots: Tensor, frame: Tensor,
+                    pieces: list[PrefillPiece], graphs: PrefillGraphs | None = None) -> None:
+    """The fused slow pass of :meth:`~ttsfleet.inference.model.DualARModel.decode_with_prefill`:
+    ``frame [bs, 1 + ncb]`` appended to ``slots`` and ``pieces`` prefilled, from ``graphs``' segments
+    where the rows fit a bucket (else eagerly)."""
+    bs = int(slots.shape[0])
+    lay, tokens = model.piece_rows(cache, pieces)
+    pos = cache.lengths[slots].clamp(max=cache.max_seq_len - 1)
+    x = torch.cat([model.embed(frame[:, :, None])[:, 0], model.embed(tokens)[0]])
+    row_pos, row_slots = torch.cat([pos, lay.pos]), torch.cat([slots, lay.row_slots])
+    attend = MixedAttend(bs, fused.decode_attend(slots, pos + 1), lay.attend)
+    if graphs is not None and graphs.bucket(int(x.shape[0])) is not None:
+        h, normed = graphs.run(x, row_pos, row_slots, attend)
+    else:
+        h, normed = fused.run_blocks(list(model.layers), x, model.rope, row_pos, cache.k, cache.v, row_slots,
+                                     attend, model.norm, cache.k_scale, cache.v_scale)
+    last = torch.cat([torch.arange(bs, device=x.device), bs + lay.last])
+    h, normed = h[last], normed[last]
+    out_slots = torch.cat([slots, lay.slots])
+    cache.pending_logits[out_slots] = model.main_logits(normed)
+    cache.pending_hidden[out_slots] = model.fast_input(h, normed).to(cache.pending_hidden.dtype)
+    cache.lengths[slots] = pos + 1
+    model.land_pieces(cache, lay)

@@ -1,0 +1,124 @@
+"""Mixed steps (:mod:`ttsfleet.inference.mixed_step`): a decode step's slow half and prefill pieces in
+one pass leave the cache as the decode step and the prefill call do one after the other.
+
+On CPU the fused path runs through Triton's interpreter (the prefill graphs' segments eagerly on their
+padded buffers); on CUDA the graphs are captured. What can fail: a decode row attending to the wrong
+keys or storing at the wrong position, a piece's rows mixed with the decode rows' (the split
+attention), the logits or hand-off state written to the wrong slot, a length or sampling counter
+left wrong.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+pytest.importorskip("triton")
+
+from ttsfleet.inference.loader import load_model  # noqa: E402
+from ttsfleet.inference.mixed_step import MIXED_STEPS_SWITCH, MixedAttend  # noqa: E402
+from ttsfleet.inference.model import PrefillPiece  # noqa: E402
+from ttsfleet.inference.prefill_graphs import PrefillGraphs  # noqa: E402
+from ttsfleet.inference.sampling import SamplingBatch, SamplingParams  # noqa: E402
+from ttsfleet.kernels import dispatch  # noqa: E402
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+DECODING, SCRATCH = (0, 1, 2), 5
+
+
+@pytest.fixture(autouse=True)
+def _fused_on():  # noqa: ANN202
+    if DEV == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("triton was imported before TRITON_INTERPRET could be set")
+    dispatch.configure("interpret" if DEV == "cpu" else "auto")
+    yield
+    dispatch.configure()
+
+
+def _tokens(cfg, t: int, seed: int) -> torch.Tensor:  # noqa: ANN001
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, 400, (1, t), generator=g)
+    return torch.cat([ids, torch.randint(0, cfg.codebook_size, (cfg.num_codebooks, t), generator=g)]).to(DEV)
+
+
+def _start(model, kv_dtype: str):  # noqa: ANN001, ANN202
+    """A cache with three decoding slots (prompts of different lengths, one frame decoded) and slot 3
+    holding the first half of a prompt whose next chunk is prefilled beside the step."""
+    cache = model.new_cache(6, 64, kv_dtype=kv_dtype)
+    for slot, t in zip(DECODING, (5, 9, 7), strict=True):
+        model.prefill(cache, slot, _tokens(model.config, t, slot), start=0)
+    model.prefill(cache, 3, _tokens(model.config, 6, 3), start=0)
+    return cache
+
+
+def _pieces(cfg) -> list[PrefillPiece]:  # noqa: ANN001
+    return [PrefillPiece(3, _tokens(cfg, 4, 10), 6), PrefillPiece(4, _tokens(cfg, 7, 11), 0)]
+
+
+def _sampling() -> SamplingBatch:
+    return SamplingBatch.from_params([SamplingParams(seed=s) for s in (7, 8, 9)], DEV)
+
+
+@pytest.mark.parametrize("graphs", [False, True], ids=["eager", "graphs"])
+@pytest.mark.parametrize("kv_dtype", ["auto", "fp8"])
+def test_a_mixed_step_leaves_the_cache_as_the_step_then_the_prefill_call(kv_dtype: str, graphs: bool) -> None:
+    model = load_model("tiny", device=DEV, dtype=torch.float32, quantize="bsgemm_fp8")
+    apart, mixed = _start(model, kv_dtype), _start(model, kv_dtype)
+    slots = torch.tensor(DECODING, device=DEV)
+    pg = None
+    if graphs:
+        pg = PrefillGraphs(model, mixed, SCRATCH, [8, 16, 24])
+        if DEV == "cuda":
+            pg.capture()
+    for _ in range(2):  # the second step starts from the first's pending logits: it must sample the same
+        frame_apart = model.decode_step(apart, slots, _sampling())
+        frame_mixed = model.decode_front(mixed, slots, _sampling())
+        assert torch.equal(frame_mixed, frame_apart)
+        model.decode_with_prefill(mixed, slots, frame_mixed, _pieces(model.config), graphs=pg)
+        model.prefill_batch(apart, _pieces(model.config))
+        # the same pieces again next time round: slot 3 continues, slot 4 starts over
+        for cache in (apart, mixed):
+            cache.lengths[3] = 6
+    held = {0: 7, 1: 11, 2: 9, 3: 6, 4: 7}
+    for slot, n in held.items():
+        assert mixed.length(slot) == apart.length(slot) == n
+        for name in ("k", "v"):
+            torch.testing.assert_close(getattr(mixed, name)[:, slot, :n].float(),
+                                       getattr(apart, name)[:, slot, :n].float(), rtol=1e-4, atol=1e-4)
+        for name in ("pending_logits", "pending_hidden"):
+            torch.testing.assert_close(getattr(mixed, name)[slot], getattr(apart, name)[slot], rtol=1e-4,
+                                       atol=1e-4)
+    assert torch.equal(mixed.steps[:5], apart.steps[:5])
+    assert mixed.steps[4] == 0 and mixed.steps[0] == 2
+
+
+def test_the_split_attention_keeps_each_side_to_its_own_rows() -> None:
+    seen = []
+
+    def side(name: str):  # noqa: ANN202
+        def attend(q, k, v, ks=None, vs=None):  # noqa: ANN001, ANN202
+            seen.append((name, q.shape[0]))
+            return q + (1 if name == "decode" else 2)
+        return attend
+
+    q = torch.zeros(5, 2, 4)
+    out = MixedAttend(2, side("decode"), side("pieces"))(q, None, None)
+    assert seen == [("decode", 2), ("pieces", 3)]
+    assert out[:2].eq(1).all() and out[2:].eq(2).all()
+
+
+def test_a_mixed_step_needs_a_piece_and_the_switch_parses() -> None:
+    model = load_model("tiny", device=DEV, dtype=torch.float32)
+    cache = model.new_cache(2, 16)
+    with pytest.raises(ValueError, match="at least one prefill piece"):
+        model.decode_with_prefill(cache, torch.tensor([0]), torch.zeros(1, 11, dtype=torch.int64), [])
+    MIXED_STEPS_SWITCH.set("on")
+    try:
+        assert MIXED_STEPS_SWITCH.get() is True
+    finally:
+        MIXED_STEPS_SWITCH.reset()
+    assert MIXED_STEPS_SWITCH.get() is False
