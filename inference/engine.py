@@ -864,6 +864,8 @@ class Engine:
             frames = self.model.decode_front(self.cache, self.slots_buf[:pbs], sampling, window)
         pieces = [PrefillPiece(st.slot, st.req.prompt[:, st.prefilled:st.prefilled + n], st.prefilled)
                   for st, n in riders]
+        for call in self._prefills:  # a side call in flight uses the same prefill graphs' buffers
+            SidePrefill.order_after(call.done)
         self.model.decode_with_prefill(self.cache, self.slots_buf[:bs], frames[:bs], pieces,
                                        graphs=self.prefill_graphs)
         return frames

@@ -17,6 +17,12 @@ frame's embedding; the pieces' rows as :meth:`~ttsfleet.inference.model.DualARMo
 lays them out), every per-row kernel once over all rows, attention split: the decode rows through
 decode attention (one query per slot), the piece rows through the prefill's variable-length
 attention. Then each decode row's and each piece's last row's logits and hand-off state.
+
+Ordering (the engine): pieces ride only where something decodes; otherwise, or where the rows
+exceed the largest prefill graph bucket, they go in a prefill call as before (on the side stream
+where it is on). A mixed step's slow pass uses the prefill graphs' static buffers, so the engine's
+stream first waits on the GPU for any side call still in flight; a side call waits for the engine's
+queued work already (:mod:`.prefill_stream`).
 """
 
 from __future__ import annotations

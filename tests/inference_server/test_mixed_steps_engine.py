@@ -36,12 +36,15 @@ def mixed_on():
     MIXED_STEPS_SWITCH.reset()
 
 
+@pytest.mark.parametrize("side_stream", [False, True], ids=["inline", "side-calls"])
 @pytest.mark.parametrize("chunk", [0, 8], ids=["whole-prompts", "chunks-of-8"])
-def test_riders_decode_what_separate_prefill_calls_decode(parts, mixed_on, chunk: int) -> None:
+def test_riders_decode_what_separate_prefill_calls_decode(parts, mixed_on, chunk: int,
+                                                          side_stream: bool) -> None:
     """Two slots, five requests: three wait for a slot and are prefilled while the others decode
-    (with chunks of 8, over several steps, continuing pieces riding too)."""
+    (with chunks of 8, over several steps, continuing pieces riding too). With the side stream, the
+    calls made while nothing decodes land later (on a CPU, the deferral alone), riders beside them."""
     cfg = EngineConfig(max_running_requests=2, max_queue=8, cuda_graph_max_bs=2, pad_to_buckets=True,
-                       prefill_stream=False, prefill_chunk_tokens=chunk)
+                       prefill_stream=side_stream, prefill_chunk_tokens=chunk)
     seeds, limits = [1, 2, 3, 4, 5], [6, 11, 4, 9, 7]
     eng, mixed, _ = _run(parts, cfg, seeds, limits)
     assert eng._mixed and eng.stats.mixed_steps >= 3
