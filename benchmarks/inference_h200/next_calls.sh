@@ -196,7 +196,8 @@ tests/inference_model/test_chunked_prefill.py" quicktests
       # step, one pass of the slow model for both) beside separate prefill calls on the side stream (A,
       # the default), prompts at the real tokenizer's length, c=64 and c=128; the GPU test first (the
       # one-pass form against the step then the call, its prefill graphs captured)
-     stage quicktests 110 QT_TIMEOUT=100 QUICKTESTS="tests/inference_model/test_mixed_step.py" quicktests
+     stage quicktests 110 QT_TIMEOUT=100 QUICKTESTS="tests/inference_model/test_mixed_step.py \
+tests/inference_server/test_mixed_steps_engine.py" quicktests
      stage ab 440 SERVE_ARGS_A="--preset-text qwen-bpe" SERVE_ARGS_B="TTSFLEET_MIXED_STEPS=on --preset-text \
 qwen-bpe" LEVELS="64:640 128:1280" AB_ROUNDS=1 ab
      first_error ab ;;

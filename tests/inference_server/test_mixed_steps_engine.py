@@ -57,3 +57,24 @@ def test_riders_decode_what_separate_prefill_calls_decode(parts, mixed_on, chunk
         np.testing.assert_array_equal(codes_a, codes_b)
         assert why_a == why_b
     assert sorted(eng.free_slots) == [0, 1] and not eng._riders
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_mixed_steps_replay_their_first_halves_and_every_request_ends(mixed_on) -> None:
+    """On a GPU: the decode graphs' first halves are captured beside the whole steps, riders go through
+    the prefill graphs, and every request ends as asked (the numerics against the step then the call
+    are ``tests/inference_model/test_mixed_step.py``'s: on a GPU the GEMMs' row counts differ)."""
+    from ttsfleet.inference.codec import load_codec
+    from ttsfleet.inference.tokenizer import load_tokenizer
+
+    model = load_model("tiny", device="cuda", dtype=torch.bfloat16)
+    parts = (model, load_codec("tiny", device="cuda"), load_tokenizer("tiny"))
+    cfg = EngineConfig(max_running_requests=4, max_queue=8, cuda_graph_max_bs=4, device="cuda",
+                       pad_to_buckets=True, cuda_graphs=True, prefill_graphs=True)
+    seeds, limits = [31, 32, 33, 34, 35, 36, 37], [5, 12, 7, 9, 6, 10, 8]
+    eng, out, _ = _run(parts, cfg, seeds, limits)
+    assert sorted(eng.graphs.fronts) == sorted(eng.graphs.graphs) == [1, 2, 4]
+    assert eng.prefill_graphs is not None and eng.stats.mixed_steps >= 3
+    for (codes, _, why), limit in zip(out, limits, strict=True):
+        assert why in ("stop", "length") and 1 <= codes.shape[1] <= limit
+        assert why == "stop" or codes.shape[1] == limit
