@@ -206,7 +206,12 @@ qwen-bpe" LEVELS="64:640 128:1280" AB_ROUNDS=1 ab
      stage ab 440 SERVE_ARGS_A="--preset-text qwen-bpe" SERVE_ARGS_B="TTSFLEET_MIXED_STEPS=on --preset-text \
 qwen-bpe" LEVELS="64:640 128:1280" AB_ROUNDS=1 ab
      first_error ab ;;
-  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18|19|20|21|22|23|24|25|25s (see benchmarks/inference_h200/README.md)" >&2
+  25c) # call 25's side by side at c=128 alone (where prefill is the larger part of the step: 8.4 of
+       # 24 ms on 2026-12-06f), for a budget that cannot hold both levels
+     stage ab 330 SERVE_ARGS_A="--preset-text qwen-bpe" SERVE_ARGS_B="TTSFLEET_MIXED_STEPS=on --preset-text \
+qwen-bpe" LEVELS="128:1280" AB_ROUNDS=1 ab
+     first_error ab ;;
+  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18|19|20|21|22|23|24|25|25s|25c (see benchmarks/inference_h200/README.md)" >&2
      exit 2 ;;
 esac
 bundle "$1"
