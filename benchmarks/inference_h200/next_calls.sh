@@ -211,7 +211,11 @@ qwen-bpe" LEVELS="64:640 128:1280" AB_ROUNDS=1 ab
      stage ab 330 SERVE_ARGS_A="--preset-text qwen-bpe" SERVE_ARGS_B="TTSFLEET_MIXED_STEPS=on --preset-text \
 qwen-bpe" LEVELS="128:1280" AB_ROUNDS=1 ab
      first_error ab ;;
-  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18|19|20|21|22|23|24|25|25s|25c (see benchmarks/inference_h200/README.md)" >&2
+  25t) # call 25's GPU tests alone (the one-pass form against the step then the call, graphs captured;
+       # the engine with first halves captured and riders through the prefill graphs)
+     stage quicktests 110 QT_TIMEOUT=100 QUICKTESTS="tests/inference_model/test_mixed_step.py \
+tests/inference_server/test_mixed_steps_engine.py" quicktests ;;
+  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18|19|20|21|22|23|24|25|25s|25c|25t (see benchmarks/inference_h200/README.md)" >&2
      exit 2 ;;
 esac
 bundle "$1"
