@@ -63,8 +63,10 @@ def _sampling() -> SamplingBatch:
     return SamplingBatch.from_params([SamplingParams(seed=s) for s in (7, 8, 9)], DEV)
 
 
-@pytest.mark.parametrize("graphs", [False, True], ids=["eager", "graphs"])
-@pytest.mark.parametrize("kv_dtype", ["auto", "fp8"])
+# two of the four pairs (each ~25 s in Triton's interpreter on a CI core): the prefill graphs' padded
+# segments on the model's cache dtype, the plain fused pass on an FP8 cache
+@pytest.mark.parametrize(("kv_dtype", "graphs"), [("auto", True), ("fp8", False)],
+                         ids=["graphs", "fp8-eager"])
 def test_a_mixed_step_leaves_the_cache_as_the_step_then_the_prefill_call(kv_dtype: str, graphs: bool) -> None:
     model = load_model("tiny", device=DEV, dtype=torch.float32, quantize="bsgemm_fp8")
     apart, mixed = _start(model, kv_dtype), _start(model, kv_dtype)
