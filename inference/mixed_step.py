@@ -9,8 +9,14 @@ which on a weight-bound GEMM costs little more than 64 (what continuous-batching
 mixed or chunked-prefill batches). What it costs: the step's slow half no longer replays from the
 whole-step graph but from the prefill's piecewise graphs (attention eager between segments, ~36
 attention launches of host time), and a request prefilled in a mixed step decodes its first frame
-in the next step rather than in the same iteration. Off by default until a served A/B on a GPU
-says which wins (``TTSFLEET_MIXED_STEPS=on``; ``benchmarks/inference_h200/next_calls.sh``).
+in the next step rather than in the same iteration.
+
+Measured (H100, 2026-12-06g, ``next_calls.sh 25c`` and its c=64 twin, one round each, short prompts):
+the engine's GPU work a step 14.7 -> 12.8 ms at c=64 and 22.8 -> 19.0 at c=128, as built for; but the
+host's launch phase 1.1 -> 6.0 and 1.4 -> 9.5 ms a step (this module's eager split attention, 36 a
+step, between the segment replays), so the engine thread sets the pace: frames/s -1.4 % at c=64, +2.7 %
+at c=128, first audio p99 225 -> 176 and 501 -> 301 ms. Off (``TTSFLEET_MIXED_STEPS=on``) until the
+decode rows' attention runs inside the segment graphs.
 
 The pass: rows ``[decode rows ; piece rows]`` (each decode row is its slot's next position, the
 frame's embedding; the pieces' rows as :meth:`~ttsfleet.inference.model.DualARModel.prefill_batch`
