@@ -484,7 +484,8 @@ class Engine:
         try:
             graphs = PrefillGraphs(self.model, self.cache, self.pad_slot,
                                    row_buckets(self.cfg.prefill_token_budget),
-                                   whole_max_rows=self.cfg.prefill_chunk_tokens or WHOLE_MAX_ROWS)
+                                   whole_max_rows=self.cfg.prefill_chunk_tokens or WHOLE_MAX_ROWS,
+                                   attending=self._mixed)
             graphs.capture()
         except Exception:
             log.exception("prefill graph capture failed; prefilling eagerly")

@@ -15,8 +15,12 @@ Measured (H100, 2026-12-06g, ``next_calls.sh 25c`` and its c=64 twin, one round 
 the engine's GPU work a step 14.7 -> 12.8 ms at c=64 and 22.8 -> 19.0 at c=128, as built for; but the
 host's launch phase 1.1 -> 6.0 and 1.4 -> 9.5 ms a step (this module's eager split attention, 36 a
 step, between the segment replays), so the engine thread sets the pace: frames/s -1.4 % at c=64, +2.7 %
-at c=128, first audio p99 225 -> 176 and 501 -> 301 ms. Off (``TTSFLEET_MIXED_STEPS=on``) until the
-decode rows' attention runs inside the segment graphs.
+at c=128, first audio p99 225 -> 176 and 501 -> 301 ms. Built after that run (not yet on a GPU): with
+mixed steps on, the engine captures the prefill's segments a second time with every row's attention
+inside (:meth:`~ttsfleet.inference.prefill_graphs.PrefillGraphs.run_attending`: decode attention for
+every row, a prompt row over its own slot's keys up to its position, which is its causal attention),
+so the pass is the segments' replays alone, no eager attention between them. Off
+(``TTSFLEET_MIXED_STEPS=on``) until that is measured (``benchmarks/inference_h200/next_calls.sh 25``).
 
 The pass: rows ``[decode rows ; piece rows]`` (each decode row is its slot's next position, the
 frame's embedding; the pieces' rows as :meth:`~ttsfleet.inference.model.DualARModel.prefill_batch`
@@ -70,17 +74,18 @@ class MixedAttend:
 def mixed_slow_pass(model: DualARModel, cache: KVCache, slots: Tensor, frame: Tensor,
                     pieces: list[PrefillPiece], graphs: PrefillGraphs | None = None) -> None:
     """The fused slow pass of :meth:`~ttsfleet.inference.model.DualARModel.decode_with_prefill`:
-    ``frame [bs, 1 + ncb]`` appended to ``slots`` and ``pieces`` prefilled, from ``graphs``' segments
-    where the rows fit a bucket (else eagerly)."""
+    ``frame [bs, 1 + ncb]`` appended to ``slots`` and ``pieces`` prefilled: from ``graphs``' segments
+    where they were captured with attention inside and the rows fit a bucket (every row over its
+    own slot's keys up to its position), else eagerly with the attention split (:class:`MixedAttend`)."""
     bs = int(slots.shape[0])
     lay, tokens = model.piece_rows(cache, pieces)
     pos = cache.lengths[slots].clamp(max=cache.max_seq_len - 1)
     x = torch.cat([model.embed(frame[:, :, None])[:, 0], model.embed(tokens)[0]])
     row_pos, row_slots = torch.cat([pos, lay.pos]), torch.cat([slots, lay.row_slots])
-    attend = MixedAttend(bs, fused.decode_attend(slots, pos + 1), lay.attend)
-    if graphs is not None and graphs.bucket(int(x.shape[0])) is not None:
-        h, normed = graphs.run(x, row_pos, row_slots, attend)
+    if graphs is not None and graphs.attending and graphs.bucket(int(x.shape[0])) is not None:
+        h, normed = graphs.run_attending(x, row_pos, row_slots)
     else:
+        attend = MixedAttend(bs, fused.decode_attend(slots, pos + 1), lay.attend)
         h, normed = fused.run_blocks(list(model.layers), x, model.rope, row_pos, cache.k, cache.v, row_slots,
                                      attend, model.norm, cache.k_scale, cache.v_scale)
     last = torch.cat([torch.arange(bs, device=x.device), bs + lay.last])

@@ -133,7 +133,7 @@ class PrefillGraphs:
 
     def __init__(self, model: DualARModel, cache: KVCache, scratch_slot: int, buckets: list[int],
                  whole: bool | None = None, keys: list[int] | None = None,
-                 whole_max_rows: int = WHOLE_MAX_ROWS) -> None:
+                 whole_max_rows: int = WHOLE_MAX_ROWS, attending: bool = False) -> None:
         if not 0 <= scratch_slot < cache.max_slots:
             raise ValueError(f"scratch slot {scratch_slot} is not in [0, {cache.max_slots})")
         c, top = model.config, max(buckets)
@@ -162,14 +162,21 @@ class PrefillGraphs:
         self.row_idx = torch.arange(top, device=dev, dtype=torch.int64)
         self.key_idx = torch.arange(max(self.key_lengths), device=dev, dtype=torch.int64)
         self.whole_graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
+        # segments with every row's attention inside (:meth:`run_attending`; mixed steps), captured
+        # beside the plain ones where ``attending``: row r attends to keys 0 .. att_len[r] - 1 of its slot
+        self.attending = attending
+        self.att_len = self.pad_pos + 1
+        self.attending_graphs: dict[int, list[torch.cuda.CUDAGraph]] = {}
 
     # ------------------------------------------------------------------ segments
     @property
     def n_segments(self) -> int:
         return len(self.blocks) + 1
 
-    def _segment(self, s: int, rows: int) -> None:
-        """Segment ``s`` on the first ``rows`` rows of the static buffers (what a graph captures)."""
+    def _segment(self, s: int, rows: int, attending: bool = False) -> None:
+        """Segment ``s`` on the first ``rows`` rows of the static buffers (what a graph captures);
+        ``attending``: block ``s``'s attention too, every row over its own slot's first ``att_len``
+        keys (decode attention: one query a row, whatever slot the rows share)."""
         m, cache = self.model, self.cache
         x = self.x[:rows]
         branch = None
@@ -182,14 +189,18 @@ class PrefillGraphs:
             kv = fused.layer_kv(cache.k, cache.v, cache.k_scale, cache.v_scale, s)
             q, x = fused.enter_block(self.blocks[s], x, branch, m.rope, self.pos[:rows], kv,
                                      self.slots[:rows])
-            self.q[:rows].copy_(q)
+            if attending:
+                y = fused.decode_attend(self.slots[:rows], self.att_len[:rows])(q, *kv)
+                self.y[:rows].copy_(y.reshape(rows, -1))
+            else:
+                self.q[:rows].copy_(q)
         if x.data_ptr() != self.x.data_ptr():
             self.x[:rows].copy_(x)
 
-    def _run_segment(self, s: int, rows: int) -> None:
-        graphs = self.graphs.get(rows)
+    def _run_segment(self, s: int, rows: int, attending: bool = False) -> None:
+        graphs = (self.attending_graphs if attending else self.graphs).get(rows)
         if graphs is None:
-            self._segment(s, rows)
+            self._segment(s, rows, attending)
         else:
             graphs[s].replay()
 
@@ -214,6 +225,23 @@ class PrefillGraphs:
             kv = fused.layer_kv(cache.k, cache.v, cache.k_scale, cache.v_scale, s)
             self.y[:n].copy_(fused.attend_block(blk, self.q[:n], kv, attend))
         self._run_segment(len(self.blocks), rows)
+        return self.x[:n], self.normed[:n]
+
+    def run_attending(self, x: Tensor, pos: Tensor, row_slots: Tensor) -> tuple[Tensor, Tensor]:
+        """:meth:`run` with each row's attention inside the segments, row r over keys 0 .. ``pos[r]``
+        of slot ``row_slots[r]`` (its own K/V stored just before): a decode row's attention, and a prompt
+        row's causal attention over its slot. The whole call is the segments' replays, no eager
+        attention between them (a mixed step's 36 eager split attentions cost the host 5-8 ms a step
+        on an H100, 2026-12-06g). A prompt row reads its slot's keys once per row, which the prefill's
+        own attention reads once per call: fine for the short pieces a mixed step carries."""
+        n = int(x.shape[0])
+        rows = self.bucket(n)
+        if rows is None:
+            raise ValueError(f"{n} prefill rows exceed the largest row bucket {self.buckets[-1]}")
+        self._load(x, pos, row_slots, rows)
+        torch.add(self.pos[:rows], 1, out=self.att_len[:rows])
+        for s in range(self.n_segments):
+            self._run_segment(s, rows, attending=True)
         return self.x[:n], self.normed[:n]
 
     def _load(self, x: Tensor, pos: Tensor, row_slots: Tensor, rows: int) -> None:
@@ -281,13 +309,13 @@ class PrefillGraphs:
                     with on_side_stream():
                         for s in range(self.n_segments):
                             self._segment(s, rows)
-                    graphs = []
-                    for s in range(self.n_segments):
-                        g = torch.cuda.CUDAGraph()
-                        with torch.cuda.graph(g, pool=pool):
-                            self._segment(s, rows)
-                        graphs.append(g)
-                    self.graphs[rows] = graphs
+                    self.graphs[rows] = self._capture_segments(rows, pool)
+                    if self.attending:
+                        torch.add(self.pos[:rows], 1, out=self.att_len[:rows])
+                        with on_side_stream():
+                            for s in range(self.n_segments):
+                                self._segment(s, rows, attending=True)
+                        self.attending_graphs[rows] = self._capture_segments(rows, pool, attending=True)
                 if self.whole:
                     try:
                         self._capture_whole(pool)
@@ -298,10 +326,22 @@ class PrefillGraphs:
             torch.cuda.synchronize()
         finally:
             self.model.release(self.cache, self.scratch_slot)
-        log.info("captured prefill graphs for %d row buckets (%d..%d rows, %d segments each)%s in %.1f s",
+        log.info("captured prefill graphs for %d row buckets (%d..%d rows, %d segments each%s)%s in %.1f s",
                  len(self.graphs), self.buckets[0], self.buckets[-1], self.n_segments,
+                 ", again with attention inside" if self.attending else "",
                  f", {len(self.whole_graphs)} whole-call graphs (rows {self.whole_rows} x keys "
                  f"{['fresh', *self.key_lengths]})" if self.whole else "", time.perf_counter() - t0)
+
+    def _capture_segments(self, rows: int, pool: object,
+                          attending: bool = False) -> list[torch.cuda.CUDAGraph]:
+        """One bucket's segments captured (each already run eagerly for this bucket)."""
+        graphs = []
+        for s in range(self.n_segments):
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, pool=pool):
+                self._segment(s, rows, attending)
+            graphs.append(g)
+        return graphs
 
     def _capture_whole(self, pool: object) -> None:
         """A whole graph per (row bucket, key length) that can hold it, the scratch slot attended

@@ -64,18 +64,23 @@ def _sampling() -> SamplingBatch:
 
 
 # two of the four pairs (each ~25 s in Triton's interpreter on a CI core): the prefill graphs' padded
-# segments on the model's cache dtype, the plain fused pass on an FP8 cache
+# segments with every row's attention inside on the model's cache dtype, the eager pass (attention
+# split between decode attention and the pieces' SDPA) on an FP8 cache
 @pytest.mark.parametrize(("kv_dtype", "graphs"), [("auto", True), ("fp8", False)],
-                         ids=["graphs", "fp8-eager"])
+                         ids=["graphs-attending", "fp8-eager"])
 def test_a_mixed_step_leaves_the_cache_as_the_step_then_the_prefill_call(kv_dtype: str, graphs: bool) -> None:
     model = load_model("tiny", device=DEV, dtype=torch.float32, quantize="bsgemm_fp8")
     apart, mixed = _start(model, kv_dtype), _start(model, kv_dtype)
     slots = torch.tensor(DECODING, device=DEV)
     pg = None
     if graphs:
-        pg = PrefillGraphs(model, mixed, SCRATCH, [8, 16, 24])
+        pg = PrefillGraphs(model, mixed, SCRATCH, [8, 16, 24], attending=True)
         if DEV == "cuda":
             pg.capture()
+            assert sorted(pg.attending_graphs) == [8, 16, 24]
+        ran = []
+        real = pg.run_attending
+        pg.run_attending = lambda *a: (ran.append(a[0].shape[0]), real(*a))[1]
     for _ in range(2):  # the second step starts from the first's pending logits: it must sample the same
         frame_apart = model.decode_step(apart, slots, _sampling())
         frame_mixed = model.decode_front(mixed, slots, _sampling())
@@ -96,6 +101,8 @@ def test_a_mixed_step_leaves_the_cache_as_the_step_then_the_prefill_call(kv_dtyp
                                        atol=1e-4)
     assert torch.equal(mixed.steps[:5], apart.steps[:5])
     assert mixed.steps[4] == 0 and mixed.steps[0] == 2
+    if graphs:  # 3 decode rows + 4 + 7 prompt rows, padded to the 16-row bucket
+        assert ran == [14, 14]
 
 
 def test_the_split_attention_keeps_each_side_to_its_own_rows() -> None:
