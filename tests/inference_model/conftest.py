@@ -25,6 +25,21 @@ def golden() -> Callable[[str], dict[str, Any]]:
     return lambda name: json.loads((GOLDEN / name / "golden.json").read_text())
 
 
+@pytest.fixture
+def fused_kernels():  # noqa: ANN201
+    """The fused (Triton) kernels for one test: through Triton's interpreter on a CPU (the test module
+    sets ``TRITON_INTERPRET=1`` before triton is first imported), the device's plan on CUDA; then
+    back to what ``TTSFLEET_KERNELS`` says."""
+    from ttsfleet.kernels import dispatch
+
+    cpu = not torch.cuda.is_available()
+    if cpu and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("triton was imported before TRITON_INTERPRET could be set")
+    dispatch.configure("interpret" if cpu else "auto")
+    yield
+    dispatch.configure()
+
+
 @pytest.fixture(scope="session")
 def tiny_model():
     from ttsfleet.inference.loader import load_model

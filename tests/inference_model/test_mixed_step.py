@@ -24,19 +24,12 @@ from ttsfleet.inference.mixed_step import MIXED_STEPS_SWITCH, MixedAttend  # noq
 from ttsfleet.inference.model import PrefillPiece  # noqa: E402
 from ttsfleet.inference.prefill_graphs import PrefillGraphs  # noqa: E402
 from ttsfleet.inference.sampling import SamplingBatch, SamplingParams  # noqa: E402
-from ttsfleet.kernels import dispatch  # noqa: E402
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 DECODING, SCRATCH = (0, 1, 2), 5
 
 
-@pytest.fixture(autouse=True)
-def _fused_on():  # noqa: ANN202
-    if DEV == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
-        pytest.skip("triton was imported before TRITON_INTERPRET could be set")
-    dispatch.configure("interpret" if DEV == "cpu" else "auto")
-    yield
-    dispatch.configure()
+pytestmark = pytest.mark.usefixtures("fused_kernels")
 
 
 def _tokens(cfg, t: int, seed: int) -> torch.Tensor:  # noqa: ANN001

@@ -19,18 +19,11 @@ pytest.importorskip("triton")
 from ttsfleet.inference.loader import load_model  # noqa: E402
 from ttsfleet.inference.model import PrefillPiece  # noqa: E402
 from ttsfleet.inference.prefill_graphs import FRESH, PrefillGraphs, row_buckets  # noqa: E402
-from ttsfleet.kernels import dispatch  # noqa: E402
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 
 
-@pytest.fixture(autouse=True)
-def _fused_on():  # noqa: ANN202
-    if DEV == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
-        pytest.skip("triton was imported before TRITON_INTERPRET could be set")
-    dispatch.configure("interpret" if DEV == "cpu" else "auto")
-    yield
-    dispatch.configure()
+pytestmark = pytest.mark.usefixtures("fused_kernels")
 
 
 def test_row_buckets_cover_every_count_within_a_quarter() -> None:

@@ -24,6 +24,19 @@ from ttsfleet.devtools.ports import free_port
 API_KEY = "test-key-123"
 
 
+@pytest.fixture(scope="module")
+def parts():  # noqa: ANN201
+    """(the tiny model, its codec, its tokenizer) for an in-process engine, once per test module; one
+    torch thread, as the CI machine's cores are shared with the servers the other tests start."""
+    import torch
+    from ttsfleet.inference.codec import load_codec
+    from ttsfleet.inference.loader import load_model
+    from ttsfleet.inference.tokenizer import load_tokenizer
+
+    torch.set_num_threads(1)
+    return load_model("tiny"), load_codec("tiny"), load_tokenizer("tiny")
+
+
 @dataclass
 class ServerProc:
     """A ``ttsfleet serve`` subprocess and how to reach it."""

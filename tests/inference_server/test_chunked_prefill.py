@@ -10,18 +10,9 @@ import threading
 import numpy as np
 import pytest
 import torch
-from ttsfleet.inference.codec import load_codec
 from ttsfleet.inference.engine import Engine, EngineConfig, GenerationRequest
-from ttsfleet.inference.loader import load_model
 from ttsfleet.inference.prompt import build_prompt
 from ttsfleet.inference.sampling import SamplingParams
-from ttsfleet.inference.tokenizer import load_tokenizer
-
-
-@pytest.fixture(scope="module")
-def parts():
-    torch.set_num_threads(1)
-    return load_model("tiny"), load_codec("tiny"), load_tokenizer("tiny")
 
 
 class Recorder:

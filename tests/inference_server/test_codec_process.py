@@ -10,27 +10,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
-from ttsfleet.inference.codec import load_codec
 from ttsfleet.inference.codec_process import CodecSource
 from ttsfleet.inference.engine import Engine, EngineConfig, EngineStopped, GenerationRequest
-from ttsfleet.inference.loader import load_model
 from ttsfleet.inference.prompt import build_prompt
 from ttsfleet.inference.sampling import SamplingParams
-from ttsfleet.inference.tokenizer import load_tokenizer
 
 from ttsfleet.metrics import spec
 
 from .conftest import metric_value
 
 SEEDS = [3, 4, 5]
-
-
-@pytest.fixture(scope="module")
-def parts():
-    torch.set_num_threads(1)
-    model = load_model("tiny")
-    return model, load_codec("tiny"), load_tokenizer("tiny")
 
 
 def _config(source: CodecSource | None, gather_ms: float = 0.0) -> EngineConfig:

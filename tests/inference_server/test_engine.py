@@ -17,13 +17,6 @@ from ttsfleet.inference.tokenizer import load_tokenizer
 from ttsfleet.metrics import make_collectors, spec
 
 
-@pytest.fixture(scope="module")
-def parts():
-    torch.set_num_threads(1)
-    model = load_model("tiny")
-    return model, load_codec("tiny"), load_tokenizer("tiny")
-
-
 def _run(parts, cfg: EngineConfig, seeds: list[int], max_new: int | list[int] = 16):
     """One request per seed at once (``max_new``: every request's frame limit, or one per seed)."""
     model, codec, tok = parts

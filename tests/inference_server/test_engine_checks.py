@@ -24,15 +24,6 @@ from ttsfleet.inference.sampling import SamplingParams
 from tests.inference_server.test_engine import _run
 
 
-@pytest.fixture(scope="module")
-def parts():
-    from ttsfleet.inference.codec import load_codec
-    from ttsfleet.inference.tokenizer import load_tokenizer
-
-    torch.set_num_threads(1)
-    return load_model("tiny"), load_codec("tiny"), load_tokenizer("tiny")
-
-
 @pytest.fixture
 def checks_on():
     engine_checks.ENGINE_CHECKS_SWITCH.set("on")

@@ -20,15 +20,6 @@ from ttsfleet.inference.mixed_step import MIXED_STEPS_SWITCH
 from tests.inference_server.test_engine import _run
 
 
-@pytest.fixture(scope="module")
-def parts():
-    from ttsfleet.inference.codec import load_codec
-    from ttsfleet.inference.tokenizer import load_tokenizer
-
-    torch.set_num_threads(1)
-    return load_model("tiny"), load_codec("tiny"), load_tokenizer("tiny")
-
-
 @pytest.fixture
 def mixed_on():
     MIXED_STEPS_SWITCH.set("on")

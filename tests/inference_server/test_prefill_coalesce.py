@@ -6,15 +6,11 @@ import asyncio
 import time
 
 import pytest
-import torch
-from ttsfleet.inference.codec import load_codec
 from ttsfleet.inference.engine import Engine, EngineConfig, GenerationRequest
-from ttsfleet.inference.loader import load_model
 from ttsfleet.inference.prefill_coalesce import Arrivals, CoalesceRule, hold_arrivals
 from ttsfleet.inference.prompt import build_prompt
 from ttsfleet.inference.sampling import SamplingParams
 from ttsfleet.inference.serve_config import ServeConfig
-from ttsfleet.inference.tokenizer import load_tokenizer
 
 from ttsfleet.errors import UserError
 
@@ -57,13 +53,6 @@ def test_serve_config_takes_milliseconds_and_refuses_nonsense(var: str, field: s
     for bad in ("-1", "nan", "inf"):
         with pytest.raises(UserError, match=field):
             ServeConfig.from_env({var: bad}, checkpoint="tiny")
-
-
-@pytest.fixture(scope="module")
-def parts():
-    torch.set_num_threads(1)
-    model = load_model("tiny")
-    return model, load_codec("tiny"), load_tokenizer("tiny")
 
 
 def _request(parts, max_new: int) -> GenerationRequest:
