@@ -24,9 +24,11 @@ so the pass is the segments' replays alone, no eager attention between them. Off
 
 The pass: rows ``[decode rows ; piece rows]`` (each decode row is its slot's next position, the
 frame's embedding; the pieces' rows as :meth:`~ttsfleet.inference.model.DualARModel.prefill_batch`
-lays them out), every per-row kernel once over all rows, attention split: the decode rows through
-decode attention (one query per slot), the piece rows through the prefill's variable-length
-attention. Then each decode row's and each piece's last row's logits and hand-off state.
+lays them out), every per-row kernel once over all rows. Attention: from the attending segment
+graphs, every row through decode attention over its own slot up to its position; eagerly (no such
+graphs, or more rows than their largest bucket), split: the decode rows through decode attention,
+the piece rows through the prefill's variable-length attention. Then each decode row's and each
+piece's last row's logits and hand-off state.
 
 Ordering (the engine): pieces ride only where something decodes; otherwise, or where the rows
 exceed the largest prefill graph bucket, they go in a prefill call as before (on the side stream
