@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .bench import Level, Sample, capacity, machine, points, summarize_runs
-from .graph_capture import on_side_stream
+from .graph_capture import capture_after_warmup
 
 DEFAULT_LEVELS = [1, 2, 4, 8, 16, 32, 64]
 
@@ -233,16 +233,10 @@ def _level(engine: Any, cfg: EngineBenchConfig, c: int, n: int) -> tuple[Level, 
 def capture_graph(fn: Any) -> Any:
     """``fn`` captured into a CUDA graph, after two warm-up calls on a side stream (as capture wants:
     lazy allocations and autotuning happen outside the graph)."""
-    import torch
     from ttsfleet.kernels.workspaces import new_owner, workspace_scope
 
     with workspace_scope(new_owner("bench-engine")):  # the warm-ups make the workspaces it bakes
-        with on_side_stream():
-            fn()
-            fn()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn()
+        graph, _ = capture_after_warmup(fn)
     return graph
 
 

@@ -77,7 +77,7 @@ from ttsfleet.inference.engine_messages import (
     StopCodec,
 )
 from ttsfleet.inference.engine_phases import ENGINE_PHASES, GPU_WORK, GilProbe, GpuSpans, PhaseClock
-from ttsfleet.inference.graph_capture import CAPTURE_LOCK, on_side_stream
+from ttsfleet.inference.graph_capture import CAPTURE_LOCK, capture_after_warmup
 from ttsfleet.inference.mixed_step import MIXED_STEPS_SWITCH
 from ttsfleet.inference.prefill_coalesce import Arrivals, CoalesceRule, hold_arrivals
 from ttsfleet.inference.prefill_stream import SidePrefill, side_stream_wanted
@@ -700,13 +700,10 @@ class Engine:
     def _prefill(self, plan: list[tuple[_Running, int]]) -> None:
         """One ``model.prefill_batch`` over every planned piece; on failure each of them ends in an error.
         On the side stream (:mod:`.prefill_stream`) the pieces land once the call is done."""
-        from ttsfleet.inference.model import PrefillPiece
-
         t0 = time.perf_counter()
         done = None
         try:
-            pieces = [PrefillPiece(st.slot, st.req.prompt[:, st.prefilled:st.prefilled + n], st.prefilled)
-                      for st, n in plan]
+            pieces = self._pieces(plan)
             def call() -> None:
                 self.model.prefill_batch(self.cache, pieces, graphs=self.prefill_graphs)
 
@@ -726,17 +723,31 @@ class Engine:
         finally:
             self.stats.prefill_s += time.perf_counter() - t0
         self.stats.prefill_calls += 1
-        if self._checks:
-            if done is not None:
-                done.synchronize()
-            check_prefill(self.cache, [(st.slot, st.prefilled + n) for st, n in plan],
-                          f"prefill call {self.stats.prefill_calls} ({sum(n for _, n in plan)} rows)")
-        if self.metrics is not None:
-            self.metrics["inference_prefill_tokens"].labels(self.label).inc(sum(n for _, n in plan))
+        if self._checks and done is not None:
+            done.synchronize()
+        self._count_pieces(plan, f"prefill call {self.stats.prefill_calls}")
         if done is not None:
             self._prefills.append(_PrefillInFlight(plan, done))
         else:
             self._prefilled(plan)
+
+    @staticmethod
+    def _pieces(plan: list[tuple[_Running, int]]) -> list[Any]:
+        """The planned pieces as the model takes them: each request's next ``n`` prompt tokens."""
+        from ttsfleet.inference.model import PrefillPiece
+
+        return [PrefillPiece(st.slot, st.req.prompt[:, st.prefilled:st.prefilled + n], st.prefilled)
+                for st, n in plan]
+
+    def _count_pieces(self, plan: list[tuple[_Running, int]], what: str) -> None:
+        """A prefill call's or mixed step's pieces onto /metrics, and checked (with the engine's checks
+        on: the cache must be done with them) before anything reads them."""
+        tokens = sum(n for _, n in plan)
+        if self._checks:
+            check_prefill(self.cache, [(st.slot, st.prefilled + n) for st, n in plan],
+                          f"{what} ({tokens} rows)")
+        if self.metrics is not None:
+            self.metrics["inference_prefill_tokens"].labels(self.label).inc(tokens)
 
     def _land_prefills(self) -> None:
         """Land the side-stream prefill calls that are done, oldest first (one stream: in order). With
@@ -856,15 +867,12 @@ class Engine:
                     window: Any) -> Any:
         """The step's frames (its first half from a graph where one is captured), then their slow
         half and the riders' pieces in one pass (:meth:`DualARModel.decode_with_prefill`)."""
-        from ttsfleet.inference.model import PrefillPiece
-
         graphs = self.graphs
         if graphs is not None and pbs in graphs.fronts and sampling.fusable:
             frames = graphs.replay(pbs, sampling, front=True)
         else:
             frames = self.model.decode_front(self.cache, self.slots_buf[:pbs], sampling, window)
-        pieces = [PrefillPiece(st.slot, st.req.prompt[:, st.prefilled:st.prefilled + n], st.prefilled)
-                  for st, n in riders]
+        pieces = self._pieces(riders)
         for call in self._prefills:  # a side call in flight uses the same prefill graphs' buffers
             SidePrefill.order_after(call.done)
         self.model.decode_with_prefill(self.cache, self.slots_buf[:bs], frames[:bs], pieces,
@@ -874,12 +882,7 @@ class Engine:
     def _rode(self, riders: list[tuple[_Running, int]]) -> None:
         """Count a mixed step's pieces (as a prefill call's) and land them."""
         self.stats.mixed_steps += 1
-        tokens = sum(n for _, n in riders)
-        if self._checks:
-            check_prefill(self.cache, [(st.slot, st.prefilled + n) for st, n in riders],
-                          f"mixed step {self.stats.mixed_steps} ({tokens} rows)")
-        if self.metrics is not None:
-            self.metrics["inference_prefill_tokens"].labels(self.label).inc(tokens)
+        self._count_pieces(riders, f"mixed step {self.stats.mixed_steps}")
         self._prefilled(riders)
 
     def _reset_pad_slot(self) -> None:
@@ -1110,12 +1113,11 @@ class _DecodeGraphs:
                     eng.slots_buf[:bs] = eng.pad_slot
                     sampling = eng._SamplingBatch.from_params([SamplingParams(seed=0)] * bs, eng.device)
                     slots, window = eng.slots_buf[:bs], eng.window_buf[:bs]
-                    self.graphs[bs] = _capture_one(eng.model.decode_step, eng.cache, slots, sampling, window,
-                                                   pool)
+                    self.graphs[bs] = _capture_step(eng.model.decode_step, eng, slots, sampling, window, pool)
                     if eng._mixed:
                         front = eng._SamplingBatch.from_params([SamplingParams(seed=0)] * bs, eng.device)
-                        self.fronts[bs] = _capture_one(eng.model.decode_front, eng.cache, slots, front,
-                                                       window, pool)
+                        self.fronts[bs] = _capture_step(eng.model.decode_front, eng, slots, front, window,
+                                                        pool)
                     eng.model.release(eng.cache, eng.pad_slot)
             torch.cuda.synchronize()
         except Exception:
@@ -1144,16 +1146,9 @@ class _DecodeGraphs:
         return out
 
 
-def _capture_one(fn: Any, cache: Any, slots: Any, sampling: Any, window: Any,
-                 pool: Any) -> tuple[Any, Any, Any]:
-    """``fn(cache, slots, sampling, window)`` warmed up twice on a side stream, then captured:
-    (the graph, its static sampling batch, its output)."""
-    import torch
-
-    with on_side_stream():
-        for _ in range(2):
-            fn(cache, slots, sampling, window)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, pool=pool):
-        out = fn(cache, slots, sampling, window)
+def _capture_step(fn: Any, eng: Engine, slots: Any, sampling: Any, window: Any,
+                  pool: Any) -> tuple[Any, Any, Any]:
+    """``fn(cache, slots, sampling, window)`` (a decode step or its first half) captured after its
+    warm-ups: (the graph, its static sampling batch, its output)."""
+    graph, out = capture_after_warmup(lambda: fn(eng.cache, slots, sampling, window), pool)
     return graph, sampling, out

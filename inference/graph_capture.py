@@ -11,7 +11,7 @@ third of its speed. So every capture, and the codec's set-up around it, holds th
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -31,3 +31,18 @@ def on_side_stream(device: Any = None) -> Iterator[None]:
     with torch.cuda.stream(side):
         yield
     torch.cuda.current_stream(device).wait_stream(side)
+
+
+def capture_after_warmup(fn: Callable[[], Any], pool: Any = None, warmups: int = 2) -> tuple[Any, Any]:
+    """``fn()`` run ``warmups`` times on a side stream (:func:`on_side_stream`), then captured into a
+    CUDA graph (in ``pool`` when given): (the graph, what the captured call returned, which each
+    replay rewrites). The caller holds the workspace scope its kernels need."""
+    import torch
+
+    with on_side_stream():
+        for _ in range(warmups):
+            fn()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool):
+        out = fn()
+    return graph, out

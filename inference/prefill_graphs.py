@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 import torch
@@ -34,7 +35,7 @@ from ttsfleet.kernels.workspaces import new_owner, workspace_scope
 from ttsfleet.switches import ProcessSwitch, one_of
 
 from . import fused
-from .graph_capture import on_side_stream
+from .graph_capture import capture_after_warmup, on_side_stream
 from .model_layers import attend as sdpa_attend
 
 if TYPE_CHECKING:
@@ -306,15 +307,9 @@ class PrefillGraphs:
                 for rows in reversed(self.buckets):
                     self.slots[:rows].fill_(self.scratch_slot)
                     self.pos[:rows].copy_(self.pad_pos[:rows])
-                    with on_side_stream():
-                        for s in range(self.n_segments):
-                            self._segment(s, rows)
                     self.graphs[rows] = self._capture_segments(rows, pool)
                     if self.attending:
                         torch.add(self.pos[:rows], 1, out=self.att_len[:rows])
-                        with on_side_stream():
-                            for s in range(self.n_segments):
-                                self._segment(s, rows, attending=True)
                         self.attending_graphs[rows] = self._capture_segments(rows, pool, attending=True)
                 if self.whole:
                     try:
@@ -334,7 +329,10 @@ class PrefillGraphs:
 
     def _capture_segments(self, rows: int, pool: object,
                           attending: bool = False) -> list[torch.cuda.CUDAGraph]:
-        """One bucket's segments captured (each already run eagerly for this bucket)."""
+        """One bucket's segments run once eagerly on a side stream, then each captured."""
+        with on_side_stream():
+            for s in range(self.n_segments):
+                self._segment(s, rows, attending)
         graphs = []
         for s in range(self.n_segments):
             g = torch.cuda.CUDAGraph()
@@ -354,9 +352,5 @@ class PrefillGraphs:
         for rows, keys in fresh + padded:
             self.slots[:rows].fill_(self.scratch_slot)
             self.pos[:rows].copy_(self.pad_pos[:rows])
-            with on_side_stream():
-                self._whole(rows, keys)
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g, pool=pool):
-                self._whole(rows, keys)
-            self.whole_graphs[(rows, keys)] = g
+            self.whole_graphs[(rows, keys)], _ = capture_after_warmup(partial(self._whole, rows, keys), pool,
+                                                                      warmups=1)
