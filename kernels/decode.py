@@ -121,8 +121,9 @@ set_attn_splits = ATTN_SPLITS_SWITCH.set
 #: Decode attention's launch tile, ``WARPSxKEYS``: warps per program and keys per block, both kernels
 #: (one pass and split). ``4x64`` (the default) compiles to 255 registers and spills 16-24 B per
 #: thread on sm_90; ``8x32`` to 128-136 registers and none (``compile_check``'s resource report,
-#: 2026-12-04): more warps resident to hide HBM latency, not yet timed on a GPU
-#: (``decode_levers.py``'s ``tile@8x32``). Process switch, read once.
+#: 2026-12-04): more warps resident to hide HBM latency. Timed on an H200 (``decode_levers.py``'s
+#: ``tile@8x32``, ``benchmarks/inference_h200/2026-12-04/run12-served-steady-levers``): slower almost
+#: everywhere, so ``4x64`` stays the default. Process switch, read once.
 ATTN_TILE_ENV = "TTSFLEET_ATTN_TILE"
 ATTN_TILES = ("4x64", "4x32", "8x64", "8x32")
 
@@ -211,8 +212,9 @@ def l2_bytes(index: int) -> int:
 #: RoPE + store launches took 137 / 265 us of a 5.0 / 9.1 ms step at batch 1 / 64 on an H200,
 #: ``benchmarks/inference_h200/2026-12-01-step``) or ``separate`` (the default: the RoPE + store
 #: kernel, then attention). Same values either way (the same jit helpers; tested bit for bit in
-#: Triton's interpreter). Built 2026-12-04 without a GPU, compiled for sm_90a / sm_120a, not yet
-#: timed: ``decode_levers.py``'s ``ropefused`` row decides the default. Process switch, read once.
+#: Triton's interpreter). Timed on an H200 (``decode_levers.py``'s ``ropefused`` row,
+#: ``benchmarks/inference_h200/2026-12-05/run2-levers-gpu-tests``): 1.3-1.8 % slower at batch 1-64
+#: (equal at 128), so ``separate`` stays the default. Process switch, read once.
 ROPE_ATTENTION_ENV = "TTSFLEET_ROPE_ATTENTION"
 ROPE_ATTENTIONS = ("separate", "fused")
 
@@ -236,8 +238,9 @@ set_rope_attention = ROPE_ATTENTION_SWITCH.set
 #: :func:`ttsfleet.kernels.triton_mlp.swiglu_mlp_one_launch`). Why: at M=1 on an H200 the two launches
 #: take 33.6 us against a 17.6 us weight floor (issue #26's target: <= 24 us); 76 MLPs per S2 Pro
 #: frame. The same values as two launches with the same tiles (bit for bit in Triton's interpreter).
-#: Built 2026-12-05 without a GPU, compiled for sm_90a / sm_120a, not yet timed: ``decode_levers.py``'s
-#: ``mlp1`` row decides the default. Process switch, read once.
+#: Timed on an H200 (``one_launch.py``, ``benchmarks/inference_h200/2026-12-05/run1-one-launch``):
+#: 1.44-1.53x the two launches' time at M = 1-64, so ``two`` stays the default. Process switch, read
+#: once.
 MLP_LAUNCH_ENV = "TTSFLEET_MLP_LAUNCH"
 MLP_LAUNCHES = ("two", "one")
 
@@ -259,9 +262,9 @@ set_mlp_launch = MLP_LAUNCH_SWITCH.set
 #: launch of work items, :func:`frame_attention_block`). Why: 15.7 + 10.5 MB of weights and a few KB
 #: of attention per layer pass, 40 passes per S2 Pro frame, where the QKV and O GEMMs alone took 7.8
 #: and 6.5 us at M=1 for 3.7 and 2.5 us of bytes (issue #26). The same values as the separate launches
-#: with the same tiles (bit for bit in Triton's interpreter). Built 2026-12-05 without a GPU, compiled
-#: for sm_90a / sm_120a, not yet timed: ``decode_levers.py``'s ``fastattn1`` row decides the default.
-#: Process switch, read once.
+#: with the same tiles (bit for bit in Triton's interpreter). Timed on an H200 (``one_launch.py``,
+#: ``benchmarks/inference_h200/2026-12-05/run1-one-launch``): 1.38-1.52x the separate launches' time
+#: at M = 1-64, so ``separate`` stays the default. Process switch, read once.
 FAST_ATTN_LAUNCH_ENV = "TTSFLEET_FAST_ATTN_LAUNCH"
 FAST_ATTN_LAUNCHES = ("separate", "one")
 
