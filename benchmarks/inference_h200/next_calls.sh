@@ -215,7 +215,13 @@ qwen-bpe" LEVELS="128:1280" AB_ROUNDS=1 ab
        # the engine with first halves captured and riders through the prefill graphs)
      stage quicktests 110 QT_TIMEOUT=100 QUICKTESTS="tests/inference_model/test_mixed_step.py \
 tests/inference_server/test_mixed_steps_engine.py" quicktests ;;
-  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18|19|20|21|22|23|24|25|25s|25c|25t (see benchmarks/inference_h200/README.md)" >&2
+  26) # mixed steps (on by default since 2026-12-06h, B) beside separate prefill calls (A:
+      # TTSFLEET_MIXED_STEPS=off) with the byte prompts of every figure of record (~355 tokens: pieces of up
+      # to 256 rows ride, each prompt row attending over its slot inside the graphs), c=64 and c=128; 25 and
+      # 25s measured the short prompts only
+     stage ab 440 SERVE_ARGS_A="TTSFLEET_MIXED_STEPS=off" SERVE_ARGS_B="" LEVELS="64:640 128:1280" AB_ROUNDS=1 ab
+     first_error ab ;;
+  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18|19|20|21|22|23|24|25|25s|25c|25t|26 (see benchmarks/inference_h200/README.md)" >&2
      exit 2 ;;
 esac
 bundle "$1"
