@@ -15,12 +15,15 @@ Measured (H100, 2026-12-06g, ``next_calls.sh 25c`` and its c=64 twin, one round 
 the engine's GPU work a step 14.7 -> 12.8 ms at c=64 and 22.8 -> 19.0 at c=128, as built for; but the
 host's launch phase 1.1 -> 6.0 and 1.4 -> 9.5 ms a step (this module's eager split attention, 36 a
 step, between the segment replays), so the engine thread sets the pace: frames/s -1.4 % at c=64, +2.7 %
-at c=128, first audio p99 225 -> 176 and 501 -> 301 ms. Built after that run (not yet on a GPU): with
-mixed steps on, the engine captures the prefill's segments a second time with every row's attention
-inside (:meth:`~ttsfleet.inference.prefill_graphs.PrefillGraphs.run_attending`: decode attention for
-every row, a prompt row over its own slot's keys up to its position, which is its causal attention),
-so the pass is the segments' replays alone, no eager attention between them. Off
-(``TTSFLEET_MIXED_STEPS=on``) until that is measured (``benchmarks/inference_h200/next_calls.sh 25``).
+at c=128, first audio p99 225 -> 176 and 501 -> 301 ms. Since then, with mixed steps on, the engine
+captures the prefill's segments a second time with every row's attention inside
+(:meth:`~ttsfleet.inference.prefill_graphs.PrefillGraphs.run_attending`: decode attention for every row,
+a prompt row over its own slot's keys up to its position, which is its causal attention), so the pass
+is the segments' replays alone. Measured so (H100, 2026-12-06h, ``next_calls.sh 25`` and ``25s``: two
+rounds side by side on one machine, short prompts): frames/s 4,058 -> 4,588 and 3,917 -> 4,574 at
+c=64 (+13 %, +17 %), 4,617 -> 5,685 and 4,768 -> 5,658 at c=128 (+23 %, +19 %), first audio p50 down
+at both levels, p99 down at c=64 (299 -> 206, 315 -> 219 ms), at c=128 once up and once down. **On by
+default** since; ``TTSFLEET_MIXED_STEPS=off`` gives the separate prefill calls back.
 
 The pass: rows ``[decode rows ; piece rows]`` (each decode row is its slot's next position, the
 frame's embedding; the pieces' rows as :meth:`~ttsfleet.inference.model.DualARModel.prefill_batch`
@@ -53,10 +56,11 @@ if TYPE_CHECKING:
     from .prefill_graphs import PrefillGraphs
 
 MIXED_STEPS_ENV = "TTSFLEET_MIXED_STEPS"
-#: ``on``: the engine runs an iteration's prefill pieces inside its decode step when something is
-#: decoding (and the rows fit a prefill graph bucket on a GPU); ``off`` (default): separate calls.
+#: ``on`` (default since 2026-12-06h): the engine runs an iteration's prefill pieces inside its decode
+#: step when something is decoding (and the rows fit a prefill graph bucket on a GPU); ``off``: separate
+#: prefill calls (on the side stream where it is on), the path before.
 MIXED_STEPS_SWITCH: ProcessSwitch[bool] = ProcessSwitch(
-    MIXED_STEPS_ENV, "off", lambda raw: one_of(MIXED_STEPS_ENV, ("off", "on"), "off")(raw) == "on")
+    MIXED_STEPS_ENV, "on", lambda raw: one_of(MIXED_STEPS_ENV, ("off", "on"), "on")(raw) == "on")
 
 
 class MixedAttend:

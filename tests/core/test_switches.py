@@ -69,7 +69,7 @@ MODEL_SWITCHES = {  # variable: (default, the parsed default, a bad value, its w
     "TTSFLEET_PDL": ("on", True, "no", "TTSFLEET_PDL='no': expected one of on, off"),
     "TTSFLEET_PREFILL_JOIN": ("done", "done", "now",
                               "TTSFLEET_PREFILL_JOIN='now': expected one of done, next-step"),
-    "TTSFLEET_MIXED_STEPS": ("off", False, "yes", "TTSFLEET_MIXED_STEPS='yes': expected one of off, on"),
+    "TTSFLEET_MIXED_STEPS": ("on", True, "yes", "TTSFLEET_MIXED_STEPS='yes': expected one of off, on"),
 }
 
 

@@ -120,9 +120,9 @@ def test_a_mixed_step_needs_a_piece_and_the_switch_parses() -> None:
     cache = model.new_cache(2, 16)
     with pytest.raises(ValueError, match="at least one prefill piece"):
         model.decode_with_prefill(cache, torch.tensor([0]), torch.zeros(1, 11, dtype=torch.int64), [])
-    MIXED_STEPS_SWITCH.set("on")
+    MIXED_STEPS_SWITCH.set("off")
     try:
-        assert MIXED_STEPS_SWITCH.get() is True
+        assert MIXED_STEPS_SWITCH.get() is False
     finally:
         MIXED_STEPS_SWITCH.reset()
-    assert MIXED_STEPS_SWITCH.get() is False
+    assert MIXED_STEPS_SWITCH.get() is True  # on by default since 2026-12-06h

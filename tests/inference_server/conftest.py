@@ -37,6 +37,18 @@ def parts():  # noqa: ANN201
     return load_model("tiny"), load_codec("tiny"), load_tokenizer("tiny")
 
 
+@pytest.fixture
+def separate_prefill_calls() -> Iterator[None]:
+    """Mixed steps off (``TTSFLEET_MIXED_STEPS=off``, on by default) for the engines a test makes: for
+    the tests of the prefill calls themselves (chunks between steps, coalescing, the side stream),
+    whose pieces would otherwise ride in the decode steps wherever something decodes."""
+    from ttsfleet.inference.mixed_step import MIXED_STEPS_SWITCH
+
+    MIXED_STEPS_SWITCH.set("off")
+    yield
+    MIXED_STEPS_SWITCH.reset()
+
+
 @dataclass
 class ServerProc:
     """A ``ttsfleet serve`` subprocess and how to reach it."""

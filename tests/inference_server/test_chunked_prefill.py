@@ -92,7 +92,10 @@ def _run_pair(parts, cfg: EngineConfig):
 
 
 @pytest.mark.parametrize("chunk, budget", [(16, 1024), (64, 10)])
-def test_long_prompt_is_prefilled_in_chunks_between_decode_steps(parts, chunk, budget):
+def test_long_prompt_is_prefilled_in_chunks_between_decode_steps(parts, separate_prefill_calls, chunk,
+                                                                   budget):
+    """Chunks as prefill calls between decode steps (mixed steps off; with them on, the chunks ride in
+    the steps: ``test_mixed_steps_engine.py``'s chunks-of-8 cases)."""
     cfg = EngineConfig(max_running_requests=2, max_queue=4, cuda_graph_max_bs=2,
                        prefill_chunk_tokens=chunk, prefill_token_budget=budget)
     eng, rec, long_len, (s_codes, l_codes, s_reason, l_reason) = _run_pair(parts, cfg)

@@ -1,4 +1,5 @@
-"""Prefill coalescing: the pure hold rule, and the engine holding a lone arrival while a batch decodes."""
+"""Prefill coalescing: the pure hold rule, and the engine holding a lone arrival while a batch decodes
+(mixed steps off: coalescing gathers prefill calls, which riders in the decode step replace)."""
 
 from __future__ import annotations
 
@@ -75,7 +76,8 @@ async def _drain(handle) -> str:  # noqa: ANN001
     return ev.kind
 
 
-def test_the_engine_holds_a_lone_arrival_then_prefills_arrivals_in_one_call(parts) -> None:
+def test_the_engine_holds_a_lone_arrival_then_prefills_arrivals_in_one_call(parts,
+                                                                           separate_prefill_calls) -> None:
     """A long request decodes; one arrival waits (held: the window is long), a second makes the
     call worth it (enough_prompts=2) and both are prefilled by one call."""
     model, codec, _ = parts
@@ -103,7 +105,7 @@ def test_the_engine_holds_a_lone_arrival_then_prefills_arrivals_in_one_call(part
         eng.stop()
 
 
-def test_a_held_arrival_is_prefilled_once_its_window_passes(parts) -> None:
+def test_a_held_arrival_is_prefilled_once_its_window_passes(parts, separate_prefill_calls) -> None:
     model, codec, _ = parts
     window = 0.3
     cfg = EngineConfig(max_running_requests=4, max_queue=8, cuda_graph_max_bs=4, prefill_coalesce_s=window)

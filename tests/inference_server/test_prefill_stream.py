@@ -1,7 +1,8 @@
 """Prefill on a stream of its own (``TTSFLEET_PREFILL_STREAM``): each call's requests land once the
 call is done, and every request gets the codes it gets with the prefill inline — on the CPU (where
 a call is done when it returns, and a completion that is late on purpose shows the deferral) and on
-a GPU (the side stream itself)."""
+a GPU (the side stream itself). Mixed steps are off here: with them on, pieces ride in the decode
+step wherever something decodes, and side calls are made only where nothing does."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from ttsfleet.inference.tokenizer import load_tokenizer
 from .conftest import stream_outputs
 
 SEEDS = [21, 22, 23, 24, 25]
+pytestmark = pytest.mark.usefixtures("separate_prefill_calls")  # the calls themselves, not riders
 
 
 def _codes(device: str, prefill_stream: bool, late: int = 0, **cfg) -> tuple[Engine, list[np.ndarray]]:  # noqa: ANN003
