@@ -19,7 +19,9 @@ partly prefilled) → ``running`` → finished. Every loop iteration:
    is "clocked first" (:mod:`ttsfleet.inference.admission_order`): requests whose first-audio clock
    runs — every request, and a live session's voice-head prefix job once its first text waits for
    it (:meth:`Engine.make_urgent`) — before background prefix jobs, which no text waits for yet
-   (a background job that waited ``prefix_job_max_wait_s`` counts as clocked);
+   (a background job that waited ``prefix_job_max_wait_s`` counts as clocked). With mixed steps (on
+   by default, :mod:`ttsfleet.inference.mixed_step`) and something decoding, the pieces instead ride in
+   this iteration's decode step: one pass of the slow model for the step's frames and the pieces;
 3. a request whose last chunk ran joins the running batch, and one decode step is *launched* over
    the whole running batch; its frames are copied to a pinned host buffer behind a CUDA event;
 4. the frames of the previous step (``pipeline_depth`` = 1) are read back — by then the GPU is
