@@ -221,7 +221,11 @@ tests/inference_server/test_mixed_steps_engine.py" quicktests ;;
       # 25s measured the short prompts only
      stage ab 440 SERVE_ARGS_A="TTSFLEET_MIXED_STEPS=off" SERVE_ARGS_B="" LEVELS="64:640 128:1280" AB_ROUNDS=1 ab
      first_error ab ;;
-  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18|19|20|21|22|23|24|25|25s|25c|25t|26 (see benchmarks/inference_h200/README.md)" >&2
+  27) # where the host's time goes at c=128 on today's defaults (mixed steps on): py-spy over every thread
+      # of the server for 20 s of the level (the engine thread's launch 7.1 + other 12.2 ms of a 21.3 ms
+      # step on 2026-12-06h: its bookkeeping, or its waits for the interpreter beside the event loop)
+     stage pyspy 250 SERVE_ARGS="--preset-text qwen-bpe" LEVELS="128:1280" PYSPY_AT=128 serve ;;
+  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18|19|20|21|22|23|24|25|25s|25c|25t|26|27 (see benchmarks/inference_h200/README.md)" >&2
      exit 2 ;;
 esac
 bundle "$1"
