@@ -215,11 +215,7 @@ class PrefillGraphs:
         """:func:`~ttsfleet.inference.fused.run_blocks` over the prefill rows ``x [n, dim]`` (row r at
         ``pos[r]`` of slot ``row_slots[r]``), ``attend`` eager between the segments -> (pre-norm
         hidden, normed) of the ``n`` rows (views of static buffers: valid until the next call)."""
-        n = int(x.shape[0])
-        rows = self.bucket(n)
-        if rows is None:
-            raise ValueError(f"{n} prefill rows exceed the largest row bucket {self.buckets[-1]}")
-        self._load(x, pos, row_slots, rows)
+        n, rows = self._load_bucketed(x, pos, row_slots)
         cache = self.cache
         for s, blk in enumerate(self.blocks):
             self._run_segment(s, rows)
@@ -235,15 +231,21 @@ class PrefillGraphs:
         attention between them (a mixed step's 36 eager split attentions cost the host 5-8 ms a step
         on an H100, 2026-12-06g). A prompt row reads its slot's keys once per row, which the prefill's
         own attention reads once per call: fine for the short pieces a mixed step carries."""
+        n, rows = self._load_bucketed(x, pos, row_slots)
+        torch.add(self.pos[:rows], 1, out=self.att_len[:rows])
+        for s in range(self.n_segments):
+            self._run_segment(s, rows, attending=True)
+        return self.x[:n], self.normed[:n]
+
+    def _load_bucketed(self, x: Tensor, pos: Tensor, row_slots: Tensor) -> tuple[int, int]:
+        """:meth:`_load` at the smallest row bucket holding the call's rows -> (rows, the bucket); more
+        rows than the largest bucket are a ``ValueError``."""
         n = int(x.shape[0])
         rows = self.bucket(n)
         if rows is None:
             raise ValueError(f"{n} prefill rows exceed the largest row bucket {self.buckets[-1]}")
         self._load(x, pos, row_slots, rows)
-        torch.add(self.pos[:rows], 1, out=self.att_len[:rows])
-        for s in range(self.n_segments):
-            self._run_segment(s, rows, attending=True)
-        return self.x[:n], self.normed[:n]
+        return n, rows
 
     def _load(self, x: Tensor, pos: Tensor, row_slots: Tensor, rows: int) -> None:
         """The call's rows into the static buffers; rows ``n .. rows`` padded (scratch slot)."""
