@@ -91,6 +91,9 @@ def test_rows_beyond_the_largest_bucket_are_refused_and_prefill_falls_back() -> 
     with pytest.raises(ValueError, match="largest row bucket 8"):
         graphs.run(torch.zeros(10, model.config.dim, device=DEV), torch.zeros(10, dtype=torch.int64),
                    torch.zeros(10, dtype=torch.int64), lambda *a: a[0])
+    with pytest.raises(ValueError, match="largest row bucket 8"):  # the same check for mixed steps' pass
+        graphs.run_attending(torch.zeros(10, model.config.dim, device=DEV),
+                             torch.zeros(10, dtype=torch.int64), torch.zeros(10, dtype=torch.int64))
     model.prefill_batch(cache, pieces, graphs=graphs)  # 10 rows: the plain fused path
     assert cache.length(0) == 10
     with pytest.raises(ValueError, match="scratch slot 3"):
