@@ -165,9 +165,11 @@ class PrefillGraphs:
         self.whole_graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         # segments with every row's attention inside (:meth:`run_attending`; mixed steps), captured
         # beside the plain ones where ``attending``: row r attends to keys 0 .. att_len[r] - 1 of its slot
+        # one graph per bucket: nothing runs between the attending segments, so the whole pass is
+        # one replay (37 replays of the segment graphs cost the host ~37 graph launches a step)
         self.attending = attending
         self.att_len = self.pad_pos + 1
-        self.attending_graphs: dict[int, list[torch.cuda.CUDAGraph]] = {}
+        self.attending_graphs: dict[int, torch.cuda.CUDAGraph] = {}
 
     # ------------------------------------------------------------------ segments
     @property
@@ -198,12 +200,18 @@ class PrefillGraphs:
         if x.data_ptr() != self.x.data_ptr():
             self.x[:rows].copy_(x)
 
-    def _run_segment(self, s: int, rows: int, attending: bool = False) -> None:
-        graphs = (self.attending_graphs if attending else self.graphs).get(rows)
+    def _run_segment(self, s: int, rows: int) -> None:
+        graphs = self.graphs.get(rows)
         if graphs is None:
-            self._segment(s, rows, attending)
+            self._segment(s, rows)
         else:
             graphs[s].replay()
+
+    def _attending_pass(self, rows: int) -> None:
+        """Every segment with its attention inside on the first ``rows`` static rows (what one
+        attending graph captures)."""
+        for s in range(self.n_segments):
+            self._segment(s, rows, attending=True)
 
     # ------------------------------------------------------------------ use
     def bucket(self, n: int) -> int | None:
@@ -233,8 +241,11 @@ class PrefillGraphs:
         own attention reads once per call: fine for the short pieces a mixed step carries."""
         n, rows = self._load_bucketed(x, pos, row_slots)
         torch.add(self.pos[:rows], 1, out=self.att_len[:rows])
-        for s in range(self.n_segments):
-            self._run_segment(s, rows, attending=True)
+        graph = self.attending_graphs.get(rows)
+        if graph is None:
+            self._attending_pass(rows)
+        else:
+            graph.replay()
         return self.x[:n], self.normed[:n]
 
     def _load_bucketed(self, x: Tensor, pos: Tensor, row_slots: Tensor) -> tuple[int, int]:
@@ -312,7 +323,8 @@ class PrefillGraphs:
                     self.graphs[rows] = self._capture_segments(rows, pool)
                     if self.attending:
                         torch.add(self.pos[:rows], 1, out=self.att_len[:rows])
-                        self.attending_graphs[rows] = self._capture_segments(rows, pool, attending=True)
+                        self.attending_graphs[rows], _ = capture_after_warmup(
+                            partial(self._attending_pass, rows), pool, warmups=1)
                 if self.whole:
                     try:
                         self._capture_whole(pool)
@@ -325,21 +337,20 @@ class PrefillGraphs:
             self.model.release(self.cache, self.scratch_slot)
         log.info("captured prefill graphs for %d row buckets (%d..%d rows, %d segments each%s)%s in %.1f s",
                  len(self.graphs), self.buckets[0], self.buckets[-1], self.n_segments,
-                 ", again with attention inside" if self.attending else "",
+                 ", and one graph with attention inside" if self.attending else "",
                  f", {len(self.whole_graphs)} whole-call graphs (rows {self.whole_rows} x keys "
                  f"{['fresh', *self.key_lengths]})" if self.whole else "", time.perf_counter() - t0)
 
-    def _capture_segments(self, rows: int, pool: object,
-                          attending: bool = False) -> list[torch.cuda.CUDAGraph]:
+    def _capture_segments(self, rows: int, pool: object) -> list[torch.cuda.CUDAGraph]:
         """One bucket's segments run once eagerly on a side stream, then each captured."""
         with on_side_stream():
             for s in range(self.n_segments):
-                self._segment(s, rows, attending)
+                self._segment(s, rows)
         graphs = []
         for s in range(self.n_segments):
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g, pool=pool):
-                self._segment(s, rows, attending)
+                self._segment(s, rows)
             graphs.append(g)
         return graphs
 

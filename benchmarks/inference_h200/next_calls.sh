@@ -225,7 +225,13 @@ tests/inference_server/test_mixed_steps_engine.py" quicktests ;;
       # of the server for 20 s of the level (the engine thread's launch 7.1 + other 12.2 ms of a 21.3 ms
       # step on 2026-12-06h: its bookkeeping, or its waits for the interpreter beside the event loop)
      stage pyspy 250 SERVE_ARGS="--preset-text qwen-bpe" LEVELS="128:1280" PYSPY_AT=128 serve ;;
-  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18|19|20|21|22|23|24|25|25s|25c|25t|26|27 (see benchmarks/inference_h200/README.md)" >&2
+  28) # the attending pass as one graph per row bucket (was one replay per segment, 37 a mixed step): its GPU
+      # tests (the pass against the step then the prefill call, graphs captured; the engine's riders),
+      # then call 27's py-spy at c=128 (the launch phase was 7.1 ms a step on 2026-12-06h)
+     stage quicktests 110 QT_TIMEOUT=100 QUICKTESTS="tests/inference_model/test_mixed_step.py \
+tests/inference_server/test_mixed_steps_engine.py" quicktests
+     stage pyspy 250 SERVE_ARGS="--preset-text qwen-bpe" LEVELS="128:1280" PYSPY_AT=128 serve ;;
+  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18|19|20|21|22|23|24|25|25s|25c|25t|26|27|28 (see benchmarks/inference_h200/README.md)" >&2
      exit 2 ;;
 esac
 bundle "$1"
