@@ -24,7 +24,7 @@ import time
 from contextlib import asynccontextmanager
 from typing import Any
 
-from ttsfleet.inference import mps
+from ttsfleet.inference import mps, server_loop
 from ttsfleet.inference.serve_config import ENV, ServeConfig
 from ttsfleet.inference.server_state import ServerState
 
@@ -90,9 +90,12 @@ def _serve(cfg: ServeConfig, log_level: str) -> int:
                 return
             state.begin_drain()
 
+    http = server_loop.http_parser()
+    log.info("event loop %s, HTTP parser %s", server_loop.event_loop_name(), http)
     config = uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level=log_level, access_log=False,
+                            http=http, lifespan="on",
                             # the drain already waited for requests; this only lets the last bytes go out
-                            timeout_graceful_shutdown=5, lifespan="on")
+                            timeout_graceful_shutdown=5)
     server = DrainingServer(config)
 
     async def watch_drain() -> None:
@@ -120,5 +123,5 @@ def _serve(cfg: ServeConfig, log_level: str) -> int:
 
     if cfg.gil_switch_ms > 0:
         sys.setswitchinterval(cfg.gil_switch_ms / 1000)
-    asyncio.run(main())
+    server_loop.run(main)
     return 0 if state.load_error is None else 1

@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DEST=.whl
-TOP=(pydantic cffi fastapi uvicorn soundfile soxr python-multipart websockets py-spy "fish-audio-sdk==1.3.0"
+TOP=(pydantic cffi fastapi uvicorn uvloop httptools soundfile soxr python-multipart websockets py-spy "fish-audio-sdk==1.3.0"
      pytest-asyncio tiktoken)
 # in the image (2026-11-17 list, normalised names): never carried
 IMAGE="anyio certifi click h11 httpcore httpx idna numpy typing_extensions rich markdown_it_py mdurl

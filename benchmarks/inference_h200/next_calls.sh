@@ -231,7 +231,13 @@ tests/inference_server/test_mixed_steps_engine.py" quicktests ;;
      stage quicktests 110 QT_TIMEOUT=100 QUICKTESTS="tests/inference_model/test_mixed_step.py \
 tests/inference_server/test_mixed_steps_engine.py" quicktests
      stage pyspy 250 SERVE_ARGS="--preset-text qwen-bpe" LEVELS="128:1280" PYSPY_AT=128 serve ;;
-  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18|19|20|21|22|23|24|25|25s|25c|25t|26|27|28 (see benchmarks/inference_h200/README.md)" >&2
+  29) # the server's event loop and HTTP parser in C (B, the default since 2026-12-07: uvloop + httptools)
+      # beside asyncio's loop and uvicorn's h11 (A), the short prompts of 2026-12-06h, c=64 and c=128: the
+      # engine thread waited 0.39 ms for the GIL after each release at c=128 there
+     stage ab 440 SERVE_ARGS_A="TTSFLEET_EVENT_LOOP=asyncio TTSFLEET_HTTP_PARSER=h11 --preset-text qwen-bpe" \
+       SERVE_ARGS_B="--preset-text qwen-bpe" LEVELS="64:640 128:1280" AB_ROUNDS=1 ab
+     first_error ab ;;
+  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18|19|20|21|22|23|24|25|25s|25c|25t|26|27|28|29 (see benchmarks/inference_h200/README.md)" >&2
      exit 2 ;;
 esac
 bundle "$1"

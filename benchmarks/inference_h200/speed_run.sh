@@ -43,7 +43,8 @@ for c in operator inference kernels fill_jobs slurm devtools; do [ -e "ttsfleet/
 ln -sfn "$PWD/ttsfleet" /tmp/site/ttsfleet  # `python3 -P -m ttsfleet.cli` (the tests' subprocesses) too
 # preflight: every module the served path imports, and one WAV through soundfile, before any GPU time
 # is spent on servers that would fail every request (2026-12-04: a missing cffi did just that)
-python3 -P -c "import io, numpy, soundfile, soxr, fastapi, uvicorn, pydantic, websockets, ttsfleet.inference.server; \
+python3 -P -c "import io, numpy, soundfile, soxr, fastapi, uvicorn, uvloop, httptools, pydantic, websockets, \
+ttsfleet.inference.server; \
 soundfile.write(io.BytesIO(), numpy.zeros(480, 'float32'), 24000, format='WAV')" \
   || { echo "preflight failed: the carried .whl lacks a module (benchmarks/inference_h200/device_wheels.sh)"; exit 3; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv | tee -a "$OUT/run.log"

@@ -70,6 +70,10 @@ MODEL_SWITCHES = {  # variable: (default, the parsed default, a bad value, its w
     "TTSFLEET_PREFILL_JOIN": ("done", "done", "now",
                               "TTSFLEET_PREFILL_JOIN='now': expected one of done, next-step"),
     "TTSFLEET_MIXED_STEPS": ("on", True, "yes", "TTSFLEET_MIXED_STEPS='yes': expected one of off, on"),
+    "TTSFLEET_EVENT_LOOP": ("auto", "auto", "trio",
+                            "TTSFLEET_EVENT_LOOP='trio': expected one of auto, uvloop, asyncio"),
+    "TTSFLEET_HTTP_PARSER": ("auto", "auto", "picohttp",
+                             "TTSFLEET_HTTP_PARSER='picohttp': expected one of auto, httptools, h11"),
 }
 
 
@@ -152,6 +156,7 @@ def test_the_model_switches_are_registered_with_their_defaults_and_messages() ->
         mps,  # noqa: F401 - registers TTSFLEET_CODEC_SM_PERCENT, TTSFLEET_CODEC_MPS_PRIORITY
         prefill_graphs,  # noqa: F401 - registers TTSFLEET_PREFILL_WHOLE_GRAPHS
         prefill_stream,  # noqa: F401 - registers TTSFLEET_PREFILL_STREAM, TTSFLEET_PREFILL_JOIN
+        server_loop,  # noqa: F401 - registers TTSFLEET_EVENT_LOOP, TTSFLEET_HTTP_PARSER
     )
     from ttsfleet.kernels import decode
 
