@@ -528,12 +528,16 @@ class DualARModel(nn.Module):
     def piece_rows(self, cache: KVCache, pieces: list[PrefillPiece]) -> tuple[_VarlenLayout, Tensor]:
         """Checked pieces (distinct slots) -> their rows' layout and tokens ``[1, 1 + ncb, N]`` on the
         device, concatenated in piece order."""
-        if len({p.slot for p in pieces}) != len(pieces):
-            raise ValueError("prefill_batch needs distinct slots")
-        spans = [self._check_prefill(cache, p.slot, p.tokens, p.start, trust_start=True) for p in pieces]
+        spans = self.piece_spans(cache, pieces)
         lay = _VarlenLayout.build([p.slot for p in pieces], spans, self.device)
         tokens = torch.cat([p.tokens.to(torch.int64) for p in pieces], dim=1)
         return lay, tokens.to(self.device, non_blocking=True)[None]
+
+    def piece_spans(self, cache: KVCache, pieces: list[PrefillPiece]) -> list[tuple[int, int]]:
+        """Checked pieces (distinct slots, each fits its slot) -> each one's ``(start, end)`` positions."""
+        if len({p.slot for p in pieces}) != len(pieces):
+            raise ValueError("prefill_batch needs distinct slots")
+        return [self._check_prefill(cache, p.slot, p.tokens, p.start, trust_start=True) for p in pieces]
 
     def land_pieces(self, cache: KVCache, lay: _VarlenLayout) -> None:
         """The pieces' slots after their rows ran: their lengths, and a fresh slot's sampling counter."""

@@ -36,10 +36,11 @@ from ttsfleet.switches import ProcessSwitch, one_of
 
 from . import fused
 from .graph_capture import capture_after_warmup, on_side_stream
+from .mixed_graphs import MIXED_GRAPH_SWITCH, MixedStepInputs, mixed_step_body
 from .model_layers import attend as sdpa_attend
 
 if TYPE_CHECKING:
-    from .model import DualARModel, KVCache
+    from .model import DualARModel, KVCache, PrefillPiece
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +171,11 @@ class PrefillGraphs:
         self.attending = attending
         self.att_len = self.pad_pos + 1
         self.attending_graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        # with attending: the whole mixed step's slow half per bucket too (:mod:`.mixed_graphs`), unless
+        # TTSFLEET_MIXED_GRAPH=pass keeps its set-up and hand-off eager around :meth:`run_attending`
+        step = attending and MIXED_GRAPH_SWITCH.get() == "step"
+        self.mixed_inputs = MixedStepInputs(self) if step else None
+        self.mixed_step_graphs: dict[int, torch.cuda.CUDAGraph] = {}
 
     # ------------------------------------------------------------------ segments
     @property
@@ -207,7 +213,7 @@ class PrefillGraphs:
         else:
             graphs[s].replay()
 
-    def _attending_pass(self, rows: int) -> None:
+    def attending_pass(self, rows: int) -> None:
         """Every segment with its attention inside on the first ``rows`` static rows (what one
         attending graph captures)."""
         for s in range(self.n_segments):
@@ -243,10 +249,31 @@ class PrefillGraphs:
         torch.add(self.pos[:rows], 1, out=self.att_len[:rows])
         graph = self.attending_graphs.get(rows)
         if graph is None:
-            self._attending_pass(rows)
+            self.attending_pass(rows)
         else:
             graph.replay()
         return self.x[:n], self.normed[:n]
+
+    def run_mixed_step(self, frame: Tensor, slots: Tensor, pieces: list[PrefillPiece],
+                       spans: list[tuple[int, int]]) -> bool:
+        """A mixed step's slow half (``frame [bs, 1 + ncb]`` appended to ``slots``, the ``pieces`` at
+        ``spans`` prefilled) from one replay (:mod:`.mixed_graphs`), or the same work eagerly without
+        its graph; False (nothing done) where the step's rows exceed the largest bucket."""
+        inputs = self.mixed_inputs
+        if inputs is None:
+            raise RuntimeError("mixed-step graphs need attending=True and TTSFLEET_MIXED_GRAPH=step")
+        bs = int(frame.shape[0])
+        rows = self.bucket(bs + sum(end - start for start, end in spans))
+        if rows is None:
+            return False
+        inputs.pack(bs, pieces, spans, rows)
+        inputs.load(frame, slots)
+        graph = self.mixed_step_graphs.get(rows)
+        if graph is None:
+            mixed_step_body(self, inputs, rows)
+        else:
+            graph.replay()
+        return True
 
     def _load_bucketed(self, x: Tensor, pos: Tensor, row_slots: Tensor) -> tuple[int, int]:
         """:meth:`_load` at the smallest row bucket holding the call's rows -> (rows, the bucket); more
@@ -321,10 +348,15 @@ class PrefillGraphs:
                     self.slots[:rows].fill_(self.scratch_slot)
                     self.pos[:rows].copy_(self.pad_pos[:rows])
                     self.graphs[rows] = self._capture_segments(rows, pool)
-                    if self.attending:
+                    if self.mixed_inputs is not None:  # every row and output padded while captured
+                        self.mixed_inputs.pack_pads(0, 0, rows)
+                        self.mixed_inputs.device.copy_(torch.from_numpy(self.mixed_inputs.host))
+                        self.mixed_step_graphs[rows], _ = capture_after_warmup(
+                            partial(mixed_step_body, self, self.mixed_inputs, rows), pool, warmups=1)
+                    elif self.attending:
                         torch.add(self.pos[:rows], 1, out=self.att_len[:rows])
                         self.attending_graphs[rows], _ = capture_after_warmup(
-                            partial(self._attending_pass, rows), pool, warmups=1)
+                            partial(self.attending_pass, rows), pool, warmups=1)
                 if self.whole:
                     try:
                         self._capture_whole(pool)
@@ -337,7 +369,8 @@ class PrefillGraphs:
             self.model.release(self.cache, self.scratch_slot)
         log.info("captured prefill graphs for %d row buckets (%d..%d rows, %d segments each%s)%s in %.1f s",
                  len(self.graphs), self.buckets[0], self.buckets[-1], self.n_segments,
-                 ", and one graph with attention inside" if self.attending else "",
+                 (", and one graph of the whole mixed step" if self.mixed_inputs is not None else
+                  ", and one graph with attention inside" if self.attending else ""),
                  f", {len(self.whole_graphs)} whole-call graphs (rows {self.whole_rows} x keys "
                  f"{['fresh', *self.key_lengths]})" if self.whole else "", time.perf_counter() - t0)
 

@@ -208,7 +208,8 @@ SWITCH_MODULES = ("ttsfleet.inference.model_layers", "ttsfleet.kernels.decode",
                   "ttsfleet.inference.codec_batch", "ttsfleet.inference.engine_messages",
                   "ttsfleet.inference.mps", "ttsfleet.inference.prefill_graphs",
                   "ttsfleet.inference.prefill_stream", "ttsfleet.inference.engine_checks",
-                  "ttsfleet.inference.mixed_step", "ttsfleet.inference.server_loop")
+                  "ttsfleet.inference.mixed_step", "ttsfleet.inference.server_loop",
+                  "ttsfleet.inference.mixed_graphs")
 
 
 def _check_process_switches(env: dict[str, str]) -> None:

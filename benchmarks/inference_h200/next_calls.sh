@@ -237,7 +237,16 @@ tests/inference_server/test_mixed_steps_engine.py" quicktests
      stage ab 440 SERVE_ARGS_A="TTSFLEET_EVENT_LOOP=asyncio TTSFLEET_HTTP_PARSER=h11 --preset-text qwen-bpe" \
        SERVE_ARGS_B="--preset-text qwen-bpe" LEVELS="64:640 128:1280" AB_ROUNDS=1 ab
      first_error ab ;;
-  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18|19|20|21|22|23|24|25|25s|25c|25t|26|27|28|29 (see benchmarks/inference_h200/README.md)" >&2
+  30) # the whole mixed step in one graph per row bucket (B, the default since 2026-12-07: the host packs
+      # one array, three torch calls and a replay) beside the attending pass alone in a graph with its
+      # set-up and hand-off eager (A: TTSFLEET_MIXED_GRAPH=pass), short prompts, c=64 and c=128; the GPU
+      # tests first (both forms against the step then the prefill call, graphs captured)
+     stage quicktests 110 QT_TIMEOUT=100 QUICKTESTS="tests/inference_model/test_mixed_step.py \
+tests/inference_server/test_mixed_steps_engine.py" quicktests
+     stage ab 440 SERVE_ARGS_A="TTSFLEET_MIXED_GRAPH=pass --preset-text qwen-bpe" \
+       SERVE_ARGS_B="--preset-text qwen-bpe" LEVELS="64:640 128:1280" AB_ROUNDS=1 ab
+     first_error ab ;;
+  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18|19|20|21|22|23|24|25|25s|25c|25t|26|27|28|29|30 (see benchmarks/inference_h200/README.md)" >&2
      exit 2 ;;
 esac
 bundle "$1"

@@ -70,6 +70,8 @@ MODEL_SWITCHES = {  # variable: (default, the parsed default, a bad value, its w
     "TTSFLEET_PREFILL_JOIN": ("done", "done", "now",
                               "TTSFLEET_PREFILL_JOIN='now': expected one of done, next-step"),
     "TTSFLEET_MIXED_STEPS": ("on", True, "yes", "TTSFLEET_MIXED_STEPS='yes': expected one of off, on"),
+    "TTSFLEET_MIXED_GRAPH": ("step", "step", "whole",
+                             "TTSFLEET_MIXED_GRAPH='whole': expected one of step, pass"),
     "TTSFLEET_EVENT_LOOP": ("auto", "auto", "trio",
                             "TTSFLEET_EVENT_LOOP='trio': expected one of auto, uvloop, asyncio"),
     "TTSFLEET_HTTP_PARSER": ("auto", "auto", "picohttp",
@@ -151,6 +153,7 @@ def test_the_model_switches_are_registered_with_their_defaults_and_messages() ->
     from ttsfleet.inference import (
         codec_batch,  # noqa: F401 - registers TTSFLEET_CODEC_UNITS
         engine_checks,  # noqa: F401 - registers TTSFLEET_ENGINE_CHECKS
+        mixed_graphs,  # noqa: F401 - registers TTSFLEET_MIXED_GRAPH
         mixed_step,  # noqa: F401 - registers TTSFLEET_MIXED_STEPS
         model_layers,
         mps,  # noqa: F401 - registers TTSFLEET_CODEC_SM_PERCENT, TTSFLEET_CODEC_MPS_PRIORITY

@@ -21,6 +21,7 @@ if not torch.cuda.is_available():
 pytest.importorskip("triton")
 
 from ttsfleet.inference.loader import load_model  # noqa: E402
+from ttsfleet.inference.mixed_graphs import MIXED_GRAPH_SWITCH  # noqa: E402
 from ttsfleet.inference.mixed_step import MIXED_STEPS_SWITCH, MixedAttend  # noqa: E402
 from ttsfleet.inference.model import PrefillPiece  # noqa: E402
 from ttsfleet.inference.prefill_graphs import PrefillGraphs  # noqa: E402
@@ -57,25 +58,52 @@ def _sampling() -> SamplingBatch:
     return SamplingBatch.from_params([SamplingParams(seed=s) for s in (7, 8, 9)], DEV)
 
 
-# two of the four pairs (each ~25 s in Triton's interpreter on a CI core): the prefill graphs' padded
-# segments with every row's attention inside on the model's cache dtype, the eager pass (attention
-# split between decode attention and the pieces' SDPA) on an FP8 cache
-@pytest.mark.parametrize(("kv_dtype", "graphs"), [("auto", True), ("fp8", False)],
-                         ids=["graphs-attending", "fp8-eager"])
-def test_a_mixed_step_leaves_the_cache_as_the_step_then_the_prefill_call(kv_dtype: str, graphs: bool) -> None:
+@pytest.fixture
+def mixed_graph():  # noqa: ANN201
+    """Sets TTSFLEET_MIXED_GRAPH for the test (``step`` or ``pass``), then forgets it."""
+    yield MIXED_GRAPH_SWITCH.set
+    MIXED_GRAPH_SWITCH.reset()
+
+
+def _record_rows(pg: PrefillGraphs, graph: str) -> list[int]:
+    """The rows of every call into the prefill graphs' mixed path (``graph``: which one)."""
+    ran: list[int] = []
+    if graph == "step":
+        real_step = pg.run_mixed_step
+
+        def step(frame, slots, pieces, spans):  # noqa: ANN001, ANN202
+            ran.append(frame.shape[0] + sum(end - start for start, end in spans))
+            return real_step(frame, slots, pieces, spans)
+
+        pg.run_mixed_step = step  # type: ignore[method-assign]
+    else:
+        real_pass = pg.run_attending
+        pg.run_attending = lambda *a: (ran.append(a[0].shape[0]), real_pass(*a))[1]  # type: ignore[method-assign]
+    return ran
+
+
+# three of the six pairs (each ~25 s in Triton's interpreter on a CI core): the whole mixed step from
+# the prefill graphs (set-up, pass and hand-off in one; the default) and their attending pass alone
+# (TTSFLEET_MIXED_GRAPH=pass) on the model's cache dtype, the eager pass (attention split between decode
+# attention and the pieces' SDPA) on an FP8 cache
+@pytest.mark.parametrize(("kv_dtype", "graph"), [("auto", "step"), ("auto", "pass"), ("fp8", None)],
+                         ids=["graphs-step", "graphs-pass", "fp8-eager"])
+def test_a_mixed_step_leaves_the_cache_as_the_step_then_the_prefill_call(kv_dtype: str, graph: str | None,
+                                                                          mixed_graph) -> None:  # noqa: ANN001
     model = load_model("tiny", device=DEV, dtype=torch.float32, quantize="bsgemm_fp8")
     apart = _start(model, kv_dtype)
     mixed = copy.deepcopy(apart)  # the same prompts in both (prefilled once: the interpreter is slow)
     slots = torch.tensor(DECODING, device=DEV)
     pg = None
-    if graphs:
+    if graph:
+        mixed_graph(graph)
         pg = PrefillGraphs(model, mixed, SCRATCH, [8, 16, 24], attending=True)
+        assert (pg.mixed_inputs is not None) == (graph == "step")
         if DEV == "cuda":
             pg.capture()
-            assert sorted(pg.attending_graphs) == [8, 16, 24]
-        ran = []
-        real = pg.run_attending
-        pg.run_attending = lambda *a: (ran.append(a[0].shape[0]), real(*a))[1]
+            captured = pg.mixed_step_graphs if graph == "step" else pg.attending_graphs
+            assert sorted(captured) == [8, 16, 24]
+        ran = _record_rows(pg, graph)
     for _ in range(2):  # the second step starts from the first's pending logits: it must sample the same
         frame_apart = model.decode_step(apart, slots, _sampling())
         frame_mixed = model.decode_front(mixed, slots, _sampling())
@@ -96,7 +124,7 @@ def test_a_mixed_step_leaves_the_cache_as_the_step_then_the_prefill_call(kv_dtyp
                                        atol=1e-4)
     assert torch.equal(mixed.steps[:5], apart.steps[:5])
     assert mixed.steps[4] == 0 and mixed.steps[0] == 2
-    if graphs:  # 3 decode rows + 4 + 7 prompt rows, padded to the 16-row bucket
+    if graph:  # 3 decode rows + 4 + 7 prompt rows, padded to the 16-row bucket
         assert ran == [14, 14]
 
 
