@@ -6,18 +6,26 @@ row layout (numpy, then several host -> device copies), two embeddings (~10 laun
 concatenations, loading the static buffers, the last rows' gather, the main head, the hand-off state
 and the cache's lengths. Every torch call lets go of the interpreter, and at c=128 on an H100
 (2026-12-06h) getting it back took 0.39 ms on average while the event loop wrote 128 streams: the
-launch phase was 7.1 ms of a 21.3 ms step. Here the host packs everything a step needs into one int64
-array (numpy only: no torch call, so no release), and the step is three torch calls — the array's copy
-in, the decode rows' frames and slots copied beside it on the device — and one replay, whose graph
-embeds the rows, runs the attending pass, and writes the logits, hand-off state, lengths and sampling
-counters of every decode row and every piece's last row.
+launch phase was 7.1 ms of a 21.3 ms step. With ``TTSFLEET_MIXED_GRAPH=step`` the host packs
+everything a step needs into one int64 array (numpy only: no torch call, so no release), and the step
+is three torch calls — the array's copy in, the decode rows' frames and slots copied beside it on the
+device — and one replay, whose graph embeds the rows, runs the attending pass, and writes the logits,
+hand-off state, lengths and sampling counters of every decode row and every piece's last row.
 
 Padded rows (past the step's rows, up to the bucket) sit in the scratch slot at distinct positions,
 as the prefill's do; padded outputs go to the scratch slot and leave its length as it was. Without
 CUDA the same body runs eagerly on the same buffers, so the CPU tests check the packing and the body.
 
-``TTSFLEET_MIXED_GRAPH``: ``step`` (the default: this module), ``pass`` (the attending pass alone in
-a graph, its set-up and hand-off eager as before; for side-by-side runs).
+``TTSFLEET_MIXED_GRAPH``: ``pass`` (the default: the attending pass alone in a graph, its set-up and
+hand-off eager) or ``step`` (this module). Served side by side on an H100 (2026-12-07, ``next_calls.sh
+30``, short prompts, one round): the engine's launch phase fell as built for, 3.4 -> 2.6 ms a step at
+c=64 and 5.6 -> 2.4 at c=128, but frames/s did not follow: c=64 4,584 -> 4,513 (-1.5 %), c=128 5,868
+-> 5,291 (-9.8 %; that side's batch averaged 85 rows against 124, its first audio p99 6.5 s, where
+``step`` on both sides of the next call gave 123 rows, 5,710-5,808 frames/s and p99 729-845 ms). At
+c=128 the step is paced by the GPU's 17.7 ms and the engine thread's ``other`` phase (13-16 ms, its
+waits for the interpreter included), so the launches saved went to waiting elsewhere. Not the
+default, then; kept for the day the host's other costs are gone (``benchmarks/inference_h200/README.md``,
+twenty-second session).
 """
 
 from __future__ import annotations
@@ -35,8 +43,8 @@ if TYPE_CHECKING:
     from .prefill_graphs import PrefillGraphs
 
 MIXED_GRAPH_ENV = "TTSFLEET_MIXED_GRAPH"
-MIXED_GRAPH_SWITCH: ProcessSwitch[str] = ProcessSwitch(MIXED_GRAPH_ENV, "step",
-                                                       one_of(MIXED_GRAPH_ENV, ("step", "pass"), "step"))
+MIXED_GRAPH_SWITCH: ProcessSwitch[str] = ProcessSwitch(MIXED_GRAPH_ENV, "pass",
+                                                       one_of(MIXED_GRAPH_ENV, ("pass", "step"), "pass"))
 
 #: The per-row fields of the packed array, one row each of ``[fields, top]``: the row's slot, its
 #: position if it is a prompt row, whether it is a decode row (its position is then its slot's length),

@@ -81,10 +81,10 @@ def mixed_slow_pass(model: DualARModel, cache: KVCache, slots: Tensor, frame: Te
                     pieces: list[PrefillPiece], graphs: PrefillGraphs | None = None) -> None:
     """The fused slow pass of :meth:`~ttsfleet.inference.model.DualARModel.decode_with_prefill`:
     ``frame [bs, 1 + ncb]`` appended to ``slots`` and ``pieces`` prefilled: where the rows fit a bucket,
-    from ``graphs``' whole mixed-step graphs (:mod:`.mixed_graphs`: set-up, pass and hand-off in one
-    replay) or, with ``TTSFLEET_MIXED_GRAPH=pass``, from their attending pass with the set-up and
-    hand-off eager (every row over its own slot's keys up to its position); else eagerly with the
-    attention split (:class:`MixedAttend`)."""
+    from ``graphs``' attending pass with the set-up and hand-off eager (every row over its own slot's
+    keys up to its position) or, with ``TTSFLEET_MIXED_GRAPH=step``, from their whole mixed-step graphs
+    (:mod:`.mixed_graphs`: set-up, pass and hand-off in one replay); else eagerly with the attention
+    split (:class:`MixedAttend`)."""
     if graphs is not None and graphs.mixed_inputs is not None and \
             graphs.run_mixed_step(frame, slots, pieces, model.piece_spans(cache, pieces)):
         return

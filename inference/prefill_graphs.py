@@ -171,8 +171,9 @@ class PrefillGraphs:
         self.attending = attending
         self.att_len = self.pad_pos + 1
         self.attending_graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        # with attending: the whole mixed step's slow half per bucket too (:mod:`.mixed_graphs`), unless
-        # TTSFLEET_MIXED_GRAPH=pass keeps its set-up and hand-off eager around :meth:`run_attending`
+        # with attending and TTSFLEET_MIXED_GRAPH=step: the whole mixed step's slow half per bucket
+        # instead (:mod:`.mixed_graphs`); by default its set-up and hand-off stay eager around
+        # :meth:`run_attending`
         step = attending and MIXED_GRAPH_SWITCH.get() == "step"
         self.mixed_inputs = MixedStepInputs(self) if step else None
         self.mixed_step_graphs: dict[int, torch.cuda.CUDAGraph] = {}
