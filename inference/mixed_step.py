@@ -23,7 +23,9 @@ is the segments' replays alone. Measured so (H100, 2026-12-06h, ``next_calls.sh 
 rounds side by side on one machine, short prompts): frames/s 4,058 -> 4,588 and 3,917 -> 4,574 at
 c=64 (+13 %, +17 %), 4,617 -> 5,685 and 4,768 -> 5,658 at c=128 (+23 %, +19 %), first audio p50 down
 at both levels, p99 down at c=64 (299 -> 206, 315 -> 219 ms), at c=128 once up and once down. **On by
-default** since; ``TTSFLEET_MIXED_STEPS=off`` gives the separate prefill calls back.
+default** since; ``TTSFLEET_MIXED_STEPS=off`` gives the separate prefill calls back. Since 2026-12-07
+the attending segments are one graph per bucket (one replay a step), and ``TTSFLEET_MIXED_GRAPH=step``
+(:mod:`.mixed_graphs`, opt-in: measured slower served) puts the set-up and hand-off in it too.
 
 The pass: rows ``[decode rows ; piece rows]`` (each decode row is its slot's next position, the
 frame's embedding; the pieces' rows as :meth:`~ttsfleet.inference.model.DualARModel.prefill_batch`

@@ -164,10 +164,10 @@ class PrefillGraphs:
         self.row_idx = torch.arange(top, device=dev, dtype=torch.int64)
         self.key_idx = torch.arange(max(self.key_lengths), device=dev, dtype=torch.int64)
         self.whole_graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
-        # segments with every row's attention inside (:meth:`run_attending`; mixed steps), captured
-        # beside the plain ones where ``attending``: row r attends to keys 0 .. att_len[r] - 1 of its slot
-        # one graph per bucket: nothing runs between the attending segments, so the whole pass is
-        # one replay (37 replays of the segment graphs cost the host ~37 graph launches a step)
+        # where ``attending`` (mixed steps), every segment again with each row's attention inside
+        # (:meth:`run_attending`: row r attends to keys 0 .. att_len[r] - 1 of its slot), captured as
+        # one graph per bucket: nothing runs between those segments, so the pass is one replay (it
+        # was 37 segment replays a step until 2026-12-07)
         self.attending = attending
         self.att_len = self.pad_pos + 1
         self.attending_graphs: dict[int, torch.cuda.CUDAGraph] = {}
@@ -242,10 +242,11 @@ class PrefillGraphs:
     def run_attending(self, x: Tensor, pos: Tensor, row_slots: Tensor) -> tuple[Tensor, Tensor]:
         """:meth:`run` with each row's attention inside the segments, row r over keys 0 .. ``pos[r]``
         of slot ``row_slots[r]`` (its own K/V stored just before): a decode row's attention, and a prompt
-        row's causal attention over its slot. The whole call is the segments' replays, no eager
-        attention between them (a mixed step's 36 eager split attentions cost the host 5-8 ms a step
-        on an H100, 2026-12-06g). A prompt row reads its slot's keys once per row, which the prefill's
-        own attention reads once per call: fine for the short pieces a mixed step carries."""
+        row's causal attention over its slot. The whole call is one replay (all segments in one graph
+        per bucket since 2026-12-07), no eager attention between the segments (a mixed step's 36 eager
+        split attentions cost the host 5-8 ms a step on an H100, 2026-12-06g). A prompt row reads its
+        slot's keys once per row, which the prefill's own attention reads once per call: fine for the
+        short pieces a mixed step carries."""
         n, rows = self._load_bucketed(x, pos, row_slots)
         torch.add(self.pos[:rows], 1, out=self.att_len[:rows])
         graph = self.attending_graphs.get(rows)
