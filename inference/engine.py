@@ -809,7 +809,7 @@ class Engine:
         row = len(self.running)
         self.running.append(st)
         self.window_buf[row].fill_(-1)
-        self.slots_buf[row] = st.slot
+        self.slots_buf[row].fill_(st.slot)  # not ``[row] = slot``: that copies from the host and syncs
         self._pad_rows = (0, 0)  # row may have been a pad row: the next padded step sets them again
         with self._admit_lock:
             self._queued -= 1

@@ -358,9 +358,16 @@ class DualARModel(nn.Module):
         return 2 * c.n_layer * c.n_local_heads * per_head
 
     def release(self, cache: KVCache, slot: int) -> None:
-        cache.lengths[slot] = 0
-        cache.steps[slot] = 0
-        cache.pending_logits[slot] = 0
+        """Empty ``slot`` (its length, sampling counter and pending logits), queued on the stream.
+
+        Why ``fill_`` and not ``cache.lengths[slot] = 0``: assigning a Python number to one element of
+        a CUDA tensor copies it from the host and waits for the stream to drain (torch 2.11; a slice or
+        ``fill_`` launches a kernel instead). py-spy of the served engine at c=128 on an H100
+        (2026-12-07 call 27) found the engine thread in this line and in the join's slot assignment in
+        two thirds of its samples: every retire and join emptied the decode pipeline."""
+        cache.lengths[slot].fill_(0)
+        cache.steps[slot].fill_(0)
+        cache.pending_logits[slot].fill_(0)
 
     # ----------------------------------------------------------------- slow model
     def embed(self, tokens: Tensor) -> Tensor:
@@ -551,9 +558,9 @@ class DualARModel(nn.Module):
             to_fast = self.fast_input(h, normed)
         cache.pending_logits[slot] = self.main_logits(normed)[0]
         cache.pending_hidden[slot] = to_fast[0]
-        cache.lengths[slot] = end
+        cache.lengths[slot].fill_(end)  # fill_: no host copy, no sync (see :meth:`release`)
         if start == 0:
-            cache.steps[slot] = 0
+            cache.steps[slot].fill_(0)
 
     def _slow_step(self, cache: KVCache, slots: Tensor, frame: Tensor) -> None:
         """One slow position for each row: ``frame [bs, 1 + ncb]`` appended at the slot's length."""

@@ -77,4 +77,4 @@ def restore_prefix(cache: KVCache, slot: int, prefix: PrefixKV) -> None:
                      (cache.v_scale, prefix.v_scale)):
         if dst is not None and src is not None:
             dst[:, slot, :p].copy_(src, non_blocking=True)
-    cache.lengths[slot] = p
+    cache.lengths[slot].fill_(p)  # fill_: ``[slot] = p`` would copy from the host and sync the stream

@@ -125,7 +125,8 @@ for stage in "$@"; do
              tests/inference_model/test_head_gemm.py tests/kernels/test_mlp_one_launch.py tests/kernels/test_attention_block.py \
              tests/inference_server/test_engine_gpu_spans.py tests/inference_model/test_prompt_gqa.py \
              tests/inference_server/test_prefill_stream.py tests/kernels/test_workspaces.py \
-             tests/inference_model/test_mixed_step.py tests/inference_server/test_mixed_steps_engine.py} \
+             tests/inference_model/test_mixed_step.py tests/inference_server/test_mixed_steps_engine.py \
+             tests/inference_model/test_no_host_sync.py} \
              -k "not sweep" 2>&1 | tee "$OUT/gpu_tests.txt" | tail -15 ;;
     gate) timeout "${GATE_TIMEOUT:-300}" "${PYTEST[@]}" tests/inference_model/test_gpu_s2pro_gate.py -k "${GATE_K:-}" 2>&1 \
             | tee "$OUT/gpu_gate.txt" | tail -15 ;;
