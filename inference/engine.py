@@ -890,10 +890,11 @@ class Engine:
     def _reset_pad_slot(self) -> None:
         """Empty the pad slot every :data:`PAD_RESET_STEPS` padded steps (each adds one position).
 
-        Why not after every step: three tiny launches per step, and each torch call lets the
-        event loop's thread take the GIL (py-spy at c=64 on the H200, 2026-12-02: the engine
-        thread inside this release in 25 % of its samples). Padded rows only ever attend to the
-        pad slot's few positions, so letting it grow a little costs nothing measurable."""
+        Why not after every step: py-spy at c=64 on the H200 (2026-12-02) found the engine thread
+        inside this release in 25 % of its samples. Read then as GIL hand-offs; it was the release's
+        one-element assignments from the host, each a wait for the stream to drain (found at c=128
+        on 2026-12-07; :meth:`DualARModel.release` uses ``fill_`` since). Padded rows only ever attend
+        to the pad slot's few positions, so letting it grow a little costs nothing measurable."""
         self._pad_growth += 1
         if self._pad_growth >= min(PAD_RESET_STEPS, self.max_seq_len // 2):
             self.model.release(self.cache, self.pad_slot)

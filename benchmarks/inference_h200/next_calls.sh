@@ -251,7 +251,15 @@ tests/inference_server/test_mixed_steps_engine.py" quicktests
      stage ab 440 SERVE_ARGS_A="TTSFLEET_MIXED_GRAPH=pass --preset-text qwen-bpe" \
        SERVE_ARGS_B="--preset-text qwen-bpe" LEVELS="64:640 128:1280" AB_ROUNDS=1 ab
      first_error ab ;;
-  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18|19|20|21|22|23|24|25|25s|25c|25t|26|27|28|29|30|30s (see benchmarks/inference_h200/README.md)" >&2
+  31) # the engine's cache bookkeeping by fill_ (2026-12-07: one-element assignments from the host drained
+      # the stream at every join and retire) served on today's defaults, c=64 and c=128, beside call 27's
+      # c=128 (5,904 frames/s; other 13.7 ms of a 20.7 ms step): first the three assignment forms timed
+      # with work queued, then the GPU test of the bookkeeping under torch's sync debug mode
+     python3 -P benchmarks/inference_h200/setitem_sync.py 2>&1 | tee -a "$O/summary.txt"
+     stage quicktests 80 QT_TIMEOUT=70 QUICKTESTS="tests/inference_model/test_no_host_sync.py" quicktests
+     stage serve 330 SERVE_ARGS="--preset-text qwen-bpe" LEVELS="64:640 128:1280" serve
+     first_error serve ;;
+  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18|19|20|21|22|23|24|25|25s|25c|25t|26|27|28|29|30|30s|31 (see benchmarks/inference_h200/README.md)" >&2
      exit 2 ;;
 esac
 bundle "$1"
