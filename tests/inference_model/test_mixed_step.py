@@ -82,9 +82,9 @@ def _record_rows(pg: PrefillGraphs, graph: str) -> list[int]:
     return ran
 
 
-# three of the six pairs (each ~25 s in Triton's interpreter on a CI core): the whole mixed step from
-# the prefill graphs (set-up, pass and hand-off in one; the default) and their attending pass alone
-# (TTSFLEET_MIXED_GRAPH=pass) on the model's cache dtype, the eager pass (attention split between decode
+# three of the six pairs (each ~25 s in Triton's interpreter on a CI core): the prefill graphs' attending
+# pass alone (the default) and the whole mixed step in one (TTSFLEET_MIXED_GRAPH=step: set-up, pass and
+# hand-off) on the model's cache dtype, the eager pass (attention split between decode
 # attention and the pieces' SDPA) on an FP8 cache
 @pytest.mark.parametrize(("kv_dtype", "graph"), [("auto", "step"), ("auto", "pass"), ("fp8", None)],
                          ids=["graphs-step", "graphs-pass", "fp8-eager"])

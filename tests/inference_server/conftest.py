@@ -209,17 +209,21 @@ def metric_value(client: httpx.Client, name: str, **labels: str) -> float:
     return 0.0
 
 
-def run_requests(engine, prompt, count: int, max_new_tokens: int, **request) -> list[str]:  # noqa: ANN001
+def run_requests(engine, prompt, count: int, max_new_tokens: int | list[int], **request) -> list[str]:  # noqa: ANN001
     """``count`` requests (seeds 0 .. count-1) through a started ``engine`` at once, each read to its
-    end: the last event's kind of each ("done" or "error")."""
+    end: the last event's kind of each ("done" or "error"). ``max_new_tokens``: every request's frame
+    limit, or one per request."""
     import asyncio
 
     from ttsfleet.inference.engine import GenerationRequest
     from ttsfleet.inference.sampling import SamplingParams
 
+    limits = max_new_tokens if isinstance(max_new_tokens, list) else [max_new_tokens] * count
+    assert len(limits) == count, f"{len(limits)} frame limits for {count} requests"
+
     async def one(seed: int) -> str:
         req = GenerationRequest(prompt=prompt, sampling=SamplingParams(seed=seed),
-                                max_new_tokens=max_new_tokens, **request)
+                                max_new_tokens=limits[seed], **request)
         h = engine.submit(req, asyncio.get_running_loop())
         while (ev := await h.next()).kind not in ("done", "error"):
             pass

@@ -12,15 +12,15 @@ retire and free their slots.
 
 from __future__ import annotations
 
-import asyncio
 import sys
 
 import numpy as np
 import pytest
 import torch
-from ttsfleet.inference.engine import Engine, EngineConfig, GenerationRequest
+from ttsfleet.inference.engine import Engine, EngineConfig
 from ttsfleet.inference.prompt import build_prompt
-from ttsfleet.inference.sampling import SamplingParams
+
+from .conftest import run_requests
 
 NUMBERS = (int, float, bool, np.number)
 
@@ -29,24 +29,6 @@ def _one_element(t: torch.Tensor, index: object) -> bool:
     """Whether ``t[index]`` names a single element (one int per dimension)."""
     ints = index if isinstance(index, tuple) else (index,)
     return len(ints) == t.dim() and all(isinstance(i, int | np.integer) for i in ints)
-
-
-def _serve(engine: Engine, prompt: torch.Tensor, frames: list[int]) -> list[str]:
-    """One request per entry of ``frames`` (its frame limit) through ``engine`` at once -> each one's
-    last event kind."""
-
-    async def one(seed: int, limit: int) -> str:
-        req = GenerationRequest(prompt=prompt, sampling=SamplingParams(seed=seed), max_new_tokens=limit,
-                                ignore_eos=True)
-        handle = engine.submit(req, asyncio.get_running_loop())
-        while (ev := await handle.next()).kind not in ("done", "error"):
-            pass
-        return ev.kind
-
-    async def main() -> list[str]:
-        return await asyncio.gather(*(one(i, n) for i, n in enumerate(frames)))
-
-    return asyncio.run(main())
 
 
 @pytest.fixture
@@ -89,7 +71,8 @@ def test_serving_requests_assigns_no_single_elements(parts, item_assignments, mi
     eng.start()
     try:  # six requests of different lengths through three slots: joins beside decoding rows, retires,
         # slots reused
-        ends = _serve(eng, build_prompt(tok, model.config, "No single elements."), [3, 5, 7, 4, 6, 8])
+        prompt = build_prompt(tok, model.config, "No single elements.")
+        ends = run_requests(eng, prompt, 6, [3, 5, 7, 4, 6, 8], ignore_eos=True)
     finally:
         eng.stop()
         MIXED_STEPS_SWITCH.reset()
