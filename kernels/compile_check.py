@@ -145,16 +145,16 @@ def _gemm(kind: str, cfg: Any, m: int, k: int, scheme: str, prefetch: int = 0) -
         mx = scheme == "mxfp8"
         grp = tg.act_group(scheme)
         scale = "*u8" if mx else "*fp32"
-        ptrs = dict(a_ptr="*fp8e4nv", as_ptr=scale, w_ptr="*fp8e4nv", ws_ptr=scale,
+        ptrs = dict(a_ptr="*bf16" if cfg.a16 else "*fp8e4nv", as_ptr=scale, w_ptr="*fp8e4nv", ws_ptr=scale,
                     out_ptr="*fp8e4nv" if epi else "*bf16", bias_ptr="*bf16", part_ptr="*fp32",
                     ticket_ptr="*i32", hs_ptr=scale)
         if cfg.tma:
             ptrs["w_desc"] = f"tensordesc<fp8e4nv[{cfg.bn}, {grp}]>"
         per = tg.cdiv(tg.cdiv(k, grp), cfg.split_k)  # K blocks per program, as launch_gemm passes it
         const = dict(BM=cfg.block_m(m), BN=cfg.bn, BK=grp, SPLIT_K=cfg.split_k, PER=per, A_GROUP=grp,
-                     W_ROW_GROUP=1 if mx else 128, W_K_GROUP=grp, MX=mx, A_FP8=True, EPI=epi, HAS_BIAS=False,
-                     SWAP=cfg.swap, H_GROUP=grp if epi else 1, W_TMA=cfg.tma, EXACT_CVT=False, USE_PDL=True,
-                     PREFETCH=prefetch)
+                     W_ROW_GROUP=1 if mx else 128, W_K_GROUP=grp, MX=mx, A_FP8=not cfg.a16, EPI=epi,
+                     HAS_BIAS=False, SWAP=cfg.swap, H_GROUP=grp if epi else 1, W_TMA=cfg.tma, EXACT_CVT=False,
+                     USE_PDL=True, PREFETCH=prefetch, A16=cfg.a16)
         if not cfg.tma:
             const["w_desc"] = None
         opts = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages, "launch_pdl": True}
@@ -486,6 +486,23 @@ def _gemm_configs(scheme: str, representative: bool = False) -> Iterator[tuple[s
                 yield kind, cfg, m, k
 
 
+def _a16_configs(representative: bool = False) -> Iterator[tuple[str, Any, int, int]]:
+    """(kind, config, M, K) of the W8A16 prototype's benchmark space (sm_90 only: its MMA is bf16
+    ``wgmma``), one per distinct compile; ``representative``: one per tile structure (bn, warps)."""
+    from . import triton_gemm as tg
+
+    seen, structures = set(), set()
+    for kind, n, k in S2_SHAPES:
+        for m in (1, 64):
+            for cfg in tg.a16_config_space(m, n, k) if kind != "swiglu" else ():
+                structure = (cfg.bn, cfg.num_warps, cfg.block_m(m))
+                if (cfg, cfg.block_m(m), k) in seen or (representative and structure in structures):
+                    continue
+                seen.add((cfg, cfg.block_m(m), k))
+                structures.add(structure)
+                yield "linear", cfg, m, k
+
+
 def cases(target: Target, representative: bool = False) -> Iterator[tuple[str, Case]]:
     """(name, compile-and-check) for every GEMM config of the target's schemes and the decode kernels."""
     for scheme in target.schemes:
@@ -498,6 +515,9 @@ def cases(target: Target, representative: bool = False) -> Iterator[tuple[str, C
                    _mlp_one_launch(m, scheme, tma, prefetch))
         for m in (1,) if representative else (1, 64):
             yield f"{scheme} one-launch attention block M={m}", _attention_block_one_launch(m, scheme)
+    if target.cc == 90:
+        for kind, cfg, m, k in _a16_configs(representative):
+            yield f"bsgemm_fp8 W8A16 {kind} M={m} K={k} {cfg}", _gemm(kind, cfg, m, k, "bsgemm_fp8")
     for group in sorted({32 if s == "mxfp8" else 128 for s in target.schemes}, reverse=True):
         yield f"decode kernels group={group}", _decode_kernels(group)
     for vocab in S2_VOCABS:

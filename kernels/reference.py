@@ -157,6 +157,18 @@ def linear_fp8_ref(x: Tensor, qw: QuantizedWeight, bias: Tensor | None = None,
     return linear_fp8_codes_ref(xq, xs, qw, out_dtype or x.dtype, bias)
 
 
+def linear_w8a16_ref(x: Tensor, qw: QuantizedWeight, bias: Tensor | None = None) -> Tensor:
+    """W8A16 (:func:`.triton_gemm.linear_w8a16_triton`): ``x`` as bf16, each weight ``code * scale``
+    rounded once to bf16, float32 sums, bf16 out. No activation quantization: closer to a bf16
+    linear than the block-scaled FP8 product is."""
+    k = x.shape[-1]
+    w = dequantize_weight(qw).to(torch.bfloat16).float()
+    out = x.reshape(-1, k).to(torch.bfloat16).float() @ w.t()
+    if bias is not None:
+        out = out + bias.float()
+    return out.to(torch.bfloat16).view(*x.shape[:-1], qw.shape[0])
+
+
 def swiglu_mlp_fp8_codes_ref(xq: Tensor, xs: Tensor, gate_up: QuantizedWeight, down: QuantizedWeight,
                              out_dtype: torch.dtype) -> Tensor:
     """gate_up (fp32 result, never rounded) -> silu(g) * u in fp32 -> FP8 quantize -> down."""

@@ -173,6 +173,35 @@ def _scaled_dot(acc, a_q, w_t, sa, sw, SWAP: tl.constexpr):
 
 
 @triton.jit
+def _bf16_rne_in_f32(x):
+    """``x`` rounded to bf16 (nearest even) by bit arithmetic, as float32: the interpreter's own
+    conversion truncates."""
+    bits = x.to(tl.int32, bitcast=True)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _a16_dot(acc, a16, w_t, sw, SWAP: tl.constexpr, INTERP: tl.constexpr):
+    """W8A16: the FP8 weight tile widened to bf16 with its row scales applied (``e4m3 * scale``
+    rounded once to bf16), then one bf16 MMA that accumulates in place. Why: the block-scaled FP8
+    product needs a float32 rescale of every 128-K block's MMA result before the next block adds to
+    it, which keeps Triton's pipeliner from queueing the MMAs of a decode tile; here nothing sits
+    between them. The weight bytes read are the same FP8 codes and scales."""
+    w32 = w_t.to(tl.float32) * sw[:, None]
+    if INTERP:  # Triton 3.6's interpreter multiplies bf16 operands' raw bits and truncates to bf16:
+        w16 = _bf16_rne_in_f32(w32)  # the GPU's values (round to nearest even), held in float32
+        a16 = a16.to(tl.float32)
+    else:
+        w16 = w32.to(tl.bfloat16)
+    if SWAP:  # noqa: SIM108 - Triton code
+        r = tl.dot(w16, tl.trans(a16), acc)
+    else:
+        r = tl.dot(a16, tl.trans(w16), acc)
+    return r
+
+
+@triton.jit
 def fp8_gemm_kernel(
     a_ptr, as_ptr, w_ptr, w_desc, ws_ptr, out_ptr, bias_ptr, part_ptr, ticket_ptr, hs_ptr,
     M, N, K, F,
@@ -181,7 +210,7 @@ def fp8_gemm_kernel(
     A_GROUP: tl.constexpr, W_ROW_GROUP: tl.constexpr, W_K_GROUP: tl.constexpr,
     MX: tl.constexpr, A_FP8: tl.constexpr, EPI: tl.constexpr, HAS_BIAS: tl.constexpr,
     SWAP: tl.constexpr, H_GROUP: tl.constexpr, W_TMA: tl.constexpr, EXACT_CVT: tl.constexpr,
-    USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = 0,
+    USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = 0, A16: tl.constexpr = False,
 ):
     """out[m, n] = sum_k a[m, k] * w[n, k] with per-group scales; see the module docstring.
 
@@ -191,6 +220,8 @@ def fp8_gemm_kernel(
     masked (pointer loads) or zero-filled (TMA) and contribute nothing.
     PREFETCH > 0 (with PDL only): before waiting for the previous kernel, ask L2 for the first
     PREFETCH of the program's K blocks of its weight rows (``decode.GEMM_PREFETCH_SWITCH``).
+    A16 (EPI 0 only): the activations stay bf16 and each weight tile is widened to bf16 with its
+    block scale applied, so the MMAs accumulate in place (see :func:`_a16_dot`).
     """
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
@@ -204,7 +235,7 @@ def fp8_gemm_kernel(
     pdl_entry(USE_PDL)
     res, res_u = gemm_tile(a_ptr, as_ptr, w_ptr, w_desc, ws_ptr, M, N, K, F, pid_n, pid_m, pid_k,
                            s_am, s_ak, s_asm, s_ask, s_wn, s_wk, s_wsn, s_wsk, BM, BN, BK, PER, A_GROUP,
-                           W_ROW_GROUP, W_K_GROUP, MX, A_FP8, EPI, SWAP, W_TMA, EXACT_CVT, False)
+                           W_ROW_GROUP, W_K_GROUP, MX, A_FP8, EPI, SWAP, W_TMA, EXACT_CVT, False, A16)
     finish_tile(res, res_u, pid_m * tl.num_programs(0) + pid_n, pid_n, pid_m, pid_k, part_ptr, ticket_ptr,
                 out_ptr, bias_ptr, hs_ptr, M, N, F, s_om, s_on, s_hsm, s_hsk, BM, BN, SPLIT_K, EPI, HAS_BIAS,
                 MX, H_GROUP, EXACT_CVT)
@@ -255,7 +286,7 @@ def gemm_tile(a_ptr, as_ptr, w_ptr, w_desc, ws_ptr, M, N, K, F, pid_n, pid_m, pi
               BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PER: tl.constexpr, A_GROUP: tl.constexpr,
               W_ROW_GROUP: tl.constexpr, W_K_GROUP: tl.constexpr, MX: tl.constexpr, A_FP8: tl.constexpr,
               EPI: tl.constexpr, SWAP: tl.constexpr, W_TMA: tl.constexpr, EXACT_CVT: tl.constexpr,
-              A_CG: tl.constexpr):
+              A_CG: tl.constexpr, A16: tl.constexpr = False):
     """One program's share of a GEMM tile: the float32 sums ``[BM, BN]`` over its PER K blocks (and,
     for the SwiGLU epilogue, those of the up rows F + n). The one copy of the main loop: the GEMM
     kernel and the one-launch MLP (:mod:`.triton_mlp`) both run it."""
@@ -278,11 +309,16 @@ def gemm_tile(a_ptr, as_ptr, w_ptr, w_desc, ws_ptr, M, N, K, F, pid_n, pid_m, pi
         k0 = (pid_k * PER + i) * BK
         kk = k0 + offs_k
         live = k0 < K
-        a_q, sa = _a_tile(a_ptr, as_ptr, offs_m, kk, k0, m_ok, live, K, s_am, s_ak, s_asm, s_ask, A_GROUP, MX,
-                          A_FP8, EXACT_CVT, A_CG)
         w_t = _w_tile(w_ptr, w_desc, pid_n * BN, kk, k0, n_lim, K, s_wn, s_wk, BN, W_TMA)
         sw = _w_scale(ws_ptr, offs_n, k0, n_ok & live, s_wsn, s_wsk, W_ROW_GROUP, W_K_GROUP, MX)
-        acc = _scaled_dot(acc, a_q, w_t, sa, sw, SWAP)
+        if A16:
+            a16 = tl.load(a_ptr + offs_m[:, None] * s_am + kk[None, :] * s_ak,
+                          mask=m_ok[:, None] & (kk < K)[None, :], other=0.0).to(tl.bfloat16)
+            acc = _a16_dot(acc, a16, w_t, sw, SWAP, EXACT_CVT)
+        else:
+            a_q, sa = _a_tile(a_ptr, as_ptr, offs_m, kk, k0, m_ok, live, K, s_am, s_ak, s_asm, s_ask, A_GROUP,
+                              MX, A_FP8, EXACT_CVT, A_CG)
+            acc = _scaled_dot(acc, a_q, w_t, sa, sw, SWAP)
         if EPI == 1:
             w_u = _w_tile(w_ptr, w_desc, F + pid_n * BN, kk, k0, F + n_lim, K, s_wn, s_wk, BN, W_TMA)
             su = _w_scale(ws_ptr, offs_u, k0, n_ok & live, s_wsn, s_wsk, W_ROW_GROUP, W_K_GROUP, MX)
@@ -380,6 +416,7 @@ class GemmConfig:
     num_stages: int = 4
     bm: int = 0
     tma: bool = False  # weight tiles through a TMA descriptor (needs K * 1 B 16-byte aligned)
+    a16: bool = False  # W8A16: bf16 activations, FP8 weights widened in the tile (linear only)
 
     def block_m(self, m: int) -> int:
         return self.bm or row_tile(m)
@@ -423,6 +460,8 @@ def check_config(kind: str, cfg: GemmConfig, scheme: str) -> None:
                    "multiple")
     if cfg.bn * max(cfg.bm, 16) > 256 * 64 or (kind == "swiglu" and cfg.bn > 128):
         bad.append(f"tile bn {cfg.bn} x bm {cfg.bm} is too large for the register file")
+    if cfg.a16 and (kind != "linear" or cfg.prequant):
+        bad.append("a16 (bf16 activations) is a plain linear's, with no quantize launch (prequant off)")
     if bad:
         raise ValueError(f"invalid {kind} GEMM config {cfg}: " + "; ".join(bad))
 
@@ -616,6 +655,8 @@ def launch_gemm(a: torch.Tensor, a_scale: torch.Tensor | None, qw: QuantizedWeig
     mx, a_grp, w_row_group, w_k_group = _scheme_params(qw)
     check_config("swiglu" if epi == 1 else "linear", cfg, qw.scheme)
     a_fp8 = a.dtype == torch.float8_e4m3fn
+    if cfg.a16 and (a_fp8 or epi != 0):
+        raise ValueError("an a16 GEMM takes float activations and the plain epilogue")
     bk = min(a_grp, w_k_group)
     f = n // 2 if epi == 1 else n
     bm = cfg.block_m(m)
@@ -644,7 +685,7 @@ def launch_gemm(a: torch.Tensor, a_scale: torch.Tensor | None, qw: QuantizedWeig
         BM=bm, BN=bn, BK=bk, SPLIT_K=cfg.split_k, PER=per, A_GROUP=a_grp,
         W_ROW_GROUP=w_row_group, W_K_GROUP=w_k_group, MX=mx, A_FP8=a_fp8, EPI=epi,
         HAS_BIAS=bias is not None, SWAP=cfg.swap, H_GROUP=a_grp if epi == 1 else 1, W_TMA=use_tma,
-        EXACT_CVT=INTERPRETING, USE_PDL=PDL, PREFETCH=prefetch, num_warps=cfg.num_warps,
+        EXACT_CVT=INTERPRETING, USE_PDL=PDL, PREFETCH=prefetch, A16=cfg.a16, num_warps=cfg.num_warps,
         num_stages=cfg.num_stages, **launch_opts(),
     )
 
@@ -677,3 +718,33 @@ def linear_fp8_codes_triton(xq: torch.Tensor, xs: torch.Tensor, qw: QuantizedWei
     out = torch.empty(m, n, device=xq.device, dtype=out_dtype)
     launch_gemm(xq2, xs2, qw, out, bias, get_config("linear", m, n, k))
     return out.view(*xq.shape[:-1], n)
+
+
+def a16_config_space(m: int, n: int, k: int) -> list[GemmConfig]:
+    """The W8A16 launch configs a benchmark times for one shape (a prototype's space, issue #26):
+    64- or 128-row weight tiles, the first split-K factor that fills the SMs, 4 warps (and 8 for
+    M >= 32, as the FP8 space), 4 stages (a bf16 activation tile is twice an FP8 one)."""
+    out: list[GemmConfig] = []
+    for bn in (64, 128):
+        split = _splits(cdiv(n, bn) * cdiv(m, 64), cdiv(k, BS_BLOCK))[0]
+        for warps in ((4, 8) if m >= 32 else (4,)):
+            cfg = GemmConfig(bn=bn, split_k=split, swap=True, prequant=False, num_warps=warps, num_stages=4,
+                             tma=k % 16 == 0, a16=True)
+            check_config("linear", cfg, "bsgemm_fp8")
+            out.append(cfg)
+    return out
+
+
+def linear_w8a16_triton(x: torch.Tensor, qw: QuantizedWeight, bias: torch.Tensor | None = None,
+                        cfg: GemmConfig | None = None) -> torch.Tensor:
+    """``x @ dequant(qw).T`` with ``x`` kept in bf16 (no activation quantization): one launch. The
+    prototype of issue #26's decode GEMM without the per-block rescale; its numerics are W8A16's
+    (:func:`.reference.linear_w8a16_ref`), not the block-scaled FP8 contract's."""
+    k = x.shape[-1]
+    x2 = x.reshape(-1, k)
+    if x2.stride(1) != 1:
+        x2 = x2.contiguous()
+    m, n = x2.shape[0], qw.shape[0]
+    out = torch.empty(m, n, device=x.device, dtype=torch.bfloat16)
+    launch_gemm(x2, None, qw, out, bias, cfg or a16_config_space(m, n, k)[0])
+    return out.view(*x.shape[:-1], n)

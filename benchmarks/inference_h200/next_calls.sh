@@ -237,19 +237,20 @@ tests/inference_server/test_mixed_steps_engine.py" quicktests
      stage ab 440 SERVE_ARGS_A="TTSFLEET_EVENT_LOOP=asyncio TTSFLEET_HTTP_PARSER=h11 --preset-text qwen-bpe" \
        SERVE_ARGS_B="--preset-text qwen-bpe" LEVELS="64:640 128:1280" AB_ROUNDS=1 ab
      first_error ab ;;
-  30) # the whole mixed step in one graph per row bucket (B, the default since 2026-12-07: the host packs
+  30) # the whole mixed step in one graph per row bucket (B: TTSFLEET_MIXED_GRAPH=step, opt-in: the host packs
       # one array, three torch calls and a replay) beside the attending pass alone in a graph with its
       # set-up and hand-off eager (A: TTSFLEET_MIXED_GRAPH=pass), short prompts, c=64 and c=128; the GPU
       # tests first (both forms against the step then the prefill call, graphs captured)
      stage quicktests 110 QT_TIMEOUT=100 QUICKTESTS="tests/inference_model/test_mixed_step.py \
 tests/inference_server/test_mixed_steps_engine.py" quicktests
      stage ab 440 SERVE_ARGS_A="TTSFLEET_MIXED_GRAPH=pass --preset-text qwen-bpe" \
-       SERVE_ARGS_B="--preset-text qwen-bpe" LEVELS="64:640 128:1280" AB_ROUNDS=1 ab
+       SERVE_ARGS_B="TTSFLEET_MIXED_GRAPH=step --preset-text qwen-bpe" LEVELS="64:640 128:1280" AB_ROUNDS=1 ab
      first_error ab ;;
   30s) # call 30's side by side alone (round 2): its first round's B side served c=128 at batch 85 with a
-       # first-audio p99 of 6.5 s, where the same code in call 29 gave batch 123 and 729 ms
+       # first-audio p99 of 6.5 s, where the same code in call 29 gave batch 123 and 729 ms (B named: its
+       # first run, 2026-12-07b, left B to the default, by then the pass -- an A/A run)
      stage ab 440 SERVE_ARGS_A="TTSFLEET_MIXED_GRAPH=pass --preset-text qwen-bpe" \
-       SERVE_ARGS_B="--preset-text qwen-bpe" LEVELS="64:640 128:1280" AB_ROUNDS=1 ab
+       SERVE_ARGS_B="TTSFLEET_MIXED_GRAPH=step --preset-text qwen-bpe" LEVELS="64:640 128:1280" AB_ROUNDS=1 ab
      first_error ab ;;
   31) # the engine's cache bookkeeping by fill_ (2026-12-07: one-element assignments from the host drained
       # the stream at every join and retire) served on today's defaults, c=64 and c=128, beside call 27's
@@ -259,7 +260,13 @@ tests/inference_server/test_mixed_steps_engine.py" quicktests
      stage quicktests 80 QT_TIMEOUT=70 QUICKTESTS="tests/inference_model/test_no_host_sync.py" quicktests
      stage serve 330 SERVE_ARGS="--preset-text qwen-bpe" LEVELS="64:640 128:1280" serve
      first_error serve ;;
-  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18|19|20|21|22|23|24|25|25s|25c|25t|26|27|28|29|30|30s|31 (see benchmarks/inference_h200/README.md)" >&2
+  32) # issue #26: the W8A16 decode GEMM prototype (FP8 block-scaled weights widened to bf16 in the tile, bf16
+      # activations, MMAs accumulating in place: no per-128-K rescale between them) -- its GPU tests, then
+      # each S2 Pro shape at M = 1, 16, 64 beside today's FP8 kernel (codes in; bf16 in with the quantize
+      # launch) and bf16 cuBLAS, with the accuracy of both against the bf16-operand linear
+     stage quicktests 90 QT_TIMEOUT=80 QUICKTESTS="tests/kernels/test_w8a16.py" quicktests
+     stage w8a16 200 W8A16_TIMEOUT=190 W8A16_DEADLINE_S=150 w8a16 ;;
+  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18|19|20|21|22|23|24|25|25s|25c|25t|26|27|28|29|30|30s|31|32 (see benchmarks/inference_h200/README.md)" >&2
      exit 2 ;;
 esac
 bundle "$1"

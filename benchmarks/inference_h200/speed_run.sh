@@ -208,6 +208,9 @@ for stage in "$@"; do
              | tee "$OUT/codec_convs.txt" | tail -8 ;;
     gemmproto) timeout "${PROTO_TIMEOUT:-200}" python3 -m benchmarks.inference_h200.gemm_proto 2>&1 \
                  | tee "$OUT/gemm_proto.txt" | tail -40 ;;
+    w8a16) # the W8A16 decode GEMM prototype beside today's FP8 kernel (w8a16_gemm.py; W8A16_MS, W8A16_DEADLINE_S)
+      timeout "${W8A16_TIMEOUT:-200}" python3 -m benchmarks.inference_h200.w8a16_gemm "$OUT" 2>&1 \
+        | tee "$OUT/w8a16_gemm.txt" | tail -30 ;;
     engineab)  # the engine bench with eager prefill (a) and with prefill graphs (b, serve's default)
       for side in ${ENGINE_SIDES:-a:--no-prefill-graphs b:--prefill-graphs}; do
         timeout "${ENGINE_TIMEOUT:-200}" python3 -m ttsfleet.cli bench engine --checkpoint s2-pro --codec "${ENGINE_CODEC:-none}" \

@@ -15,7 +15,7 @@ DEVICE_LIMIT_S = 600
 
 def _speed_run_stages() -> set[str]:
     text = (HERE / "speed_run.sh").read_text()
-    return {m for labels in re.findall(r"^    ([a-z|]+)\)", text, re.M) for m in labels.split("|")}
+    return {m for labels in re.findall(r"^    ([a-z0-9|]+)\)", text, re.M) for m in labels.split("|")}
 
 
 def _calls() -> dict[str, list[list[str]]]:

@@ -1,0 +1,52 @@
+"""The W8A16 benchmark's harness on CPU (Triton's interpreter, tiny shapes, no timing): its checks are
+computed per row, agree with the prototype's own reference, and the JSON it writes says so.
+Why: the script's first run is on the lent GPU; a harness bug found there costs device time."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+pytest.importorskip("triton")
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "inference_h200" / "w8a16_gemm.py"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the GPU run is the benchmark itself")
+def test_harness_rows_and_checks(tmp_path, monkeypatch, kernels_on):
+    spec = importlib.util.spec_from_file_location("w8a16_gemm_bench", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    monkeypatch.setattr(bench, "SHAPES", {"tiny": (128, 256)})
+    monkeypatch.setattr(bench, "MS", (1, 16))
+    assert bench.main([str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "w8a16_gemm.json").read_text())
+    rows = report["rows"]
+    assert [(r["op"], r["M"]) for r in rows] == [("tiny", 1), ("tiny", 16)]
+    for row in rows:
+        refs = [v for k, v in row["check"].items() if k.endswith("rel_err_ref")]
+        assert refs and max(refs) < 1e-2
+        assert row["check"]["a16_rel_err_exact"] < row["check"]["fp8_rel_err_exact"]
+        assert all(v is None for v in row["us"].values())  # no timing without a GPU
+
+
+def test_step_estimate_sums_the_shapes_of_one_m_over_the_layer_passes(monkeypatch):
+    spec = importlib.util.spec_from_file_location("w8a16_gemm_bench_est", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    monkeypatch.setattr(bench, "SHAPES", {"a": (1, 1), "b": (1, 1)})
+    rows = [{"M": 1, "us": {"a16": 2.0, "fp8_codes": 3.0, "bf16": None}},
+            {"M": 1, "us": {"a16": 1.0, "fp8_codes": 1.0, "bf16": 5.0}},
+            {"M": 16, "us": {"a16": 1.0}},  # one shape short at M=16: no estimate
+            {"op": "a", "M": 64, "skipped": "deadline"}]
+    est = bench.step_estimate(rows)
+    assert est == {"1": {"a16": round(76 * 3.0 / 1e3, 3), "fp8_codes": round(76 * 4.0 / 1e3, 3)}}
