@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 from ttsfleet.kernels import decode as kd
 from ttsfleet.kernels import dispatch
-from ttsfleet.kernels.ops import linear_fp8_codes, swiglu_mlp_fp8_codes
+from ttsfleet.kernels.ops import linear_fp8_codes, linear_w8a16, swiglu_mlp_fp8_codes
 
 from .sampling import SamplingBatch, sample, sample_main
 
@@ -64,23 +64,37 @@ Act = Any
 
 
 def _group(qweight: Any) -> int:
-    """The activation group the GEMM of ``qweight`` reads (0: a dense layer takes bf16)."""
-    if qweight is None:
+    """The activation group the GEMM of ``qweight`` reads (0: a dense layer, or the W8A16 decode GEMM
+    of ``TTSFLEET_DECODE_GEMM=a16``, takes bf16)."""
+    if qweight is None or kd.decode_gemm() == "a16":
         return 0
     from ttsfleet.kernels.reference import act_block
 
     return act_block(qweight.scheme)
 
 
+def _w8a16(qweight: Any, a: Act) -> bool:
+    """Whether this linear runs the W8A16 decode GEMM: ``TTSFLEET_DECODE_GEMM=a16``, FP8 weights and a
+    bf16 activation of decode size (prefill pieces keep the FP8 path, whose large GEMMs are cuBLAS's)."""
+    return (qweight is not None and not isinstance(a, tuple) and kd.decode_gemm() == "a16"
+            and a.shape[0] <= kd.DECODE_GEMM_MAX_ROWS)
+
+
 def _linear(lin: Linear, a: Act, out_dtype: torch.dtype) -> Tensor:
     if isinstance(a, tuple):
         return linear_fp8_codes(a[0], a[1], lin.qweight, out_dtype, lin.bias)
+    if _w8a16(lin.qweight, a):
+        return linear_w8a16(a, lin.qweight, lin.bias).to(out_dtype)
     return lin(a)
 
 
 def _mlp(ffn: FeedForward, f: Act, out_dtype: torch.dtype) -> Tensor:
     if isinstance(f, tuple):
         return swiglu_mlp_fp8_codes(f[0], f[1], ffn.gate_up_q, ffn.down_q, out_dtype)
+    if _w8a16(ffn.gate_up_q, f):
+        gate, up = linear_w8a16(f, ffn.gate_up_q).float().chunk(2, dim=-1)
+        h = (torch.nn.functional.silu(gate) * up).to(torch.bfloat16)
+        return linear_w8a16(h, ffn.down_q).to(out_dtype)
     return ffn(f)
 
 

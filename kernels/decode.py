@@ -282,6 +282,26 @@ fast_attn_launch = FAST_ATTN_LAUNCH_SWITCH.get
 set_fast_attn_launch = FAST_ATTN_LAUNCH_SWITCH.set
 
 
+#: The kernel of a decode-sized linear over FP8 weights in the fused path (at most
+#: :data:`DECODE_GEMM_MAX_ROWS` rows): ``fp8`` (the default: the block-scaled FP8 product, activations
+#: as FP8 codes from the fused norms and attention) or ``a16`` (the W8A16 prototype of issue #26,
+#: :func:`ttsfleet.kernels.ops.linear_w8a16`: the same FP8 weight bytes widened in the tile, the
+#: activations in bf16, no per-block rescale; the norms and attention then hand the GEMMs bf16, and
+#: the MLP is gate_up, SwiGLU in torch, down). Its numerics are W8A16's (closer to bf16), not the FP8
+#: contract's; not yet timed in the step (``next_calls.sh 32`` times the GEMMs alone). Process switch,
+#: read once.
+DECODE_GEMM_ENV = "TTSFLEET_DECODE_GEMM"
+DECODE_GEMMS = ("fp8", "a16")
+#: Rows up to which ``a16`` takes a linear; larger ones (prefill pieces) keep the FP8 path.
+DECODE_GEMM_MAX_ROWS = 128
+parse_decode_gemm = one_of(DECODE_GEMM_ENV, DECODE_GEMMS, "fp8")
+DECODE_GEMM_SWITCH: ProcessSwitch[str] = ProcessSwitch(DECODE_GEMM_ENV, "fp8", parse_decode_gemm)
+#: This process's decode GEMM (``TTSFLEET_DECODE_GEMM``, default ``fp8``).
+decode_gemm = DECODE_GEMM_SWITCH.get
+#: Choose the decode GEMM for this process (tests and benchmarks A/B it).
+set_decode_gemm = DECODE_GEMM_SWITCH.set
+
+
 def frame_attention_block(*args: Any, **kwargs: Any) -> Tensor:
     """The fast model's attention half in one launch (Triton); see
     ``triton_attention_block.attention_block_one_launch``."""

@@ -140,6 +140,18 @@ def linear_fp8_codes(xq: Tensor, xs: Tensor, qw: QuantizedWeight, out_dtype: tor
     return linear_fp8_codes_ref(xq, xs, qw, out_dtype, bias)
 
 
+def linear_w8a16(x: Tensor, qw: QuantizedWeight, bias: Tensor | None = None) -> Tensor:
+    """``x @ dequant(qw).T`` with ``x`` in bf16 and no activation quantization (W8A16, bf16 out): the
+    Triton prototype where the dispatch runs the Triton kernels, its reference elsewhere."""
+    if dispatch.use_triton(x):
+        from .triton_gemm import linear_w8a16_triton
+
+        return linear_w8a16_triton(x, qw, bias)
+    from .reference import linear_w8a16_ref
+
+    return linear_w8a16_ref(x, qw, bias)
+
+
 def swiglu_mlp_fp8_codes(xq: Tensor, xs: Tensor, gate_up: QuantizedWeight, down: QuantizedWeight,
                          out_dtype: torch.dtype) -> Tensor:
     """:func:`swiglu_mlp_fp8` on activations already quantized: two launches, or one at decode M
@@ -166,4 +178,4 @@ def swiglu_mlp_fp8_codes(xq: Tensor, xs: Tensor, gate_up: QuantizedWeight, down:
 
 
 __all__ = ["quantize_weight", "quantize_activation", "linear_fp8", "swiglu_mlp_fp8", "linear_fp8_codes",
-           "swiglu_mlp_fp8_codes"]
+           "linear_w8a16", "swiglu_mlp_fp8_codes"]

@@ -46,6 +46,8 @@ MODEL_SWITCHES = {  # variable: (default, the parsed default, a bad value, its w
                             "TTSFLEET_MLP_LAUNCH='three': expected one of two, one"),
     "TTSFLEET_FAST_ATTN_LAUNCH": ("separate", "separate", "fused",
                                   "TTSFLEET_FAST_ATTN_LAUNCH='fused': expected one of separate, one"),
+    "TTSFLEET_DECODE_GEMM": ("fp8", "fp8", "w8a8",
+                             "TTSFLEET_DECODE_GEMM='w8a8': expected one of fp8, a16"),
     "TTSFLEET_HEAD_GEMM": ("bf16", "bf16", "fp8",
                            "TTSFLEET_HEAD_GEMM='fp8': expected one of float32, bf16"),
     "TTSFLEET_CODEC_UNITS": ("fused", "fused", "triton",
@@ -179,6 +181,7 @@ def test_the_model_switches_are_registered_with_their_defaults_and_messages() ->
     assert decode.set_rope_attention == decode.ROPE_ATTENTION_SWITCH.set
     assert decode.mlp_launch == decode.MLP_LAUNCH_SWITCH.get
     assert decode.set_fast_attn_launch == decode.FAST_ATTN_LAUNCH_SWITCH.set
+    assert decode.decode_gemm == decode.DECODE_GEMM_SWITCH.get
     assert model_layers.set_prompt_gqa == model_layers.PROMPT_GQA_SWITCH.set
     assert model_layers.head_gemm == model_layers.HEAD_GEMM_SWITCH.get
 
