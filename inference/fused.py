@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 from ttsfleet.kernels import decode as kd
 from ttsfleet.kernels import dispatch
-from ttsfleet.kernels.ops import linear_fp8_codes, linear_w8a16, swiglu_mlp_fp8_codes
+from ttsfleet.kernels.ops import linear_fp8_codes, linear_w8a16, swiglu_mlp_fp8_codes, swiglu_w8a16
 
 from .sampling import SamplingBatch, sample, sample_main
 
@@ -92,9 +92,7 @@ def _mlp(ffn: FeedForward, f: Act, out_dtype: torch.dtype) -> Tensor:
     if isinstance(f, tuple):
         return swiglu_mlp_fp8_codes(f[0], f[1], ffn.gate_up_q, ffn.down_q, out_dtype)
     if _w8a16(ffn.gate_up_q, f):
-        gate, up = linear_w8a16(f, ffn.gate_up_q).float().chunk(2, dim=-1)
-        h = (torch.nn.functional.silu(gate) * up).to(torch.bfloat16)
-        return linear_w8a16(h, ffn.down_q).to(out_dtype)
+        return linear_w8a16(swiglu_w8a16(f, ffn.gate_up_q), ffn.down_q).to(out_dtype)
     return ffn(f)
 
 

@@ -146,8 +146,8 @@ def _gemm(kind: str, cfg: Any, m: int, k: int, scheme: str, prefetch: int = 0) -
         grp = tg.act_group(scheme)
         scale = "*u8" if mx else "*fp32"
         ptrs = dict(a_ptr="*bf16" if cfg.a16 else "*fp8e4nv", as_ptr=scale, w_ptr="*fp8e4nv", ws_ptr=scale,
-                    out_ptr="*fp8e4nv" if epi else "*bf16", bias_ptr="*bf16", part_ptr="*fp32",
-                    ticket_ptr="*i32", hs_ptr=scale)
+                    out_ptr="*fp8e4nv" if epi and not cfg.a16 else "*bf16", bias_ptr="*bf16",
+                    part_ptr="*fp32", ticket_ptr="*i32", hs_ptr=scale)
         if cfg.tma:
             ptrs["w_desc"] = f"tensordesc<fp8e4nv[{cfg.bn}, {grp}]>"
         per = tg.cdiv(tg.cdiv(k, grp), cfg.split_k)  # K blocks per program, as launch_gemm passes it
@@ -487,20 +487,21 @@ def _gemm_configs(scheme: str, representative: bool = False) -> Iterator[tuple[s
 
 
 def _a16_configs(representative: bool = False) -> Iterator[tuple[str, Any, int, int]]:
-    """(kind, config, M, K) of the W8A16 prototype's benchmark space (sm_90 only: its MMA is bf16
-    ``wgmma``), one per distinct compile; ``representative``: one per tile structure (bn, warps)."""
+    """(kind, config, M, K) of the W8A16 prototype's benchmark space, linear and SwiGLU (sm_90 only: its
+    MMA is bf16 ``wgmma``), one per distinct compile; ``representative``: one per tile structure."""
     from . import triton_gemm as tg
 
     seen, structures = set(), set()
     for kind, n, k in S2_SHAPES:
+        fam = "swiglu" if kind == "swiglu" else "linear"
         for m in (1, 64):
-            for cfg in tg.a16_config_space(m, n, k) if kind != "swiglu" else ():
-                structure = (cfg.bn, cfg.num_warps, cfg.block_m(m))
-                if (cfg, cfg.block_m(m), k) in seen or (representative and structure in structures):
+            for cfg in tg.a16_config_space(m, n, k, fam):
+                structure = (fam, cfg.bn, cfg.num_warps, cfg.block_m(m))
+                if (fam, cfg, cfg.block_m(m), k) in seen or (representative and structure in structures):
                     continue
-                seen.add((cfg, cfg.block_m(m), k))
+                seen.add((fam, cfg, cfg.block_m(m), k))
                 structures.add(structure)
-                yield "linear", cfg, m, k
+                yield fam, cfg, m, k
 
 
 def cases(target: Target, representative: bool = False) -> Iterator[tuple[str, Case]]:

@@ -287,7 +287,8 @@ set_fast_attn_launch = FAST_ATTN_LAUNCH_SWITCH.set
 #: as FP8 codes from the fused norms and attention) or ``a16`` (the W8A16 prototype of issue #26,
 #: :func:`ttsfleet.kernels.ops.linear_w8a16`: the same FP8 weight bytes widened in the tile, the
 #: activations in bf16, no per-block rescale; the norms and attention then hand the GEMMs bf16, and
-#: the MLP is gate_up, SwiGLU in torch, down). Its numerics are W8A16's (closer to bf16), not the FP8
+#: the MLP is two launches as in the FP8 path: gate_up with the SwiGLU epilogue into bf16, then down).
+#: Its numerics are W8A16's (closer to bf16), not the FP8
 #: contract's; not yet timed in the step (``next_calls.sh 32`` times the GEMMs alone). Process switch,
 #: read once.
 DECODE_GEMM_ENV = "TTSFLEET_DECODE_GEMM"

@@ -152,6 +152,18 @@ def linear_w8a16(x: Tensor, qw: QuantizedWeight, bias: Tensor | None = None) -> 
     return linear_w8a16_ref(x, qw, bias)
 
 
+def swiglu_w8a16(x: Tensor, gate_up: QuantizedWeight) -> Tensor:
+    """``silu(gate) * up`` of ``x`` in bf16 over FP8 ``gate_up`` weights (W8A16, one launch where the
+    Triton kernels run, bf16 out for :func:`linear_w8a16`'s down projection)."""
+    if dispatch.use_triton(x):
+        from .triton_gemm import swiglu_w8a16_triton
+
+        return swiglu_w8a16_triton(x, gate_up)
+    from .reference import swiglu_w8a16_ref
+
+    return swiglu_w8a16_ref(x, gate_up)
+
+
 def swiglu_mlp_fp8_codes(xq: Tensor, xs: Tensor, gate_up: QuantizedWeight, down: QuantizedWeight,
                          out_dtype: torch.dtype) -> Tensor:
     """:func:`swiglu_mlp_fp8` on activations already quantized: two launches, or one at decode M
@@ -178,4 +190,4 @@ def swiglu_mlp_fp8_codes(xq: Tensor, xs: Tensor, gate_up: QuantizedWeight, down:
 
 
 __all__ = ["quantize_weight", "quantize_activation", "linear_fp8", "swiglu_mlp_fp8", "linear_fp8_codes",
-           "linear_w8a16", "swiglu_mlp_fp8_codes"]
+           "linear_w8a16", "swiglu_w8a16", "swiglu_mlp_fp8_codes"]

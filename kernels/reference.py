@@ -169,6 +169,16 @@ def linear_w8a16_ref(x: Tensor, qw: QuantizedWeight, bias: Tensor | None = None)
     return out.to(torch.bfloat16).view(*x.shape[:-1], qw.shape[0])
 
 
+def swiglu_w8a16_ref(x: Tensor, gate_up: QuantizedWeight) -> Tensor:
+    """The W8A16 MLP's first half (:func:`.triton_gemm.swiglu_w8a16_triton`): gate and up sums as
+    :func:`linear_w8a16_ref` makes them (float32, not rounded), ``silu(g) * u`` in float32, bf16 out."""
+    k = x.shape[-1]
+    w = dequantize_weight(gate_up).to(torch.bfloat16).float()
+    gate, up = (x.reshape(-1, k).to(torch.bfloat16).float() @ w.t()).chunk(2, dim=-1)
+    h = torch.nn.functional.silu(gate) * up
+    return h.to(torch.bfloat16).view(*x.shape[:-1], gate_up.shape[0] // 2)
+
+
 def swiglu_mlp_fp8_codes_ref(xq: Tensor, xs: Tensor, gate_up: QuantizedWeight, down: QuantizedWeight,
                              out_dtype: torch.dtype) -> Tensor:
     """gate_up (fp32 result, never rounded) -> silu(g) * u in fp32 -> FP8 quantize -> down."""

@@ -220,8 +220,9 @@ def fp8_gemm_kernel(
     masked (pointer loads) or zero-filled (TMA) and contribute nothing.
     PREFETCH > 0 (with PDL only): before waiting for the previous kernel, ask L2 for the first
     PREFETCH of the program's K blocks of its weight rows (``decode.GEMM_PREFETCH_SWITCH``).
-    A16 (EPI 0 only): the activations stay bf16 and each weight tile is widened to bf16 with its
-    block scale applied, so the MMAs accumulate in place (see :func:`_a16_dot`).
+    A16: the activations stay bf16 and each weight tile is widened to bf16 with its block scale
+    applied, so the MMAs accumulate in place (see :func:`_a16_dot`); with EPI 1 the SwiGLU output is
+    then bf16 (out_ptr's dtype), not codes.
     """
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
@@ -322,7 +323,10 @@ def gemm_tile(a_ptr, as_ptr, w_ptr, w_desc, ws_ptr, M, N, K, F, pid_n, pid_m, pi
         if EPI == 1:
             w_u = _w_tile(w_ptr, w_desc, F + pid_n * BN, kk, k0, F + n_lim, K, s_wn, s_wk, BN, W_TMA)
             su = _w_scale(ws_ptr, offs_u, k0, n_ok & live, s_wsn, s_wsk, W_ROW_GROUP, W_K_GROUP, MX)
-            acc_u = _scaled_dot(acc_u, a_q, w_u, sa, su, SWAP)
+            if A16:
+                acc_u = _a16_dot(acc_u, a16, w_u, su, SWAP, EXACT_CVT)
+            else:
+                acc_u = _scaled_dot(acc_u, a_q, w_u, sa, su, SWAP)
 
     if SWAP:
         res = tl.trans(acc)
@@ -382,12 +386,17 @@ def finish_tile(res, res_u, tile, pid_n, pid_m, pid_k, part_ptr, ticket_ptr, out
 def _epilogue(res, res_u, offs_m, offs_n, m_ok, n_ok, out_ptr, bias_ptr, hs_ptr, s_om, s_on, s_hsm, s_hsk,
               pid_n, F, EPI: tl.constexpr, HAS_BIAS: tl.constexpr, MX: tl.constexpr, BM: tl.constexpr,
               BN: tl.constexpr, H_GROUP: tl.constexpr, EXACT_CVT: tl.constexpr):
-    """Plain: +bias, cast, store. SwiGLU: silu(g) * u, quantize per H_GROUP columns, store codes+scales."""
+    """Plain: +bias, cast, store. SwiGLU: silu(g) * u, quantize per H_GROUP columns, store codes+scales;
+    into a bf16 output (the W8A16 MLP's: its down GEMM reads bf16) cast and stored instead."""
     if EPI == 0:
         if HAS_BIAS:
             res += tl.load(bias_ptr + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
         o_ptrs = out_ptr + offs_m[:, None] * s_om + offs_n[None, :] * s_on
         tl.store(o_ptrs, res.to(out_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
+    elif out_ptr.dtype.element_ty == tl.bfloat16:
+        h = res / (1.0 + tl.exp(-res)) * res_u
+        o_ptrs = out_ptr + offs_m[:, None] * s_om + offs_n[None, :] * s_on
+        tl.store(o_ptrs, h.to(tl.bfloat16), mask=m_ok[:, None] & n_ok[None, :])
     else:
         h = res / (1.0 + tl.exp(-res)) * res_u  # silu(g) * u in float32
         NG: tl.constexpr = BN // H_GROUP
@@ -416,7 +425,7 @@ class GemmConfig:
     num_stages: int = 4
     bm: int = 0
     tma: bool = False  # weight tiles through a TMA descriptor (needs K * 1 B 16-byte aligned)
-    a16: bool = False  # W8A16: bf16 activations, FP8 weights widened in the tile (linear only)
+    a16: bool = False  # W8A16: bf16 activations, FP8 weights widened in the tile, bf16 out
 
     def block_m(self, m: int) -> int:
         return self.bm or row_tile(m)
@@ -460,8 +469,8 @@ def check_config(kind: str, cfg: GemmConfig, scheme: str) -> None:
                    "multiple")
     if cfg.bn * max(cfg.bm, 16) > 256 * 64 or (kind == "swiglu" and cfg.bn > 128):
         bad.append(f"tile bn {cfg.bn} x bm {cfg.bm} is too large for the register file")
-    if cfg.a16 and (kind != "linear" or cfg.prequant):
-        bad.append("a16 (bf16 activations) is a plain linear's, with no quantize launch (prequant off)")
+    if cfg.a16 and cfg.prequant:
+        bad.append("a16 (bf16 activations) has no quantize launch (prequant off)")
     if bad:
         raise ValueError(f"invalid {kind} GEMM config {cfg}: " + "; ".join(bad))
 
@@ -655,8 +664,8 @@ def launch_gemm(a: torch.Tensor, a_scale: torch.Tensor | None, qw: QuantizedWeig
     mx, a_grp, w_row_group, w_k_group = _scheme_params(qw)
     check_config("swiglu" if epi == 1 else "linear", cfg, qw.scheme)
     a_fp8 = a.dtype == torch.float8_e4m3fn
-    if cfg.a16 and (a_fp8 or epi != 0):
-        raise ValueError("an a16 GEMM takes float activations and the plain epilogue")
+    if cfg.a16 and (a_fp8 or out.dtype != torch.bfloat16):
+        raise ValueError("an a16 GEMM takes float activations and writes bf16")
     bk = min(a_grp, w_k_group)
     f = n // 2 if epi == 1 else n
     bm = cfg.block_m(m)
@@ -720,17 +729,19 @@ def linear_fp8_codes_triton(xq: torch.Tensor, xs: torch.Tensor, qw: QuantizedWei
     return out.view(*xq.shape[:-1], n)
 
 
-def a16_config_space(m: int, n: int, k: int) -> list[GemmConfig]:
+def a16_config_space(m: int, n: int, k: int, kind: str = "linear") -> list[GemmConfig]:
     """The W8A16 launch configs a benchmark times for one shape (a prototype's space, issue #26):
-    64- or 128-row weight tiles, the first split-K factor that fills the SMs, 4 warps (and 8 for
-    M >= 32, as the FP8 space), 4 stages (a bf16 activation tile is twice an FP8 one)."""
+    64- or 128-row weight tiles (SwiGLU: 128, as the FP8 space), the first split-K factor that fills
+    the SMs, 4 warps (and 8 for M >= 32, as the FP8 space), 4 stages (SwiGLU: 3, two weight tiles a
+    step; a bf16 activation tile is twice an FP8 one). The first is the prototype's default."""
     out: list[GemmConfig] = []
-    for bn in (64, 128):
-        split = _splits(cdiv(n, bn) * cdiv(m, 64), cdiv(k, BS_BLOCK))[0]
+    n_eff = n // 2 if kind == "swiglu" else n
+    for bn in (128,) if kind == "swiglu" else (64, 128):
+        split = _splits(cdiv(n_eff, bn) * cdiv(m, 64), cdiv(k, BS_BLOCK))[0]
         for warps in ((4, 8) if m >= 32 else (4,)):
-            cfg = GemmConfig(bn=bn, split_k=split, swap=True, prequant=False, num_warps=warps, num_stages=4,
-                             tma=k % 16 == 0, a16=True)
-            check_config("linear", cfg, "bsgemm_fp8")
+            cfg = GemmConfig(bn=bn, split_k=split, swap=True, prequant=False, num_warps=warps,
+                             num_stages=3 if kind == "swiglu" else 4, tma=k % 16 == 0, a16=True)
+            check_config(kind, cfg, "bsgemm_fp8")
             out.append(cfg)
     return out
 
@@ -748,3 +759,18 @@ def linear_w8a16_triton(x: torch.Tensor, qw: QuantizedWeight, bias: torch.Tensor
     out = torch.empty(m, n, device=x.device, dtype=torch.bfloat16)
     launch_gemm(x2, None, qw, out, bias, cfg or a16_config_space(m, n, k)[0])
     return out.view(*x.shape[:-1], n)
+
+
+def swiglu_w8a16_triton(x: torch.Tensor, gate_up: QuantizedWeight,
+                        cfg: GemmConfig | None = None) -> torch.Tensor:
+    """``silu(x @ gate.T) * (x @ up.T)`` (``gate_up`` = gate rows then up rows) with ``x`` kept in bf16:
+    one launch, bf16 ``[..., F]`` out for :func:`linear_w8a16_triton`'s down projection. The W8A16
+    prototype's MLP half (:func:`.reference.swiglu_w8a16_ref`)."""
+    k = x.shape[-1]
+    x2 = x.reshape(-1, k)
+    if x2.stride(1) != 1:
+        x2 = x2.contiguous()
+    m, f = x2.shape[0], gate_up.shape[0] // 2
+    out = torch.empty(m, f, device=x.device, dtype=torch.bfloat16)
+    launch_gemm(x2, None, gate_up, out, None, cfg or a16_config_space(m, 2 * f, k, "swiglu")[0], epi=1)
+    return out.view(*x.shape[:-1], f)

@@ -32,7 +32,8 @@ alternately, against the default step beside them:
   pinned over the shipped ``kernels/tuned_h200.json`` (``triton_gemm.pin_table``): the step on
   the new picks beside the old (``speed_run.sh sweep`` runs the sweep, then this);
 * ``a16``: the W8A16 decode GEMM prototype for every decode linear (``TTSFLEET_DECODE_GEMM=a16``:
-  bf16 activations, FP8 weights widened in the tile; the MLP as gate_up, SwiGLU in torch, down);
+  bf16 activations, FP8 weights widened in the tile; the MLP as gate_up with a bf16 SwiGLU epilogue,
+  then down);
 * levers joined by ``+`` run together (``fp8kv+split``: the FP8 cache's slower key loop spread
   over more programs).
 

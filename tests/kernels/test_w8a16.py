@@ -4,7 +4,8 @@ the tile, run through Triton's interpreter on CPU (the GPU runs the same tests a
 Why these checks: the prototype changes what a decode GEMM computes (no activation quantization), so
 it must equal its own reference (:func:`linear_w8a16_ref`) for every config its benchmark times, be
 closer to the bf16 linear than the block-scaled FP8 product is (the reason it may replace it), and
-refuse the configs it cannot run (SwiGLU epilogue, a quantize launch, FP8 codes as input).
+refuse the configs it cannot run (a quantize launch, FP8 codes in or out). Its SwiGLU half (gate and up
+tiles, ``silu(g) * u`` stored as bf16) likewise against its reference.
 """
 
 from __future__ import annotations
@@ -86,19 +87,34 @@ def test_closer_to_bf16_than_the_block_scaled_product(gen):
     assert a16 < fp8
 
 
-@pytest.mark.parametrize("bad", [dict(prequant=True), dict(kind="swiglu")])
-def test_configs_it_cannot_run_are_refused(bad):
+@pytest.mark.parametrize("kind", ["linear", "swiglu"])
+def test_a_quantize_launch_is_refused(kind):
     tg = _tg()
-    kind = bad.pop("kind", "linear")
-    cfg = tg.GemmConfig(bn=128, a16=True, **bad)
     with pytest.raises(ValueError, match="a16"):
-        tg.check_config(kind, cfg, "bsgemm_fp8")
+        tg.check_config(kind, tg.GemmConfig(bn=128, a16=True, prequant=True), "bsgemm_fp8")
 
 
-def test_fp8_codes_are_not_a16_input(gen):
+@pytest.mark.parametrize("what", ["fp8 codes in", "fp8 out"])
+def test_fp8_codes_in_or_out_are_refused(gen, what):
     tg = _tg()
     x, _, qw = _case(gen, 4, 128, 256)
     codes = x.float().clamp(-448, 448).to(torch.float8_e4m3fn)
-    out = torch.empty(4, 128, dtype=torch.bfloat16, device=DEV)
-    with pytest.raises(ValueError, match="a16 GEMM takes float activations"):
-        tg.launch_gemm(codes, None, qw, out, None, tg.a16_config_space(4, 128, 256)[0])
+    a = codes if what == "fp8 codes in" else x
+    out = torch.empty(4, 128, dtype=torch.float8_e4m3fn if what == "fp8 out" else torch.bfloat16, device=DEV)
+    with pytest.raises(ValueError, match="a16 GEMM takes float activations and writes bf16"):
+        tg.launch_gemm(a, None, qw, out, None, tg.a16_config_space(4, 128, 256)[0])
+
+
+@pytest.mark.parametrize("m", [1, 5, 64])
+def test_swiglu_half_matches_its_reference_for_every_benchmarked_config(gen, m):
+    """The MLP's first half in one launch: gate and up tiles, ``silu(g) * u`` into bf16 (not codes)."""
+    from ttsfleet.kernels.reference import swiglu_w8a16_ref
+
+    tg = _tg()
+    f, k = 128, 256
+    x, _, gate_up = _case(gen, m, 2 * f, k)
+    ref = swiglu_w8a16_ref(x, gate_up).float()
+    for cfg in tg.a16_config_space(m, 2 * f, k, "swiglu"):
+        out = tg.swiglu_w8a16_triton(x, gate_up, cfg=cfg)
+        assert out.dtype == torch.bfloat16 and out.shape == (m, f)
+        assert rel_err(out.float(), ref) < TOL_SAME_OPERANDS, cfg
