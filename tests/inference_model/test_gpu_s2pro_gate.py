@@ -109,3 +109,17 @@ def test_prefill_graphs_greedy_decode_equals_bf16_at_short_prompts(prompt_tokens
     bf16 = _greedy_frames("bf16", prompt_tokens=prompt_tokens)
     assert torch.equal(eager, bf16), f"eager FP8 prefill:\n{eager}\nbf16:\n{bf16}"
     assert torch.equal(graphs, bf16), f"FP8 prefill from graphs:\n{graphs}\nbf16:\n{bf16}"
+
+
+def test_w8a16_decode_greedy_equals_bf16(request: pytest.FixtureRequest) -> None:
+    """``TTSFLEET_DECODE_GEMM=a16`` (issue #26's W8A16 prototype in every decode linear): the same gate
+    as the FP8 path's — greedy frames equal bf16's, and equal the FP8 decode's."""
+    from ttsfleet.kernels import decode as kd
+
+    bf16 = _greedy_frames("bf16")
+    fp8 = _greedy_frames("auto")
+    kd.set_decode_gemm("a16")
+    request.addfinalizer(kd.DECODE_GEMM_SWITCH.reset)
+    a16 = _greedy_frames("auto")
+    assert torch.equal(a16, bf16), f"W8A16 frames differ from bf16:\n{a16}\nvs\n{bf16}"
+    assert torch.equal(a16, fp8)
