@@ -746,6 +746,13 @@ def a16_config_space(m: int, n: int, k: int, kind: str = "linear") -> list[GemmC
     return out
 
 
+@cache
+def a16_default_config(m: int, n: int, k: int, kind: str = "linear") -> GemmConfig:
+    """The prototype's launch config for one shape (the first of :func:`a16_config_space`), decided
+    once per shape: the decode step calls it per linear."""
+    return a16_config_space(m, n, k, kind)[0]
+
+
 def linear_w8a16_triton(x: torch.Tensor, qw: QuantizedWeight, bias: torch.Tensor | None = None,
                         cfg: GemmConfig | None = None) -> torch.Tensor:
     """``x @ dequant(qw).T`` with ``x`` kept in bf16 (no activation quantization): one launch. The
@@ -757,7 +764,7 @@ def linear_w8a16_triton(x: torch.Tensor, qw: QuantizedWeight, bias: torch.Tensor
         x2 = x2.contiguous()
     m, n = x2.shape[0], qw.shape[0]
     out = torch.empty(m, n, device=x.device, dtype=torch.bfloat16)
-    launch_gemm(x2, None, qw, out, bias, cfg or a16_config_space(m, n, k)[0])
+    launch_gemm(x2, None, qw, out, bias, cfg or a16_default_config(m, n, k))
     return out.view(*x.shape[:-1], n)
 
 
@@ -772,5 +779,5 @@ def swiglu_w8a16_triton(x: torch.Tensor, gate_up: QuantizedWeight,
         x2 = x2.contiguous()
     m, f = x2.shape[0], gate_up.shape[0] // 2
     out = torch.empty(m, f, device=x.device, dtype=torch.bfloat16)
-    launch_gemm(x2, None, gate_up, out, None, cfg or a16_config_space(m, 2 * f, k, "swiglu")[0], epi=1)
+    launch_gemm(x2, None, gate_up, out, None, cfg or a16_default_config(m, 2 * f, k, "swiglu"), epi=1)
     return out.view(*x.shape[:-1], f)
