@@ -699,12 +699,16 @@ def launch_gemm(a: torch.Tensor, a_scale: torch.Tensor | None, qw: QuantizedWeig
     )
 
 
+def rows_2d(x: torch.Tensor) -> torch.Tensor:
+    """``x`` as ``[rows, K]`` with unit stride along K (what the kernels' pointer math assumes)."""
+    x2 = x.reshape(-1, x.shape[-1])
+    return x2 if x2.stride(1) == 1 else x2.contiguous()
+
+
 def linear_fp8_triton(x: torch.Tensor, qw: QuantizedWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``linear_fp8`` on sm_90: one launch (prologue quantization) or two (``prequant`` configs)."""
-    k = x.shape[-1]
-    x2 = x.reshape(-1, k)
-    if x2.stride(1) != 1:
-        x2 = x2.contiguous()
+    x2 = rows_2d(x)
+    k = x2.shape[1]
     m, n = x2.shape[0], qw.shape[0]
     out = torch.empty(m, n, device=x.device, dtype=x.dtype)
     cfg = get_config("linear", m, n, k)
@@ -758,10 +762,8 @@ def linear_w8a16_triton(x: torch.Tensor, qw: QuantizedWeight, bias: torch.Tensor
     """``x @ dequant(qw).T`` with ``x`` kept in bf16 (no activation quantization): one launch. The
     prototype of issue #26's decode GEMM without the per-block rescale; its numerics are W8A16's
     (:func:`.reference.linear_w8a16_ref`), not the block-scaled FP8 contract's."""
-    k = x.shape[-1]
-    x2 = x.reshape(-1, k)
-    if x2.stride(1) != 1:
-        x2 = x2.contiguous()
+    x2 = rows_2d(x)
+    k = x2.shape[1]
     m, n = x2.shape[0], qw.shape[0]
     out = torch.empty(m, n, device=x.device, dtype=torch.bfloat16)
     launch_gemm(x2, None, qw, out, bias, cfg or a16_default_config(m, n, k))
@@ -773,10 +775,8 @@ def swiglu_w8a16_triton(x: torch.Tensor, gate_up: QuantizedWeight,
     """``silu(x @ gate.T) * (x @ up.T)`` (``gate_up`` = gate rows then up rows) with ``x`` kept in bf16:
     one launch, bf16 ``[..., F]`` out for :func:`linear_w8a16_triton`'s down projection. The W8A16
     prototype's MLP half (:func:`.reference.swiglu_w8a16_ref`)."""
-    k = x.shape[-1]
-    x2 = x.reshape(-1, k)
-    if x2.stride(1) != 1:
-        x2 = x2.contiguous()
+    x2 = rows_2d(x)
+    k = x2.shape[1]
     m, f = x2.shape[0], gate_up.shape[0] // 2
     out = torch.empty(m, f, device=x.device, dtype=torch.bfloat16)
     launch_gemm(x2, None, gate_up, out, None, cfg or a16_default_config(m, 2 * f, k, "swiglu"), epi=1)
