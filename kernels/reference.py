@@ -157,13 +157,17 @@ def linear_fp8_ref(x: Tensor, qw: QuantizedWeight, bias: Tensor | None = None,
     return linear_fp8_codes_ref(xq, xs, qw, out_dtype or x.dtype, bias)
 
 
-def linear_w8a16_ref(x: Tensor, qw: QuantizedWeight, bias: Tensor | None = None) -> Tensor:
-    """W8A16 (:func:`.triton_gemm.linear_w8a16_triton`): ``x`` as bf16, each weight ``code * scale``
-    rounded once to bf16, float32 sums, bf16 out. No activation quantization: closer to a bf16
-    linear than the block-scaled FP8 product is."""
-    k = x.shape[-1]
+def _w8a16_sums(x: Tensor, qw: QuantizedWeight) -> Tensor:
+    """float32 ``[rows, N]`` sums of ``x`` as bf16 times each weight ``code * scale`` rounded once to
+    bf16: what the W8A16 kernel's MMAs accumulate."""
     w = dequantize_weight(qw).to(torch.bfloat16).float()
-    out = x.reshape(-1, k).to(torch.bfloat16).float() @ w.t()
+    return x.reshape(-1, x.shape[-1]).to(torch.bfloat16).float() @ w.t()
+
+
+def linear_w8a16_ref(x: Tensor, qw: QuantizedWeight, bias: Tensor | None = None) -> Tensor:
+    """W8A16 (:func:`.triton_gemm.linear_w8a16_triton`): :func:`_w8a16_sums` (+ bias), bf16 out. No
+    activation quantization: closer to a bf16 linear than the block-scaled FP8 product is."""
+    out = _w8a16_sums(x, qw)
     if bias is not None:
         out = out + bias.float()
     return out.to(torch.bfloat16).view(*x.shape[:-1], qw.shape[0])
@@ -172,9 +176,7 @@ def linear_w8a16_ref(x: Tensor, qw: QuantizedWeight, bias: Tensor | None = None)
 def swiglu_w8a16_ref(x: Tensor, gate_up: QuantizedWeight) -> Tensor:
     """The W8A16 MLP's first half (:func:`.triton_gemm.swiglu_w8a16_triton`): gate and up sums as
     :func:`linear_w8a16_ref` makes them (float32, not rounded), ``silu(g) * u`` in float32, bf16 out."""
-    k = x.shape[-1]
-    w = dequantize_weight(gate_up).to(torch.bfloat16).float()
-    gate, up = (x.reshape(-1, k).to(torch.bfloat16).float() @ w.t()).chunk(2, dim=-1)
+    gate, up = _w8a16_sums(x, gate_up).chunk(2, dim=-1)
     h = torch.nn.functional.silu(gate) * up
     return h.to(torch.bfloat16).view(*x.shape[:-1], gate_up.shape[0] // 2)
 
