@@ -743,8 +743,11 @@ def a16_config_space(m: int, n: int, k: int, kind: str = "linear") -> list[GemmC
     for bn in (128,) if kind == "swiglu" else (64, 128):
         split = _splits(cdiv(n_eff, bn) * cdiv(m, 64), cdiv(k, BS_BLOCK))[0]
         for warps in ((4, 8) if m >= 32 else (4,)):
+            # TMA only where every weight box lies inside the tensor (S2 Pro's shapes): the FP8 path's
+            # TMA configs never ran on a GPU at a tiny model's K = 64 either (its heuristic has none)
+            tma = k % BS_BLOCK == 0 and n_eff % bn == 0
             cfg = GemmConfig(bn=bn, split_k=split, swap=True, prequant=False, num_warps=warps,
-                             num_stages=3 if kind == "swiglu" else 4, tma=k % 16 == 0, a16=True)
+                             num_stages=3 if kind == "swiglu" else 4, tma=tma, a16=True)
             check_config(kind, cfg, "bsgemm_fp8")
             out.append(cfg)
     return out
