@@ -63,10 +63,17 @@ def sample_main_fused(logits: Tensor, batch: SamplingBatch, step: Tensor, window
 Act = Any
 
 
-def _group(qweight: Any) -> int:
-    """The activation group the GEMM of ``qweight`` reads (0: a dense layer, or the W8A16 decode GEMM
-    of ``TTSFLEET_DECODE_GEMM=a16``, takes bf16)."""
-    if qweight is None or kd.decode_gemm() == "a16":
+def _a16_rows(qweight: Any, rows: int) -> bool:
+    """Whether the GEMM of ``qweight`` over ``rows`` rows is the W8A16 decode GEMM's
+    (``TTSFLEET_DECODE_GEMM=a16``, FP8 weights, decode size): prefill pieces keep the FP8 path, whose
+    large GEMMs are cuBLAS's, and their norms keep emitting its codes."""
+    return qweight is not None and kd.decode_gemm() == "a16" and rows <= kd.DECODE_GEMM_MAX_ROWS
+
+
+def _group(qweight: Any, rows: int) -> int:
+    """The activation group the GEMM of ``qweight`` over ``rows`` rows reads (0: a dense layer, or the
+    W8A16 decode GEMM, takes bf16)."""
+    if qweight is None or _a16_rows(qweight, rows):
         return 0
     from ttsfleet.kernels.reference import act_block
 
@@ -74,10 +81,8 @@ def _group(qweight: Any) -> int:
 
 
 def _w8a16(qweight: Any, a: Act) -> bool:
-    """Whether this linear runs the W8A16 decode GEMM: ``TTSFLEET_DECODE_GEMM=a16``, FP8 weights and a
-    bf16 activation of decode size (prefill pieces keep the FP8 path, whose large GEMMs are cuBLAS's)."""
-    return (qweight is not None and not isinstance(a, tuple) and kd.decode_gemm() == "a16"
-            and a.shape[0] <= kd.DECODE_GEMM_MAX_ROWS)
+    """Whether this linear runs the W8A16 decode GEMM (its activation bf16, not FP8 codes)."""
+    return not isinstance(a, tuple) and _a16_rows(qweight, a.shape[0])
 
 
 def _linear(lin: Linear, a: Act, out_dtype: torch.dtype) -> Tensor:
@@ -145,7 +150,8 @@ def _qkv(blk: Block, x: Tensor, branch: Tensor | None) -> tuple[Tensor, Tensor]:
     """Residual add + RMSNorm (emitting the QKV GEMM's codes) and the QKV GEMM: ``(qkv, the residual
     stream)``."""
     att = blk.attention
-    a, x = kd.rmsnorm(x, blk.attention_norm.weight, blk.attention_norm.eps, branch, _group(att.wqkv.qweight))
+    a, x = kd.rmsnorm(x, blk.attention_norm.weight, blk.attention_norm.eps, branch,
+                      _group(att.wqkv.qweight, x.shape[0]))
     return _linear(att.wqkv, a, x.dtype), x
 
 
@@ -159,7 +165,7 @@ def _qk_eps(att: Attention) -> float:
 
 def _o_codes_group(att: Attention, t: Tensor) -> int:
     """The activation group in which decode attention can hand the O GEMM FP8 codes (0: bf16 out)."""
-    group = _group(att.wo.qweight)
+    group = _group(att.wo.qweight, t.shape[0])
     return group if group and not att.head_dim % group and dispatch.use_triton(t) else 0
 
 
@@ -198,7 +204,8 @@ def leave_block(blk: Block, y: Act, x: Tensor) -> tuple[Tensor, Tensor]:
 def ffn_half(blk: Block, o: Tensor, x: Tensor) -> tuple[Tensor, Tensor]:
     """Residual add of the O projection ``o`` + RMSNorm, SwiGLU MLP -> ``(the MLP output, the
     residual stream)``."""
-    f, x = kd.rmsnorm(x, blk.ffn_norm.weight, blk.ffn_norm.eps, o, _group(blk.feed_forward.gate_up_q))
+    group = _group(blk.feed_forward.gate_up_q, x.shape[0])
+    f, x = kd.rmsnorm(x, blk.ffn_norm.weight, blk.ffn_norm.eps, o, group)
     return _mlp(blk.feed_forward, f, x.dtype), x
 
 
@@ -217,8 +224,8 @@ def one_launch_attention(blk: Block, x: Tensor, branch: Tensor | None, rope: Ten
 
     att = blk.attention
     k_cache, v_cache, ks, _ = kv
-    group = _group(att.wqkv.qweight)
-    if not (ks is None and group and group == _group(att.wo.qweight)
+    group = _group(att.wqkv.qweight, x.shape[0])
+    if not (ks is None and group and group == _group(att.wo.qweight, x.shape[0])
             and att.wqkv.bias is None and att.wo.bias is None and x.shape[0] <= MAX_ROWS
             and pos.numel() == 1 and attend.lengths.numel() == 1 and k_cache.dtype == x.dtype
             and dispatch.use_triton(x)

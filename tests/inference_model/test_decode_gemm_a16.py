@@ -80,10 +80,15 @@ def test_a16_logits_are_nearer_the_unquantized_model_than_fp8s(monkeypatch):
 
 
 def test_prefill_pieces_past_the_decode_rows_keep_the_fp8_path():
+    """Past the decode rows the norms still emit the FP8 GEMM's codes (group 128) and the GEMM reads
+    them; up to them, bf16 (group 0) for the prototype."""
+    from ttsfleet.kernels.ops import quantize_weight
+
+    qw = quantize_weight(torch.randn(128, 128), "bsgemm_fp8")
     kd.set_decode_gemm("a16")
     a = torch.zeros(kd.DECODE_GEMM_MAX_ROWS + 1, 8)
-    assert not fused._w8a16(object(), a)
-    assert fused._w8a16(object(), a[: kd.DECODE_GEMM_MAX_ROWS])
-    assert not fused._w8a16(None, a[:4])  # a dense layer
+    assert not fused._w8a16(qw, a) and fused._group(qw, a.shape[0]) == 128
+    assert fused._w8a16(qw, a[: kd.DECODE_GEMM_MAX_ROWS]) and fused._group(qw, kd.DECODE_GEMM_MAX_ROWS) == 0
+    assert not fused._w8a16(None, a[:4]) and fused._group(None, 4) == 0  # a dense layer
     kd.set_decode_gemm("fp8")
-    assert not fused._w8a16(object(), a[:4])
+    assert not fused._w8a16(qw, a[:4]) and fused._group(qw, 4) == 128
