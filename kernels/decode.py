@@ -288,8 +288,9 @@ set_fast_attn_launch = FAST_ATTN_LAUNCH_SWITCH.set
 #: :func:`ttsfleet.kernels.ops.linear_w8a16`: the same FP8 weight bytes widened in the tile, the
 #: activations in bf16, no per-block rescale; the norms and attention then hand the GEMMs bf16, and
 #: the MLP is two launches as in the FP8 path: gate_up with the SwiGLU epilogue into bf16, then down).
-#: Its numerics are W8A16's (closer to bf16), not the FP8 contract's; not yet timed on a GPU
-#: (``next_calls.sh 32`` times the GEMMs and the step). Process switch, read once.
+#: Its numerics are W8A16's (closer to bf16), not the FP8 contract's. Measured and rejected (H100,
+#: 2026-12-07c): slower than the FP8 kernel at every S2 Pro shape and M, the step 1.20-1.45x longer at
+#: batch 1-128; kept, off, as the record. Process switch, read once.
 DECODE_GEMM_ENV = "TTSFLEET_DECODE_GEMM"
 DECODE_GEMMS = ("fp8", "a16")
 #: Rows up to which ``a16`` takes a linear; larger ones (prefill pieces) keep the FP8 path.

@@ -38,7 +38,11 @@ def _switches():  # noqa: ANN202
     kd.DECODE_GEMM_SWITCH.reset()
 
 
-def _logits_after_one_step(quantize: str, mode: str, gemm: str) -> torch.Tensor:
+def _step(quantize: str, mode: str, gemm: str) -> tuple[list[list[int]], torch.Tensor]:
+    """One greedy decode step: its frames and the next step's main-head logits. Greedy, because
+    those logits are computed from the frame just picked: a sampled frame that differs between two
+    paths (the GPU's noise is not the interpreter's) would make them incomparable (2026-12-07c: rel.
+    error 0.5 for both paths on an H100 with top-k sampling)."""
     dispatch.configure(mode)
     kd.set_decode_gemm(gemm)
     model = load_model("tiny", device=DEV, dtype=torch.float32, quantize=quantize,
@@ -48,10 +52,11 @@ def _logits_after_one_step(quantize: str, mode: str, gemm: str) -> torch.Tensor:
     cache = model.new_cache(3, 64)
     for slot in range(2):
         model.prefill(cache, slot, prompt.to(DEV))
-    batch = SamplingBatch.from_params([SamplingParams(seed=7 + i, top_k=30) for i in range(2)], DEV)
+    batch = SamplingBatch.from_params([SamplingParams(seed=7 + i, temperature=0.0, ras=False)
+                                       for i in range(2)], DEV)
     window = torch.full((2, 16, CODEBOOKS), -1, dtype=torch.int32, device=DEV)
-    model.decode_step(cache, torch.tensor([1, 0], device=DEV), batch, window)
-    return cache.pending_logits[:2].float().clone()
+    frames = model.decode_step(cache, torch.tensor([1, 0], device=DEV), batch, window)
+    return frames.tolist(), cache.pending_logits[:2].float().clone()
 
 
 def test_a16_logits_are_nearer_the_unquantized_model_than_fp8s(monkeypatch):
@@ -66,17 +71,18 @@ def test_a16_logits_are_nearer_the_unquantized_model_than_fp8s(monkeypatch):
             return _real(*args, **kwargs)
 
         monkeypatch.setattr(triton_gemm, name, counted)
-    exact = _logits_after_one_step("bf16", "reference", "fp8")
+    exact_frames, exact = _step("bf16", "reference", "fp8")
     fused_mode = "interpret" if DEV == "cpu" else "auto"
-    fp8 = _logits_after_one_step("bsgemm_fp8", fused_mode, "fp8")
+    fp8_frames, fp8 = _step("bsgemm_fp8", fused_mode, "fp8")
     assert calls["fp8_codes"] > 0 and calls["a16"] == 0
     calls.update(a16=0, fp8_codes=0)
-    a16 = _logits_after_one_step("bsgemm_fp8", fused_mode, "a16")
+    a16_frames, a16 = _step("bsgemm_fp8", fused_mode, "a16")
     assert calls["fp8_codes"] == 0 and calls["a16"] > 0, calls
     assert fused.fused_enabled(a16)
-    # both carry the FP8 weights' rounding; the FP8 path adds its activations' (0.080 vs 0.045 on the
-    # interpreter's tiny model, 2026-12-07)
-    assert rel_err(a16, exact) < 0.8 * rel_err(fp8, exact)
+    assert a16_frames == fp8_frames == exact_frames  # greedy picks agree, so the logits compare
+    # both carry the FP8 weights' rounding; the FP8 path adds its activations' (greedy frames, the
+    # interpreter's tiny model: 0.045 vs 0.036, 2026-12-07)
+    assert rel_err(a16, exact) < 0.9 * rel_err(fp8, exact)
 
 
 def test_prefill_pieces_past_the_decode_rows_keep_the_fp8_path():
