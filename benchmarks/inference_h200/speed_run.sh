@@ -14,6 +14,7 @@
 # prefill vs graphs: ENGINE_LEVELS; enginespy: bench engine with the codec under py-spy; ENGINE_SIDES="b:--prefill-graphs" runs one side; ENGINE_CODEC=s2-pro puts the serving codec in the loop), benchgate (bench engine --gate: GATE_LEVELS,
 # GATE_PER_CLIENT, GATE_CODEC), prefill, prefillhost, prefillgraphs, codec, sweep (the decode GEMM configs re-swept, then the step on the new table beside the old; SWEEP_MS), codecstages (codec_stages.py: a push stage by stage vs each stage's floor; CS_ARGS), codecunits (codec_units.py: one residual unit per decoder width, cuDNN vs the fused Triton convs and tiles; CU_ARGS), codectiles (codec_tiles.py: the fused convs' tiles swept per shape, the tuned table; CT_ARGS, CT_BUDGET), encodestages (encode_stages.py: the fill job's encode stage by stage, fused units vs cuDNN's; ES_ARGS), codeclayout (codec_layout.py: NCL vs channels-last pushes; CL_ARGS adds its flags), codeccapture (codec_capture.py: start-up graph capture per cuDNN setting; CAP_CONFIGS, CAP_BUDGET), codeccompile (CC_ARGS), cacheout (the Triton / Inductor caches packed for the next call: KCACHE_OUT), live (real-time mode on/off side by side: LIVE_C, LIVE_SESSIONS, LIVE_ROUNDS; needs the fish-audio-sdk wheels and the reference voice made here first, the device has no espeak-ng: `python3 -P benchmarks/inference_serve/live_prefix.py x --reference-wav benchmarks/inference_serve/live_ref.wav --write-reference`, untracked, travels with the tree), serve, ab. Env: SERVE_ARGS (extra `ttsfleet serve` flags;
 # ab: SERVE_ARGS_A / SERVE_ARGS_B alternated AB_ROUNDS times in one call),
+# deepgemm (DeepGEMM built from the carried .ext/deepgemm.tgz, beside our decode GEMMs: deepgemm_gemm.py),
 # serve runs with --gpu-class h200, whose catalog default since 2026-12-03d is the codec process under
 # MPS (the server starts the daemon itself; `--no-codec-process` in SERVE_ARGS is the codec thread),
 # SERVE_ARGS="--preset-text qwen-bpe": prompts at S2 Pro's real length (Qwen's BPE: the 290-character
@@ -208,6 +209,23 @@ for stage in "$@"; do
              | tee "$OUT/codec_convs.txt" | tail -8 ;;
     gemmproto) timeout "${PROTO_TIMEOUT:-200}" python3 -m benchmarks.inference_h200.gemm_proto 2>&1 \
                  | tee "$OUT/gemm_proto.txt" | tail -40 ;;
+    deepgemm) # DeepGEMM built here from the carried .ext/deepgemm.tgz (deepgemm_bundle.sh: its sources, the
+              # CUTLASS / {fmt} commits it pins, the wheel + ninja wheels), then deepgemm_gemm.py beside ours
+              # (DG_MS, DG_DEADLINE_S); DG_BUILD_TIMEOUT caps the build (one C++ file with torch's headers)
+      DGDIR=/tmp/dgsrc; rm -rf "$DGDIR"; mkdir -p "$DGDIR"
+      tar -xzf "${DEEPGEMM_TGZ:-.ext/deepgemm.tgz}" -C "$DGDIR" || { echo "no ${DEEPGEMM_TGZ:-.ext/deepgemm.tgz}"; exit 3; }
+      python3 -m pip install -q --no-index --no-deps --target /tmp/site "$DGDIR"/wheels/wheel-*.whl \
+        "$DGDIR"/wheels/ninja-*.whl 2>&1 | tail -2
+      command -v nvcc > /dev/null && export CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
+      echo "CUDA_HOME=${CUDA_HOME:-unset}; $(nvcc --version 2>&1 | tail -1)" | tee -a "$OUT/run.log"
+      (cd "$DGDIR/DeepGEMM" && ln -sfn "$PWD/third-party/cutlass/include/cutlass" deep_gemm/include/cutlass \
+        && ln -sfn "$PWD/third-party/cutlass/include/cute" deep_gemm/include/cute \
+        && MAX_JOBS=16 timeout "${DG_BUILD_TIMEOUT:-300}" python3 setup.py build > "$OUT/deepgemm_build.log" 2>&1
+       echo "deepgemm build rc $? at $(date +%T)"
+       so=$(find build -name "_C*.so" | head -1); [ -n "$so" ] && ln -sf "$PWD/$so" deep_gemm/) | tee -a "$OUT/run.log"
+      tail -5 "$OUT/deepgemm_build.log"
+      PYTHONPATH="$DGDIR/DeepGEMM:$PYTHONPATH" timeout "${DG_TIMEOUT:-240}" \
+        python3 -m benchmarks.inference_h200.deepgemm_gemm "$OUT" 2>&1 | tee "$OUT/deepgemm_gemm.txt" | tail -25 ;;
     w8a16) # the W8A16 decode GEMM prototype beside today's FP8 kernel (w8a16_gemm.py; W8A16_MS, W8A16_DEADLINE_S)
       timeout "${W8A16_TIMEOUT:-200}" python3 -m benchmarks.inference_h200.w8a16_gemm "$OUT" 2>&1 \
         | tee "$OUT/w8a16_gemm.txt" | tail -30 ;;
