@@ -26,9 +26,7 @@ Usage (device, repo root): ``python3 -m benchmarks.inference_h200.deepgemm_gemm 
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
-import math
 import os
 import sys
 import time
@@ -43,17 +41,22 @@ if not CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from ttsfleet.kernels import triton_gemm as tg  # noqa: E402
-from ttsfleet.kernels.reference import linear_fp8_ref, quantize_weight_ref  # noqa: E402
+from ttsfleet.kernels.reference import linear_fp8_ref  # noqa: E402
 from ttsfleet.kernels.testing import rel_err  # noqa: E402
 from ttsfleet.kernels.triton_quant import quantize_activation_triton  # noqa: E402
 
-DEV = "cuda" if CUDA else "cpu"
-SHAPES = ({"qkv": (6144, 2560), "o": (2560, 4096), "gate_up": (19456, 2560), "down": (2560, 9728)} if CUDA
-          else {"tiny": (128, 256)})
+from benchmarks.inference_h200.decode_gemm_rows import (  # noqa: E402
+    DEV,
+    S2PRO_SHAPES,
+    rotated,
+    run_rows,
+    start_report,
+    time_us,
+)
+
+SHAPES = S2PRO_SHAPES if CUDA else {"tiny": (128, 256)}
 MS = tuple(int(v) for v in os.environ.get("DG_MS", "1,16,64,128").split(","))
 DEADLINE_S = float(os.environ.get("DG_DEADLINE_S", "200"))
-ROTATE_BYTES = 200 * 2**20
-GRAPH_CALLS = 20
 T0 = time.time()
 
 
@@ -68,18 +71,12 @@ def load_deepgemm() -> tuple[Any, str]:
     return deep_gemm, ""
 
 
-def time_us(fns: list[Any]) -> float | None:
-    """µs per call from a graph of the given calls; None on CPU, past the deadline or on a failure."""
-    if not CUDA or time.time() - T0 > DEADLINE_S:
-        return None
-    from ttsfleet.kernels.bench import safe_us
-
-    us = safe_us(fns)
-    return None if math.isnan(us) else us
+def _time_us(fn: Any, copies: list[Any]) -> float | None:
+    return time_us(rotated(fn, copies), T0, DEADLINE_S)
 
 
-def measure_row(name: str, n: int, k: int, m: int, qws: list[Any], ws: list[torch.Tensor],
-                dg: Any, gen: torch.Generator) -> dict[str, Any]:
+def measure_row(name: str, n: int, k: int, m: int, ws: list[torch.Tensor], qws: list[Any],
+                gen: torch.Generator, dg: Any = None) -> dict[str, Any]:
     """One shape x M: each method's output checked against the contract's reference, then timed."""
     x = torch.randn(m, k, device=DEV, generator=gen).to(torch.bfloat16)
     xq, xs = quantize_activation_triton(x, tg.act_group("bsgemm_fp8"))
@@ -91,7 +88,7 @@ def measure_row(name: str, n: int, k: int, m: int, qws: list[Any], ws: list[torc
         return tg.linear_fp8_codes_triton(xq, xs, q, torch.bfloat16)
 
     row["check"]["ours_rel_err_ref"] = rel_err(ours(qws[0]).float(), ref)
-    row["us"]["ours"] = time_us([partial(ours, qws[i % len(qws)]) for i in range(GRAPH_CALLS)])
+    row["us"]["ours"] = _time_us(ours, qws)
     if dg is not None:
         out = torch.empty(m, n, device=DEV, dtype=torch.bfloat16)
 
@@ -101,12 +98,10 @@ def measure_row(name: str, n: int, k: int, m: int, qws: list[Any], ws: list[torc
 
         try:
             row["check"]["deepgemm_rel_err_ref"] = rel_err(deepgemm(qws[0]).float(), ref)
-            calls = [partial(deepgemm, qws[i % len(qws)]) for i in range(GRAPH_CALLS)]
-            row["us"]["deepgemm"] = time_us(calls)
+            row["us"]["deepgemm"] = _time_us(deepgemm, qws)
         except Exception as exc:  # noqa: BLE001 - a shape it refuses is a result, the others still run
             row["deepgemm_error"] = f"{type(exc).__name__}: {exc}"[:300]
-    row["us"]["bf16"] = time_us([partial(torch.nn.functional.linear, x, ws[i % len(ws)])
-                                 for i in range(GRAPH_CALLS)])
+    row["us"]["bf16"] = _time_us(partial(torch.nn.functional.linear, x), ws)
     return row
 
 
@@ -121,43 +116,17 @@ def print_row(row: dict[str, Any], bw: float | None) -> None:
     print(f"{head} err vs ref: {errs} | us {cells}{pct}{note}", flush=True)
 
 
-def weights(n: int, k: int, gen: torch.Generator) -> tuple[list[torch.Tensor], list[Any]]:
-    """bf16 weights and their block-scaled FP8 forms, enough copies that L2 never serves a call."""
-    copies = max(2, math.ceil(ROTATE_BYTES / (n * k))) if CUDA else 1
-    ws = [(torch.randn(n, k, device=DEV, generator=gen) / k**0.5).to(torch.bfloat16) for _ in range(copies)]
-    return ws, [quantize_weight_ref(w, "bsgemm_fp8") for w in ws]
-
-
 def main(argv: list[str]) -> int:
     out_dir = Path(argv[0] if argv else os.environ.get("OUT", "/tmp"))
     out_dir.mkdir(parents=True, exist_ok=True)
     dg, why = load_deepgemm()
-    bw = None
-    if CUDA:
-        from ttsfleet.kernels.bench import copy_bandwidth
-
-        bw = copy_bandwidth()
-    report: dict[str, Any] = {
-        "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "device": torch.cuda.get_device_name() if CUDA else "cpu (interpreter, tiny shapes: a harness check)",
-        "torch": torch.__version__, "copy_bw_TBps": round(bw / 1e12, 3) if bw else None,
-        "deepgemm": getattr(dg, "__version__", "imported") if dg else None, "deepgemm_unavailable": why,
-        "rows": []}
+    report, bw = start_report()
+    report.update(deepgemm=getattr(dg, "__version__", "imported") if dg else None, deepgemm_unavailable=why)
     print(f"{report['device']}; torch {torch.__version__}; copy bandwidth {report['copy_bw_TBps']} TB/s; "
           f"deep_gemm {report['deepgemm'] or 'unavailable: ' + why}", flush=True)
     gen = torch.Generator(device=DEV).manual_seed(26)
-    for name, (n, k) in SHAPES.items():
-        ws, qws = weights(n, k, gen)
-        for m in MS:
-            if time.time() - T0 > DEADLINE_S:
-                report["rows"].append({"op": name, "M": m, "skipped": "deadline"})
-                continue
-            row = measure_row(name, n, k, m, qws, ws, dg, gen)
-            report["rows"].append(row)
-            print_row(row, bw)
-            (out_dir / "deepgemm_gemm.json").write_text(json.dumps(report, indent=1))
-        del ws, qws
-    report["elapsed_s"] = round(time.time() - T0, 1)
+    run_rows(report, SHAPES, MS, partial(measure_row, dg=dg), partial(print_row, bw=bw),
+             out_dir / "deepgemm_gemm.json", T0, DEADLINE_S, gen)
     (out_dir / "deepgemm_gemm.json").write_text(json.dumps(report, indent=1))
     return 0
 

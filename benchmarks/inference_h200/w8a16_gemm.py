@@ -28,9 +28,7 @@ Usage (device, repo root): ``python3 -P benchmarks/inference_h200/w8a16_gemm.py`
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
-import math
 import os
 import sys
 import time
@@ -45,28 +43,27 @@ if not CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from ttsfleet.kernels import triton_gemm as tg  # noqa: E402
-from ttsfleet.kernels.reference import linear_fp8_ref, linear_w8a16_ref, quantize_weight_ref  # noqa: E402
+from ttsfleet.kernels.reference import linear_fp8_ref, linear_w8a16_ref  # noqa: E402
 from ttsfleet.kernels.testing import rel_err  # noqa: E402
 
-DEV = "cuda" if CUDA else "cpu"
-SHAPES = ({"qkv": (6144, 2560), "o": (2560, 4096), "gate_up": (19456, 2560), "down": (2560, 9728)} if CUDA
-          else {"tiny_a": (192, 256), "tiny_b": (128, 384)})
+from benchmarks.inference_h200.decode_gemm_rows import (  # noqa: E402
+    DEV,
+    S2PRO_SHAPES,
+    rotated,
+    run_rows,
+    start_report,
+    time_us,
+)
+
+SHAPES = S2PRO_SHAPES if CUDA else {"tiny_a": (192, 256), "tiny_b": (128, 384)}
 MS = tuple(int(v) for v in os.environ.get("W8A16_MS", "1,16,64").split(","))
 DEADLINE_S = float(os.environ.get("W8A16_DEADLINE_S", "200"))
-ROTATE_BYTES = 200 * 2**20
-GRAPH_CALLS = 20
 T0 = time.time()
 
 
-def _time_us(fn: Any, weights: list[Any]) -> float | None:
-    """µs per call from a graph of GRAPH_CALLS calls over rotated weights; None on CPU or past the
-    deadline."""
-    if not CUDA or time.time() - T0 > DEADLINE_S:
-        return None
-    from ttsfleet.kernels.bench import safe_us  # a config that fails to launch: NaN and a printed note
-
-    us = safe_us([partial(fn, weights[i % len(weights)]) for i in range(GRAPH_CALLS)])
-    return None if math.isnan(us) else us
+def _time_us(fn: Any, copies: list[Any]) -> float | None:
+    """µs per call over rotated weight copies (``decode_gemm_rows.time_us``) under this run's deadline."""
+    return time_us(rotated(fn, copies), T0, DEADLINE_S)
 
 
 def _fp8_codes_fn(x: torch.Tensor) -> Any:
@@ -114,40 +111,15 @@ def print_row(row: dict[str, Any], bw: float | None) -> None:
           f"us {cells}{pct} | best a16 {row.get('a16_best', '-')}", flush=True)
 
 
-def _weights(n: int, k: int, gen: torch.Generator) -> tuple[list[torch.Tensor], list[Any]]:
-    copies = max(2, math.ceil(ROTATE_BYTES / (n * k))) if CUDA else 1
-    ws = [(torch.randn(n, k, device=DEV, generator=gen) / k**0.5).to(torch.bfloat16)
-          for _ in range(copies)]
-    return ws, [quantize_weight_ref(w, "bsgemm_fp8") for w in ws]
-
-
 def main(argv: list[str]) -> int:
     out_dir = Path(argv[0] if argv else os.environ.get("OUT", "/tmp"))
     out_dir.mkdir(parents=True, exist_ok=True)
-    bw = None
-    if CUDA:
-        from ttsfleet.kernels.bench import copy_bandwidth
-
-        bw = copy_bandwidth()
-    report: dict[str, Any] = {
-        "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "device": torch.cuda.get_device_name() if CUDA else "cpu (interpreter, tiny shapes: a harness check)",
-        "torch": torch.__version__, "copy_bw_TBps": round(bw / 1e12, 3) if bw else None, "rows": []}
+    report, bw = start_report()
     print(f"{report['device']}; torch {torch.__version__}; copy bandwidth {report['copy_bw_TBps']} TB/s",
           flush=True)
     gen = torch.Generator(device=DEV).manual_seed(26)
-    for name, (n, k) in SHAPES.items():
-        ws, qws = _weights(n, k, gen)
-        for m in MS:
-            if time.time() - T0 > DEADLINE_S:
-                report["rows"].append({"op": name, "M": m, "skipped": "deadline"})
-                continue
-            row = measure_row(name, n, k, m, ws, qws, gen)
-            report["rows"].append(row)
-            print_row(row, bw)
-            report["elapsed_s"] = round(time.time() - T0, 1)
-            (out_dir / "w8a16_gemm.json").write_text(json.dumps(report, indent=1))
-        del ws, qws
+    run_rows(report, SHAPES, MS, measure_row, partial(print_row, bw=bw), out_dir / "w8a16_gemm.json",
+             T0, DEADLINE_S, gen)
     report["step_estimate"] = step_estimate(report["rows"])
     for m, est in report["step_estimate"].items():
         print(f"M={m}: the step's {LAYER_PASSES} layer passes of these four GEMMs: "

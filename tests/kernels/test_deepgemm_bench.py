@@ -5,10 +5,8 @@ a harness bug found then costs device time."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,15 +15,12 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 pytest.importorskip("triton")
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "inference_h200" / "deepgemm_gemm.py"
+from tests.scripts import load_script  # noqa: E402
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the GPU run is the benchmark itself")
 def test_harness_checks_ours_and_reports_deepgemm_missing(tmp_path, monkeypatch, kernels_on):
-    spec = importlib.util.spec_from_file_location("deepgemm_gemm_bench", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script("benchmarks/inference_h200/deepgemm_gemm.py")
     monkeypatch.setattr(bench, "MS", (1, 16))
     assert bench.main([str(tmp_path)]) == 0
     report = json.loads((tmp_path / "deepgemm_gemm.json").read_text())

@@ -4,10 +4,8 @@ Why: the script's first run is on the lent GPU; a harness bug found there costs 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,15 +14,14 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 pytest.importorskip("triton")
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "inference_h200" / "w8a16_gemm.py"
+from tests.scripts import load_script  # noqa: E402
+
+SCRIPT = "benchmarks/inference_h200/w8a16_gemm.py"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the GPU run is the benchmark itself")
 def test_harness_rows_and_checks(tmp_path, monkeypatch, kernels_on):
-    spec = importlib.util.spec_from_file_location("w8a16_gemm_bench", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script(SCRIPT)
     monkeypatch.setattr(bench, "SHAPES", {"tiny": (128, 256)})
     monkeypatch.setattr(bench, "MS", (1, 16))
     assert bench.main([str(tmp_path)]) == 0
@@ -39,10 +36,7 @@ def test_harness_rows_and_checks(tmp_path, monkeypatch, kernels_on):
 
 
 def test_step_estimate_sums_the_shapes_of_one_m_over_the_layer_passes(monkeypatch):
-    spec = importlib.util.spec_from_file_location("w8a16_gemm_bench_est", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script(SCRIPT)
     monkeypatch.setattr(bench, "SHAPES", {"a": (1, 1), "b": (1, 1)})
     rows = [{"M": 1, "us": {"a16": 2.0, "fp8_codes": 3.0, "bf16": None}},
             {"M": 1, "us": {"a16": 1.0, "fp8_codes": 1.0, "bf16": 5.0}},
