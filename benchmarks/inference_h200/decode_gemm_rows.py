@@ -83,3 +83,32 @@ def run_rows(report: dict[str, Any], shapes: dict[str, tuple[int, int]], ms: tup
             report["elapsed_s"] = round(time.time() - started, 1)
             out_json.write_text(json.dumps(report, indent=1))
         del ws, qws
+
+
+#: Layer passes a decode step runs: 36 slow layers + 4 fast layers x 10 codebook positions.
+LAYER_PASSES = 76
+
+
+def step_estimate(rows: list[dict[str, Any]], n_shapes: int) -> dict[str, dict[str, float]]:
+    """Per M with all ``n_shapes`` shapes timed: ms a step spends in the four GEMMs (qkv, o, gate_up,
+    down) by each method timed at every one, LAYER_PASSES times one row each. An estimate of what wiring
+    a kernel in would move (gate_up runs as the fused SwiGLU kernel in the step: the same weight bytes),
+    not a step measurement."""
+    out: dict[str, dict[str, float]] = {}
+    for m in sorted({r["M"] for r in rows if "us" in r}):
+        at_m = [r for r in rows if r.get("M") == m and "us" in r]
+        if len(at_m) != n_shapes:
+            continue
+        methods = set.intersection(*({k for k, v in r["us"].items() if v} for r in at_m))
+        out[str(m)] = {k: round(LAYER_PASSES * sum(r["us"][k] for r in at_m) / 1e3, 3)
+                       for k in sorted(methods)}
+    return out
+
+
+def finish_report(report: dict[str, Any], out_json: Path, n_shapes: int) -> None:
+    """The step estimate added, printed and written with the rest."""
+    report["step_estimate"] = step_estimate(report["rows"], n_shapes)
+    for m, est in report["step_estimate"].items():
+        print(f"M={m}: the step's {LAYER_PASSES} layer passes of these four GEMMs: "
+              + ", ".join(f"{k} {v:.2f} ms" for k, v in est.items()), flush=True)
+    out_json.write_text(json.dumps(report, indent=1))

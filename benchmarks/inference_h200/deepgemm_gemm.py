@@ -26,7 +26,6 @@ Usage (device, repo root): ``python3 -m benchmarks.inference_h200.deepgemm_gemm 
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -48,6 +47,7 @@ from ttsfleet.kernels.triton_quant import quantize_activation_triton  # noqa: E4
 from benchmarks.inference_h200.decode_gemm_rows import (  # noqa: E402
     DEV,
     S2PRO_SHAPES,
+    finish_report,
     rotated,
     run_rows,
     start_report,
@@ -127,7 +127,7 @@ def main(argv: list[str]) -> int:
     gen = torch.Generator(device=DEV).manual_seed(26)
     run_rows(report, SHAPES, MS, partial(measure_row, dg=dg), partial(print_row, bw=bw),
              out_dir / "deepgemm_gemm.json", T0, DEADLINE_S, gen)
-    (out_dir / "deepgemm_gemm.json").write_text(json.dumps(report, indent=1))
+    finish_report(report, out_dir / "deepgemm_gemm.json", len(SHAPES))
     return 0
 
 

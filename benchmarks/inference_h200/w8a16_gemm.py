@@ -28,7 +28,6 @@ Usage (device, repo root): ``python3 -P benchmarks/inference_h200/w8a16_gemm.py`
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -49,6 +48,7 @@ from ttsfleet.kernels.testing import rel_err  # noqa: E402
 from benchmarks.inference_h200.decode_gemm_rows import (  # noqa: E402
     DEV,
     S2PRO_SHAPES,
+    finish_report,
     rotated,
     run_rows,
     start_report,
@@ -120,31 +120,8 @@ def main(argv: list[str]) -> int:
     gen = torch.Generator(device=DEV).manual_seed(26)
     run_rows(report, SHAPES, MS, measure_row, partial(print_row, bw=bw), out_dir / "w8a16_gemm.json",
              T0, DEADLINE_S, gen)
-    report["step_estimate"] = step_estimate(report["rows"])
-    for m, est in report["step_estimate"].items():
-        print(f"M={m}: the step's {LAYER_PASSES} layer passes of these four GEMMs: "
-              + ", ".join(f"{k} {v:.2f} ms" for k, v in est.items()), flush=True)
-    (out_dir / "w8a16_gemm.json").write_text(json.dumps(report, indent=1))
+    finish_report(report, out_dir / "w8a16_gemm.json", len(SHAPES))
     return 0
-
-
-#: Layer passes a decode step runs: 36 slow layers + 4 fast layers x 10 codebook positions.
-LAYER_PASSES = 76
-
-
-def step_estimate(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """Per M with every shape timed: ms a step spends in the four GEMMs (qkv, o, gate_up, down) by each
-    method, LAYER_PASSES times one row each. An estimate of what wiring the prototype in would move
-    (gate_up runs as the fused SwiGLU kernel in the step: same weight bytes), not a step measurement."""
-    out: dict[str, dict[str, float]] = {}
-    for m in sorted({r["M"] for r in rows if "us" in r}):
-        at_m = [r for r in rows if r.get("M") == m and "us" in r]
-        if len(at_m) != len(SHAPES):
-            continue
-        methods = set.intersection(*({k for k, v in r["us"].items() if v} for r in at_m))
-        out[str(m)] = {k: round(LAYER_PASSES * sum(r["us"][k] for r in at_m) / 1e3, 3)
-                       for k in sorted(methods)}
-    return out
 
 
 if __name__ == "__main__":

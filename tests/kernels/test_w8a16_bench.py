@@ -33,14 +33,3 @@ def test_harness_rows_and_checks(tmp_path, monkeypatch, kernels_on):
         assert refs and max(refs) < 1e-2
         assert row["check"]["a16_rel_err_exact"] < row["check"]["fp8_rel_err_exact"]
         assert all(v is None for v in row["us"].values())  # no timing without a GPU
-
-
-def test_step_estimate_sums_the_shapes_of_one_m_over_the_layer_passes(monkeypatch):
-    bench = load_script(SCRIPT)
-    monkeypatch.setattr(bench, "SHAPES", {"a": (1, 1), "b": (1, 1)})
-    rows = [{"M": 1, "us": {"a16": 2.0, "fp8_codes": 3.0, "bf16": None}},
-            {"M": 1, "us": {"a16": 1.0, "fp8_codes": 1.0, "bf16": 5.0}},
-            {"M": 16, "us": {"a16": 1.0}},  # one shape short at M=16: no estimate
-            {"op": "a", "M": 64, "skipped": "deadline"}]
-    est = bench.step_estimate(rows)
-    assert est == {"1": {"a16": round(76 * 3.0 / 1e3, 3), "fp8_codes": round(76 * 4.0 / 1e3, 3)}}
