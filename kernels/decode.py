@@ -290,12 +290,29 @@ set_fast_attn_launch = FAST_ATTN_LAUNCH_SWITCH.set
 #: the MLP is two launches as in the FP8 path: gate_up with the SwiGLU epilogue into bf16, then down).
 #: Its numerics are W8A16's (closer to bf16), not the FP8 contract's. Measured and rejected (H100,
 #: 2026-12-07c): slower than the FP8 kernel at every S2 Pro shape and M, the step 1.20-1.45x longer at
-#: batch 1-128; kept, off, as the record. Process switch, read once.
+#: batch 1-128; kept, off, as the record. ``deepgemm``: the same FP8 codes through DeepGEMM
+#: (:mod:`.deepgemm_fp8`, where ``deep_gemm`` imports; not yet timed). Process switch, read once.
 DECODE_GEMM_ENV = "TTSFLEET_DECODE_GEMM"
-DECODE_GEMMS = ("fp8", "a16")
-#: Rows up to which ``a16`` takes a linear; larger ones (prefill pieces) keep the FP8 path.
+DECODE_GEMMS = ("fp8", "a16", "deepgemm")
+#: Rows up to which ``a16`` / ``deepgemm`` take a linear; larger ones (prefill pieces) keep the FP8 path.
 DECODE_GEMM_MAX_ROWS = 128
-parse_decode_gemm = one_of(DECODE_GEMM_ENV, DECODE_GEMMS, "fp8")
+_decode_gemm_choice = one_of(DECODE_GEMM_ENV, DECODE_GEMMS, "fp8")
+
+
+def parse_decode_gemm(value: str) -> str:
+    """The choice, checked against what this process can run: ``deepgemm`` where ``deep_gemm`` does
+    not import is the same one-line ``ValueError`` as a misspelt choice (at serve start, not at the
+    first decode step)."""
+    choice = _decode_gemm_choice(value)
+    if choice == "deepgemm":
+        from .deepgemm_fp8 import unavailable
+
+        why = unavailable()
+        if why:
+            raise ValueError(f"{DECODE_GEMM_ENV}=deepgemm: DeepGEMM cannot run here ({why})")
+    return choice
+
+
 DECODE_GEMM_SWITCH: ProcessSwitch[str] = ProcessSwitch(DECODE_GEMM_ENV, "fp8", parse_decode_gemm)
 #: This process's decode GEMM (``TTSFLEET_DECODE_GEMM``, default ``fp8``).
 decode_gemm = DECODE_GEMM_SWITCH.get

@@ -6,6 +6,8 @@ or garbage silently; one readable ``ValueError`` at the call is cheaper than a w
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -71,6 +73,18 @@ def _large(t: Tensor, *weights: QuantizedWeight) -> bool:
     return all(supports(w) for w in weights)
 
 
+def _deepgemm(t: Tensor, *weights: QuantizedWeight) -> bool:
+    """A decode-size GEMM on codes that ``TTSFLEET_DECODE_GEMM=deepgemm`` sends to DeepGEMM
+    (:mod:`.deepgemm_fp8`; at most ``decode.DECODE_GEMM_MAX_ROWS`` rows, block-scaled weights)."""
+    from . import decode
+
+    if decode.decode_gemm() != "deepgemm" or _rows(t) > decode.DECODE_GEMM_MAX_ROWS:
+        return False
+    from .deepgemm_fp8 import supports
+
+    return all(supports(w) for w in weights)
+
+
 def linear_fp8(x: Tensor, qw: QuantizedWeight, bias: Tensor | None = None) -> Tensor:
     """``x [..., K] @ W.T (+ bias)`` -> ``[..., N]`` in ``x.dtype``; activations quantized on the fly."""
     _check_linear(x, qw, bias)
@@ -127,6 +141,12 @@ def linear_fp8_codes(xq: Tensor, xs: Tensor, qw: QuantizedWeight, out_dtype: tor
     """``linear_fp8`` on activations already quantized (``quantize_activation``'s format), e.g. by a
     fused RMSNorm or attention epilogue: one launch, no quantizer."""
     _check_codes(xq, xs, qw)
+    if _deepgemm(xq, qw):
+        from .deepgemm_fp8 import gemm_codes
+
+        k = xq.shape[-1]
+        out = gemm_codes(xq.reshape(-1, k), xs.reshape(-1, xs.shape[-1]), qw, out_dtype, bias)
+        return out.view(*xq.shape[:-1], qw.shape[0])
     if _large(xq, qw):
         from .cublas_fp8 import gemm_codes
 
@@ -164,16 +184,30 @@ def swiglu_w8a16(x: Tensor, gate_up: QuantizedWeight) -> Tensor:
     return swiglu_w8a16_ref(x, gate_up)
 
 
+def _mlp_library(xq: Tensor, gate_up: QuantizedWeight, down: QuantizedWeight) -> Any:
+    """The module whose three-launch SwiGLU MLP takes these codes (DeepGEMM's at decode sizes where
+    chosen, cuBLAS's at prefill sizes), or None: ours."""
+    if _deepgemm(xq, gate_up, down):
+        from . import deepgemm_fp8
+
+        return deepgemm_fp8
+    if _large(xq, gate_up, down):
+        from . import cublas_fp8
+
+        return cublas_fp8
+    return None
+
+
 def swiglu_mlp_fp8_codes(xq: Tensor, xs: Tensor, gate_up: QuantizedWeight, down: QuantizedWeight,
                          out_dtype: torch.dtype) -> Tensor:
     """:func:`swiglu_mlp_fp8` on activations already quantized: two launches, or one at decode M
     with ``TTSFLEET_MLP_LAUNCH=one`` (:func:`.decode.mlp_launch`)."""
     _check_codes(xq, xs, gate_up)
-    if _large(xq, gate_up, down):
-        from .cublas_fp8 import swiglu_mlp_codes
-
+    library = _mlp_library(xq, gate_up, down)
+    if library is not None:
         d = xq.shape[-1]
-        out = swiglu_mlp_codes(xq.reshape(-1, d), xs.reshape(-1, xs.shape[-1]), gate_up, down, out_dtype)
+        rows_q, rows_s = xq.reshape(-1, d), xs.reshape(-1, xs.shape[-1])
+        out = library.swiglu_mlp_codes(rows_q, rows_s, gate_up, down, out_dtype)
         return out.view(*xq.shape[:-1], d)
     if dispatch.use_triton(xq):
         from . import decode

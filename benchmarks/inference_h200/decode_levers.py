@@ -34,6 +34,8 @@ alternately, against the default step beside them:
 * ``a16``: the W8A16 decode GEMM prototype for every decode linear (``TTSFLEET_DECODE_GEMM=a16``:
   bf16 activations, FP8 weights widened in the tile; the MLP as gate_up with a bf16 SwiGLU epilogue,
   then down);
+* ``deepgemm``: every decode linear's FP8 codes through DeepGEMM (``TTSFLEET_DECODE_GEMM=deepgemm``,
+  ``kernels/deepgemm_fp8.py``; ``deep_gemm`` must import: ``speed_run.sh deepgemm`` builds it);
 * levers joined by ``+`` run together (``fp8kv+split``: the FP8 cache's slower key loop spread
   over more programs).
 
@@ -51,6 +53,7 @@ medians (ms per step) and the ratio to the default; JSON to ``$OUT/decode_levers
     LEVER_VARIANTS=default,head32   # the heads' float32 GEMM (the default until 2026-12-05)
     LEVER_VARIANTS=default,mlp1,fastattn1,mlp1+fastattn1,mlp1+fastattn1+prefetch   # one-launch kernels
     LEVER_VARIANTS=default,a16   # the W8A16 decode GEMM prototype (issue #26)
+    LEVER_VARIANTS=default,deepgemm   # DeepGEMM for the decode GEMMs (issue #26)
 """
 
 from __future__ import annotations
@@ -118,7 +121,7 @@ def _variant(name: str) -> dict[str, Any]:
     decode.set_rope_attention("fused" if "ropefused" in parts else "separate")
     decode.set_mlp_launch("one" if "mlp1" in parts else "two")
     decode.set_fast_attn_launch("one" if "fastattn1" in parts else "separate")
-    decode.set_decode_gemm("a16" if "a16" in parts else "fp8")
+    decode.set_decode_gemm(next((p for p in parts if p in ("a16", "deepgemm")), "fp8"))
     model_layers.set_head_gemm("float32" if "head32" in parts else "bf16")
     table = next((p for p in parts if p.startswith("table@")), None)
     triton_gemm.pin_table(json.loads(Path(table.partition("@")[2]).read_text()) if table else None)

@@ -273,8 +273,13 @@ tests/inference_model/test_decode_gemm_a16.py tests/inference_model/test_gpu_s2p
      stage levers 170 LEVER_ROUNDS=2 LEVER_BATCHES=1,16,64,128 LEVER_VARIANTS=default,a16 LEVERS_TIMEOUT=160 levers ;;
   33) # issue #26: DeepGEMM (the block-scaled FP8 GEMMs fish-scales-ops runs on sm_90) built on the device from
       # the carried .ext/deepgemm.tgz (deepgemm_bundle.sh), beside ours at each S2 Pro decode shape x M = 1, 16,
-      # 64, 128 -- whether a kernel of our contract streams the weights faster here (carry .whl and .ext)
-     stage deepgemm 560 DG_BUILD_TIMEOUT=330 DG_TIMEOUT=200 DG_DEADLINE_S=170 deepgemm ;;
+      # 64, 128 -- whether a kernel of our contract streams the weights faster here -- then the decode step
+      # with it (TTSFLEET_DECODE_GEMM=deepgemm) beside the default (carry .whl and .ext)
+     stage deepgemm 330 DG_BUILD_TIMEOUT=150 DG_TIMEOUT=170 DG_DEADLINE_S=140 deepgemm
+     # then (if it built) its GPU test against the same-codes reference, and the whole decode step with it
+     stage quicktests 60 QT_TIMEOUT=50 QUICKTESTS="tests/kernels/test_deepgemm_backend.py" quicktests
+     stage levers 190 LEVER_ROUNDS=2 LEVER_BATCHES=1,16,64,128 LEVER_VARIANTS=default,deepgemm LEVERS_TIMEOUT=180 \
+       DG_JIT_USE_NVRTC=1 levers ;;
   *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18|19|20|21|22|23|24|25|25s|25c|25t|26|27|28|29|30|30s|31|32|33 (see benchmarks/inference_h200/README.md)" >&2
      exit 2 ;;
 esac

@@ -40,6 +40,12 @@ fi
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
   .whl/*.whl 2>&1 | tail -2
 export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
+# DeepGEMM, where an earlier stage of this call built it (`deepgemm`): importable by every later stage
+# (TTSFLEET_DECODE_GEMM=deepgemm, its GPU test), its JIT kernels cached with Triton's
+if ls /tmp/dgsrc/DeepGEMM/deep_gemm/_C*.so > /dev/null 2>&1; then
+  export PYTHONPATH=/tmp/dgsrc/DeepGEMM:$PYTHONPATH DG_JIT_CACHE_DIR=$KCACHE/deep_gemm
+  command -v nvcc > /dev/null && export CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
+fi
 for c in operator inference kernels fill_jobs slurm devtools; do [ -e "ttsfleet/$c" ] || ln -s "../$c" "ttsfleet/$c"; done
 ln -sfn "$PWD/ttsfleet" /tmp/site/ttsfleet  # `python3 -P -m ttsfleet.cli` (the tests' subprocesses) too
 # preflight: every module the served path imports, and one WAV through soundfile, before any GPU time
@@ -224,8 +230,10 @@ for stage in "$@"; do
        echo "deepgemm build rc $? at $(date +%T)"
        so=$(find build -name "_C*.so" | head -1); [ -n "$so" ] && ln -sf "$PWD/$so" deep_gemm/) | tee -a "$OUT/run.log"
       tail -5 "$OUT/deepgemm_build.log"
-      PYTHONPATH="$DGDIR/DeepGEMM:$PYTHONPATH" timeout "${DG_TIMEOUT:-240}" \
-        python3 -m benchmarks.inference_h200.deepgemm_gemm "$OUT" 2>&1 | tee "$OUT/deepgemm_gemm.txt" | tail -25 ;;
+      # NVRTC: DeepGEMM's faster JIT (a kernel per shape and block config; NVCC takes ~10x longer)
+      PYTHONPATH="$DGDIR/DeepGEMM:$PYTHONPATH" DG_JIT_CACHE_DIR=$KCACHE/deep_gemm DG_JIT_USE_NVRTC=${DG_NVRTC:-1} \
+        timeout "${DG_TIMEOUT:-240}" python3 -m benchmarks.inference_h200.deepgemm_gemm "$OUT" 2>&1 \
+        | tee "$OUT/deepgemm_gemm.txt" | tail -25 ;;
     w8a16) # the W8A16 decode GEMM prototype beside today's FP8 kernel (w8a16_gemm.py; W8A16_MS, W8A16_DEADLINE_S)
       timeout "${W8A16_TIMEOUT:-200}" python3 -m benchmarks.inference_h200.w8a16_gemm "$OUT" 2>&1 \
         | tee "$OUT/w8a16_gemm.txt" | tail -30 ;;

@@ -1,0 +1,115 @@
+"""``TTSFLEET_DECODE_GEMM=deepgemm``: decode-size GEMMs on FP8 codes through DeepGEMM (issue #26).
+
+Why each test: DeepGEMM is built on the GPU machine only, so here (1) choosing it where it does not
+import must be the switch's one-line error, at serve start as for a misspelt value, never a traceback in
+a decode step; (2) the routing — which GEMMs go to it, with which operands — is checked against a
+stand-in ``deep_gemm`` computing the contract's reference math (the real module cannot run without a
+GPU); (3) on a GPU with DeepGEMM built, its outputs are checked against the same-codes reference.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import types
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+pytest.importorskip("triton")
+
+from ttsfleet.kernels import decode, deepgemm_fp8  # noqa: E402
+from ttsfleet.kernels.layout import QuantizedWeight  # noqa: E402
+from ttsfleet.kernels.ops import linear_fp8_codes, quantize_weight, swiglu_mlp_fp8_codes  # noqa: E402
+from ttsfleet.kernels.reference import (  # noqa: E402
+    linear_fp8_codes_ref,
+    quantize_activation_ref,
+    swiglu_mlp_fp8_codes_ref,
+)
+from ttsfleet.kernels.testing import randn, rel_err  # noqa: E402
+
+CUDA = torch.cuda.is_available()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_module_lookup():
+    deepgemm_fp8._module.cache_clear()
+    yield
+    deepgemm_fp8._module.cache_clear()
+    decode.DECODE_GEMM_SWITCH.reset()
+
+
+def _stand_in(calls: list[tuple]) -> types.ModuleType:
+    """A ``deep_gemm`` whose ``fp8_gemm_nt`` computes the contract's reference on the operands it is
+    handed (codes, float32 scales, weight codes and scales, a bf16 out of the right shape) and records
+    them."""
+    module = types.ModuleType("deep_gemm")
+
+    def fp8_gemm_nt(a, b, out):  # noqa: ANN001, ANN202
+        (aq, as_), (bq, bs) = a, b
+        calls.append((tuple(aq.shape), aq.dtype, as_.dtype, tuple(bq.shape), tuple(bs.shape), out.dtype))
+        qw = QuantizedWeight(qweight=bq, scale=bs, scheme="bsgemm_fp8", shape=tuple(bq.shape))
+        out.copy_(linear_fp8_codes_ref(aq, as_.contiguous(), qw, torch.float32))
+
+    module.fp8_gemm_nt = fp8_gemm_nt
+    return module
+
+
+@pytest.mark.skipif(deepgemm_fp8.unavailable() == "", reason="deep_gemm imports here: nothing to refuse")
+def test_choosing_it_without_deepgemm_is_the_switchs_one_line_error():
+    from ttsfleet.inference.serve_config import _check_process_switches
+
+    from ttsfleet.errors import UserError
+
+    with pytest.raises(ValueError, match=r"TTSFLEET_DECODE_GEMM=deepgemm: DeepGEMM cannot run here \("):
+        decode.set_decode_gemm("deepgemm")
+    assert decode.decode_gemm() == "fp8"  # the value in force stays
+    with pytest.raises(UserError, match="DeepGEMM cannot run here") as err:
+        _check_process_switches({"TTSFLEET_DECODE_GEMM": "deepgemm"})
+    assert "\n" not in str(err.value)
+
+
+def test_decode_rows_go_to_deepgemm_with_our_operands_and_prefill_rows_do_not(gen, kernels_on, monkeypatch):
+    calls: list[tuple] = []
+    monkeypatch.setitem(sys.modules, "deep_gemm", _stand_in(calls))
+    decode.set_decode_gemm("deepgemm")
+    n, k = 256, 384
+    qw = quantize_weight(randn(gen, n, k, scale=k ** -0.5), "bsgemm_fp8")
+    x = randn(gen, 5, k)
+    xq, xs = quantize_activation_ref(x, 128)
+    bias = randn(gen, n)
+    out = linear_fp8_codes(xq, xs, qw, torch.bfloat16, bias)
+    scales = (n // 128, k // 128)
+    assert calls == [((5, k), torch.float8_e4m3fn, torch.float32, (n, k), scales, torch.bfloat16)]
+    want = linear_fp8_codes_ref(xq, xs, qw, torch.float32, bias)
+    assert out.dtype == torch.bfloat16 and rel_err(out, want) < 1e-2
+    big = decode.DECODE_GEMM_MAX_ROWS + 1
+    bq, bs = quantize_activation_ref(randn(gen, big, k), 128)
+    linear_fp8_codes(bq, bs, qw, torch.bfloat16)
+    assert len(calls) == 1, "a prefill piece past the decode rows keeps the FP8 path"
+
+
+def test_the_mlp_is_gate_up_then_codes_then_down_through_deepgemm(gen, kernels_on, monkeypatch):
+    calls: list[tuple] = []
+    monkeypatch.setitem(sys.modules, "deep_gemm", _stand_in(calls))
+    decode.set_decode_gemm("deepgemm")
+    d, f = 256, 384
+    gate_up = quantize_weight(randn(gen, 2 * f, d, scale=d ** -0.5), "bsgemm_fp8")
+    down = quantize_weight(randn(gen, d, f, scale=f ** -0.5), "bsgemm_fp8")
+    xq, xs = quantize_activation_ref(randn(gen, 3, d), 128)
+    out = swiglu_mlp_fp8_codes(xq, xs, gate_up, down, torch.bfloat16)
+    assert [c[3] for c in calls] == [(2 * f, d), (d, f)], "gate_up, then down, each one call"
+    # gate_up leaves in bf16 before silu(g) * u is quantized (as the cuBLAS path): a few codes differ
+    assert rel_err(out, swiglu_mlp_fp8_codes_ref(xq, xs, gate_up, down, torch.float32)) < 3e-2
+
+
+@pytest.mark.skipif(not CUDA or deepgemm_fp8.unavailable() != "", reason="needs a GPU with DeepGEMM built")
+@pytest.mark.parametrize(("n", "k", "m"), [(6144, 2560, 1), (2560, 4096, 16), (2560, 9728, 64)])
+def test_deepgemm_on_the_gpu_matches_the_same_codes_reference(gen, n, k, m, kernels_on):
+    decode.set_decode_gemm("deepgemm")
+    qw = quantize_weight(randn(gen, n, k, scale=k ** -0.5, device="cuda"), "bsgemm_fp8")
+    xq, xs = quantize_activation_ref(randn(gen, m, k, device="cuda"), 128)
+    out = linear_fp8_codes(xq, xs, qw, torch.bfloat16)
+    assert rel_err(out, linear_fp8_codes_ref(xq, xs, qw, torch.float32)) < 1e-2
