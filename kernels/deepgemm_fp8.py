@@ -42,8 +42,10 @@ def unavailable() -> str:
 
 
 def supports(qw: QuantizedWeight) -> bool:
-    """Block-scaled FP8 weights (128 x 128 float32 scales) are the contract DeepGEMM computes."""
-    return qw.scheme == "bsgemm_fp8"
+    """Block-scaled FP8 weights (128 x 128 float32 scales, the contract DeepGEMM computes) whose every
+    block is whole: its TMA boxes and scale grid assume N and K multiples of 128 (S2 Pro's are)."""
+    n, k = qw.shape
+    return qw.scheme == "bsgemm_fp8" and n % 128 == 0 and k % 128 == 0
 
 
 def gemm_codes(xq: torch.Tensor, xs: torch.Tensor, qw: QuantizedWeight, out_dtype: torch.dtype,

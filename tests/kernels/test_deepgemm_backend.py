@@ -113,3 +113,45 @@ def test_deepgemm_on_the_gpu_matches_the_same_codes_reference(gen, n, k, m, kern
     xq, xs = quantize_activation_ref(randn(gen, m, k, device="cuda"), 128)
     out = linear_fp8_codes(xq, xs, qw, torch.bfloat16)
     assert rel_err(out, linear_fp8_codes_ref(xq, xs, qw, torch.float32)) < 1e-2
+
+
+def test_a_partial_block_keeps_our_kernel(gen, kernels_on, monkeypatch):
+    calls: list[tuple] = []
+    monkeypatch.setitem(sys.modules, "deep_gemm", _stand_in(calls))
+    decode.set_decode_gemm("deepgemm")
+    qw = quantize_weight(randn(gen, 192, 64, scale=0.1), "bsgemm_fp8")  # N = 1.5 blocks, K = half of one
+    xq, xs = quantize_activation_ref(randn(gen, 2, 64), 128)
+    out = linear_fp8_codes(xq, xs, qw, torch.float32)
+    assert calls == [] and rel_err(out, linear_fp8_codes_ref(xq, xs, qw, torch.float32)) < 1e-2
+
+
+def test_a_tiny_fp8_decode_step_runs_every_codes_gemm_through_it(kernels_on, monkeypatch):
+    """The fused decode step (tiny-fp8: every weight of whole 128 x 128 blocks) with the switch on: no
+    codes GEMM left to our kernel, and the greedy frames those of the FP8 path."""
+    from ttsfleet.inference.loader import load_model
+    from ttsfleet.inference.sampling import SamplingBatch, SamplingParams
+    from ttsfleet.kernels import triton_gemm
+
+    def frames(choice: str) -> list[list[int]]:
+        decode.set_decode_gemm(choice)
+        model = load_model("tiny-fp8", device="cuda" if CUDA else "cpu", dtype=torch.float32,
+                           quantize="bsgemm_fp8", config_overrides={"num_codebooks": 4})
+        prompt = torch.randint(0, 500, (5, 9), generator=torch.Generator().manual_seed(5))
+        cache = model.new_cache(2, 64)
+        model.prefill(cache, 1, prompt.to(model.device))
+        greedy = SamplingBatch.from_params([SamplingParams(seed=3, temperature=0.0, ras=False)], model.device)
+        return model.decode_step(cache, torch.tensor([1], device=model.device), greedy).tolist()
+
+    ours: list[int] = []
+    real = triton_gemm.linear_fp8_codes_triton
+    monkeypatch.setattr(triton_gemm, "linear_fp8_codes_triton",
+                        lambda *a, **kw: ours.append(1) or real(*a, **kw))
+    want = frames("fp8")
+    assert ours, "the FP8 path runs our codes GEMM"
+    calls: list[tuple] = []
+    monkeypatch.setitem(sys.modules, "deep_gemm", _stand_in(calls))
+    deepgemm_fp8._module.cache_clear()
+    ours.clear()
+    got = frames("deepgemm")
+    assert calls and not ours, f"{len(ours)} codes GEMMs left to our kernel"
+    assert got == want
