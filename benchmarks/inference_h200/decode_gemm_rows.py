@@ -109,6 +109,8 @@ def finish_report(report: dict[str, Any], out_json: Path, n_shapes: int) -> None
     """The step estimate added, printed and written with the rest."""
     report["step_estimate"] = step_estimate(report["rows"], n_shapes)
     for m, est in report["step_estimate"].items():
+        if not est:  # nothing timed at this M (the CPU harness)
+            continue
         print(f"M={m}: the step's {LAYER_PASSES} layer passes of these four GEMMs: "
               + ", ".join(f"{k} {v:.2f} ms" for k, v in est.items()), flush=True)
     out_json.write_text(json.dumps(report, indent=1))
