@@ -15,6 +15,8 @@ scales column-major for the down GEMM.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import triton
 import triton.language as tl
@@ -93,8 +95,9 @@ def silu_mul_quant(gu: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def swiglu_mlp_codes(xq: torch.Tensor, xs: torch.Tensor, gate_up: QuantizedWeight, down: QuantizedWeight,
-                     out_dtype: torch.dtype) -> torch.Tensor:
-    """The SwiGLU MLP of :func:`ttsfleet.kernels.ops.swiglu_mlp_fp8_codes` at prefill sizes: 3 launches."""
-    gu = gemm_codes(xq, xs, gate_up, torch.bfloat16)
-    hq, hs = silu_mul_quant(gu)
-    return gemm_codes(hq, hs, down, out_dtype)
+                     out_dtype: torch.dtype, gemm: Callable[..., torch.Tensor] | None = None) -> torch.Tensor:
+    """The SwiGLU MLP of :func:`ttsfleet.kernels.ops.swiglu_mlp_fp8_codes` at prefill sizes: 3 launches.
+    ``gemm``: another library's ``gemm_codes`` in cuBLAS's place (DeepGEMM's, :mod:`.deepgemm_fp8`)."""
+    gemm = gemm or gemm_codes
+    hq, hs = silu_mul_quant(gemm(xq, xs, gate_up, torch.bfloat16))
+    return gemm(hq, hs, down, out_dtype)

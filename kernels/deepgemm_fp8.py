@@ -63,8 +63,8 @@ def gemm_codes(xq: torch.Tensor, xs: torch.Tensor, qw: QuantizedWeight, out_dtyp
 
 def swiglu_mlp_codes(xq: torch.Tensor, xs: torch.Tensor, gate_up: QuantizedWeight, down: QuantizedWeight,
                      out_dtype: torch.dtype) -> torch.Tensor:
-    """The SwiGLU MLP of :func:`ttsfleet.kernels.ops.swiglu_mlp_fp8_codes` through DeepGEMM: 3 launches."""
-    from .cublas_fp8 import silu_mul_quant
+    """The SwiGLU MLP of :func:`ttsfleet.kernels.ops.swiglu_mlp_fp8_codes` through DeepGEMM: the cuBLAS
+    path's three launches with DeepGEMM's GEMM in cuBLAS's place."""
+    from . import cublas_fp8
 
-    hq, hs = silu_mul_quant(gemm_codes(xq, xs, gate_up, torch.bfloat16))
-    return gemm_codes(hq, hs, down, out_dtype)
+    return cublas_fp8.swiglu_mlp_codes(xq, xs, gate_up, down, out_dtype, gemm=gemm_codes)

@@ -85,6 +85,20 @@ def _deepgemm(t: Tensor, *weights: QuantizedWeight) -> bool:
     return all(supports(w) for w in weights)
 
 
+def _codes_library(xq: Tensor, *weights: QuantizedWeight) -> Any:
+    """The library module whose ``gemm_codes`` / ``swiglu_mlp_codes`` take these codes — DeepGEMM's
+    at decode sizes where chosen, cuBLAS's at prefill sizes — or None: our Triton kernels."""
+    if _deepgemm(xq, *weights):
+        from . import deepgemm_fp8
+
+        return deepgemm_fp8
+    if _large(xq, *weights):
+        from . import cublas_fp8
+
+        return cublas_fp8
+    return None
+
+
 def linear_fp8(x: Tensor, qw: QuantizedWeight, bias: Tensor | None = None) -> Tensor:
     """``x [..., K] @ W.T (+ bias)`` -> ``[..., N]`` in ``x.dtype``; activations quantized on the fly."""
     _check_linear(x, qw, bias)
@@ -141,17 +155,10 @@ def linear_fp8_codes(xq: Tensor, xs: Tensor, qw: QuantizedWeight, out_dtype: tor
     """``linear_fp8`` on activations already quantized (``quantize_activation``'s format), e.g. by a
     fused RMSNorm or attention epilogue: one launch, no quantizer."""
     _check_codes(xq, xs, qw)
-    if _deepgemm(xq, qw):
-        from .deepgemm_fp8 import gemm_codes
-
+    library = _codes_library(xq, qw)
+    if library is not None:
         k = xq.shape[-1]
-        out = gemm_codes(xq.reshape(-1, k), xs.reshape(-1, xs.shape[-1]), qw, out_dtype, bias)
-        return out.view(*xq.shape[:-1], qw.shape[0])
-    if _large(xq, qw):
-        from .cublas_fp8 import gemm_codes
-
-        k = xq.shape[-1]
-        out = gemm_codes(xq.reshape(-1, k), xs.reshape(-1, xs.shape[-1]), qw, out_dtype, bias)
+        out = library.gemm_codes(xq.reshape(-1, k), xs.reshape(-1, xs.shape[-1]), qw, out_dtype, bias)
         return out.view(*xq.shape[:-1], qw.shape[0])
     if dispatch.use_triton(xq):
         from .triton_gemm import linear_fp8_codes_triton
@@ -184,26 +191,12 @@ def swiglu_w8a16(x: Tensor, gate_up: QuantizedWeight) -> Tensor:
     return swiglu_w8a16_ref(x, gate_up)
 
 
-def _mlp_library(xq: Tensor, gate_up: QuantizedWeight, down: QuantizedWeight) -> Any:
-    """The module whose three-launch SwiGLU MLP takes these codes (DeepGEMM's at decode sizes where
-    chosen, cuBLAS's at prefill sizes), or None: ours."""
-    if _deepgemm(xq, gate_up, down):
-        from . import deepgemm_fp8
-
-        return deepgemm_fp8
-    if _large(xq, gate_up, down):
-        from . import cublas_fp8
-
-        return cublas_fp8
-    return None
-
-
 def swiglu_mlp_fp8_codes(xq: Tensor, xs: Tensor, gate_up: QuantizedWeight, down: QuantizedWeight,
                          out_dtype: torch.dtype) -> Tensor:
     """:func:`swiglu_mlp_fp8` on activations already quantized: two launches, or one at decode M
     with ``TTSFLEET_MLP_LAUNCH=one`` (:func:`.decode.mlp_launch`)."""
     _check_codes(xq, xs, gate_up)
-    library = _mlp_library(xq, gate_up, down)
+    library = _codes_library(xq, gate_up, down)
     if library is not None:
         d = xq.shape[-1]
         rows_q, rows_s = xq.reshape(-1, d), xs.reshape(-1, xs.shape[-1])

@@ -388,25 +388,24 @@ def _epilogue(res, res_u, offs_m, offs_n, m_ok, n_ok, out_ptr, bias_ptr, hs_ptr,
               BN: tl.constexpr, H_GROUP: tl.constexpr, EXACT_CVT: tl.constexpr):
     """Plain: +bias, cast, store. SwiGLU: silu(g) * u, quantize per H_GROUP columns, store codes+scales;
     into a bf16 output (the W8A16 MLP's: its down GEMM reads bf16) cast and stored instead."""
+    o_ptrs = out_ptr + offs_m[:, None] * s_om + offs_n[None, :] * s_on
+    o_ok = m_ok[:, None] & n_ok[None, :]
     if EPI == 0:
         if HAS_BIAS:
             res += tl.load(bias_ptr + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-        o_ptrs = out_ptr + offs_m[:, None] * s_om + offs_n[None, :] * s_on
-        tl.store(o_ptrs, res.to(out_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
-    elif out_ptr.dtype.element_ty == tl.bfloat16:
-        h = res / (1.0 + tl.exp(-res)) * res_u
-        o_ptrs = out_ptr + offs_m[:, None] * s_om + offs_n[None, :] * s_on
-        tl.store(o_ptrs, h.to(tl.bfloat16), mask=m_ok[:, None] & n_ok[None, :])
+        tl.store(o_ptrs, res.to(out_ptr.dtype.element_ty), mask=o_ok)
     else:
         h = res / (1.0 + tl.exp(-res)) * res_u  # silu(g) * u in float32
-        NG: tl.constexpr = BN // H_GROUP
-        q, sc = quantize_group_rows(tl.reshape(h, (BM, NG, H_GROUP)), MX, EXACT_CVT)
-        o_ptrs = out_ptr + offs_m[:, None] * s_om + offs_n[None, :] * s_on
-        tl.store(o_ptrs, tl.reshape(q, (BM, BN)), mask=m_ok[:, None] & n_ok[None, :])
-        offs_g = pid_n * NG + tl.arange(0, NG)
-        g_ok = offs_g * H_GROUP < F
-        hs_ptrs = hs_ptr + offs_m[:, None] * s_hsm + offs_g[None, :] * s_hsk
-        tl.store(hs_ptrs, sc, mask=m_ok[:, None] & g_ok[None, :])
+        if out_ptr.dtype.element_ty == tl.bfloat16:  # the W8A16 MLP's output: its down GEMM reads bf16
+            tl.store(o_ptrs, h.to(tl.bfloat16), mask=o_ok)
+        else:
+            NG: tl.constexpr = BN // H_GROUP
+            q, sc = quantize_group_rows(tl.reshape(h, (BM, NG, H_GROUP)), MX, EXACT_CVT)
+            tl.store(o_ptrs, tl.reshape(q, (BM, BN)), mask=o_ok)
+            offs_g = pid_n * NG + tl.arange(0, NG)
+            g_ok = offs_g * H_GROUP < F
+            hs_ptrs = hs_ptr + offs_m[:, None] * s_hsm + offs_g[None, :] * s_hsk
+            tl.store(hs_ptrs, sc, mask=m_ok[:, None] & g_ok[None, :])
 
 
 # ----------------------------------------------------------------------------------------------
