@@ -40,12 +40,13 @@ fi
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
   .whl/*.whl 2>&1 | tail -2
 export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
-# DeepGEMM, where an earlier stage of this call built it (`deepgemm`): importable by every later stage
-# (TTSFLEET_DECODE_GEMM=deepgemm, its GPU test), its JIT kernels cached with Triton's
-if ls /tmp/dgsrc/DeepGEMM/deep_gemm/_C*.so > /dev/null 2>&1; then
-  export PYTHONPATH=/tmp/dgsrc/DeepGEMM:$PYTHONPATH DG_JIT_CACHE_DIR=$KCACHE/deep_gemm
-  command -v nvcc > /dev/null && export CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
-fi
+# DeepGEMM (`deepgemm` builds it): its build and JIT find the toolkit of the nvcc on PATH and cache their
+# kernels with Triton's; once built by an earlier stage of this call, every later stage imports it
+# (TTSFLEET_DECODE_GEMM=deepgemm, its GPU test)
+export DG_JIT_CACHE_DIR=$KCACHE/deep_gemm
+command -v nvcc > /dev/null && export CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
+DGDIR=/tmp/dgsrc
+ls "$DGDIR"/DeepGEMM/deep_gemm/_C*.so > /dev/null 2>&1 && export PYTHONPATH=$DGDIR/DeepGEMM:$PYTHONPATH
 for c in operator inference kernels fill_jobs slurm devtools; do [ -e "ttsfleet/$c" ] || ln -s "../$c" "ttsfleet/$c"; done
 ln -sfn "$PWD/ttsfleet" /tmp/site/ttsfleet  # `python3 -P -m ttsfleet.cli` (the tests' subprocesses) too
 # preflight: every module the served path imports, and one WAV through soundfile, before any GPU time
@@ -218,11 +219,10 @@ for stage in "$@"; do
     deepgemm) # DeepGEMM built here from the carried .ext/deepgemm.tgz (deepgemm_bundle.sh: its sources, the
               # CUTLASS / {fmt} commits it pins, the wheel + ninja wheels), then deepgemm_gemm.py beside ours
               # (DG_MS, DG_DEADLINE_S); DG_BUILD_TIMEOUT caps the build (one C++ file with torch's headers)
-      DGDIR=/tmp/dgsrc; rm -rf "$DGDIR"; mkdir -p "$DGDIR"
+      rm -rf "$DGDIR"; mkdir -p "$DGDIR"
       tar -xzf "${DEEPGEMM_TGZ:-.ext/deepgemm.tgz}" -C "$DGDIR" || { echo "no ${DEEPGEMM_TGZ:-.ext/deepgemm.tgz}"; exit 3; }
       python3 -m pip install -q --no-index --no-deps --target /tmp/site "$DGDIR"/wheels/wheel-*.whl \
         "$DGDIR"/wheels/ninja-*.whl 2>&1 | tail -2
-      command -v nvcc > /dev/null && export CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
       echo "CUDA_HOME=${CUDA_HOME:-unset}; $(nvcc --version 2>&1 | tail -1)" | tee -a "$OUT/run.log"
       (cd "$DGDIR/DeepGEMM" && ln -sfn "$PWD/third-party/cutlass/include/cutlass" deep_gemm/include/cutlass \
         && ln -sfn "$PWD/third-party/cutlass/include/cute" deep_gemm/include/cute \
@@ -231,7 +231,7 @@ for stage in "$@"; do
        so=$(find build -name "_C*.so" | head -1); [ -n "$so" ] && ln -sf "$PWD/$so" deep_gemm/) | tee -a "$OUT/run.log"
       tail -5 "$OUT/deepgemm_build.log"
       # NVRTC: DeepGEMM's faster JIT (a kernel per shape and block config; NVCC takes ~10x longer)
-      PYTHONPATH="$DGDIR/DeepGEMM:$PYTHONPATH" DG_JIT_CACHE_DIR=$KCACHE/deep_gemm DG_JIT_USE_NVRTC=${DG_NVRTC:-1} \
+      PYTHONPATH="$DGDIR/DeepGEMM:$PYTHONPATH" DG_JIT_USE_NVRTC=${DG_NVRTC:-1} \
         timeout "${DG_TIMEOUT:-240}" python3 -m benchmarks.inference_h200.deepgemm_gemm "$OUT" 2>&1 \
         | tee "$OUT/deepgemm_gemm.txt" | tail -25 ;;
     w8a16) # the W8A16 decode GEMM prototype beside today's FP8 kernel (w8a16_gemm.py; W8A16_MS, W8A16_DEADLINE_S)
