@@ -50,11 +50,15 @@ def test_linear_fp8_reference(gen, scheme, m, n, k, dtype):
 
 
 def test_linear_fp8_keeps_leading_dims(gen):
+    """Leading dims are a view of the rows: exactly the flattened call's output. A lone row is the
+    same math, but the CPU GEMM may sum it in another order (a 1-row GEMV against a 6-row GEMM), so
+    it is held to the same-codes tolerance, not bit equality (one bf16 ulp apart was seen in CI)."""
     qw = quantize_weight(randn(gen, 64, 128), "bsgemm_fp8")
     x = randn(gen, 2, 3, 128, dtype=torch.bfloat16)
     out = linear_fp8(x, qw)
     assert tuple(out.shape) == (2, 3, 64)
-    assert torch.equal(out[1, 2], linear_fp8(x[1, 2:3], qw)[0])
+    assert torch.equal(out.reshape(6, 64), linear_fp8(x.reshape(6, 128), qw))
+    assert rel_err(out[1, 2], linear_fp8(x[1, 2:3], qw)[0]) < TOL_SAME_CODES_BF16
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
