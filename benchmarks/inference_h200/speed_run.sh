@@ -43,7 +43,7 @@ export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
 # DeepGEMM (`deepgemm` builds it): its build and JIT find the toolkit of the nvcc on PATH and cache their
 # kernels with Triton's; once built by an earlier stage of this call, every later stage imports it
 # (TTSFLEET_DECODE_GEMM=deepgemm, its GPU test)
-export DG_JIT_CACHE_DIR=$KCACHE/deep_gemm
+export DG_JIT_CACHE_DIR=$KCACHE/deep_gemm DG_JIT_USE_NVRTC=${DG_JIT_USE_NVRTC:-1}  # NVRTC: ~10x faster JIT than NVCC
 command -v nvcc > /dev/null && export CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
 DGDIR=/tmp/dgsrc
 ls "$DGDIR"/DeepGEMM/deep_gemm/_C*.so > /dev/null 2>&1 && export PYTHONPATH=$DGDIR/DeepGEMM:$PYTHONPATH
@@ -94,6 +94,23 @@ stop_servers() {  # a live stage cut by its timeout leaves its server behind: st
   pkill -TERM -f "[t]tsfleet.cli serve" || return 0
   for _ in $(seq 1 60); do pgrep -f "[t]tsfleet.cli serve" > /dev/null || return 0; sleep 0.5; done
   pkill -KILL -f "[t]tsfleet.cli serve"; sleep 1
+}
+build_deepgemm() {  # DeepGEMM from the carried .ext/deepgemm.tgz (deepgemm_bundle.sh: its sources, the
+  # CUTLASS / {fmt} commits it pins, the wheel + ninja wheels), built once per machine: a warm machine keeps
+  # /tmp/dgsrc between calls (DG_REBUILD=1 builds again); DG_BUILD_TIMEOUT caps the build (one C++ file)
+  if [ -z "${DG_REBUILD:-}" ] && ls "$DGDIR"/DeepGEMM/deep_gemm/_C*.so > /dev/null 2>&1; then
+    echo "deepgemm already built in $DGDIR" | tee -a "$OUT/run.log"; return 0; fi
+  rm -rf "$DGDIR"; mkdir -p "$DGDIR"
+  tar -xzf "${DEEPGEMM_TGZ:-.ext/deepgemm.tgz}" -C "$DGDIR" || { echo "no ${DEEPGEMM_TGZ:-.ext/deepgemm.tgz}"; exit 3; }
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site "$DGDIR"/wheels/wheel-*.whl \
+    "$DGDIR"/wheels/ninja-*.whl 2>&1 | tail -2
+  echo "CUDA_HOME=${CUDA_HOME:-unset}; $(nvcc --version 2>&1 | tail -1)" | tee -a "$OUT/run.log"
+  (cd "$DGDIR/DeepGEMM" && ln -sfn "$PWD/third-party/cutlass/include/cutlass" deep_gemm/include/cutlass \
+    && ln -sfn "$PWD/third-party/cutlass/include/cute" deep_gemm/include/cute \
+    && MAX_JOBS=16 timeout "${DG_BUILD_TIMEOUT:-300}" python3 setup.py build > "$OUT/deepgemm_build.log" 2>&1
+   echo "deepgemm build rc $? at $(date +%T)"
+   so=$(find build -name "_C*.so" | head -1); [ -n "$so" ] && ln -sf "$PWD/$so" deep_gemm/) | tee -a "$OUT/run.log"
+  tail -5 "$OUT/deepgemm_build.log"
 }
 serve_config() {  # serve_config DIR "SERVE FLAGS": start a server, run every level, stop it; words of the
   # form TTSFLEET_*=value among the flags go to the server's environment instead (a process switch per side)
@@ -216,24 +233,11 @@ for stage in "$@"; do
              | tee "$OUT/codec_convs.txt" | tail -8 ;;
     gemmproto) timeout "${PROTO_TIMEOUT:-200}" python3 -m benchmarks.inference_h200.gemm_proto 2>&1 \
                  | tee "$OUT/gemm_proto.txt" | tail -40 ;;
-    deepgemm) # DeepGEMM built here from the carried .ext/deepgemm.tgz (deepgemm_bundle.sh: its sources, the
-              # CUTLASS / {fmt} commits it pins, the wheel + ninja wheels), then deepgemm_gemm.py beside ours
-              # (DG_MS, DG_DEADLINE_S); DG_BUILD_TIMEOUT caps the build (one C++ file with torch's headers)
-      rm -rf "$DGDIR"; mkdir -p "$DGDIR"
-      tar -xzf "${DEEPGEMM_TGZ:-.ext/deepgemm.tgz}" -C "$DGDIR" || { echo "no ${DEEPGEMM_TGZ:-.ext/deepgemm.tgz}"; exit 3; }
-      python3 -m pip install -q --no-index --no-deps --target /tmp/site "$DGDIR"/wheels/wheel-*.whl \
-        "$DGDIR"/wheels/ninja-*.whl 2>&1 | tail -2
-      echo "CUDA_HOME=${CUDA_HOME:-unset}; $(nvcc --version 2>&1 | tail -1)" | tee -a "$OUT/run.log"
-      (cd "$DGDIR/DeepGEMM" && ln -sfn "$PWD/third-party/cutlass/include/cutlass" deep_gemm/include/cutlass \
-        && ln -sfn "$PWD/third-party/cutlass/include/cute" deep_gemm/include/cute \
-        && MAX_JOBS=16 timeout "${DG_BUILD_TIMEOUT:-300}" python3 setup.py build > "$OUT/deepgemm_build.log" 2>&1
-       echo "deepgemm build rc $? at $(date +%T)"
-       so=$(find build -name "_C*.so" | head -1); [ -n "$so" ] && ln -sf "$PWD/$so" deep_gemm/) | tee -a "$OUT/run.log"
-      tail -5 "$OUT/deepgemm_build.log"
-      # NVRTC: DeepGEMM's faster JIT (a kernel per shape and block config; NVCC takes ~10x longer)
-      PYTHONPATH="$DGDIR/DeepGEMM:$PYTHONPATH" DG_JIT_USE_NVRTC=${DG_NVRTC:-1} \
-        timeout "${DG_TIMEOUT:-240}" python3 -m benchmarks.inference_h200.deepgemm_gemm "$OUT" 2>&1 \
-        | tee "$OUT/deepgemm_gemm.txt" | tail -25 ;;
+    deepgemmbuild) build_deepgemm ;;
+    deepgemm) # DeepGEMM built (build_deepgemm) then deepgemm_gemm.py beside ours (DG_MS, DG_DEADLINE_S)
+      build_deepgemm
+      PYTHONPATH="$DGDIR/DeepGEMM:$PYTHONPATH" timeout "${DG_TIMEOUT:-240}" \
+        python3 -m benchmarks.inference_h200.deepgemm_gemm "$OUT" 2>&1 | tee "$OUT/deepgemm_gemm.txt" | tail -25 ;;
     w8a16) # the W8A16 decode GEMM prototype beside today's FP8 kernel (w8a16_gemm.py; W8A16_MS, W8A16_DEADLINE_S)
       timeout "${W8A16_TIMEOUT:-200}" python3 -m benchmarks.inference_h200.w8a16_gemm "$OUT" 2>&1 \
         | tee "$OUT/w8a16_gemm.txt" | tail -30 ;;

@@ -115,6 +115,25 @@ def test_deepgemm_on_the_gpu_matches_the_same_codes_reference(gen, n, k, m, kern
     assert rel_err(out, linear_fp8_codes_ref(xq, xs, qw, torch.float32)) < 1e-2
 
 
+@pytest.mark.skipif(not CUDA or deepgemm_fp8.unavailable() != "", reason="needs a GPU with DeepGEMM built")
+def test_deepgemm_replays_from_a_cuda_graph_as_it_runs_eagerly(gen, kernels_on):
+    """The served path replays every decode GEMM from CUDA graphs captured after an eager warm-up (its
+    JIT compile then, not in the capture): the replay on new codes must give the eager output."""
+    from ttsfleet.inference.graph_capture import capture_after_warmup
+
+    decode.set_decode_gemm("deepgemm")
+    n, k, m = 2560, 4096, 16
+    qw = quantize_weight(randn(gen, n, k, scale=k ** -0.5, device="cuda"), "bsgemm_fp8")
+    xq, xs = quantize_activation_ref(randn(gen, m, k, device="cuda"), 128)
+    graph, out = capture_after_warmup(lambda: linear_fp8_codes(xq, xs, qw, torch.bfloat16))
+    fresh_q, fresh_s = quantize_activation_ref(randn(gen, m, k, device="cuda"), 128)
+    xq.copy_(fresh_q)
+    xs.copy_(fresh_s)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, linear_fp8_codes(xq, xs, qw, torch.bfloat16))
+
+
 def test_a_partial_block_keeps_our_kernel(gen, kernels_on, monkeypatch):
     calls: list[tuple] = []
     monkeypatch.setitem(sys.modules, "deep_gemm", _stand_in(calls))
