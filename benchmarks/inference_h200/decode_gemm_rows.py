@@ -93,15 +93,19 @@ def step_estimate(rows: list[dict[str, Any]], n_shapes: int) -> dict[str, dict[s
     """Per M with all ``n_shapes`` shapes timed: ms a step spends in the four GEMMs (qkv, o, gate_up,
     down) by each method timed at every one, LAYER_PASSES times one row each. An estimate of what wiring
     a kernel in would move (gate_up runs as the fused SwiGLU kernel in the step: the same weight bytes),
-    not a step measurement."""
+    not a step measurement; ``best_fp8``: each shape on its fastest FP8 method (bf16 is another
+    contract, twice the weight bytes)."""
     out: dict[str, dict[str, float]] = {}
     for m in sorted({r["M"] for r in rows if "us" in r}):
         at_m = [r for r in rows if r.get("M") == m and "us" in r]
         if len(at_m) != n_shapes:
             continue
         methods = set.intersection(*({k for k, v in r["us"].items() if v} for r in at_m))
-        out[str(m)] = {k: round(LAYER_PASSES * sum(r["us"][k] for r in at_m) / 1e3, 3)
-                       for k in sorted(methods)}
+        est = {k: round(LAYER_PASSES * sum(r["us"][k] for r in at_m) / 1e3, 3) for k in sorted(methods)}
+        fp8 = [k for k in methods if k != "bf16"]
+        if len(fp8) > 1:  # each shape on its fastest FP8 kernel: what a per-shape dispatch would give
+            est["best_fp8"] = round(LAYER_PASSES * sum(min(r["us"][k] for k in fp8) for r in at_m) / 1e3, 3)
+        out[str(m)] = est
     return out
 
 

@@ -14,7 +14,9 @@ Per shape (qkv, o, gate_up as one linear, down) x M (1, 16, 64, 128 by default):
 * timing (CUDA only): µs per GEMM from a CUDA graph of 20 launches cycling weight copies of >= 200 MB
   (``kernels.bench.safe_us``): ``ours`` (codes in, today's decode config), ``deepgemm``
   (``deep_gemm.fp8_gemm_nt`` on the same codes and float32 scales, its layout transform of the
-  activation scales included, as a decode step calling it would pay), ``bf16`` (cuBLAS, twice the bytes).
+  activation scales included, as a decode step calling it would pay), ``cublas`` (cuBLAS's block-scaled
+  FP8 GEMM of the same contract, the prefill path's: where it beats ours at a decode M, the catalog's
+  ``prefill_gemm_min_rows`` could come down for that shape), ``bf16`` (cuBLAS, twice the bytes).
 
 DeepGEMM is not a dependency: it is built on the device from ``.ext/deepgemm.tgz``
 (``deepgemm_bundle.sh``, ``speed_run.sh deepgemm``). Where it does not import, each row says why and
@@ -39,6 +41,7 @@ CUDA = torch.cuda.is_available()
 if not CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+from ttsfleet.kernels import cublas_fp8  # noqa: E402
 from ttsfleet.kernels import triton_gemm as tg  # noqa: E402
 from ttsfleet.kernels.reference import linear_fp8_ref  # noqa: E402
 from ttsfleet.kernels.testing import rel_err  # noqa: E402
@@ -101,6 +104,12 @@ def measure_row(name: str, n: int, k: int, m: int, ws: list[torch.Tensor], qws: 
             row["us"]["deepgemm"] = _time_us(deepgemm, qws)
         except Exception as exc:  # noqa: BLE001 - a shape it refuses is a result, the others still run
             row["deepgemm_error"] = f"{type(exc).__name__}: {exc}"[:300]
+    if CUDA and cublas_fp8.supports(qws[0]):
+        def cublas(q: Any) -> torch.Tensor:
+            return cublas_fp8.gemm_codes(xq, xs, q, torch.bfloat16)
+
+        row["check"]["cublas_rel_err_ref"] = rel_err(cublas(qws[0]).float(), ref)
+        row["us"]["cublas"] = _time_us(cublas, qws)
     row["us"]["bf16"] = _time_us(partial(torch.nn.functional.linear, x), ws)
     return row
 

@@ -16,4 +16,16 @@ def test_step_estimate_sums_the_shapes_of_one_m_over_the_layer_passes():
             {"op": "a", "M": 64, "skipped": "deadline"}]
     est = rows_mod.step_estimate(rows, n_shapes=2)
     assert rows_mod.LAYER_PASSES == 76  # 36 slow layers + 4 fast layers x 10 codebook positions
-    assert est == {"1": {"a16": round(76 * 3.0 / 1e3, 3), "fp8_codes": round(76 * 4.0 / 1e3, 3)}}
+    assert est == {"1": {"a16": round(76 * 3.0 / 1e3, 3), "fp8_codes": round(76 * 4.0 / 1e3, 3),
+                         "best_fp8": round(76 * (2.0 + 1.0) / 1e3, 3)}}
+
+
+def test_best_fp8_takes_each_shapes_fastest_fp8_method_never_bf16():
+    rows_mod = load_script("benchmarks/inference_h200/decode_gemm_rows.py")
+    rows = [{"M": 64, "us": {"ours": 10.0, "cublas": 8.0, "bf16": 1.0}},
+            {"M": 64, "us": {"ours": 5.0, "cublas": 9.0, "bf16": 1.0}}]
+    est = rows_mod.step_estimate(rows, n_shapes=2)["64"]
+    assert est["best_fp8"] == round(76 * (8.0 + 5.0) / 1e3, 3)
+    assert est["best_fp8"] < min(est["ours"], est["cublas"])
+    only_one = rows_mod.step_estimate([{"M": 1, "us": {"ours": 1.0, "bf16": 2.0}}], n_shapes=1)["1"]
+    assert "best_fp8" not in only_one, "one FP8 method: nothing to choose between"
