@@ -283,7 +283,7 @@ tests/inference_model/test_decode_gemm_a16.py tests/inference_model/test_gpu_s2p
   34) # issue #26 -> #25: the served path with DeepGEMM's decode GEMMs (B: TTSFLEET_DECODE_GEMM=deepgemm) beside
       # ours (A, the default), short prompts, c=64 and c=128 -- run where call 33's step with it won. DeepGEMM
       # is built first unless the machine kept call 33's build (warm: /tmp/dgsrc); B's start JIT-compiles its
-      # kernels in the graphs' eager warm-ups (NVRTC; DG_JIT_CACHE_DIR beside Triton's cache)
+      # kernels in the graphs' eager warm-ups (NVCC, ~2 s each; DG_JIT_CACHE_DIR beside Triton's cache)
      stage dgbuild 160 DG_BUILD_TIMEOUT=150 deepgemmbuild
      stage ab 420 SERVE_ARGS_A="--preset-text qwen-bpe" \
        SERVE_ARGS_B="TTSFLEET_DECODE_GEMM=deepgemm --preset-text qwen-bpe" LEVELS="64:640 128:1280" AB_ROUNDS=1 ab
