@@ -288,7 +288,13 @@ tests/inference_model/test_decode_gemm_a16.py tests/inference_model/test_gpu_s2p
      stage ab 420 SERVE_ARGS_A="--preset-text qwen-bpe" \
        SERVE_ARGS_B="TTSFLEET_DECODE_GEMM=deepgemm --preset-text qwen-bpe" LEVELS="64:640 128:1280" AB_ROUNDS=1 ab
      first_error ab ;;
-  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18|19|20|21|22|23|24|25|25s|25c|25t|26|27|28|29|30|30s|31|32|33|34 (see benchmarks/inference_h200/README.md)" >&2
+  35) # issue #25: the codec process's start-up (40-48 s of a server's 60-71 s ready on 2026-12-07c, the
+      # critical path of every served call's two starts) with cuDNN's autotuner on today's codec: limit 3
+      # (the default), off, and 1 candidate. On 2026-12-04, before the fused units, off captured in 25 s
+      # but picked a 20x slower kernel at 64 x 4; most of the codec's convs are Triton's now -- if off keeps
+      # the pushes, the autotuner goes and each served start loses ~30 s
+     stage codeccapture 300 CAP_TIMEOUT=290 CAP_BUDGET=220 CAP_CONFIGS="cl,cl:benchmark=0,cl:limit=1" codeccapture ;;
+  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18|19|20|21|22|23|24|25|25s|25c|25t|26|27|28|29|30|30s|31|32|33|34|35 (see benchmarks/inference_h200/README.md)" >&2
      exit 2 ;;
 esac
 bundle "$1"
