@@ -319,6 +319,31 @@ decode_gemm = DECODE_GEMM_SWITCH.get
 #: Choose the decode GEMM for this process (tests and benchmarks A/B it).
 set_decode_gemm = DECODE_GEMM_SWITCH.set
 
+#: The rows ``LO-HI`` of the codes GEMMs that ``TTSFLEET_DECODE_GEMM=deepgemm`` sends to DeepGEMM (default
+#: every decode size, ``1-128``); the others keep their usual kernel (ours below, cuBLAS at the
+#: catalog's prefill rows). Why: a kernel may win the large decode batches and lose the small ones
+#: (ours at M = 1 sits near 80 % of the copy bandwidth on gate_up); the decode step is timed per batch
+#: (``decode_levers.py``), and a window lets the server take each kernel where it measured faster.
+DEEPGEMM_ROWS_ENV = "TTSFLEET_DEEPGEMM_ROWS"
+
+
+def parse_deepgemm_rows(value: str) -> tuple[int, int]:
+    """``"16-128"`` -> ``(16, 128)``; a ``ValueError`` in one line unless ``1 <= LO <= HI <= 128``."""
+    lo, sep, hi = value.strip().partition("-")
+    if sep and lo.strip().isdigit() and hi.strip().isdigit() \
+            and 1 <= int(lo) <= int(hi) <= DECODE_GEMM_MAX_ROWS:
+        return int(lo), int(hi)
+    raise ValueError(f"{DEEPGEMM_ROWS_ENV}={value.strip()!r}: expected LO-HI rows, "
+                     f"1 <= LO <= HI <= {DECODE_GEMM_MAX_ROWS} (e.g. 16-{DECODE_GEMM_MAX_ROWS})")
+
+
+DEEPGEMM_ROWS_SWITCH: ProcessSwitch[tuple[int, int]] = ProcessSwitch(
+    DEEPGEMM_ROWS_ENV, f"1-{DECODE_GEMM_MAX_ROWS}", parse_deepgemm_rows)
+#: The rows DeepGEMM takes when chosen (``TTSFLEET_DEEPGEMM_ROWS``, default ``1-128``).
+deepgemm_rows = DEEPGEMM_ROWS_SWITCH.get
+#: Choose them for this process (tests and benchmarks A/B them).
+set_deepgemm_rows = DEEPGEMM_ROWS_SWITCH.set
+
 
 def frame_attention_block(*args: Any, **kwargs: Any) -> Tensor:
     """The fast model's attention half in one launch (Triton); see

@@ -75,10 +75,14 @@ def _large(t: Tensor, *weights: QuantizedWeight) -> bool:
 
 def _deepgemm(t: Tensor, *weights: QuantizedWeight) -> bool:
     """A decode-size GEMM on codes that ``TTSFLEET_DECODE_GEMM=deepgemm`` sends to DeepGEMM
-    (:mod:`.deepgemm_fp8`; at most ``decode.DECODE_GEMM_MAX_ROWS`` rows, block-scaled weights)."""
+    (:mod:`.deepgemm_fp8`; rows within ``TTSFLEET_DEEPGEMM_ROWS``, at most
+    ``decode.DECODE_GEMM_MAX_ROWS``; block-scaled weights)."""
     from . import decode
 
-    if decode.decode_gemm() != "deepgemm" or _rows(t) > decode.DECODE_GEMM_MAX_ROWS:
+    if decode.decode_gemm() != "deepgemm":
+        return False
+    lo, hi = decode.deepgemm_rows()
+    if not lo <= _rows(t) <= hi:
         return False
     from .deepgemm_fp8 import supports
 

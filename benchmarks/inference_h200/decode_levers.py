@@ -36,6 +36,7 @@ alternately, against the default step beside them:
   then down);
 * ``deepgemm``: every decode linear's FP8 codes through DeepGEMM (``TTSFLEET_DECODE_GEMM=deepgemm``,
   ``kernels/deepgemm_fp8.py``; ``deep_gemm`` must import: ``speed_run.sh deepgemm`` builds it);
+  ``deepgemm@LO-HI``: only GEMMs of LO..HI rows (``TTSFLEET_DEEPGEMM_ROWS``), the rest ours;
 * levers joined by ``+`` run together (``fp8kv+split``: the FP8 cache's slower key loop spread
   over more programs).
 
@@ -54,6 +55,7 @@ medians (ms per step) and the ratio to the default; JSON to ``$OUT/decode_levers
     LEVER_VARIANTS=default,mlp1,fastattn1,mlp1+fastattn1,mlp1+fastattn1+prefetch   # one-launch kernels
     LEVER_VARIANTS=default,a16   # the W8A16 decode GEMM prototype (issue #26)
     LEVER_VARIANTS=default,deepgemm   # DeepGEMM for the decode GEMMs (issue #26)
+    LEVER_VARIANTS=default,deepgemm,deepgemm@16-128   # ... and only from 16 rows up
 """
 
 from __future__ import annotations
@@ -121,7 +123,9 @@ def _variant(name: str) -> dict[str, Any]:
     decode.set_rope_attention("fused" if "ropefused" in parts else "separate")
     decode.set_mlp_launch("one" if "mlp1" in parts else "two")
     decode.set_fast_attn_launch("one" if "fastattn1" in parts else "separate")
-    decode.set_decode_gemm(next((p for p in parts if p in ("a16", "deepgemm")), "fp8"))
+    gemm = next((p for p in parts if p == "a16" or p.startswith("deepgemm")), "fp8")
+    decode.set_decode_gemm(gemm.partition("@")[0])
+    decode.set_deepgemm_rows(gemm.partition("@")[2] or decode.DEEPGEMM_ROWS_SWITCH.default)
     model_layers.set_head_gemm("float32" if "head32" in parts else "bf16")
     table = next((p for p in parts if p.startswith("table@")), None)
     triton_gemm.pin_table(json.loads(Path(table.partition("@")[2]).read_text()) if table else None)

@@ -48,6 +48,9 @@ MODEL_SWITCHES = {  # variable: (default, the parsed default, a bad value, its w
                                   "TTSFLEET_FAST_ATTN_LAUNCH='fused': expected one of separate, one"),
     "TTSFLEET_DECODE_GEMM": ("fp8", "fp8", "w8a8",
                              "TTSFLEET_DECODE_GEMM='w8a8': expected one of fp8, a16, deepgemm"),
+    "TTSFLEET_DEEPGEMM_ROWS": ("1-128", (1, 128), "64-16",
+                               "TTSFLEET_DEEPGEMM_ROWS='64-16': expected LO-HI rows, 1 <= LO <= HI <= 128 "
+                               "(e.g. 16-128)"),
     "TTSFLEET_HEAD_GEMM": ("bf16", "bf16", "fp8",
                            "TTSFLEET_HEAD_GEMM='fp8': expected one of float32, bf16"),
     "TTSFLEET_CODEC_UNITS": ("fused", "fused", "triton",

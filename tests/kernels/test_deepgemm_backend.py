@@ -39,6 +39,7 @@ def _fresh_module_lookup():
     yield
     deepgemm_fp8._module.cache_clear()
     decode.DECODE_GEMM_SWITCH.reset()
+    decode.DEEPGEMM_ROWS_SWITCH.reset()
 
 
 def _stand_in(calls: list[tuple]) -> types.ModuleType:
@@ -132,6 +133,22 @@ def test_deepgemm_replays_from_a_cuda_graph_as_it_runs_eagerly(gen, kernels_on):
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, linear_fp8_codes(xq, xs, qw, torch.bfloat16))
+
+
+def test_the_rows_window_keeps_the_other_sizes_on_their_usual_kernel(gen, kernels_on, monkeypatch):
+    """``TTSFLEET_DEEPGEMM_ROWS=4-8``: a 5-row GEMM goes to DeepGEMM, 2 and 9 rows stay ours — with the
+    reference's output either way."""
+    calls: list[tuple] = []
+    monkeypatch.setitem(sys.modules, "deep_gemm", _stand_in(calls))
+    decode.set_decode_gemm("deepgemm")
+    decode.set_deepgemm_rows("4-8")
+    n, k = 128, 256
+    qw = quantize_weight(randn(gen, n, k, scale=k ** -0.5), "bsgemm_fp8")
+    for rows in (2, 5, 9):
+        xq, xs = quantize_activation_ref(randn(gen, rows, k), 128)
+        out = linear_fp8_codes(xq, xs, qw, torch.float32)
+        assert rel_err(out, linear_fp8_codes_ref(xq, xs, qw, torch.float32)) < 1e-2
+    assert [c[0][0] for c in calls] == [5], "only the rows inside the window reach DeepGEMM"
 
 
 def test_a_partial_block_keeps_our_kernel(gen, kernels_on, monkeypatch):

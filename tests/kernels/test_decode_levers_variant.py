@@ -1,0 +1,47 @@
+"""``benchmarks/inference_h200/decode_levers.py``'s variant names switch the process as they say. Why: the
+decode step is timed per variant on the device, where a name that silently left a switch at its default
+would time the default twice and call it a lever (here: DeepGEMM's rows window, ``deepgemm@LO-HI``)."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+
+from tests.scripts import load_script
+
+pytest.importorskip("torch")
+
+
+@pytest.fixture
+def levers(monkeypatch):  # noqa: ANN001, ANN201
+    """The script, with a stand-in ``deep_gemm`` (the real one is built on the GPU machine only) so the
+    switch accepts ``deepgemm``; every switch it touches is reset afterwards."""
+    from ttsfleet.kernels import decode, deepgemm_fp8, dispatch
+
+    stand_in = types.ModuleType("deep_gemm")
+    stand_in.fp8_gemm_nt = lambda *a, **k: None
+    monkeypatch.setitem(sys.modules, "deep_gemm", stand_in)
+    deepgemm_fp8._module.cache_clear()
+    yield load_script("benchmarks/inference_h200/decode_levers.py")
+    deepgemm_fp8._module.cache_clear()
+    dispatch.use_catalog(None)
+    for switch in (decode.DECODE_GEMM_SWITCH, decode.DEEPGEMM_ROWS_SWITCH, decode.ATTN_SPLITS_SWITCH,
+                   decode.ATTN_TILE_SWITCH, decode.ROPE_ATTENTION_SWITCH, decode.GEMM_PREFETCH_SWITCH,
+                   decode.ATTN_PREFETCH_SWITCH, decode.TOPK_SELECT_SWITCH, decode.MLP_LAUNCH_SWITCH,
+                   decode.FAST_ATTN_LAUNCH_SWITCH):
+        switch.reset()
+
+
+def test_deepgemm_variants_set_the_backend_and_its_rows_and_the_default_sets_them_back(levers):
+    from ttsfleet.kernels import decode
+
+    levers._variant("deepgemm@16-128")
+    assert (decode.decode_gemm(), decode.deepgemm_rows()) == ("deepgemm", (16, 128))
+    levers._variant("deepgemm")
+    assert decode.deepgemm_rows() == (1, 128), "a plain deepgemm takes every decode size"
+    levers._variant("default")
+    assert decode.decode_gemm() == "fp8"
+    with pytest.raises(ValueError, match="TTSFLEET_DEEPGEMM_ROWS='0-8'"):
+        levers._variant("deepgemm@0-8")
