@@ -36,6 +36,7 @@ from .bench_engine_loop import engine_line
 from .bench_playback import Playback, first_stall_p50, underrun_tail
 
 if TYPE_CHECKING:
+    from .bench_loop_lag import LoopLag
     from .bench_steady import EdgeReads, Read, ServerView, SteadyReading
 
 
@@ -140,6 +141,9 @@ class Level:
     stall_p99_s: float = float("nan")
     #: The median over the requests that stalled of the audio seconds played before their first gap.
     first_stall_at_p50_s: float = float("nan")
+    #: This client's own event-loop lag over the level's runs (:mod:`.bench_loop_lag`: p50 / p99 / max ms,
+    #: ticks): a client reading its streams late would count its delay as the server's first audio.
+    client_loop_lag: dict[str, float] = field(default_factory=dict)
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -192,15 +196,18 @@ async def _request(client: Any, cfg: BenchConfig, i: int,
                   stalls=play.stalls, stall_s=play.stall_s, first_stall_at_s=play.first_stall_at_s)
 
 
-async def _run_level(cfg: BenchConfig, c: int, n: int,
-                     edges: EdgeReads | None = None) -> tuple[list[Sample], float]:
+async def _run_level(cfg: BenchConfig, c: int, n: int, edges: EdgeReads | None = None,
+                     lag: LoopLag | None = None) -> tuple[list[Sample], float]:
     """``c`` clients sending ``n`` requests in all, each its next once the last one ended; ``edges``
-    hears of the first wave's first audios and of the first client leaving."""
+    hears of the first wave's first audios and of the first client leaving; ``lag`` times this
+    client's own event loop meanwhile."""
     import httpx
 
     limits = httpx.Limits(max_connections=c + 4, max_keepalive_connections=c + 4)
     samples: list[Sample] = []
     counter = iter(range(n))
+    if lag is not None:
+        lag.start()
     async with httpx.AsyncClient(timeout=cfg.timeout_s, limits=limits) as client:
         async def worker(k: int) -> None:
             sent = 0
@@ -213,25 +220,32 @@ async def _run_level(cfg: BenchConfig, c: int, n: int,
         t0 = time.perf_counter()
         await asyncio.gather(*(worker(k) for k in range(c)))
         wall = time.perf_counter() - t0
+    if lag is not None:
+        await lag.stop()
     return samples, wall
 
 
-async def _run_read(cfg: BenchConfig, c: int, n: int) -> tuple[list[Sample], float, tuple[Read, Read] | None]:
+async def _run_read(cfg: BenchConfig, c: int, n: int,
+                    lag: LoopLag | None = None) -> tuple[list[Sample], float, tuple[Read, Read] | None]:
     """One run of a level with /metrics read live at its steady window's edges
     (:class:`.bench_steady.EdgeReads`): its samples, wall time and the pair of reads (or None)."""
     from .bench_steady import EdgeReads
 
     edges = EdgeReads(cfg.url, min(c, n))
-    samples, wall = await _run_level(cfg, c, n, edges)
+    samples, wall = await _run_level(cfg, c, n, edges, lag)
     return samples, wall, await edges.collect()
 
 
 def _level(cfg: BenchConfig, c: int, n: int) -> tuple[Level, SteadyReading | None]:
-    """A level's ``repeats`` runs: its report, and the server's figures over their steady windows."""
+    """A level's ``repeats`` runs: its report (with this client's event-loop lag over all of them), and
+    the server's figures over their steady windows."""
+    from .bench_loop_lag import LoopLag, lag_summary
     from .bench_steady import steady_reading
 
-    runs = [asyncio.run(_run_read(cfg, c, n)) for _ in range(max(cfg.repeats, 1))]
+    lag = LoopLag()
+    runs = [asyncio.run(_run_read(cfg, c, n, lag)) for _ in range(max(cfg.repeats, 1))]
     level = summarize_runs(c, n, [(samples, wall, None) for samples, wall, _ in runs])
+    level.client_loop_lag = lag_summary(lag.lags_s)
     return level, steady_reading([(samples, reads) for samples, _, reads in runs])
 
 
@@ -632,6 +646,8 @@ def server_lines(report: dict[str, Any]) -> list[str]:
     lines += [(r["concurrency"], -1, _steady_read_line(r)) for r in report.get("steady_reads", [])]
     lines += [(lv["concurrency"], 20, _underrun_line(lv)) for lv in report.get("levels", [])
               if not math.isnan(lv.get("stalled_share", math.nan))]
+    lines += [(lv["concurrency"], 21, _client_lag_line(lv)) for lv in report.get("levels", [])
+              if lv.get("client_loop_lag", {}).get("ticks")]
     return [text for _, _, text in sorted(lines, key=lambda x: (x[0], x[1]))]
 
 
@@ -640,6 +656,13 @@ def _underrun_line(lv: dict[str, Any]) -> str:
             f"{lv['stalled_share']:.1%} of requests, summed silence p99 {lv['stall_p99_s'] * 1000:.0f} ms")
     first = lv.get("first_stall_at_p50_s", math.nan)  # absent in reports written before 2026-12-06
     return line if math.isnan(first) else f"{line}, the first after {first * 1000:.0f} ms of audio (p50)"
+
+
+def _client_lag_line(lv: dict[str, Any]) -> str:
+    lag = lv["client_loop_lag"]
+    return (f"c={lv['concurrency']} the bench client's own event loop, late by p50 {lag['p50_ms']:.1f} / "
+            f"p99 {lag['p99_ms']:.1f} / max {lag['max_ms']:.0f} ms ({lag['ticks']} ticks): its reads of "
+            f"first audio are that much late")
 
 
 def _steady_read_line(r: dict[str, Any]) -> str:

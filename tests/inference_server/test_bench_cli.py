@@ -32,6 +32,10 @@ def test_bench_serve_writes_table_json_png(server, tmp_path):
         assert 0 < lv["ttfa_p50_s"] <= lv["ttfa_p99_s"]
         assert 0 <= lv["stalled_share"] <= 1 and lv["stall_p99_s"] >= 0  # pcm: the listener was played
     assert "c=4 listener underruns" in proc.stdout
+    for lv in report["levels"]:  # the client timed its own event loop through the level
+        lag = lv["client_loop_lag"]
+        assert lag["ticks"] > 0 and 0 <= lag["p50_ms"] <= lag["p99_ms"] <= lag["max_ms"]
+    assert "c=4 the bench client's own event loop, late by p50" in proc.stdout
     assert report["scaling"] > 0
     assert report["server"]["build"]["model"] == "tiny"
     # the server's own split of time to first audio, per level (its requests only)
