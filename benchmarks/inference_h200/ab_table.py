@@ -54,6 +54,13 @@ def engine_cell(engine: dict[str, Any]) -> str:
     return cell
 
 
+def _client_lag(lv: dict[str, Any]) -> str:
+    """How late the bench client's own loop ran (p99 ms), where the report has it (2026-12-07 on): first
+    audio read that much late is the client's, not the server's."""
+    lag = lv.get("client_loop_lag") or {}
+    return f" (client late p99 {lag['p99_ms']:.0f})" if lag.get("ticks") else ""
+
+
 def row(side: str, label: str, c: int, report: dict[str, Any], busy: float | None) -> str:
     lv = next(level for level in report["levels"] if level["concurrency"] == c)
     codec = _steady(report, "codec_steady", c)
@@ -63,7 +70,7 @@ def row(side: str, label: str, c: int, report: dict[str, Any], busy: float | Non
     if lv.get("errors"):  # a side whose requests failed (a dead server) must not read as a figure
         frames += f" (**{lv['errors']:,} of {lv['requests']:,} requests failed**)"
     cells = [str(c), f"{side[0].upper()}{': ' + label if label else ''}", frames,
-             f"{lv['ttfa_p50_s'] * 1000:.0f} / {lv['ttfa_p99_s'] * 1000:.0f}",
+             f"{lv['ttfa_p50_s'] * 1000:.0f} / {lv['ttfa_p99_s'] * 1000:.0f}" + _client_lag(lv),
              f"{lv['rtf_p50']:.3f} / {lv['rtf_p99']:.3f}", under,
              f"{codec['frames_per_push']:.1f}, {codec['busy_share']:.0%}" if codec else "-",
              f"{busy:.1f} %" if busy is not None else "-",

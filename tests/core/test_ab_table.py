@@ -47,6 +47,18 @@ def test_the_engine_cell_gives_gpu_work_and_the_gil_probe_where_exported(tmp_pat
         "| - | 17.5: 4.5 / 1.6 / 4.8 / 6.6; GPU decode 11.2, prefill 2.9; GIL 1.23 |")
 
 
+def test_the_first_audio_cell_says_how_late_the_client_read_where_measured(tmp_path):
+    folder = tmp_path / "ab"
+    shutil.copytree(CALL12 / "a1" / "served_c64", folder / "a1" / "served_c64")
+    bench = folder / "a1" / "served_c64" / "bench.json"
+    report = json.loads(bench.read_text())
+    report["levels"][0]["client_loop_lag"] = {"p50_ms": 0.4, "p99_ms": 37.6, "max_ms": 120.0, "ticks": 4000}
+    bench.write_text(json.dumps(report))
+    done = _run(str(folder))
+    assert done.returncode == 0, done.stderr
+    assert " / 234 (client late p99 38) | " in done.stdout.splitlines()[2]
+
+
 def test_a_folder_without_sides_is_refused_in_one_line(tmp_path):
     done = _run(str(tmp_path))
     assert done.returncode == 2
