@@ -19,17 +19,26 @@ from typing import Any
 StageBuckets = dict[str, dict[float, float]]  # {stage: {upper bound s: cumulative requests}}
 
 
+#: The key under which :func:`stage_buckets` gives the server's whole time to first audio
+#: (``inference_ttfa_seconds``) beside its stages: the tail the server itself sees, to hold against the
+#: client's (what lies between is the network, the HTTP path after the first chunk left the handler,
+#: and the client's own lateness, :mod:`.bench_loop_lag`).
+TOTAL = "total"
+
+
 def stage_buckets(samples: list[Any]) -> StageBuckets:
     """The cumulative bucket counts of ``inference_ttfa_stage_seconds`` in one /metrics read, per
-    stage, summed over the other labels (every model the server runs)."""
+    stage, summed over the other labels (every model the server runs), and of
+    ``inference_ttfa_seconds`` under :data:`TOTAL`."""
     from ttsfleet.metrics import spec
 
-    name = spec("inference_ttfa_stage_seconds").name + "_bucket"
+    names = {spec("inference_ttfa_stage_seconds").name + "_bucket": None,
+             spec("inference_ttfa_seconds").name + "_bucket": TOTAL}
     out: StageBuckets = {}
     for smp in samples:
-        if smp.name == name:
+        if smp.name in names:
             le = float(smp.labels["le"])
-            per = out.setdefault(smp.labels.get("stage", "?"), {})
+            per = out.setdefault(names[smp.name] or smp.labels.get("stage", "?"), {})
             per[le] = per.get(le, 0.0) + smp.value
     return out
 

@@ -50,7 +50,9 @@ def test_bench_serve_writes_table_json_png(server, tmp_path):
     p99 = report["ttfa_stages_p99_ms"]
     assert [st["concurrency"] for st in p99] == [1, 4]
     for tail in p99:
-        assert set(tail) - {"concurrency"} == set(TTFA_STAGES) and tail["prefill"] > 0
+        assert set(tail) - {"concurrency"} == {*TTFA_STAGES, "total"} and tail["prefill"] > 0
+        # the server's whole time to first audio beside them: no stage's tail is longer than it
+        assert tail["total"] >= max(tail[stage] for stage in TTFA_STAGES)
     assert "c=4 server time to first audio by stage, p99 ms" in proc.stdout
     # the codec's work per level: every push decodes a frame or more, and it is busy part of the time
     codec = report["codec"]

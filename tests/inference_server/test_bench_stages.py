@@ -48,3 +48,20 @@ def test_stage_p99_of_a_level_is_the_difference_of_two_reads():
     assert 400 < p99["queue"] <= 500  # the 0.4-0.5 s bucket, not the 2.5 s of before the level
     assert 25 < p99["prefill"] <= 50
     assert stage_quantiles_ms(Counts.between(after, after, 1.0).buckets, 0.99) == {}  # nothing in between
+
+
+def test_the_servers_whole_first_audio_is_read_beside_its_stages():
+    """``inference_ttfa_seconds`` (the server's arrival to first chunk sent) under ``total``: the tail
+    the server sees, to hold against the client's."""
+    reg = CollectorRegistry()
+    stages = Histogram(spec("inference_ttfa_stage_seconds").name, "stages", ["model", "stage"],
+                       buckets=LATENCY_BUCKETS, registry=reg)
+    total = Histogram(spec("inference_ttfa_seconds").name, "total", ["model"], buckets=LATENCY_BUCKETS,
+                      registry=reg)
+    before = _samples(reg)
+    for i in range(100):
+        stages.labels("tiny", "decode").observe(0.04)
+        total.labels("tiny").observe(0.09 if i < 98 else 0.7)
+    p99 = stage_quantiles_ms(Counts.between(before, _samples(reg), 1.0).buckets, 0.99)
+    assert set(p99) == {"decode", "total"}
+    assert 500 < p99["total"] <= 750 and p99["decode"] <= 50
