@@ -36,8 +36,8 @@ from .bench_engine_loop import engine_line
 from .bench_playback import Playback, first_stall_p50, underrun_tail
 
 if TYPE_CHECKING:
-    from .bench_loop_lag import LoopLag
     from .bench_steady import EdgeReads, Read, ServerView, SteadyReading
+    from .loop_lag import LoopLag
 
 
 @dataclass
@@ -141,7 +141,7 @@ class Level:
     stall_p99_s: float = float("nan")
     #: The median over the requests that stalled of the audio seconds played before their first gap.
     first_stall_at_p50_s: float = float("nan")
-    #: This client's own event-loop lag over the level's runs (:mod:`.bench_loop_lag`: p50 / p99 / max ms,
+    #: This client's own event-loop lag over the level's runs (:mod:`.loop_lag`: p50 / p99 / max ms,
     #: ticks): a client reading its streams late would count its delay as the server's first audio.
     client_loop_lag: dict[str, float] = field(default_factory=dict)
 
@@ -239,8 +239,8 @@ async def _run_read(cfg: BenchConfig, c: int, n: int,
 def _level(cfg: BenchConfig, c: int, n: int) -> tuple[Level, SteadyReading | None]:
     """A level's ``repeats`` runs: its report (with this client's event-loop lag over all of them), and
     the server's figures over their steady windows."""
-    from .bench_loop_lag import LoopLag, lag_summary
     from .bench_steady import steady_reading
+    from .loop_lag import LoopLag, lag_summary
 
     lag = LoopLag()
     runs = [asyncio.run(_run_read(cfg, c, n, lag)) for _ in range(max(cfg.repeats, 1))]

@@ -31,14 +31,26 @@ GPU_KEY = "gpu:"
 GIL_SUM, GIL_COUNT = "gil:sum", "gil:count"
 #: :func:`engine_totals`' key for the prompt tokens prefilled (``inference_prefill_tokens``).
 PREFILL_TOKENS = "prefill_tokens"
+#: Prefix of :func:`engine_totals`' keys for the server's event-loop lag
+#: (``inference_event_loop_lag_seconds``: ``loop:sum``, ``loop:count``, a ``loop:le:BOUND`` per bucket).
+LOOP_KEY = "loop:"
 #: Keys of :func:`engine_totals` that are not phases of the loop's time (nor GPU work: :data:`GPU_KEY`).
 _NOT_PHASES = ("steps", "rows", GIL_SUM, GIL_COUNT, PREFILL_TOKENS)
 
 
 def _is_phase(key: str) -> bool:
     """Whether an :func:`engine_totals` key is a phase of the loop's time (an ``inference_engine_seconds``
-    label), not a count, the GIL probe or GPU work."""
-    return key not in _NOT_PHASES and not key.startswith(GPU_KEY)
+    label), not a count, the GIL probe, GPU work or the event loop's lag."""
+    return key not in _NOT_PHASES and not key.startswith((GPU_KEY, LOOP_KEY))
+
+
+def _loop_key(smp: Any, lag: str) -> str | None:
+    """The :data:`LOOP_KEY` key of one sample of the event-loop lag histogram named ``lag`` (or None)."""
+    if smp.name == lag + "_bucket":
+        return f"{LOOP_KEY}le:{float(smp.labels['le'])}"
+    if smp.name in (lag + "_sum", lag + "_count"):
+        return LOOP_KEY + smp.name.rsplit("_", 1)[1]
+    return None
 
 
 def engine_totals(samples: list[Any]) -> dict[str, float]:
@@ -52,9 +64,12 @@ def engine_totals(samples: list[Any]) -> dict[str, float]:
     gil = spec("inference_engine_gil_wait_seconds").name
     batch = spec("inference_batch_size").name
     tokens = spec("inference_prefill_tokens").exposed_names[0]
+    lag = spec("inference_event_loop_lag_seconds").name
     out: dict[str, float] = {}
     for smp in samples:
-        if smp.name == phases:
+        if (loop_key := _loop_key(smp, lag)) is not None:
+            key = loop_key
+        elif smp.name == phases:
             key = smp.labels.get("phase", "?")
         elif smp.name == gpu:
             key = GPU_KEY + smp.labels.get("work", "?")
@@ -87,7 +102,7 @@ def engine_use(grown: dict[str, float], wall_s: float) -> dict[str, Any]:
             "busy_share": round(busy / wall_s, 4), "step_ms": round(1000 * busy / steps, 3),
             "per_step_ms": {p: round(1000 * phases[p] / steps, 3) for p in ordered},
             **({"gpu_ms": {w: round(1000 * gpu[w] / steps, 3) for w in sorted(gpu)}} if gpu else {}),
-            **_prefill_use(grown, steps), **_gil_use(grown)}
+            **_prefill_use(grown, steps), **_gil_use(grown), **_loop_use(grown)}
 
 
 def _prefill_use(grown: dict[str, float], steps: float) -> dict[str, Any]:
@@ -110,6 +125,22 @@ def _gil_use(grown: dict[str, float]) -> dict[str, Any]:
     return {"gil_wait_ms": round(1000 * grown.get(GIL_SUM, 0.0) / probes, 3), "gil_probes": int(probes)}
 
 
+def _loop_use(grown: dict[str, float]) -> dict[str, Any]:
+    """The server's event loop over the span: how late its 10 ms timer woke, mean and p99 in ms (the
+    p99 read from the histogram's buckets as Prometheus's ``histogram_quantile`` does)."""
+    from ttsfleet.metrics import histogram_quantile
+
+    ticks = grown.get(LOOP_KEY + "count", 0.0)
+    if ticks <= 0:
+        return {}
+    prefix = LOOP_KEY + "le:"
+    buckets = sorted((float(k.removeprefix(prefix)), v) for k, v in grown.items() if k.startswith(prefix))
+    p99 = histogram_quantile(0.99, buckets)
+    return {"loop_lag_mean_ms": round(1000 * grown.get(LOOP_KEY + "sum", 0.0) / ticks, 3),
+            "loop_lag_p99_ms": round(1000 * p99, 2) if p99 is not None else None,
+            "loop_lag_ticks": int(ticks)}
+
+
 def engine_line(use: dict[str, Any], span: str) -> str:
     """One level's :func:`engine_use` (with its ``concurrency``) as a line under the table."""
     parts = ", ".join(f"{phase} {ms:.1f}" for phase, ms in use["per_step_ms"].items())
@@ -119,7 +150,15 @@ def engine_line(use: dict[str, Any], span: str) -> str:
             f"{use['busy_share']:.0%})" + (f"; its GPU work in situ, ms a step: {gpu}" if gpu else "")
             + _prefill_words(use)
             + (f"; the GIL back after letting go, mean {use['gil_wait_ms']:.2f} ms "
-               f"({use['gil_probes']} probes)" if "gil_wait_ms" in use else ""))
+               f"({use['gil_probes']} probes)" if "gil_wait_ms" in use else "") + _loop_words(use))
+
+
+def _loop_words(use: dict[str, Any]) -> str:
+    if "loop_lag_ticks" not in use:
+        return ""
+    p99 = use.get("loop_lag_p99_ms")
+    return (f"; the server's event loop late by mean {use['loop_lag_mean_ms']:.2f} ms"
+            + (f", p99 {p99:.1f} ms" if p99 is not None else "") + f" ({use['loop_lag_ticks']} ticks)")
 
 
 def _prefill_words(use: dict[str, Any]) -> str:

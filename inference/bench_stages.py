@@ -22,7 +22,7 @@ StageBuckets = dict[str, dict[float, float]]  # {stage: {upper bound s: cumulati
 #: The key under which :func:`stage_buckets` gives the server's whole time to first audio
 #: (``inference_ttfa_seconds``) beside its stages: the tail the server itself sees, to hold against the
 #: client's (what lies between is the network, the HTTP path after the first chunk left the handler,
-#: and the client's own lateness, :mod:`.bench_loop_lag`).
+#: and the client's own lateness, :mod:`.loop_lag`).
 TOTAL = "total"
 
 

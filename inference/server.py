@@ -42,14 +42,20 @@ def create_app(state: ServerState, load_in_background: bool = True) -> Any:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        from ttsfleet.inference.loop_lag import LoopLag
+
         # A daemon thread, so a SIGTERM during a long load exits at once instead of waiting for it.
         loader = threading.Thread(target=state.load, name="ttsfleet-load", daemon=True)
         loader.start()
         if not load_in_background:
             await asyncio.to_thread(loader.join)
+        # this loop's lateness, every request's first audio passes through it (inference/loop_lag.py)
+        lag = LoopLag(tick_s=0.01, on_lag=state.m("inference_event_loop_lag_seconds").observe)
+        lag.start()
         try:
             yield
         finally:
+            await lag.stop()
             if state.engine is not None and state.loaded.is_set():
                 await asyncio.to_thread(state.engine.stop)
 

@@ -33,6 +33,9 @@ RTF_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 5.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128)
 #: Seconds to re-take the GIL: microseconds free, the switch interval (5 ms) or more contended.
 GIL_WAIT_BUCKETS = (1e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2e-3, 3e-3, 4e-3, 5e-3, 6e-3, 1e-2, 2e-2)
+#: How late the server's event loop wakes (s): a free loop's ~0.1 ms up to the hundreds of ms that
+#: would make a first-audio tail.
+LOOP_LAG_BUCKETS = (5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0)
 
 
 @dataclass(frozen=True)
@@ -154,6 +157,12 @@ CONTRACT_LIST: tuple[MetricSpec, ...] = (
        "wants it, up to the switch interval (5 ms) when one holds it. Every torch call and GPU wait "
        "lets go once, so a mean well above microseconds says the server's other threads (HTTP, the "
        "codec's hand-offs) slow the decode loop.", [L_MODEL], GIL_WAIT_BUCKETS),
+    _m("inference", "inference_event_loop_lag_seconds", "histogram",
+       "How late the server's event loop woke for a timer it set every 10 ms (the loop that parses "
+       "HTTP, hands the codec's audio to each stream and writes it): every request's first audio "
+       "leaves through it, so its tail is part of theirs; a lag of tens of ms says the loop waited "
+       "for the interpreter (the engine thread's launches, the codec's hand-offs) or for its own work.",
+       [L_MODEL], LOOP_LAG_BUCKETS),
     _m("inference", "inference_request_duration_seconds", "histogram",
        "Request arrival to the last audio byte sent.", [L_MODEL], DURATION_BUCKETS),
     _m("inference", "inference_realtime_factor", "histogram",

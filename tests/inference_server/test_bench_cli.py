@@ -36,6 +36,9 @@ def test_bench_serve_writes_table_json_png(server, tmp_path):
         lag = lv["client_loop_lag"]
         assert lag["ticks"] > 0 and 0 <= lag["p50_ms"] <= lag["p99_ms"] <= lag["max_ms"]
     assert "c=4 the bench client's own event loop, late by p50" in proc.stdout
+    for use in report["engine"]:  # and the server timed its own loop through the level
+        assert use["loop_lag_ticks"] > 0 and use["loop_lag_mean_ms"] >= 0
+    assert "the server's event loop late by mean" in proc.stdout
     assert report["scaling"] > 0
     assert report["server"]["build"]["model"] == "tiny"
     # the server's own split of time to first audio, per level (its requests only)

@@ -1,17 +1,20 @@
-"""How late the bench client's own event loop ran while a level was measured.
+"""How late an asyncio event loop wakes: the bench client's own, and the server's.
 
-Why: ``ttsfleet bench serve`` times first audio and the listener's underruns on the client — one asyncio
-process reading every stream through httpx's Python HTTP parser. At c=128 (~6,700 frames/s, thousands
-of chunks a second) a saturated client would read each chunk late and count its own delay as the
-server's: the first-audio p99 of 2026-12-07c's c=128 levels (313-695 ms) is well above the sum of the
-server's own stage p99s (~250 ms). A ticker that asks to wake every few milliseconds measures the
-client's lag directly: if its p99 is a few ms, the tail is the server's; if it is hundreds, the client's.
+Why: first audio leaves the server through its event loop (HTTP, the codec's audio handed to each
+stream) and is timed on the client by another (``ttsfleet bench serve``: one asyncio process reading
+every stream through httpx). At c=128 on 2026-12-07c the client's first-audio p99 (313-695 ms) sat well
+above the sum of the server's own stage p99s (~250 ms); a loop kept late — the server's by the engine
+thread holding the interpreter, the client's by parsing thousands of chunks a second — adds its lateness
+to every first audio that passes through it. A ticker that asks to wake every few milliseconds measures
+that lateness directly: the client keeps its lags (:func:`lag_summary`), the server observes them into
+``inference_event_loop_lag_seconds``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,11 +26,13 @@ TICK_S = 0.005
 
 @dataclass
 class LoopLag:
-    """Started inside the loop a level runs on (:meth:`start`), stopped after it (:meth:`stop`): the
-    lags of its wake-ups past their due time."""
+    """Started inside the loop it watches (:meth:`start`), stopped after (:meth:`stop`): the lags of its
+    wake-ups past their due time, kept in ``lags_s`` or, where ``on_lag`` is given, handed to it (the
+    server's histogram: a server runs for days)."""
 
     tick_s: float = TICK_S
     lags_s: list[float] = field(default_factory=list)
+    on_lag: Callable[[float], None] | None = None
     _task: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -45,7 +50,11 @@ class LoopLag:
         while True:
             due = loop.time() + self.tick_s
             await asyncio.sleep(self.tick_s)
-            self.lags_s.append(max(0.0, loop.time() - due))
+            lag = max(0.0, loop.time() - due)
+            if self.on_lag is None:
+                self.lags_s.append(lag)
+            else:
+                self.on_lag(lag)
 
 
 def lag_summary(lags_s: list[float]) -> dict[str, float]:
