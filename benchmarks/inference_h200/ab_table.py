@@ -51,6 +51,8 @@ def engine_cell(engine: dict[str, Any]) -> str:
                  f"{engine['prefill_gpu_ms_per_1k_tokens']:.1f} ms/1k")
     if "gil_wait_ms" in engine:
         cell += f"; GIL {engine['gil_wait_ms']:.2f}"
+    if engine.get("loop_lag_p99_ms") is not None:  # the server's event loop (2026-12-07 on)
+        cell += f"; loop late p99 {engine['loop_lag_p99_ms']:.1f}"
     return cell
 
 
