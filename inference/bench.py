@@ -144,6 +144,10 @@ class Level:
     #: This client's own event-loop lag over the level's runs (:mod:`.loop_lag`: p50 / p99 / max ms,
     #: ticks): a client reading its streams late would count its delay as the server's first audio.
     client_loop_lag: dict[str, float] = field(default_factory=dict)
+    #: This client's own garbage collections over the level's runs (:mod:`.gc_pauses`: per generation
+    #: ``gen0`` / ``gen1`` / ``gen2`` the count, summed, p50, p99 and longest pause in ms; ``frozen``: the
+    #: objects its heap froze before the level): each stops the client's loop, its reads with it.
+    client_gc: dict[str, Any] = field(default_factory=dict)
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -237,15 +241,27 @@ async def _run_read(cfg: BenchConfig, c: int, n: int,
 
 
 def _level(cfg: BenchConfig, c: int, n: int) -> tuple[Level, SteadyReading | None]:
-    """A level's ``repeats`` runs: its report (with this client's event-loop lag over all of them), and
-    the server's figures over their steady windows."""
+    """A level's ``repeats`` runs: its report (with this client's event-loop lag and garbage collections
+    over all of them), and the server's figures over their steady windows. The client's heap (torch,
+    httpx, the earlier levels' samples) is frozen while the level runs, so its own full collections do
+    not walk it, and thawed after (a caller that goes on, a test session, keeps no frozen garbage)."""
+    import gc
+
     from .bench_steady import steady_reading
+    from .gc_pauses import GcPauses, freeze_heap, pause_summary
     from .loop_lag import LoopLag, lag_summary
 
-    lag = LoopLag()
-    runs = [asyncio.run(_run_read(cfg, c, n, lag)) for _ in range(max(cfg.repeats, 1))]
+    lag, collections = LoopLag(), GcPauses()
+    frozen, _ = freeze_heap()
+    collections.start()
+    try:
+        runs = [asyncio.run(_run_read(cfg, c, n, lag)) for _ in range(max(cfg.repeats, 1))]
+    finally:
+        collections.stop()
+        gc.unfreeze()
     level = summarize_runs(c, n, [(samples, wall, None) for samples, wall, _ in runs])
     level.client_loop_lag = lag_summary(lag.lags_s)
+    level.client_gc = {**pause_summary(collections.pauses), "frozen": frozen}
     return level, steady_reading([(samples, reads) for samples, _, reads in runs])
 
 
@@ -662,7 +678,20 @@ def _client_lag_line(lv: dict[str, Any]) -> str:
     lag = lv["client_loop_lag"]
     return (f"c={lv['concurrency']} the bench client's own event loop, late by p50 {lag['p50_ms']:.1f} / "
             f"p99 {lag['p99_ms']:.1f} / max {lag['max_ms']:.0f} ms ({lag['ticks']} ticks): its reads of "
-            f"first audio are that much late")
+            f"first audio are that much late" + _client_gc_words(lv.get("client_gc") or {}))
+
+
+def _client_gc_words(pauses: dict[str, Any]) -> str:
+    """The client's own garbage collections (absent from reports written before 2026-12-07): the full
+    ones apart, whose pause every stream's read waits out."""
+    if "gen2" not in pauses:
+        return ""
+    full, young = pauses["gen2"], [pauses[g] for g in ("gen0", "gen1")]
+    young_ms = sum(y["total_ms"] for y in young)
+    return (f"; its garbage collections paused it {full['count']}x full"
+            + (f" (max {full['max_ms']:.0f} ms, {full['total_ms']:.0f} ms in all)" if full["count"] else "")
+            + f", {sum(y['count'] for y in young)}x young ({young_ms:.0f} ms in all), "
+            f"{pauses.get('frozen', 0):,} objects frozen")
 
 
 def _steady_read_line(r: dict[str, Any]) -> str:

@@ -10,6 +10,7 @@ holds the loop back.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from .engine_phases import ENGINE_PHASES
@@ -34,23 +35,42 @@ PREFILL_TOKENS = "prefill_tokens"
 #: Prefix of :func:`engine_totals`' keys for the server's event-loop lag
 #: (``inference_event_loop_lag_seconds``: ``loop:sum``, ``loop:count``, a ``loop:le:BOUND`` per bucket).
 LOOP_KEY = "loop:"
+#: Prefix of :func:`engine_totals`' keys for the server's full (generation-2) garbage collections
+#: (``inference_gc_pause_seconds{generation="2"}``: ``gc2:sum``, ``gc2:count``, ``gc2:le:BOUND``).
+GC2_KEY = "gc2:"
 #: Keys of :func:`engine_totals` that are not phases of the loop's time (nor GPU work: :data:`GPU_KEY`).
 _NOT_PHASES = ("steps", "rows", GIL_SUM, GIL_COUNT, PREFILL_TOKENS)
 
 
 def _is_phase(key: str) -> bool:
     """Whether an :func:`engine_totals` key is a phase of the loop's time (an ``inference_engine_seconds``
-    label), not a count, the GIL probe, GPU work or the event loop's lag."""
-    return key not in _NOT_PHASES and not key.startswith((GPU_KEY, LOOP_KEY))
+    label), not a count, the GIL probe, GPU work, the event loop's lag or the collector's pauses."""
+    return key not in _NOT_PHASES and not key.startswith((GPU_KEY, LOOP_KEY, GC2_KEY))
 
 
-def _loop_key(smp: Any, lag: str) -> str | None:
-    """The :data:`LOOP_KEY` key of one sample of the event-loop lag histogram named ``lag`` (or None)."""
-    if smp.name == lag + "_bucket":
-        return f"{LOOP_KEY}le:{float(smp.labels['le'])}"
-    if smp.name in (lag + "_sum", lag + "_count"):
-        return LOOP_KEY + smp.name.rsplit("_", 1)[1]
+def _hist_key(smp: Any, name: str, prefix: str) -> str | None:
+    """``prefix`` + ``le:BOUND`` / ``sum`` / ``count`` for one sample of the histogram ``name`` (or None)."""
+    if smp.name == name + "_bucket":
+        return f"{prefix}le:{float(smp.labels['le'])}"
+    if smp.name in (name + "_sum", name + "_count"):
+        return prefix + smp.name.rsplit("_", 1)[1]
     return None
+
+
+def _histogram_key(smp: Any, lag: str, gc_pause: str) -> str | None:
+    """The key of a sample of the event-loop lag histogram (:data:`LOOP_KEY`) or of the full garbage
+    collections' pauses (:data:`GC2_KEY`; the younger generations' are left out), else None."""
+    from ttsfleet.metrics import L_GENERATION
+
+    if smp.labels.get(L_GENERATION) == "2":
+        return _hist_key(smp, gc_pause, GC2_KEY)
+    return _hist_key(smp, lag, LOOP_KEY)
+
+
+def _buckets(grown: dict[str, float], prefix: str) -> list[tuple[float, float]]:
+    """The cumulative ``(le, count)`` buckets kept under ``prefix`` + ``le:``, sorted by ``le``."""
+    head = prefix + "le:"
+    return sorted((float(k.removeprefix(head)), v) for k, v in grown.items() if k.startswith(head))
 
 
 def engine_totals(samples: list[Any]) -> dict[str, float]:
@@ -65,10 +85,11 @@ def engine_totals(samples: list[Any]) -> dict[str, float]:
     batch = spec("inference_batch_size").name
     tokens = spec("inference_prefill_tokens").exposed_names[0]
     lag = spec("inference_event_loop_lag_seconds").name
+    gc_pause = spec("inference_gc_pause_seconds").name
     out: dict[str, float] = {}
     for smp in samples:
-        if (loop_key := _loop_key(smp, lag)) is not None:
-            key = loop_key
+        if (hist_key := _histogram_key(smp, lag, gc_pause)) is not None:
+            key = hist_key
         elif smp.name == phases:
             key = smp.labels.get("phase", "?")
         elif smp.name == gpu:
@@ -89,8 +110,9 @@ def engine_use(grown: dict[str, float], wall_s: float) -> dict[str, Any]:
     """A span's engine figures from how much :func:`engine_totals` grew over ``wall_s`` seconds:
     steps a second, mean batch, the busy share of the span, each phase's ms per step and, from a
     server on a GPU, its GPU work's ms per step in situ (``gpu_ms``: decode, prefill), and the GIL
-    probe's mean wait in ms (``gil_wait_ms``, with its probe count) ({} when the server has no phase
-    counter or made no step)."""
+    probe's mean wait in ms (``gil_wait_ms``, with its probe count), the event loop's lateness
+    (:func:`_loop_use`) and the full garbage collections (:func:`_gc_use`) ({} when the server has no
+    phase counter or made no step)."""
     steps = grown.get("steps", 0.0)
     phases = {k: v for k, v in grown.items() if _is_phase(k)}
     gpu = {k.removeprefix(GPU_KEY): v for k, v in grown.items() if k.startswith(GPU_KEY)}
@@ -102,7 +124,8 @@ def engine_use(grown: dict[str, float], wall_s: float) -> dict[str, Any]:
             "busy_share": round(busy / wall_s, 4), "step_ms": round(1000 * busy / steps, 3),
             "per_step_ms": {p: round(1000 * phases[p] / steps, 3) for p in ordered},
             **({"gpu_ms": {w: round(1000 * gpu[w] / steps, 3) for w in sorted(gpu)}} if gpu else {}),
-            **_prefill_use(grown, steps), **_gil_use(grown), **_loop_use(grown)}
+            **_prefill_use(grown, steps), **_gil_use(grown), **_loop_use(grown),
+            **_gc_use(grown)}
 
 
 def _prefill_use(grown: dict[str, float], steps: float) -> dict[str, Any]:
@@ -133,12 +156,37 @@ def _loop_use(grown: dict[str, float]) -> dict[str, Any]:
     ticks = grown.get(LOOP_KEY + "count", 0.0)
     if ticks <= 0:
         return {}
-    prefix = LOOP_KEY + "le:"
-    buckets = sorted((float(k.removeprefix(prefix)), v) for k, v in grown.items() if k.startswith(prefix))
-    p99 = histogram_quantile(0.99, buckets)
+    p99 = histogram_quantile(0.99, _buckets(grown, LOOP_KEY))
     return {"loop_lag_mean_ms": round(1000 * grown.get(LOOP_KEY + "sum", 0.0) / ticks, 3),
             "loop_lag_p99_ms": round(1000 * p99, 2) if p99 is not None else None,
             "loop_lag_ticks": int(ticks)}
+
+
+def _gc_use(grown: dict[str, float]) -> dict[str, Any]:
+    """The server's full garbage collections over the span (each stops every thread of the server,
+    :mod:`.gc_pauses`): how many, their summed pause, the p99 (as ``histogram_quantile`` reads the
+    buckets) and the upper bound of the bucket that holds the longest (``gc2_max_le_ms``; past the last
+    finite bound: ``gc2_max_above_ms``), in ms ({} from a server that does not export them; no p99 nor
+    bound where none ran)."""
+    from ttsfleet.metrics import histogram_quantile
+
+    if GC2_KEY + "count" not in grown:
+        return {}
+    count = grown[GC2_KEY + "count"]
+    out: dict[str, Any] = {"gc2_count": int(count),
+                           "gc2_total_ms": round(1000 * grown.get(GC2_KEY + "sum", 0.0), 2)}
+    buckets = _buckets(grown, GC2_KEY)
+    if count <= 0 or not buckets:
+        return out
+    p99 = histogram_quantile(0.99, buckets)
+    out["gc2_p99_ms"] = round(1000 * p99, 2) if p99 is not None else None
+    bound = next((le for le, n in buckets if n >= count), math.inf)
+    finite = [le for le, _ in buckets if not math.isinf(le)]
+    if math.isinf(bound):
+        out["gc2_max_above_ms"] = round(1000 * finite[-1], 2) if finite else 0.0
+    else:
+        out["gc2_max_le_ms"] = round(1000 * bound, 2)
+    return out
 
 
 def engine_line(use: dict[str, Any], span: str) -> str:
@@ -150,7 +198,8 @@ def engine_line(use: dict[str, Any], span: str) -> str:
             f"{use['busy_share']:.0%})" + (f"; its GPU work in situ, ms a step: {gpu}" if gpu else "")
             + _prefill_words(use)
             + (f"; the GIL back after letting go, mean {use['gil_wait_ms']:.2f} ms "
-               f"({use['gil_probes']} probes)" if "gil_wait_ms" in use else "") + _loop_words(use))
+               f"({use['gil_probes']} probes)" if "gil_wait_ms" in use else "") + _loop_words(use)
+            + _gc_words(use))
 
 
 def _loop_words(use: dict[str, Any]) -> str:
@@ -159,6 +208,19 @@ def _loop_words(use: dict[str, Any]) -> str:
     p99 = use.get("loop_lag_p99_ms")
     return (f"; the server's event loop late by mean {use['loop_lag_mean_ms']:.2f} ms"
             + (f", p99 {p99:.1f} ms" if p99 is not None else "") + f" ({use['loop_lag_ticks']} ticks)")
+
+
+def _gc_words(use: dict[str, Any]) -> str:
+    if "gc2_count" not in use:
+        return ""
+    if "gc2_max_le_ms" in use:
+        longest = f", the longest <= {use['gc2_max_le_ms']:g} ms"
+    elif "gc2_max_above_ms" in use:
+        longest = f", the longest > {use['gc2_max_above_ms']:g} ms"
+    else:
+        longest = ""
+    return (f"; its full garbage collections {use['gc2_count']}x, {use['gc2_total_ms']:.0f} ms in all"
+            + longest)
 
 
 def _prefill_words(use: dict[str, Any]) -> str:

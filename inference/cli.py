@@ -95,6 +95,10 @@ def serve(
                                         "set per row bucket (env TTSFLEET_PREFILL_GRAPHS, default on)."),
     gil_switch_ms: float = typer.Option(None, help="The interpreter's thread switch interval in ms; 0 = "
                                         "Python's own 5 ms (env TTSFLEET_GIL_SWITCH_MS)."),
+    gc_freeze: bool = typer.Option(None, "--gc-freeze/--no-gc-freeze", help="After the warm-up, one full "
+                                   "garbage collection and gc.freeze(): later collections skip start-up's "
+                                   "objects (torch, the model), whose full passes stop every thread of the "
+                                   "server for tens of ms (env TTSFLEET_GC_FREEZE, default on)."),
     prefix_reuse: bool = typer.Option(None, "--prefix-reuse/--no-prefix-reuse", help="Prefill a cloned "
                                       "voice's prompt head once and reuse it: at a live session's open "
                                       "(real-time mode) and across a long text's segments (env "
@@ -127,8 +131,8 @@ def serve(
         prefill_chunk_tokens=prefill_chunk_tokens, prefill_coalesce_ms=prefill_coalesce_ms, catalog=catalog,
         codec_gather_ms=codec_gather_ms, codec_layout=codec_layout, preset_text=preset_text,
         codec_fast=codec_fast, codec_compile=codec_compile, prefill_graphs=prefill_graphs,
-        gil_switch_ms=gil_switch_ms, prefix_reuse=prefix_reuse, prefix_job_wait_ms=prefix_job_wait_ms,
-        codec_process=codec_process, mps=mps)
+        gil_switch_ms=gil_switch_ms, gc_freeze=gc_freeze, prefix_reuse=prefix_reuse,
+        prefix_job_wait_ms=prefix_job_wait_ms, codec_process=codec_process, mps=mps)
     code = run(cfg, log_level=log_level)
     if code:
         raise typer.Exit(code)

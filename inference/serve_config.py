@@ -101,6 +101,11 @@ class ServeConfig:
     #: (5 ms). The engine, codec and event-loop threads share one GIL: a thread that gives it up
     #: for a kernel launch may wait a whole interval to get it back.
     gil_switch_ms: float = 0.0
+    #: Once the warm-up generation is done, one full garbage collection and ``gc.freeze()``: the
+    #: ~219k objects start-up leaves (torch, the server's modules, the model) are skipped by every later
+    #: collection, whose full passes otherwise stop every thread for ~80 ms each on a CPU box
+    #: (``inference/gc_pauses.py``); their pauses are on ``inference_gc_pause_seconds`` either way.
+    gc_freeze: bool = True
     #: Prefill a cloned voice's prompt head once and reuse its K/V: at a live session's open (the
     #: write-up's real-time mode) and across the segments of a long text (inference/prefix.py).
     prefix_reuse: bool = True
@@ -242,7 +247,7 @@ def _coerce(key: str, value: Any, default: Any) -> Any:
             items = value.split(",") if isinstance(value, str) else value
             return tuple(k.strip() for k in items if k.strip())
         if isinstance(default, bool) or key in _BOOL_OR_CATALOG:
-            return str(value).lower() in ("1", "true", "yes")
+            return _bool(key, value)
         if isinstance(default, int):
             return int(value)
         if isinstance(default, float) or key in _FLOAT_OR_CATALOG:
@@ -250,6 +255,20 @@ def _coerce(key: str, value: Any, default: Any) -> Any:
         return value
     except ValueError:
         raise UserError(f"{ENV.get(key, key)}: {value!r} is not a valid {type(default).__name__}") from None
+
+
+#: The words a yes/no switch accepts from the environment (a CLI flag passes a bool, read as its name).
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def _bool(key: str, value: Any) -> bool:
+    """A yes/no switch, or a UserError naming its variable: a typo (``TTSFLEET_GC_FREEZE=maybe``) stops
+    the start with one line instead of silently meaning off."""
+    word = str(value).strip().lower()
+    if word not in (*_TRUE, *_FALSE):
+        raise UserError(f"{ENV.get(key, key)}: {value!r} is not one of {', '.join(_TRUE)} (on) or "
+                        f"{', '.join(_FALSE)} (off)")
+    return word in _TRUE
 
 
 def _at_least(low: int, **values: float) -> None:

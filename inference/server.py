@@ -21,6 +21,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -42,8 +43,12 @@ def create_app(state: ServerState, load_in_background: bool = True) -> Any:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        from ttsfleet.inference.gc_pauses import GcPauses
         from ttsfleet.inference.loop_lag import LoopLag
 
+        # every garbage collection's pause, from before the load: the start-up freeze's own full pass too
+        gc_pauses = GcPauses(on_pause=_gc_pause_observer(state))
+        gc_pauses.start()
         # A daemon thread, so a SIGTERM during a long load exits at once instead of waiting for it.
         loader = threading.Thread(target=state.load, name="ttsfleet-load", daemon=True)
         loader.start()
@@ -56,6 +61,7 @@ def create_app(state: ServerState, load_in_background: bool = True) -> Any:
             yield
         finally:
             await lag.stop()
+            gc_pauses.stop()
             if state.engine is not None and state.loaded.is_set():
                 await asyncio.to_thread(state.engine.stop)
 
@@ -67,6 +73,20 @@ def create_app(state: ServerState, load_in_background: bool = True) -> Any:
         app.include_router(module.router)
     install_openapi(app)
     return app
+
+
+def _gc_pause_observer(state: ServerState) -> Callable[[int, float], None]:
+    """``inference_gc_pause_seconds``'s observe by generation: its three series made now, so each shows
+    from the start (at 0) and the collector's callback only observes (no label lookup inside a pause)."""
+    from ttsfleet.inference.gc_pauses import GENERATIONS
+
+    family = state.metrics["inference_gc_pause_seconds"]
+    series = {gen: family.labels(state.label, str(gen)) for gen in GENERATIONS}
+
+    def observe(generation: int, seconds: float) -> None:
+        series[generation].observe(seconds)
+
+    return observe
 
 
 # ---------------------------------------------------------------------- process: uvicorn + drain

@@ -182,6 +182,12 @@ class ServerState:
             self.engine.start()
             self._warm_up()  # first kernels, allocator and codec state: not on a user's request
             self.engine.attach_metrics(self.metrics, self.label)
+            if cfg.gc_freeze:  # start-up's objects out of every later collection (inference/gc_pauses.py)
+                from ttsfleet.inference.gc_pauses import freeze_heap
+
+                frozen, ms = freeze_heap()
+                log.info("froze %d objects in %.0f ms (gc.freeze after the warm-up; --no-gc-freeze keeps "
+                         "them in every full collection)", frozen, ms)
             self.metrics["inference_build"].info({
                 "model": cfg.model_name,
                 "gpu_class": cfg.gpu_class or ("cpu" if device == "cpu" else "unset"),

@@ -36,6 +36,10 @@ GIL_WAIT_BUCKETS = (1e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2e-3, 3e-3, 4e-3, 5e-3
 #: How late the server's event loop wakes (s): a free loop's ~0.1 ms up to the hundreds of ms that
 #: would make a first-audio tail.
 LOOP_LAG_BUCKETS = (5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0)
+#: How long one of Python's garbage collections stopped the process (s): a young generation's ~0.1 ms
+#: up to a full pass over an unfrozen heap of torch's and the server's objects (~80 ms on a CPU box
+#: with ~219k of them) and beyond.
+GC_PAUSE_BUCKETS = (1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0)
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,7 @@ L_MODEL = "model"
 L_DATASET = "dataset"  # a fill dataset (manifest) the Slurm fill agent cuts into shards
 L_PHASE = "phase"  # an engine iteration's phase: prefill | launch | gpu_wait | other
 L_GPU_WORK = "work"  # the engine's GPU work timed by CUDA events: decode | prefill
+L_GENERATION = "generation"  # a generation of Python's garbage collector: 0 | 1 | 2
 
 WORKLOAD_CLASSES = ("inference", "training", "fill", "idle")
 
@@ -163,6 +168,13 @@ CONTRACT_LIST: tuple[MetricSpec, ...] = (
        "leaves through it, so its tail is part of theirs; a lag of tens of ms says the loop waited "
        "for the interpreter (the engine thread's launches, the codec's hand-offs) or for its own work.",
        [L_MODEL], LOOP_LAG_BUCKETS),
+    _m("inference", "inference_gc_pause_seconds", "histogram",
+       "How long each of the server process's Python garbage collections held the interpreter, by "
+       "generation (2: the full pass over every tracked object): no thread of the server runs meanwhile, "
+       "neither the engine's decode loop nor the event loop sending first audio, so a pause lands in "
+       "every request in flight. serve --gc-freeze (on by default) freezes start-up's objects after "
+       "the warm-up so full passes walk only what requests made.", [L_MODEL, L_GENERATION],
+       GC_PAUSE_BUCKETS),
     _m("inference", "inference_request_duration_seconds", "histogram",
        "Request arrival to the last audio byte sent.", [L_MODEL], DURATION_BUCKETS),
     _m("inference", "inference_realtime_factor", "histogram",

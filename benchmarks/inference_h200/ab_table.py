@@ -7,7 +7,8 @@ text output by hand (2026-12-06c), which is slow and can slip a digit; this read
 Columns: frames/s (and the failed requests, where any failed), first audio p50 / p99, RTF p50 / p99,
 the listener's underruns (share of requests, summed silence p99), the codec's frames a push and busy
 share, NVML busy, and the engine's step interval by phase — with, where the server exported them,
-the step's GPU work in situ and the GIL probe's mean wait.
+the step's GPU work in situ, the GIL probe's mean wait, the event loop's lateness p99 and the full
+garbage collections (how many, their pause p99).
 """
 
 from __future__ import annotations
@@ -53,6 +54,9 @@ def engine_cell(engine: dict[str, Any]) -> str:
         cell += f"; GIL {engine['gil_wait_ms']:.2f}"
     if engine.get("loop_lag_p99_ms") is not None:  # the server's event loop (2026-12-07 on)
         cell += f"; loop late p99 {engine['loop_lag_p99_ms']:.1f}"
+    if "gc2_count" in engine:  # the server's full garbage collections (2026-12-07 on)
+        p99 = engine.get("gc2_p99_ms")
+        cell += f"; gc2 {engine['gc2_count']}×" + (f", p99 {p99:.1f} ms" if p99 is not None else "")
     return cell
 
 

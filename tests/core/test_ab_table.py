@@ -33,19 +33,21 @@ def test_a_recorded_call_gives_the_table_typed_by_hand():
     assert "| 219 / 1414 |" in lines[5] and lines[5].endswith("| 96.5 % | 27.4: 3.8 / 2.1 / 6.9 / 14.6 |")
 
 
-def test_the_engine_cell_gives_gpu_work_the_gil_probe_and_the_loop_lag_where_exported(tmp_path):
+def test_the_engine_cell_gives_gpu_work_the_gil_probe_the_loop_lag_and_gc_where_exported(tmp_path):
     folder = tmp_path / "ab"
     shutil.copytree(CALL12 / "a1" / "served_c64", folder / "a1" / "served_c64")
     bench = folder / "a1" / "served_c64" / "bench.json"
     report = json.loads(bench.read_text())
     report["engine_steady"][0].update(gpu_ms={"decode": 11.2, "prefill": 2.9}, gil_wait_ms=1.234,
                                       gil_probes=80, loop_lag_mean_ms=0.8, loop_lag_p99_ms=42.25,
-                                      loop_lag_ticks=2000)
+                                      loop_lag_ticks=2000, gc2_count=3, gc2_total_ms=240.0,
+                                      gc2_p99_ms=96.5, gc2_max_le_ms=100.0)
     bench.write_text(json.dumps(report))
     done = _run(str(folder))  # no run-ab.log: no flags, no NVML
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[2].endswith(
-        "| - | 17.5: 4.5 / 1.6 / 4.8 / 6.6; GPU decode 11.2, prefill 2.9; GIL 1.23; loop late p99 42.2 |")
+        "| - | 17.5: 4.5 / 1.6 / 4.8 / 6.6; GPU decode 11.2, prefill 2.9; GIL 1.23; loop late p99 42.2; "
+        "gc2 3×, p99 96.5 ms |")
 
 
 def test_the_first_audio_cell_says_how_late_the_client_read_where_measured(tmp_path):

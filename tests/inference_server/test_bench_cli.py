@@ -39,6 +39,14 @@ def test_bench_serve_writes_table_json_png(server, tmp_path):
     for use in report["engine"]:  # and the server timed its own loop through the level
         assert use["loop_lag_ticks"] > 0 and use["loop_lag_mean_ms"] >= 0
     assert "the server's event loop late by mean" in proc.stdout
+    for lv in report["levels"]:  # the client froze its heap and timed its own garbage collections
+        pauses = lv["client_gc"]
+        assert pauses["frozen"] > 10_000 and set(pauses) == {"gen0", "gen1", "gen2", "frozen"}
+        assert all(pauses[g]["count"] >= 0 and pauses[g]["total_ms"] >= 0 for g in ("gen0", "gen1", "gen2"))
+    assert "objects frozen" in proc.stdout
+    for use in report["engine"]:  # and the server's full collections over each level, 0 or more
+        assert use["gc2_count"] >= 0 and use["gc2_total_ms"] >= 0
+    assert "its full garbage collections" in proc.stdout
     assert report["scaling"] > 0
     assert report["server"]["build"]["model"] == "tiny"
     # the server's own split of time to first audio, per level (its requests only)
@@ -104,6 +112,7 @@ def test_bench_serve_steady_closed_loop_then_open_loop(server, tmp_path):
     (["serve"], {"TTSFLEET_MAX_RUNNING_REQUESTS": "lots"}, "TTSFLEET_MAX_RUNNING_REQUESTS"),
     (["serve", "--codec-compile", "fast"], {}, "--codec-compile"),
     (["serve"], {"TTSFLEET_CODEC_COMPILE": "reduce-overhead"}, "TTSFLEET_CODEC_COMPILE"),
+    (["serve"], {"TTSFLEET_GC_FREEZE": "maybe"}, "error: TTSFLEET_GC_FREEZE: 'maybe' is not one of 1, true"),
     (["bench", "engine", "--codec-compile", "max-autotune"], {}, "--codec-compile"),
     (["bench", "engine", "--gil-switch-ms", "-1"], {}, "--gil-switch-ms"),
     (["bench", "engine", "--codec-process", "--mps", "always"], {}, "not auto, on, off"),

@@ -105,6 +105,27 @@ def test_codec_layout_comes_from_the_class_unless_asked_and_reaches_the_decoder_
         assert engine._decoder_plan().channels_last is on
 
 
+def test_gc_freeze_is_on_unless_asked_and_a_yes_no_switch_takes_no_typo():
+    """On by default; the env's yes/no words or the flag turn it off; a word that is neither (which used
+    to read as off for every yes/no switch) is one line naming the variable."""
+    assert ENV["gc_freeze"] == "TTSFLEET_GC_FREEZE"
+    assert ServeConfig.from_env({}).gc_freeze is True
+    for off in ("0", " Off ", "false", "NO"):
+        assert ServeConfig.from_env({ENV["gc_freeze"]: off}).gc_freeze is False
+    for on in ("1", "on", "True", "yes"):
+        assert ServeConfig.from_env({ENV["gc_freeze"]: on}).gc_freeze is True
+    assert ServeConfig.from_env({ENV["gc_freeze"]: "0"}, gc_freeze=True).gc_freeze is True
+    assert ServeConfig.from_env({}, gc_freeze=False).gc_freeze is False
+    words = (r"^TTSFLEET_GC_FREEZE: 'maybe' is not one of 1, true, yes, on \(on\) "
+             r"or 0, false, no, off \(off\)$")
+    with pytest.raises(UserError, match=words):
+        ServeConfig.from_env({ENV["gc_freeze"]: "maybe"})
+    with pytest.raises(UserError, match="^TTSFLEET_PREFIX_REUSE: 'nah'"):
+        ServeConfig.from_env({ENV["prefix_reuse"]: "nah"})
+    with pytest.raises(UserError, match="^TTSFLEET_CODEC_PROCESS: '2'"):  # a switch the catalog fills
+        ServeConfig.from_env({ENV["codec_process"]: "2"})
+
+
 @pytest.mark.parametrize("env", [
     {ENV["codec_layout"]: "nhwc"},
     {ENV["max_running_requests"]: "-3"},
@@ -116,6 +137,8 @@ def test_codec_layout_comes_from_the_class_unless_asked_and_reaches_the_decoder_
     {ENV["drain_grace_s"]: "soon"},
     {ENV["prefill_chunk_tokens"]: "-1"},
     {ENV["codec_compile"]: "reduce-overhead"},
+    {ENV["gc_freeze"]: "maybe"},
+    {ENV["cuda_graphs"]: "nope"},
     {"TTSFLEET_PROMPT_GQA": "fast"},  # process switches read deep in the model: checked at start
     {"TTSFLEET_TOPK_SELECT": "heap"},
     {"TTSFLEET_ATTN_SPLITS": "64"},

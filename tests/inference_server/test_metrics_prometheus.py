@@ -60,6 +60,33 @@ def test_metrics_follow_the_contract(client):
     assert info["cuda_graph_max_bs"] == "8" and info["model"] == "tiny"
 
 
+def test_the_servers_garbage_collections_are_timed_by_generation(client):
+    """Every collection of the server process from before its load on: the start-up freeze (on by
+    default) is a full pass of its own, so generation 2 has counted one at least; each generation's
+    series is there from the start."""
+    series = _scrape(client)[spec("inference_gc_pause_seconds").name + "_count"]
+    counts = {s.labels["generation"]: s.value for s in series}
+    assert set(counts) == {"0", "1", "2"} and counts["2"] >= 1, counts
+    sums = {s.labels["generation"]: s.value for s in _scrape(client)[spec("inference_gc_pause_seconds").name
+                                                                      + "_sum"]}
+    assert sums["2"] > 0
+
+
+def test_the_heap_is_frozen_after_the_warm_up_unless_asked_not_to(server_factory):
+    """The freeze is logged once the warm-up generation is done (its objects among the frozen);
+    --no-gc-freeze skips it."""
+    import re
+
+    frozen = server_factory("--log-level", "info")
+    plain = server_factory("--log-level", "info", "--no-gc-freeze")
+    log = frozen.log_path.read_text()
+    found = re.search(r"froze (\d+) objects in (\d+) ms", log)
+    assert found and int(found[1]) > 10_000, log[-2000:]
+    assert log.index("warm-up generation took") < found.start()
+    plain_log = plain.log_path.read_text()
+    assert "warm-up generation took" in plain_log and "froze" not in plain_log
+
+
 def test_prefilled_prompt_tokens_are_counted(client):
     """One request's prompt, every token of it, on ``inference_prefill_tokens`` (the workload's
     prompt length, which the served benchmark's --preset-text changes 4x)."""

@@ -82,6 +82,10 @@ CODEC_COMPILE_MODES: tuple[str, ...] = ("default", "max-autotune-no-cudagraphs")
 PREFILL_GRAPHS = "TTSFLEET_PREFILL_GRAPHS"
 #: The interpreter's thread switch interval in ms (``sys.setswitchinterval``); 0 = Python's 5 ms.
 GIL_SWITCH_MS = "TTSFLEET_GIL_SWITCH_MS"
+#: ``1`` (the default): once the warm-up generation is done, one full garbage collection and
+#: ``gc.freeze()`` move start-up's objects (modules, the model, warm-up) out of the collector's later
+#: passes (``ttsfleet.inference.gc_pauses``); ``0``: every full pass walks them all.
+GC_FREEZE = "TTSFLEET_GC_FREEZE"
 #: ``1`` (the default): a cloned voice's prompt head is prefilled once and reused, at a live
 #: session's open (real-time mode) and across a long text's segments; ``0``: every prompt whole.
 PREFIX_REUSE = "TTSFLEET_PREFIX_REUSE"
@@ -131,6 +135,7 @@ SERVER_ENV: Mapping[str, str] = MappingProxyType({
     "codec_compile": CODEC_COMPILE,
     "prefill_graphs": PREFILL_GRAPHS,
     "gil_switch_ms": GIL_SWITCH_MS,
+    "gc_freeze": GC_FREEZE,
     "prefix_reuse": PREFIX_REUSE,
     "prefix_job_wait_ms": PREFIX_JOB_WAIT_MS,
     "codec_process": CODEC_PROCESS,
