@@ -296,7 +296,16 @@ TTSFLEET_DEEPGEMM_ROWS=${DG_ROWS:-1-128} --preset-text qwen-bpe" LEVELS="64:640 
       # but picked a 20x slower kernel at 64 x 4; most of the codec's convs are Triton's now -- if off keeps
       # the pushes, the autotuner goes and each served start loses ~30 s
      stage codeccapture 300 CAP_TIMEOUT=290 CAP_BUDGET=220 CAP_CONFIGS="cl,cl:benchmark=0,cl:limit=1" codeccapture ;;
-  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18|19|20|21|22|23|24|25|25s|25c|25t|26|27|28|29|30|30s|31|32|33|34|35 (see benchmarks/inference_h200/README.md)" >&2
+  36) # issue #25: the server's garbage collections (inference/gc_pauses.py): start-up's heap frozen after the
+      # warm-up (B, --gc-freeze, the default since 2026-12-07d) beside every full pass walking it (A,
+      # --no-gc-freeze), short prompts, c=64 and c=128. On the CPU a full pass over the unfrozen tiny server
+      # stopped it for 97-99 ms (benchmarks/inference_serve, gc-pauses-2026-12-07); the engine line and
+      # ab_table's engine cell give each side's full passes (gc2) over the steady window beside the event
+      # loop's lateness and the server's whole first audio: whether they hold the c=128 first-audio tail
+     stage ab 440 SERVE_ARGS_A="--no-gc-freeze --preset-text qwen-bpe" SERVE_ARGS_B="--gc-freeze --preset-text qwen-bpe" \
+       LEVELS="64:640 128:1280" AB_ROUNDS=1 ab
+     first_error ab ;;
+  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18|19|20|21|22|23|24|25|25s|25c|25t|26|27|28|29|30|30s|31|32|33|34|35|36 (see benchmarks/inference_h200/README.md)" >&2
      exit 2 ;;
 esac
 bundle "$1"
