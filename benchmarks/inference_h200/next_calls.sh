@@ -280,6 +280,9 @@ tests/inference_model/test_decode_gemm_a16.py tests/inference_model/test_gpu_s2p
      stage quicktests 60 QT_TIMEOUT=50 QUICKTESTS="tests/kernels/test_deepgemm_backend.py" quicktests
      stage levers 190 LEVER_ROUNDS=2 LEVER_BATCHES=1,16,64,128 LEVER_VARIANTS=default,deepgemm LEVERS_TIMEOUT=180 \
        levers ;;
+  33t) # call 33's first stage alone, where the budget leaves no room for its step: DeepGEMM built, timed
+       # beside ours and cuBLAS at each decode shape x M, and the step estimated from the GEMMs (best_fp8)
+     stage deepgemm 330 DG_BUILD_TIMEOUT=150 DG_TIMEOUT=170 DG_DEADLINE_S=140 deepgemm ;;
   34) # issue #26 -> #25: the served path with DeepGEMM's decode GEMMs (B: TTSFLEET_DECODE_GEMM=deepgemm) beside
       # ours (A, the default), short prompts, c=64 and c=128 -- run where call 33's step with it won. DeepGEMM
       # is built first unless the machine kept call 33's build (warm: /tmp/dgsrc); B's start JIT-compiles its
@@ -305,7 +308,7 @@ TTSFLEET_DEEPGEMM_ROWS=${DG_ROWS:-1-128} --preset-text qwen-bpe" LEVELS="64:640 
      stage ab 440 SERVE_ARGS_A="--no-gc-freeze --preset-text qwen-bpe" SERVE_ARGS_B="--gc-freeze --preset-text qwen-bpe" \
        LEVELS="64:640 128:1280" AB_ROUNDS=1 ab
      first_error ab ;;
-  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18|19|20|21|22|23|24|25|25s|25c|25t|26|27|28|29|30|30s|31|32|33|34|35|36 (see benchmarks/inference_h200/README.md)" >&2
+  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18|19|20|21|22|23|24|25|25s|25c|25t|26|27|28|29|30|30s|31|32|33|33t|34|35|36 (see benchmarks/inference_h200/README.md)" >&2
      exit 2 ;;
 esac
 bundle "$1"
