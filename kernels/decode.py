@@ -344,6 +344,39 @@ deepgemm_rows = DEEPGEMM_ROWS_SWITCH.get
 #: Choose them for this process (tests and benchmarks A/B them).
 set_deepgemm_rows = DEEPGEMM_ROWS_SWITCH.set
 
+#: The weight shapes ``NxK`` (comma-separated; ``all``, the default: every block-scaled one) whose codes
+#: GEMMs ``TTSFLEET_DECODE_GEMM=deepgemm`` sends to DeepGEMM; the other shapes keep their usual kernel.
+#: Why: one kernel may win some of a layer's GEMMs and lose others at the same rows (ours streams
+#: gate_up's 50 MB at ~80 % of the copy bandwidth at M = 1 while qkv and o sit at 30-57 %); the GEMM
+#: table (``benchmarks/inference_h200/deepgemm_gemm.py``, its ``best_fp8`` estimate) names the winners
+#: per shape, and this takes them. A two-weight MLP (gate_up, down) goes to DeepGEMM only when both
+#: of its shapes are listed.
+DEEPGEMM_SHAPES_ENV = "TTSFLEET_DEEPGEMM_SHAPES"
+
+
+def parse_deepgemm_shapes(value: str) -> frozenset[tuple[int, int]] | None:
+    """``"all"`` -> None (every shape); ``"6144x2560,2560x4096"`` -> those ``(N, K)``; else a one-line
+    ``ValueError``."""
+    text = value.strip().lower()
+    if text in ("", "all"):
+        return None
+    shapes = set()
+    for item in text.split(","):
+        n, sep, k = item.strip().partition("x")
+        if not (sep and n.isdigit() and k.isdigit() and int(n) > 0 and int(k) > 0):
+            raise ValueError(f"{DEEPGEMM_SHAPES_ENV}={value.strip()!r}: expected all or weight shapes NxK, "
+                             "comma-separated (e.g. 6144x2560,2560x4096)")
+        shapes.add((int(n), int(k)))
+    return frozenset(shapes)
+
+
+DEEPGEMM_SHAPES_SWITCH: ProcessSwitch[frozenset[tuple[int, int]] | None] = ProcessSwitch(
+    DEEPGEMM_SHAPES_ENV, "all", parse_deepgemm_shapes)
+#: The weight shapes DeepGEMM takes when chosen (``TTSFLEET_DEEPGEMM_SHAPES``; None: all).
+deepgemm_shapes = DEEPGEMM_SHAPES_SWITCH.get
+#: Choose them for this process (tests and benchmarks A/B them).
+set_deepgemm_shapes = DEEPGEMM_SHAPES_SWITCH.set
+
 
 def frame_attention_block(*args: Any, **kwargs: Any) -> Tensor:
     """The fast model's attention half in one launch (Triton); see

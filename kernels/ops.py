@@ -76,13 +76,17 @@ def _large(t: Tensor, *weights: QuantizedWeight) -> bool:
 def _deepgemm(t: Tensor, *weights: QuantizedWeight) -> bool:
     """A decode-size GEMM on codes that ``TTSFLEET_DECODE_GEMM=deepgemm`` sends to DeepGEMM
     (:mod:`.deepgemm_fp8`; rows within ``TTSFLEET_DEEPGEMM_ROWS``, at most
-    ``decode.DECODE_GEMM_MAX_ROWS``; block-scaled weights)."""
+    ``decode.DECODE_GEMM_MAX_ROWS``; weight shapes within ``TTSFLEET_DEEPGEMM_SHAPES``; block-scaled
+    weights)."""
     from . import decode
 
     if decode.decode_gemm() != "deepgemm":
         return False
     lo, hi = decode.deepgemm_rows()
     if not lo <= _rows(t) <= hi:
+        return False
+    shapes = decode.deepgemm_shapes()
+    if shapes is not None and any(w.shape not in shapes for w in weights):
         return False
     from .deepgemm_fp8 import supports
 

@@ -37,6 +37,7 @@ alternately, against the default step beside them:
 * ``deepgemm``: every decode linear's FP8 codes through DeepGEMM (``TTSFLEET_DECODE_GEMM=deepgemm``,
   ``kernels/deepgemm_fp8.py``; ``deep_gemm`` must import: ``speed_run.sh deepgemm`` builds it);
   ``deepgemm@LO-HI``: only GEMMs of LO..HI rows (``TTSFLEET_DEEPGEMM_ROWS``), the rest ours;
+  ``deepgemm@LO-HI@NxK:NxK``: and only those weight shapes (``TTSFLEET_DEEPGEMM_SHAPES``);
 * levers joined by ``+`` run together (``fp8kv+split``: the FP8 cache's slower key loop spread
   over more programs).
 
@@ -56,6 +57,7 @@ medians (ms per step) and the ratio to the default; JSON to ``$OUT/decode_levers
     LEVER_VARIANTS=default,a16   # the W8A16 decode GEMM prototype (issue #26)
     LEVER_VARIANTS=default,deepgemm   # DeepGEMM for the decode GEMMs (issue #26)
     LEVER_VARIANTS=default,deepgemm,deepgemm@16-128   # ... and only from 16 rows up
+    LEVER_VARIANTS=default,deepgemm@1-128@6144x2560:2560x4096   # ... for qkv and o only (S2 Pro)
 """
 
 from __future__ import annotations
@@ -124,8 +126,10 @@ def _variant(name: str) -> dict[str, Any]:
     decode.set_mlp_launch("one" if "mlp1" in parts else "two")
     decode.set_fast_attn_launch("one" if "fastattn1" in parts else "separate")
     gemm = next((p for p in parts if p == "a16" or p.startswith("deepgemm")), "fp8")
-    decode.set_decode_gemm(gemm.partition("@")[0])
-    decode.set_deepgemm_rows(gemm.partition("@")[2] or decode.DEEPGEMM_ROWS_SWITCH.default)
+    name, rows, shapes = (gemm.split("@") + ["", ""])[:3]
+    decode.set_decode_gemm(name)
+    decode.set_deepgemm_rows(rows or decode.DEEPGEMM_ROWS_SWITCH.default)
+    decode.set_deepgemm_shapes(shapes.replace(":", ",") or decode.DEEPGEMM_SHAPES_SWITCH.default)
     model_layers.set_head_gemm("float32" if "head32" in parts else "bf16")
     table = next((p for p in parts if p.startswith("table@")), None)
     triton_gemm.pin_table(json.loads(Path(table.partition("@")[2]).read_text()) if table else None)

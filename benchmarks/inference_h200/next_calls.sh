@@ -288,10 +288,12 @@ tests/inference_model/test_decode_gemm_a16.py tests/inference_model/test_gpu_s2p
       # is built first unless the machine kept call 33's build (warm: /tmp/dgsrc); B's start JIT-compiles its
       # kernels in the graphs' eager warm-ups (NVCC, ~2 s each; DG_JIT_CACHE_DIR beside Triton's cache).
       # DG_ROWS=LO-HI (TTSFLEET_DEEPGEMM_ROWS; default 1-128) keeps the other batch sizes on ours, where
-      # call 33's step lost with DeepGEMM at some of them: `DG_ROWS=16-128 bash next_calls.sh 34`
+      # call 33's step lost with DeepGEMM at some of them: `DG_ROWS=16-128 bash next_calls.sh 34`; DG_SHAPES=NxK,...
+      # (TTSFLEET_DEEPGEMM_SHAPES; default all) likewise keeps the weight shapes where ours won on it
      stage dgbuild 160 DG_BUILD_TIMEOUT=150 deepgemmbuild
      stage ab 420 SERVE_ARGS_A="--preset-text qwen-bpe" SERVE_ARGS_B="TTSFLEET_DECODE_GEMM=deepgemm \
-TTSFLEET_DEEPGEMM_ROWS=${DG_ROWS:-1-128} --preset-text qwen-bpe" LEVELS="64:640 128:1280" AB_ROUNDS=1 ab
+TTSFLEET_DEEPGEMM_ROWS=${DG_ROWS:-1-128} TTSFLEET_DEEPGEMM_SHAPES=${DG_SHAPES:-all} --preset-text qwen-bpe" \
+       LEVELS="64:640 128:1280" AB_ROUNDS=1 ab
      first_error ab ;;
   35) # issue #25: the codec process's start-up (40-48 s of a server's 60-71 s ready on 2026-12-07c, the
       # critical path of every served call's two starts) with cuDNN's autotuner on today's codec: limit 3

@@ -51,6 +51,9 @@ MODEL_SWITCHES = {  # variable: (default, the parsed default, a bad value, its w
     "TTSFLEET_DEEPGEMM_ROWS": ("1-128", (1, 128), "64-16",
                                "TTSFLEET_DEEPGEMM_ROWS='64-16': expected LO-HI rows, 1 <= LO <= HI <= 128 "
                                "(e.g. 16-128)"),
+    "TTSFLEET_DEEPGEMM_SHAPES": ("all", None, "6144by2560",
+                                 "TTSFLEET_DEEPGEMM_SHAPES='6144by2560': expected all or weight shapes NxK, "
+                                 "comma-separated (e.g. 6144x2560,2560x4096)"),
     "TTSFLEET_HEAD_GEMM": ("bf16", "bf16", "fp8",
                            "TTSFLEET_HEAD_GEMM='fp8': expected one of float32, bf16"),
     "TTSFLEET_CODEC_UNITS": ("fused", "fused", "triton",

@@ -27,7 +27,8 @@ def levers(monkeypatch):  # noqa: ANN001, ANN201
     yield load_script("benchmarks/inference_h200/decode_levers.py")
     deepgemm_fp8._module.cache_clear()
     dispatch.use_catalog(None)
-    for switch in (decode.DECODE_GEMM_SWITCH, decode.DEEPGEMM_ROWS_SWITCH, decode.ATTN_SPLITS_SWITCH,
+    for switch in (decode.DECODE_GEMM_SWITCH, decode.DEEPGEMM_ROWS_SWITCH, decode.DEEPGEMM_SHAPES_SWITCH,
+                   decode.ATTN_SPLITS_SWITCH,
                    decode.ATTN_TILE_SWITCH, decode.ROPE_ATTENTION_SWITCH, decode.GEMM_PREFETCH_SWITCH,
                    decode.ATTN_PREFETCH_SWITCH, decode.TOPK_SELECT_SWITCH, decode.MLP_LAUNCH_SWITCH,
                    decode.FAST_ATTN_LAUNCH_SWITCH):
@@ -45,3 +46,15 @@ def test_deepgemm_variants_set_the_backend_and_its_rows_and_the_default_sets_the
     assert decode.decode_gemm() == "fp8"
     with pytest.raises(ValueError, match="TTSFLEET_DEEPGEMM_ROWS='0-8'"):
         levers._variant("deepgemm@0-8")
+
+
+def test_a_deepgemm_variant_with_shapes_sets_them_and_a_plain_one_takes_all_again(levers):
+    from ttsfleet.kernels import decode
+
+    levers._variant("deepgemm@16-128@6144x2560:2560x4096")
+    assert decode.deepgemm_rows() == (16, 128)
+    assert decode.deepgemm_shapes() == {(6144, 2560), (2560, 4096)}
+    levers._variant("deepgemm")
+    assert decode.deepgemm_shapes() is None, "a plain deepgemm takes every shape"
+    with pytest.raises(ValueError, match="TTSFLEET_DEEPGEMM_SHAPES='6144'"):
+        levers._variant("deepgemm@1-128@6144")

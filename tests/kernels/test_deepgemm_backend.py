@@ -40,6 +40,7 @@ def _fresh_module_lookup():
     deepgemm_fp8._module.cache_clear()
     decode.DECODE_GEMM_SWITCH.reset()
     decode.DEEPGEMM_ROWS_SWITCH.reset()
+    decode.DEEPGEMM_SHAPES_SWITCH.reset()
 
 
 def _stand_in(calls: list[tuple]) -> types.ModuleType:
@@ -149,6 +150,31 @@ def test_the_rows_window_keeps_the_other_sizes_on_their_usual_kernel(gen, kernel
         out = linear_fp8_codes(xq, xs, qw, torch.float32)
         assert rel_err(out, linear_fp8_codes_ref(xq, xs, qw, torch.float32)) < 1e-2
     assert [c[0][0] for c in calls] == [5], "only the rows inside the window reach DeepGEMM"
+
+
+def test_the_shapes_list_keeps_the_other_weights_on_their_usual_kernel(gen, kernels_on, monkeypatch):
+    """``TTSFLEET_DEEPGEMM_SHAPES=256x128``: the 256 x 128 weight's GEMM goes to DeepGEMM, the 128 x 256
+    one stays ours, and an MLP whose down weight (128 x 128) is not listed stays ours whole — with the
+    reference's output either way."""
+    calls: list[tuple] = []
+    monkeypatch.setitem(sys.modules, "deep_gemm", _stand_in(calls))
+    decode.set_decode_gemm("deepgemm")
+    decode.set_deepgemm_shapes("256x128")
+    listed = quantize_weight(randn(gen, 256, 128, scale=128 ** -0.5), "bsgemm_fp8")
+    other = quantize_weight(randn(gen, 128, 256, scale=256 ** -0.5), "bsgemm_fp8")
+    for qw in (listed, other):
+        xq, xs = quantize_activation_ref(randn(gen, 3, qw.shape[1]), 128)
+        out = linear_fp8_codes(xq, xs, qw, torch.float32)
+        assert rel_err(out, linear_fp8_codes_ref(xq, xs, qw, torch.float32)) < 1e-2
+    assert [c[3] for c in calls] == [(256, 128)], "only the listed shape reaches DeepGEMM"
+    calls.clear()
+    down = quantize_weight(randn(gen, 128, 128, scale=128 ** -0.5), "bsgemm_fp8")
+    xq, xs = quantize_activation_ref(randn(gen, 3, 128), 128)
+    out = swiglu_mlp_fp8_codes(xq, xs, listed, down, torch.float32)
+    assert calls == [], "gate_up listed but down not: the MLP stays ours"
+    assert rel_err(out, swiglu_mlp_fp8_codes_ref(xq, xs, listed, down, torch.float32)) < 1e-2
+    decode.set_deepgemm_shapes("all")
+    assert decode.deepgemm_shapes() is None
 
 
 def test_a_partial_block_keeps_our_kernel(gen, kernels_on, monkeypatch):
