@@ -238,9 +238,15 @@ for stage in "$@"; do
                  | tee "$OUT/gemm_proto.txt" | tail -40 ;;
     deepgemmbuild) build_deepgemm ;;
     deepgemm) # DeepGEMM built (build_deepgemm) then deepgemm_gemm.py beside ours (DG_MS, DG_DEADLINE_S)
+      # (2026-12-07d: the table's process printed its header and died unseen: the probe first, loudly)
       build_deepgemm
+      PYTHONPATH="$DGDIR/DeepGEMM:$PYTHONPATH" DG_JIT_DEBUG=1 timeout "${DG_PROBE_TIMEOUT:-90}" \
+        python3 -X faulthandler benchmarks/inference_h200/deepgemm_probe.py > "$OUT/deepgemm_probe.txt" 2>&1
+      echo "deepgemm probe rc $?" | tee -a "$OUT/run.log"; grep -E "^-- |Error|error|Fatal|fault" \
+        "$OUT/deepgemm_probe.txt" | head -40 | cut -c1-600 | tee -a "$OUT/run.log"
       PYTHONPATH="$DGDIR/DeepGEMM:$PYTHONPATH" timeout "${DG_TIMEOUT:-240}" \
-        python3 -m benchmarks.inference_h200.deepgemm_gemm "$OUT" 2>&1 | tee "$OUT/deepgemm_gemm.txt" | tail -25 ;;
+        python3 -X faulthandler -m benchmarks.inference_h200.deepgemm_gemm "$OUT" 2>&1 | tee "$OUT/deepgemm_gemm.txt" | tail -25
+      echo "deepgemm_gemm rc ${PIPESTATUS[0]}" | tee -a "$OUT/run.log" ;;
     w8a16) # the W8A16 decode GEMM prototype beside today's FP8 kernel (w8a16_gemm.py; W8A16_MS, W8A16_DEADLINE_S)
       timeout "${W8A16_TIMEOUT:-200}" python3 -m benchmarks.inference_h200.w8a16_gemm "$OUT" 2>&1 \
         | tee "$OUT/w8a16_gemm.txt" | tail -30 ;;
