@@ -100,6 +100,9 @@ class Sample:
     stalls: int = 0  # underruns of a listener playing pcm from its first byte (:mod:`.bench_playback`)
     stall_s: float = 0.0  # their summed silence
     first_stall_at_s: float | None = None  # audio seconds played before the first underrun
+    #: submit to the response's headers (s): the server sends them once its handler has taken the
+    #: request (validated, submitted), so a long one is time its own first-audio figures never see
+    headers_s: float = float("nan")
 
 
 @dataclass
@@ -141,6 +144,10 @@ class Level:
     stall_p99_s: float = float("nan")
     #: The median over the requests that stalled of the audio seconds played before their first gap.
     first_stall_at_p50_s: float = float("nan")
+    #: The timed requests' submit -> response headers (p50 / p99, s): what of the client's first audio
+    #: lies before the server's handler (its accept, parse and body read; the stream's own wait).
+    headers_p50_s: float = float("nan")
+    headers_p99_s: float = float("nan")
     #: This client's own event-loop lag over the level's runs (:mod:`.loop_lag`: p50 / p99 / max ms,
     #: ticks): a client reading its streams late would count its delay as the server's first audio.
     client_loop_lag: dict[str, float] = field(default_factory=dict)
@@ -180,6 +187,7 @@ async def _request(client: Any, cfg: BenchConfig, i: int,
             if resp.status_code != 200:
                 await resp.aread()
                 return Sample(False, resp.status_code, 0.0, time.perf_counter() - t0, 0.0, start_s=t0)
+            headers = time.perf_counter() - t0
             fps = float(resp.headers.get("x-frames-per-second", "0") or 0)
             rate = int(resp.headers.get("x-sample-rate", "44100"))
             async for chunk in resp.aiter_bytes():
@@ -197,7 +205,8 @@ async def _request(client: Any, cfg: BenchConfig, i: int,
         return Sample(False, EMPTY_REPLY, 0.0, end - t0, 0.0, start_s=t0)  # run was, and read 0 errors)
     seconds = (nbytes / 2 / rate) if cfg.fmt == "pcm" else 0.0
     return Sample(True, 200, (first or end) - t0, end - t0, seconds * fps, seconds, start_s=t0,
-                  stalls=play.stalls, stall_s=play.stall_s, first_stall_at_s=play.first_stall_at_s)
+                  stalls=play.stalls, stall_s=play.stall_s, first_stall_at_s=play.first_stall_at_s,
+                  headers_s=headers)
 
 
 async def _run_level(cfg: BenchConfig, c: int, n: int, edges: EdgeReads | None = None,
@@ -350,7 +359,13 @@ def summarize_runs(c: int, n: int, runs: list[tuple[list[Sample], float, float |
         steady_window_s=float(np.median([w.seconds for w in windows])) if steady else 0.0,
         steady_requests=len(timed) if steady else 0,
         first_wave_ttfa_p50_s=_pct(wave0, 50), first_wave_ttfa_p99_s=_pct(wave0, 99),
-        **_underruns(timed))
+        **_headers(timed), **_underruns(timed))
+
+
+def _headers(timed: list[Sample]) -> dict[str, float]:
+    """The :class:`Level` fields of the timed requests' wait for the response headers."""
+    waits = [s.headers_s for s in timed if s.ok and not math.isnan(s.headers_s)]
+    return {"headers_p50_s": _pct(waits, 50), "headers_p99_s": _pct(waits, 99)}
 
 
 def _underruns(timed: list[Sample]) -> dict[str, float]:
@@ -664,6 +679,8 @@ def server_lines(report: dict[str, Any]) -> list[str]:
               if not math.isnan(lv.get("stalled_share", math.nan))]
     lines += [(lv["concurrency"], 21, _client_lag_line(lv)) for lv in report.get("levels", [])
               if lv.get("client_loop_lag", {}).get("ticks")]
+    lines += [(lv["concurrency"], 22, _headers_line(lv)) for lv in report.get("levels", [])
+              if not math.isnan(lv.get("headers_p99_s", math.nan))]
     return [text for _, _, text in sorted(lines, key=lambda x: (x[0], x[1]))]
 
 
@@ -679,6 +696,15 @@ def _client_lag_line(lv: dict[str, Any]) -> str:
     return (f"c={lv['concurrency']} the bench client's own event loop, late by p50 {lag['p50_ms']:.1f} / "
             f"p99 {lag['p99_ms']:.1f} / max {lag['max_ms']:.0f} ms ({lag['ticks']} ticks): its reads of "
             f"first audio are that much late" + _client_gc_words(lv.get("client_gc") or {}))
+
+
+def _headers_line(lv: dict[str, Any]) -> str:
+    """Where the client's first audio waits: before the response headers (the server's handler had not
+    yet taken the request, which its own first-audio figures start from) or after them."""
+    return (f"c={lv['concurrency']} the client's wait for the response headers, timed requests: p50 "
+            f"{lv['headers_p50_s'] * 1000:.0f} / p99 {lv['headers_p99_s'] * 1000:.0f} ms of its first audio "
+            f"p50 {lv['ttfa_p50_s'] * 1000:.0f} / p99 {lv['ttfa_p99_s'] * 1000:.0f} ms (the server's "
+            "first-audio figures start where its handler takes the request, about when it sends them)")
 
 
 def _client_gc_words(pauses: dict[str, Any]) -> str:

@@ -14,6 +14,7 @@ garbage collections (how many, their pause p99).
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -61,10 +62,15 @@ def engine_cell(engine: dict[str, Any]) -> str:
 
 
 def _client_lag(lv: dict[str, Any]) -> str:
-    """How late the bench client's own loop ran (p99 ms), where the report has it (2026-12-07 on): first
-    audio read that much late is the client's, not the server's."""
+    """How late the bench client's own loop ran (p99 ms) and how long it waited for the response headers
+    (p99 ms), where the report has them (2026-12-07 on): first audio read that much late is the
+    client's, and the wait before the headers comes before the server's first-audio figures start."""
     lag = lv.get("client_loop_lag") or {}
-    return f" (client late p99 {lag['p99_ms']:.0f})" if lag.get("ticks") else ""
+    notes = [f"client late p99 {lag['p99_ms']:.0f}"] if lag.get("ticks") else []
+    headers = lv.get("headers_p99_s")  # the wait for the response headers (2026-12-07d on)
+    if headers is not None and not math.isnan(headers):
+        notes.append(f"headers p99 {headers * 1000:.0f}")
+    return f" ({'; '.join(notes)})" if notes else ""
 
 
 def row(side: str, label: str, c: int, report: dict[str, Any], busy: float | None) -> str:

@@ -100,7 +100,10 @@ stop_servers() {  # a live stage cut by its timeout leaves its server behind: st
 }
 build_deepgemm() {  # DeepGEMM from the carried .ext/deepgemm.tgz (deepgemm_bundle.sh: its sources, the
   # CUTLASS / {fmt} commits it pins, the wheel + ninja wheels), built once per machine: a warm machine keeps
-  # /tmp/dgsrc between calls (DG_REBUILD=1 builds again); DG_BUILD_TIMEOUT caps the build (one C++ file)
+  # /tmp/dgsrc between calls (DG_REBUILD=1 builds again); DG_BUILD_TIMEOUT caps the build (one C++ file).
+  # With the system's g++ (DG_CXX): built by the device's default /opt/gcc/bin/g++ (a wrapper over g++ 13.3
+  # with its own -B paths) every JIT call segfaulted in the std::regex of DeepGEMM's include parser
+  # (2026-12-07d, an H100, a SIGSEGV handler's backtrace); /usr/bin/g++ built one that ran fp8_gemm_nt
   if [ -z "${DG_REBUILD:-}" ] && ls "$DGDIR"/DeepGEMM/deep_gemm/_C*.so > /dev/null 2>&1; then
     echo "deepgemm already built in $DGDIR" | tee -a "$OUT/run.log"; return 0; fi
   rm -rf "$DGDIR"; mkdir -p "$DGDIR"
@@ -110,7 +113,8 @@ build_deepgemm() {  # DeepGEMM from the carried .ext/deepgemm.tgz (deepgemm_bund
   echo "CUDA_HOME=${CUDA_HOME:-unset}; $(nvcc --version 2>&1 | tail -1)" | tee -a "$OUT/run.log"
   (cd "$DGDIR/DeepGEMM" && ln -sfn "$PWD/third-party/cutlass/include/cutlass" deep_gemm/include/cutlass \
     && ln -sfn "$PWD/third-party/cutlass/include/cute" deep_gemm/include/cute \
-    && MAX_JOBS=16 timeout "${DG_BUILD_TIMEOUT:-300}" python3 setup.py build > "$OUT/deepgemm_build.log" 2>&1
+    && CXX=${DG_CXX:-/usr/bin/g++} CC=${DG_CC:-/usr/bin/gcc} MAX_JOBS=16 timeout "${DG_BUILD_TIMEOUT:-300}" \
+       python3 setup.py build > "$OUT/deepgemm_build.log" 2>&1
    echo "deepgemm build rc $? at $(date +%T)"
    so=$(find build -name "_C*.so" | head -1); [ -n "$so" ] && ln -sf "$PWD/$so" deep_gemm/) | tee -a "$OUT/run.log"
   tail -5 "$OUT/deepgemm_build.log"

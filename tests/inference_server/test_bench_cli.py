@@ -44,6 +44,9 @@ def test_bench_serve_writes_table_json_png(server, tmp_path):
         assert pauses["frozen"] > 10_000 and set(pauses) == {"gen0", "gen1", "gen2", "frozen"}
         assert all(pauses[g]["count"] >= 0 and pauses[g]["total_ms"] >= 0 for g in ("gen0", "gen1", "gen2"))
     assert "objects frozen" in proc.stdout
+    for lv in report["levels"]:  # the wait for the response headers: a part of the first audio's
+        assert 0 < lv["headers_p50_s"] <= lv["headers_p99_s"] <= lv["ttfa_p99_s"]
+    assert "c=4 the client's wait for the response headers, timed requests: p50" in proc.stdout
     for use in report["engine"]:  # and the server's full collections over each level, 0 or more
         assert use["gc2_count"] >= 0 and use["gc2_total_ms"] >= 0
     assert "its full garbage collections" in proc.stdout
