@@ -157,6 +157,8 @@ def expectations(o: Oracle) -> dict[tuple[str, str, str], Vec]:
                                              "work").items()}
     gil = "ttsfleet_inference_engine_gil_wait_seconds"
     gil_mean = total(o.rate(gil + "_sum", W)) / total(o.rate(gil + "_count", W))
+    gc_pause = "ttsfleet_inference_gc_pause_seconds"
+    full_gc = lambda lb: lb["generation"] == "2"  # noqa: E731
     processed = by(o.last("ttsfleet_fill_items_processed_total"), "fill_job")
     manifest = by(o.last("ttsfleet_fill_items_total_in_manifest"), "fill_job")
     stage_p99 = {}
@@ -215,6 +217,12 @@ def expectations(o: Oracle) -> dict[tuple[str, str, str], Vec]:
         ("ttsfleet-inference", "Time to first audio by stage (mean)", "{{stage}}"): by_stage,
         ("ttsfleet-inference", "Decode step interval by phase", "{{phase}}"): by_phase,
         ("ttsfleet-inference", "Decode step GPU time in situ", "{{work}}"): by_work,
+        ("ttsfleet-inference", "Event-loop lag (p99)", "p99"):
+            one(quantile(0.99, ttfa_buckets("ttsfleet_inference_event_loop_lag_seconds"))),
+        ("ttsfleet-inference", "Full garbage collections", "p99 pause"):
+            one(quantile(0.99, by(o.rate(gc_pause + "_bucket", W, full_gc), "le"))),
+        ("ttsfleet-inference", "Full garbage collections", "paused per second"):
+            one(total(o.rate(gc_pause + "_sum", W, full_gc))),
         ("ttsfleet-inference", "Queue depth", "{{pod}}"): by(o.last("ttsfleet_inference_queue_depth"), "pod"),
         ("ttsfleet-inference", "Batch size", "mean per decode step"): one(bsum / bcount),
         ("ttsfleet-inference", "Batch size", "running (avg)"):

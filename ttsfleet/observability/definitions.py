@@ -20,6 +20,8 @@ GC = 'gpu_class=~"$gpu_class"'
 NS = 'namespace=~"$namespace"'
 DEP = 'deployment=~"$deployment"'
 POD = f"{NS},{DEP}"
+#: The server's full garbage collections (``inference_gc_pause_seconds``' generation 2).
+FULL_GC = f'{POD},generation="2"'
 
 DATASOURCE = Variable("datasource", "Data source", "datasource", "prometheus")
 GPU_CLASS = Variable("gpu_class", "GPU class", "query", "label_values(ttsfleet_gpus_total, gpu_class)")
@@ -182,6 +184,26 @@ def inference(catalog: GpuCatalog) -> Dashboard:
                            f"scalar(sum(rate(ttsfleet_inference_batch_size_count{{{POD}}}[{RI}])))",
                            "{{work}}"),
                     unit="s", stacked=True, min=0, width=8),
+                _ts("Event-loop lag (p99)", "How late the server's event loop woke for the timer it "
+                    "sets every 10 ms. Every request's first audio leaves through that loop (it parses "
+                    "HTTP, hands the codec's audio to each stream and writes it), so its tail is part "
+                    "of theirs: tens of ms of lateness say the engine thread (its launches, the "
+                    "codec's hand-offs) or the server's own work held the interpreter.",
+                    Target(_q("0.99", "ttsfleet_inference_event_loop_lag_seconds"), "p99"),
+                    unit="s", min=0),
+                _ts("Full garbage collections", "The server's full (generation 2) garbage "
+                    "collections: the p99 pause (empty while none ran) and the seconds paused per "
+                    "second, their frequency times their length. A full pass stops every thread of "
+                    "the server, the engine's decode loop and the event loop sending first audio "
+                    "alike, so each pause lands in every request in flight. serve --gc-freeze (the "
+                    "default) freezes start-up's objects after the warm-up, keeping that heap out "
+                    "of the pass.",
+                    Target(f"histogram_quantile(0.99, sum by (le) (rate("
+                           f"ttsfleet_inference_gc_pause_seconds_bucket{{{FULL_GC}}}[{RI}])))",
+                           "p99 pause"),
+                    Target(f"sum(rate(ttsfleet_inference_gc_pause_seconds_sum{{{FULL_GC}}}[{RI}]))",
+                           "paused per second"),
+                    unit="s", min=0),
             )),
             Row("Batching and queues", (
                 _ts("Queue depth", "Requests waiting for a decode slot, per pod.",

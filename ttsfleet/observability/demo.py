@@ -68,6 +68,26 @@ ENGINE_STEP_GPU_SECONDS = (("decode", 0.0113), ("prefill", 0.0053))
 #: histogram (its metrics.txt: 168 probes, 88 under 0.1 ms, 7 to 0.25, 40 to 0.5, 32 to 1, 1 to 2 ms;
 #: mean 0.27 ms) scaled to 24 probes.
 GIL_WAIT_PROBES = ((7e-5, 13), (2e-4, 1), (4e-4, 6), (7e-4, 4))
+#: ``inference_event_loop_lag_seconds`` per scrape at full traffic, as (seconds, ticks): a served H100
+#: replica at c=128, heap frozen, steady window of 20.2 s (H100, 2026-12-07d,
+#: benchmarks/inference_h200/2026-12-07d/call36-h100-gc-freeze, side B, served_c128.txt: the server's
+#: event loop late by mean 1.63 ms, p99 19.6 ms, 1,736 ticks): its 10 ms timer's 86 ticks a second make
+#: 1,288 a scrape, spread so the mean is 1.63 ms and the p99 read from the buckets (as the bench and
+#: histogram_quantile read it) 19.6 ms. The tick values are the demo's; the two figures are measured.
+LOOP_LAG_TICKS = ((3e-4, 900), (8e-4, 120), (2e-3, 130), (4.5e-3, 70), (9e-3, 32), (2.4e-2, 36))
+#: The same at reduced traffic (the quiet phase): that server at c=64 (its served_c64.txt, steady
+#: window of 13.4 s: late by mean 1.05 ms, p99 9.6 ms, 1,206 ticks, 90 a second: 1,354 a scrape).
+LOOP_LAG_TICKS_LOW = ((3e-4, 900), (8e-4, 200), (2e-3, 150), (4.5e-3, 50), (7e-3, 44), (1.6e-2, 10))
+#: ``inference_gc_pause_seconds{generation="2"}`` at full traffic, as (seconds, collections) per pair
+#: of scrapes: the same c=128 window's full garbage collections, 2 in 20.2 s, 25 ms in all, each
+#: <= 25 ms (one, then two, every 30 s: 0.1 a second of 12.5 ms each). At c=64 it ran none, nor does
+#: the demo's quiet phase.
+FULL_GC_PAUSES = ((0.0125, 1), (0.0125, 2))
+#: ``inference_gc_pause_seconds`` of the young generations per scrape, as (generation, seconds,
+#: collections): that H100 run's summary does not report them, so these are the CPU run's
+#: (benchmarks/inference_serve/README.md, gc-pauses-2026-12-07, tiny model, c=32: gen 0 ~2 a second,
+#: ~0.2 ms each; gen 1 10 per ~55 s, ~1 ms each: 3 a scrape, 2 every fourth).
+YOUNG_GC_PAUSES = (("0", 2e-4, 30), ("1", 1e-3, 3))
 
 PODS = (
     Pod("tts-h200-0", "h200", 60, 0, 60000, ((0.09, 57), (0.3, 3)), 24, 0, 24),
@@ -232,7 +252,7 @@ def generate(start: int, duration_s: int = DURATION_S, step_s: int = STEP_S) -> 
         _step_fleet(core, ph, prev_phase, i)
         _step_dcgm(dcgm_util, dcgm_sm, ksm_pods, ph)
         for p in PODS:
-            _step_pod(pods[p.name], p, f)
+            _step_pod(pods[p.name], p, f, i)
         live_jobs = [j for j in FILL_JOBS if not (j == EVICTED_JOB and ph != "quiet")]
         for j in live_jobs:
             _step_job(jobs[j], j, i, t, last_ckpt, ph != prev_phase and j == "fill-h200-0")
@@ -295,7 +315,7 @@ def _step_dcgm(util: Gauge, sm: Gauge, ksm: Gauge, ph: str) -> None:
                 ksm.labels(ns, pod, workload).set(1)
 
 
-def _step_pod(c: Collectors, p: Pod, f: float) -> None:
+def _step_pod(c: Collectors, p: Pod, f: float, i: int) -> None:
     m = MODEL
     c["inference_requests"].labels(m, "200").inc(round(p.ok * f))
     if p.shed:
@@ -318,6 +338,20 @@ def _step_pod(c: Collectors, p: Pod, f: float) -> None:
     for seconds, n in GIL_WAIT_PROBES:  # the engine's GIL probes (every 16th busy iteration)
         for _ in range(n):
             c["inference_engine_gil_wait_seconds"].labels(m).observe(seconds)
+    full = f >= 1.0  # the burst and the steady phase: the c=128 figures; the quiet phase: c=64's
+    lag = c["inference_event_loop_lag_seconds"].labels(m)
+    for seconds, n in LOOP_LAG_TICKS if full else LOOP_LAG_TICKS_LOW:  # the loop's 10 ms ticks
+        for _ in range(n):
+            lag.observe(seconds)
+    gc_pause = c["inference_gc_pause_seconds"]
+    for gen, seconds, n in YOUNG_GC_PAUSES:
+        for _ in range(n - (gen == "1" and i % 4 == 3)):
+            gc_pause.labels(m, gen).observe(seconds)
+    full_gc = gc_pause.labels(m, "2")  # exported from the start, at 0 while no full pass runs
+    if full:
+        seconds, n = FULL_GC_PAUSES[i % 2]
+        for _ in range(n):
+            full_gc.observe(seconds)
     c["inference_queue_depth"].labels(m).set(round(p.queue * f))
     c["inference_running_batch_size"].labels(m).set(p.batch)
     c["inference_requests_in_flight"].labels(m).set(round(p.in_flight * f))
