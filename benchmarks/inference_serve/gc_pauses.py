@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -41,34 +40,15 @@ def _cli() -> list[str]:
 
 def start_server(flags: list[str], log: Path) -> tuple[subprocess.Popen, str]:
     """``ttsfleet serve`` on a free port, logging at info (the freeze's line), ready or exit."""
-    from ttsfleet.devtools.ports import free_port
+    from ttsfleet.devtools.serve_proc import start_serve
 
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TTSFLEET_")}
-    proc = subprocess.Popen([*_cli(), "serve", "--host", "127.0.0.1", "--port", str(port), "--log-level",
-                             "info", *flags], stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 900
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            sys.exit(f"server {flags} exited: {log.read_text()[-2000:]}")
-        try:
-            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    proc.kill()
-    sys.exit(f"server {flags} not ready")
+    return start_serve(flags, log, log_level="info")
 
 
 def stop_server(proc: subprocess.Popen) -> None:
-    proc.send_signal(signal.SIGINT)
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(5)
+    from ttsfleet.devtools.serve_proc import stop_serve
+
+    stop_serve(proc)
 
 
 def gc_read(url: str) -> dict[str, dict[str, Any]]:

@@ -64,27 +64,9 @@ def reference_wav(seconds: float) -> bytes:
 
 
 def start_server(flags: list[str], log: Path) -> tuple[subprocess.Popen, str]:
-    from ttsfleet.devtools.ports import free_port
+    from ttsfleet.devtools.serve_proc import start_serve
 
-    port = free_port()
-    safe = ["-P"] if sys.flags.safe_path else []  # as this script runs: -P here, `python3 -m` on the device
-    cmd = [sys.executable, *safe, "-m", "ttsfleet.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-           "--log-level", "warning", *flags]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TTSFLEET_")}
-    proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 900
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            sys.exit(f"server {flags} exited: {log.read_text()[-2000:]}")
-        try:
-            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    proc.kill()
-    sys.exit(f"server {flags} not ready")
+    return start_serve(flags, log)
 
 
 VOICE_ID = "live-prefix-bench"
