@@ -57,14 +57,19 @@ def _hist_key(smp: Any, name: str, prefix: str) -> str | None:
     return None
 
 
-def _histogram_key(smp: Any, lag: str, gc_pause: str) -> str | None:
+def _histogram_key(smp: Any, lag: str, gc_pause: str, generation: str) -> str | None:
     """The key of a sample of the event-loop lag histogram (:data:`LOOP_KEY`) or of the full garbage
-    collections' pauses (:data:`GC2_KEY`; the younger generations' are left out), else None."""
-    from ttsfleet.metrics import L_GENERATION
-
-    if smp.labels.get(L_GENERATION) == "2":
+    collections' pauses (:data:`GC2_KEY`; the younger generations' are left out; ``generation``: the
+    label naming them), else None."""
+    if smp.labels.get(generation) == "2":
         return _hist_key(smp, gc_pause, GC2_KEY)
     return _hist_key(smp, lag, LOOP_KEY)
+
+
+def bucket_of_longest(buckets: list[tuple[float, float]], count: float) -> float:
+    """The upper bound of the bucket that holds the longest of ``count`` observations, from cumulative
+    ``(le, count)`` buckets sorted by ``le`` (``inf`` past the last finite bound)."""
+    return next((le for le, n in buckets if n >= count), math.inf)
 
 
 def _buckets(grown: dict[str, float], prefix: str) -> list[tuple[float, float]]:
@@ -77,7 +82,7 @@ def engine_totals(samples: list[Any]) -> dict[str, float]:
     """The server's engine counters in one /metrics read: ``{phase: seconds, ..., "gpu:decode":
     seconds, "gpu:prefill": seconds, "steps": n, "rows": n}`` (no ``gpu:`` keys from a server on the
     CPU or an older one; {} from a server without the phase counter: an older one, or another)."""
-    from ttsfleet.metrics import spec
+    from ttsfleet.metrics import L_GENERATION, spec
 
     phases = spec("inference_engine_seconds").exposed_names[0]
     gpu = spec("inference_engine_gpu_seconds").exposed_names[0]
@@ -88,7 +93,7 @@ def engine_totals(samples: list[Any]) -> dict[str, float]:
     gc_pause = spec("inference_gc_pause_seconds").name
     out: dict[str, float] = {}
     for smp in samples:
-        if (hist_key := _histogram_key(smp, lag, gc_pause)) is not None:
+        if (hist_key := _histogram_key(smp, lag, gc_pause, L_GENERATION)) is not None:
             key = hist_key
         elif smp.name == phases:
             key = smp.labels.get("phase", "?")
@@ -180,7 +185,7 @@ def _gc_use(grown: dict[str, float]) -> dict[str, Any]:
         return out
     p99 = histogram_quantile(0.99, buckets)
     out["gc2_p99_ms"] = round(1000 * p99, 2) if p99 is not None else None
-    bound = next((le for le, n in buckets if n >= count), math.inf)
+    bound = bucket_of_longest(buckets, count)
     finite = [le for le, _ in buckets if not math.isinf(le)]
     if math.isinf(bound):
         out["gc2_max_above_ms"] = round(1000 * finite[-1], 2) if finite else 0.0

@@ -72,18 +72,16 @@ class GcPauses:
 
 def pause_summary(pauses: list[tuple[int, float]]) -> dict[str, Any]:
     """Per generation (``"gen0"``, ``"gen1"``, ``"gen2"``): how many collections, their summed, p50,
-    p99 and longest pause in ms (NaN where none ran), as :func:`.loop_lag.lag_summary` gives a loop's
-    lag."""
+    p99 and longest pause in ms (NaN where none ran), the percentiles as :func:`.loop_lag.lag_summary`
+    gives a loop's lag."""
+    from .loop_lag import lag_summary
+
     out: dict[str, Any] = {}
     for gen in GENERATIONS:
-        ms = np.asarray([s for g, s in pauses if g == gen], dtype=float) * 1000
-        if ms.size == 0:
-            out[f"gen{gen}"] = {"count": 0, "total_ms": 0.0, "p50_ms": float("nan"),
-                                "p99_ms": float("nan"), "max_ms": float("nan")}
-            continue
-        p50, p99 = (round(float(np.percentile(ms, q)), 2) for q in (50, 99))
-        out[f"gen{gen}"] = {"count": int(ms.size), "total_ms": round(float(ms.sum()), 2), "p50_ms": p50,
-                            "p99_ms": p99, "max_ms": round(float(ms.max()), 2)}
+        seconds = [s for g, s in pauses if g == gen]
+        summary = lag_summary(seconds)
+        total_ms = round(float((np.asarray(seconds, dtype=float) * 1000).sum()), 2)
+        out[f"gen{gen}"] = {"count": summary.pop("ticks"), "total_ms": total_ms, **summary}
     return out
 
 

@@ -27,8 +27,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 SIDES = {"frozen": [], "unfrozen": ["--no-gc-freeze"]}  # serve's default, and the flag that turns it off
 FROZE = re.compile(r"froze (\d+) objects in (\d+) ms")
 
@@ -54,33 +52,37 @@ def stop_server(proc: subprocess.Popen) -> None:
 def gc_read(url: str) -> dict[str, dict[str, Any]]:
     """``inference_gc_pause_seconds`` per generation from one /metrics read: count, sum (s) and the
     cumulative buckets ``{le: count}``."""
-    from prometheus_client.parser import text_string_to_metric_families
+    from ttsfleet.inference.bench import server_samples
 
     from ttsfleet.metrics import spec
 
+    samples = server_samples(url)
+    if not samples:
+        sys.exit(f"could not read {url}/metrics")
     name = spec("inference_gc_pause_seconds").name
     out: dict[str, dict[str, Any]] = {}
-    for fam in text_string_to_metric_families(httpx.get(f"{url}/metrics", timeout=30).text):
-        for smp in fam.samples:
-            if not smp.name.startswith(name):
-                continue
-            gen = out.setdefault(smp.labels["generation"], {"count": 0.0, "sum": 0.0, "buckets": {}})
-            if smp.name == name + "_bucket":
-                gen["buckets"][float(smp.labels["le"])] = smp.value
-            elif smp.name in (name + "_count", name + "_sum"):
-                gen[smp.name.rsplit("_", 1)[1]] = smp.value
+    for smp in samples:
+        if not smp.name.startswith(name):
+            continue
+        gen = out.setdefault(smp.labels["generation"], {"count": 0.0, "sum": 0.0, "buckets": {}})
+        if smp.name == name + "_bucket":
+            gen["buckets"][float(smp.labels["le"])] = smp.value
+        elif smp.name in (name + "_count", name + "_sum"):
+            gen[smp.name.rsplit("_", 1)[1]] = smp.value
     return out
 
 
 def gc_growth(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Per generation between two reads: collections, summed pause (ms) and the upper bound of the bucket
     holding the longest (ms; None where none ran)."""
+    from ttsfleet.inference.bench_engine_loop import bucket_of_longest
+
     out = {}
     for gen in sorted(after):
         a, b = after[gen], before.get(gen, {"count": 0.0, "sum": 0.0, "buckets": {}})
         count = round(a["count"] - b["count"])
         grown = sorted((le, n - b["buckets"].get(le, 0.0)) for le, n in a["buckets"].items())
-        longest = next((le for le, n in grown if n >= count), None) if count else None
+        longest = bucket_of_longest(grown, count) if count else None
         out[f"gen{gen}"] = {"collections": count, "total_ms": round(1000 * (a["sum"] - b["sum"]), 2),
                             "longest_le_ms": None if longest is None else round(1000 * longest, 2)}
     return out
