@@ -101,7 +101,8 @@ class Sample:
     stall_s: float = 0.0  # their summed silence
     first_stall_at_s: float | None = None  # audio seconds played before the first underrun
     #: submit to the response's headers (s): the server sends them once its handler has taken the
-    #: request (validated, submitted), so a long one is time its own first-audio figures never see
+    #: request (validated, submitted); its own first audio counts from its app receiving the request
+    #: (the ``intake`` stage, since 2026-12-07e), so what this has beyond intake is before the app
     headers_s: float = float("nan")
 
 
@@ -699,12 +700,13 @@ def _client_lag_line(lv: dict[str, Any]) -> str:
 
 
 def _headers_line(lv: dict[str, Any]) -> str:
-    """Where the client's first audio waits: before the response headers (the server's handler had not
-    yet taken the request, which its own first-audio figures start from) or after them."""
+    """Where the client's first audio waits: before the response headers (the server's app had not yet
+    received the request, or its handler not yet taken it: the ``intake`` stage) or after them."""
     return (f"c={lv['concurrency']} the client's wait for the response headers, timed requests: p50 "
             f"{lv['headers_p50_s'] * 1000:.0f} / p99 {lv['headers_p99_s'] * 1000:.0f} ms of its first audio "
             f"p50 {lv['ttfa_p50_s'] * 1000:.0f} / p99 {lv['ttfa_p99_s'] * 1000:.0f} ms (the server's "
-            "first-audio figures start where its handler takes the request, about when it sends them)")
+            "first audio starts where its app receives the request; its handler sends them after the "
+            "intake stage)")
 
 
 def _client_gc_words(pauses: dict[str, Any]) -> str:

@@ -22,7 +22,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response, StreamingResponse
 from ttsfleet.inference.api import OPENAI_VOICES, ApiError, SpeechRequest, TTSRequest, parse_model
 from ttsfleet.inference.audio_io import AudioEncoder
-from ttsfleet.inference.http_common import authorize, get_state, read_body
+from ttsfleet.inference.http_common import authorize, get_state, read_body, received_at
 from ttsfleet.inference.openapi_docs import AUDIO_RESPONSES, request_body
 from ttsfleet.inference.server_state import ServerState
 from ttsfleet.inference.synthesis import Generation, Job, validate
@@ -41,7 +41,7 @@ async def tts(request: Request, state: ServerState = Depends(get_state)) -> Resp
     body = await _body(request, state)
     with state.admitting():
         req = parse_model(TTSRequest, body)
-        job, gen, enc = await start(state, req)
+        job, gen, enc = await start(state, req, received_at(request))
     return await respond(request, state, job, gen, enc, stream=req.streaming, sse=False)
 
 
@@ -52,7 +52,7 @@ async def speech(request: Request, state: ServerState = Depends(get_state)) -> R
     with state.admitting():
         sreq = parse_model(SpeechRequest, body)
         _check_openai_names(state, sreq)
-        job, gen, enc = await start(state, sreq.to_tts())
+        job, gen, enc = await start(state, sreq.to_tts(), received_at(request))
     return await respond(request, state, job, gen, enc, stream=True, sse=sreq.sse)
 
 
@@ -74,13 +74,16 @@ async def _body(request: Request, state: ServerState) -> object:
     return body
 
 
-async def start(state: ServerState, req: TTSRequest) -> tuple[Job, Generation, AudioEncoder]:
+async def start(state: ServerState, req: TTSRequest, received: float | None = None
+                ) -> tuple[Job, Generation, AudioEncoder]:
     """Validate and submit the first segment; only a request the engine took counts as in flight.
+    ``received``: when the app got the request (:func:`~ttsfleet.inference.http_common.received_at`), where
+    its time to first audio starts.
 
     Everything that can fail comes first, so nothing stands between the engine accepting the
     request and the response that releases it."""
     job = await validate(state, req)
-    gen = Generation(state, req, job.references, job.arrived)
+    gen = Generation(state, req, job.references, job.arrived, received=received)
     enc = _encoder(job, gen)
     gen.submit(job.segments[0], more_may_follow=len(job.segments) > 1)
     state.enter()

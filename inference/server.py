@@ -38,7 +38,7 @@ def create_app(state: ServerState, load_in_background: bool = True) -> Any:
     """The FastAPI app over ``state``; the model starts loading when the app starts."""
     from fastapi import FastAPI
     from ttsfleet.inference import routes_live, routes_probes, routes_references, routes_tts, routes_voices
-    from ttsfleet.inference.http_common import install_error_handlers
+    from ttsfleet.inference.http_common import StampReceived, install_error_handlers
     from ttsfleet.inference.openapi_docs import install_openapi
 
     @asynccontextmanager
@@ -72,6 +72,7 @@ def create_app(state: ServerState, load_in_background: bool = True) -> Any:
     for module in (routes_tts, routes_live, routes_references, routes_voices, routes_probes):
         app.include_router(module.router)
     install_openapi(app)
+    app.add_middleware(StampReceived)  # outermost of the app's own: the stamp comes before everything else
     return app
 
 

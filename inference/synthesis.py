@@ -110,15 +110,18 @@ def _sampling(req: TTSRequest, segment: int) -> Any:
 
 
 #: The stages of time to first audio, in order, each ending where the next begins.
-TTFA_STAGES = ("arrival", "inbox", "queue", "prefill", "decode", "audio")
+TTFA_STAGES = ("intake", "arrival", "inbox", "queue", "prefill", "decode", "audio")
 
 
-def ttfa_stages(arrived: float, handle: Any, first_audio: float) -> dict[str, float]:
-    """Time to first audio (``arrived`` -> ``first_audio``) split at the engine's marks on the
-    segment's ``handle`` (:class:`~ttsfleet.inference.engine_messages.RequestHandle`): to the engine's queue,
-    until the engine thread takes it (its iteration's length: the live route's 212 ms "queue" on the
-    H200 came with only 60 admission waits in 320 sessions, 2026-12-03d), waiting for admission,
-    prefill, decode to the first chunk of codes, then codec + encoding + send.
+def ttfa_stages(arrived: float, handle: Any, first_audio: float, received: float | None = None
+                ) -> dict[str, float]:
+    """Time to first audio (``received`` -> ``first_audio``) split at the handler's and the engine's marks:
+    the app's intake (``received`` -> ``arrived``: dependencies, the body read and parsed, the request
+    validated; only where the app stamped ``received``), then, at the marks on the segment's ``handle``
+    (:class:`~ttsfleet.inference.engine_messages.RequestHandle`), to the engine's queue, until the engine
+    thread takes it (its iteration's length: the live route's 212 ms "queue" on the H200 came with only
+    60 admission waits in 320 sessions, 2026-12-03d), waiting for admission, prefill, decode to the first
+    chunk of codes, then codec + encoding + send.
 
     Why: one TTFA figure cannot say which part misses a target (the live route at c=64 on an H200:
     400 ms where HTTP streaming takes ~100 ms). A mark the engine never set (a path that skips a
@@ -127,12 +130,12 @@ def ttfa_stages(arrived: float, handle: Any, first_audio: float) -> dict[str, fl
     """
     if handle is None:
         return {}
-    marks = (handle.submitted_at, handle.ingested_at, handle.admitted_at, handle.prefilled_at,
+    marks = (arrived, handle.submitted_at, handle.ingested_at, handle.admitted_at, handle.prefilled_at,
              handle.first_codes_at, first_audio)
     out: dict[str, float] = {}
-    start = arrived
+    start = arrived if received is None else min(received, arrived)
     for stage, end in zip(TTFA_STAGES, marks, strict=True):
-        if end is None:
+        if end is None or (stage == "intake" and received is None):
             continue
         out[stage] = max(0.0, min(end, first_audio) - start)
         start = max(start, min(end, first_audio))
@@ -143,11 +146,12 @@ class Generation:
     """Streams the audio of one request across its text segments, recording the request's metrics."""
 
     def __init__(self, state: ServerState, req: TTSRequest, references: list[tuple[Any, str]],
-                 arrived: float):
+                 arrived: float, received: float | None = None):
         self.state = state
         self.req = req
         self.references = references
-        self.arrived = arrived
+        self.arrived = arrived  # the handler's mark (the live route moves it to the first text flush)
+        self.received = received  # when the app got the request, where its timings start (None: arrived)
         self.handle: Any = None
         self.index = 0  # segments submitted so far
         self.prompt_tokens = 0
@@ -287,14 +291,20 @@ class Generation:
         self._active = False
 
     @property
+    def started(self) -> float:
+        """Where the request's time to first audio and wall time start: the app's stamp, else the
+        handler's mark."""
+        return self.arrived if self.received is None else min(self.received, self.arrived)
+
+    @property
     def finished(self) -> bool:
         return self.status is not None
 
     def mark_first_audio(self) -> None:
         if self.first_audio is None:
             self.first_audio = time.perf_counter()
-            self.state.m("inference_ttfa_seconds").observe(self.first_audio - self.arrived)
-            stages = ttfa_stages(self.arrived, self.handle, self.first_audio)
+            self.state.m("inference_ttfa_seconds").observe(self.first_audio - self.started)
+            stages = ttfa_stages(self.arrived, self.handle, self.first_audio, self.received)
             hist = self.state.metrics["inference_ttfa_stage_seconds"]
             for stage, seconds in stages.items():
                 hist.labels(self.state.label, stage).observe(seconds)
@@ -307,7 +317,7 @@ class Generation:
         st = self.state
         st.count(status, reason)
         if status == 200:
-            wall = time.perf_counter() - self.arrived
+            wall = time.perf_counter() - self.started
             st.m("inference_request_duration_seconds").observe(wall)
             audio_s = self.samples / self.codec_rate
             if realtime and audio_s > 0:

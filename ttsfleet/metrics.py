@@ -114,10 +114,11 @@ CONTRACT_LIST: tuple[MetricSpec, ...] = (
     _m("inference", "inference_errors", "counter",
        "Requests that failed, by reason.", [L_MODEL, L_REASON]),
     _m("inference", "inference_ttfa_seconds", "histogram",
-       "Time to first audio: request arrival to the first audio chunk sent.", [L_MODEL],
+       "Time to first audio: the server receiving the request to the first audio chunk sent.", [L_MODEL],
        LATENCY_BUCKETS),
     _m("inference", "inference_ttfa_stage_seconds", "histogram",
-       "Time to first audio split by stage (arrival: to the engine's queue; inbox: until the engine "
+       "Time to first audio split by stage (intake: the request's dependencies, body read, parse "
+       "and validation, before its handler's mark; arrival: to the engine's queue; inbox: until the engine "
        "thread takes it, between two of its iterations; queue: waiting for admission (see "
        "admission_waits); prefill: the prompt into the cache; decode: to the first chunk of codes; "
        "audio: codec, encoding and sending); the stages of one request add up to its time to first audio.",

@@ -205,8 +205,34 @@ def test_ttfa_stages_add_up_to_time_to_first_audio(client):
     assert set(st1) == set(TTFA_STAGES)
     grown = {k: st1[k] - st0.get(k, 0.0) for k in TTFA_STAGES}
     assert all(v >= 0 for v in grown.values())
-    assert grown["prefill"] > 0 and grown["decode"] > 0
+    assert grown["prefill"] > 0 and grown["decode"] > 0 and grown["intake"] > 0
     assert sum(grown.values()) == pytest.approx(t1 - t0, rel=1e-6, abs=1e-6)
+
+
+def test_a_slow_body_counts_in_the_intake_stage_and_the_whole(client):
+    """Time to first audio starts when the app receives the request, not at the handler's mark: a body
+    that takes 0.4 s to arrive shows up in ``intake`` and in the whole."""
+    import json
+    import time
+
+    def stages() -> dict[str, float]:
+        rows = _scrape(client).get(spec("inference_ttfa_stage_seconds").name + "_sum", [])
+        return {s.labels["stage"]: s.value for s in rows}
+
+    def slow_body():
+        body = json.dumps({"text": "a slow body", "format": "pcm", "max_new_tokens": 4, "seed": 5,
+                           "streaming": True}).encode()
+        yield body[:10]
+        time.sleep(0.4)
+        yield body[10:]
+
+    before = stages()
+    with client.stream("POST", "/v1/tts", content=slow_body(),
+                       headers={"content-type": "application/json"}) as r:
+        assert r.status_code == 200
+        b"".join(r.iter_bytes())
+    grown = stages()["intake"] - before.get("intake", 0.0)
+    assert 0.35 <= grown < 5.0
 
 
 def test_ttfa_stages_skip_a_missing_mark_and_still_add_up():
@@ -221,6 +247,10 @@ def test_ttfa_stages_skip_a_missing_mark_and_still_add_up():
     assert got["inbox"] == pytest.approx(0.1) and got["prefill"] == pytest.approx(0.4)
     assert sum(got.values()) == pytest.approx(1.1)
     assert ttfa_stages(0.9, None, 2.0) == {}
+    # with the app's receipt stamped: the intake before the handler's mark leads, and the whole grows by it
+    got = ttfa_stages(0.9, h, 2.0, received=0.6)
+    assert list(got) == ["intake", "arrival", "inbox", "prefill", "decode", "audio"]
+    assert got["intake"] == pytest.approx(0.3) and sum(got.values()) == pytest.approx(1.4)
 
 
 def test_requests_beyond_the_slots_count_as_waits_for_slots(server):
