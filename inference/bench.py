@@ -104,6 +104,26 @@ class Sample:
     #: request (validated, submitted); its own first audio counts from its app receiving the request
     #: (the ``intake`` stage, since 2026-12-07e), so what this has beyond intake is before the app
     headers_s: float = float("nan")
+    #: the server's own time from its app receiving the request to the response's start (s; its
+    #: ``Server-Timing: app;dur=`` header, 2026-12-07e on): ``headers_s`` less this is the request's
+    #: time outside the app, its way in (connect, send, accept, parse) and the headers' way out
+    app_s: float = float("nan")
+
+
+def server_timing(header: str, name: str) -> float:
+    """The ``dur`` (ms -> s) of metric ``name`` in a W3C ``Server-Timing`` header, or nan."""
+    for metric in header.split(","):
+        parts = [p.strip() for p in metric.split(";")]
+        if parts[0] != name:
+            continue
+        for param in parts[1:]:
+            key, _, value = param.partition("=")
+            if key.strip() == "dur":
+                try:
+                    return float(value.strip().strip('"')) / 1000
+                except ValueError:
+                    return float("nan")
+    return float("nan")
 
 
 @dataclass
@@ -149,6 +169,10 @@ class Level:
     #: lies before the server's handler (its accept, parse and body read; the stream's own wait).
     headers_p50_s: float = float("nan")
     headers_p99_s: float = float("nan")
+    #: Of that wait, the time outside the server's app (``headers_s - app_s`` per request, p50 / p99, s):
+    #: the request's way in before the app received it and the headers' way out.
+    outside_p50_s: float = float("nan")
+    outside_p99_s: float = float("nan")
     #: This client's own event-loop lag over the level's runs (:mod:`.loop_lag`: p50 / p99 / max ms,
     #: ticks): a client reading its streams late would count its delay as the server's first audio.
     client_loop_lag: dict[str, float] = field(default_factory=dict)
@@ -189,6 +213,7 @@ async def _request(client: Any, cfg: BenchConfig, i: int,
                 await resp.aread()
                 return Sample(False, resp.status_code, 0.0, time.perf_counter() - t0, 0.0, start_s=t0)
             headers = time.perf_counter() - t0
+            app = server_timing(resp.headers.get("server-timing", ""), "app")
             fps = float(resp.headers.get("x-frames-per-second", "0") or 0)
             rate = int(resp.headers.get("x-sample-rate", "44100"))
             async for chunk in resp.aiter_bytes():
@@ -207,7 +232,7 @@ async def _request(client: Any, cfg: BenchConfig, i: int,
     seconds = (nbytes / 2 / rate) if cfg.fmt == "pcm" else 0.0
     return Sample(True, 200, (first or end) - t0, end - t0, seconds * fps, seconds, start_s=t0,
                   stalls=play.stalls, stall_s=play.stall_s, first_stall_at_s=play.first_stall_at_s,
-                  headers_s=headers)
+                  headers_s=headers, app_s=app)
 
 
 async def _run_level(cfg: BenchConfig, c: int, n: int, edges: EdgeReads | None = None,
@@ -366,7 +391,9 @@ def summarize_runs(c: int, n: int, runs: list[tuple[list[Sample], float, float |
 def _headers(timed: list[Sample]) -> dict[str, float]:
     """The :class:`Level` fields of the timed requests' wait for the response headers."""
     waits = [s.headers_s for s in timed if s.ok and not math.isnan(s.headers_s)]
-    return {"headers_p50_s": _pct(waits, 50), "headers_p99_s": _pct(waits, 99)}
+    outside = [s.headers_s - s.app_s for s in timed if s.ok and not math.isnan(s.headers_s - s.app_s)]
+    return {"headers_p50_s": _pct(waits, 50), "headers_p99_s": _pct(waits, 99),
+            "outside_p50_s": _pct(outside, 50), "outside_p99_s": _pct(outside, 99)}
 
 
 def _underruns(timed: list[Sample]) -> dict[str, float]:
@@ -700,13 +727,17 @@ def _client_lag_line(lv: dict[str, Any]) -> str:
 
 
 def _headers_line(lv: dict[str, Any]) -> str:
-    """Where the client's first audio waits: before the response headers (the server's app had not yet
-    received the request, or its handler not yet taken it: the ``intake`` stage) or after them."""
-    return (f"c={lv['concurrency']} the client's wait for the response headers, timed requests: p50 "
+    """Where the client's first audio waits: before the response headers or after them, and of the wait
+    before them how much lay outside the server's app (before it received the request, or the headers'
+    way back), where the server said its own part (``Server-Timing``)."""
+    line = (f"c={lv['concurrency']} the client's wait for the response headers, timed requests: p50 "
             f"{lv['headers_p50_s'] * 1000:.0f} / p99 {lv['headers_p99_s'] * 1000:.0f} ms of its first audio "
-            f"p50 {lv['ttfa_p50_s'] * 1000:.0f} / p99 {lv['ttfa_p99_s'] * 1000:.0f} ms (the server's "
-            "first audio starts where its app receives the request; its handler sends them after the "
-            "intake stage)")
+            f"p50 {lv['ttfa_p50_s'] * 1000:.0f} / p99 {lv['ttfa_p99_s'] * 1000:.0f} ms")
+    outside = lv.get("outside_p99_s", math.nan)
+    if math.isnan(outside):
+        return line + " (the server's first audio starts where its app receives the request)"
+    return (line + f"; outside the server's app p50 {lv['outside_p50_s'] * 1000:.0f} / p99 "
+            f"{outside * 1000:.0f} ms (its way in before the app received it, the headers' way out)")
 
 
 def _client_gc_words(pauses: dict[str, Any]) -> str:

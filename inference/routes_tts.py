@@ -14,6 +14,7 @@ import base64
 import contextlib
 import json
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -103,6 +104,9 @@ async def respond(request: Request, state: ServerState, job: Job, gen: Generatio
                "X-Frames-Per-Second": f"{gen.frames_per_second:.4f}"}
     if not stream:
         return await _whole(request, state, job, gen, enc, headers)
+    # the app's own time before the response starts (W3C Server-Timing): a client that subtracts it from
+    # its wait for the headers has the request's time outside the app (its way in, the headers' way out)
+    headers["Server-Timing"] = f"app;dur={(time.perf_counter() - gen.started) * 1000:.2f}"
     body = _sse_events(job, gen, enc) if sse else _audio_stream(job, gen, enc)
 
     def closed() -> None:

@@ -70,6 +70,9 @@ def _client_lag(lv: dict[str, Any]) -> str:
     headers = lv.get("headers_p99_s")  # the wait for the response headers (2026-12-07d on)
     if headers is not None and not math.isnan(headers):
         notes.append(f"headers p99 {headers * 1000:.0f}")
+    outside = lv.get("outside_p99_s")  # of it, outside the server's app (2026-12-07e on)
+    if outside is not None and not math.isnan(outside):
+        notes.append(f"outside app p99 {outside * 1000:.0f}")
     return f" ({'; '.join(notes)})" if notes else ""
 
 

@@ -64,6 +64,11 @@ def test_the_first_audio_cell_says_how_late_the_client_read_where_measured(tmp_p
     bench.write_text(json.dumps(report))
     done = _run(str(folder))
     assert " / 234 (client late p99 38; headers p99 513) | " in done.stdout.splitlines()[2]
+    report["levels"][0]["outside_p99_s"] = 0.4012
+    bench.write_text(json.dumps(report))
+    done = _run(str(folder))
+    cell = " / 234 (client late p99 38; headers p99 513; outside app p99 401) | "
+    assert cell in done.stdout.splitlines()[2]
 
 
 def test_a_folder_without_sides_is_refused_in_one_line(tmp_path):

@@ -46,7 +46,10 @@ def test_bench_serve_writes_table_json_png(server, tmp_path):
     assert "objects frozen" in proc.stdout
     for lv in report["levels"]:  # the wait for the response headers: a part of the first audio's
         assert 0 < lv["headers_p50_s"] <= lv["headers_p99_s"] <= lv["ttfa_p99_s"]
+        # the server said its app's part (Server-Timing), so the rest is outside it: less than the wait
+        assert 0 <= lv["outside_p50_s"] <= lv["outside_p99_s"] <= lv["headers_p99_s"]
     assert "c=4 the client's wait for the response headers, timed requests: p50" in proc.stdout
+    assert "; outside the server's app p50 " in proc.stdout
     for use in report["engine"]:  # and the server's full collections over each level, 0 or more
         assert use["gc2_count"] >= 0 and use["gc2_total_ms"] >= 0
     assert "its full garbage collections" in proc.stdout

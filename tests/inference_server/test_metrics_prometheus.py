@@ -233,6 +233,22 @@ def test_a_slow_body_counts_in_the_intake_stage_and_the_whole(client):
         b"".join(r.iter_bytes())
     grown = stages()["intake"] - before.get("intake", 0.0)
     assert 0.35 <= grown < 5.0
+    # and the response said the app's part before its headers (W3C Server-Timing), the slow body in it
+    from ttsfleet.inference.bench import server_timing
+
+    assert 0.35 <= server_timing(r.headers["server-timing"], "app") < 5.0
+
+
+@pytest.mark.parametrize(("header", "want"), [
+    ("app;dur=12.5", 0.0125), ('db;dur=3, app;desc="x";dur="7"', 0.007), ("app", float("nan")),
+    ("app;dur=oops", float("nan")), ("", float("nan")), ("apps;dur=1", float("nan"))])
+def test_server_timing_is_read_by_name(header, want):
+    import math
+
+    from ttsfleet.inference.bench import server_timing
+
+    got = server_timing(header, "app")
+    assert (math.isnan(got) and math.isnan(want)) or got == pytest.approx(want)
 
 
 def test_ttfa_stages_skip_a_missing_mark_and_still_add_up():
