@@ -32,8 +32,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .bench_clients import ListenerClients
 from .bench_engine_loop import engine_line
 from .bench_playback import Playback, first_stall_p50, underrun_tail
+from .bench_trace import RequestTrace
 
 if TYPE_CHECKING:
     from .bench_steady import EdgeReads, Read, ServerView, SteadyReading
@@ -61,6 +63,9 @@ class BenchConfig:
     rates: list[float] = field(default_factory=list)
     #: ... for this long each (arrivals = rate x duration, at least 1).
     open_duration_s: float = 30.0
+    #: ``own``: each listener its own client and connection; ``shared``: one pooled client for all, whose
+    #: pool kept requests waiting before they were written (:mod:`.bench_clients`)
+    connections: str = "own"
 
     def requests_at(self, c: int) -> int:
         return self.requests or max(self.per_client * c, 4)
@@ -108,6 +113,12 @@ class Sample:
     #: ``Server-Timing: app;dur=`` header, 2026-12-07e on): ``headers_s`` less this is the request's
     #: time outside the app, its way in (connect, send, accept, parse) and the headers' way out
     app_s: float = float("nan")
+    #: the client's side of that wait (:mod:`.bench_trace`): start -> the request written out whole (the
+    #: wait for a pooled or new connection, and the send), whether it opened a TCP connection of its own,
+    #: and that connect (s; 0 on a pooled one)
+    sent_s: float = float("nan")
+    new_connection: bool = False
+    connect_s: float = float("nan")
 
 
 def server_timing(header: str, name: str) -> float:
@@ -173,6 +184,15 @@ class Level:
     #: the request's way in before the app received it and the headers' way out.
     outside_p50_s: float = float("nan")
     outside_p99_s: float = float("nan")
+    #: Of the time outside the app, the client's own part: start -> the request written (p50 / p99, s),
+    #: and the timed requests that opened a TCP connection of their own, with the longest such connect.
+    sent_p50_s: float = float("nan")
+    sent_p99_s: float = float("nan")
+    new_connections: int = 0
+    connect_max_s: float = float("nan")
+    #: The timed requests with the longest waits for the headers, each with where its wait went
+    #: (:func:`slowest_headers`): a tail of a few requests is read request by request.
+    slowest_headers: list[dict[str, Any]] = field(default_factory=list)
     #: This client's own event-loop lag over the level's runs (:mod:`.loop_lag`: p50 / p99 / max ms,
     #: ticks): a client reading its streams late would count its delay as the server's first audio.
     client_loop_lag: dict[str, float] = field(default_factory=dict)
@@ -203,12 +223,14 @@ async def _request(client: Any, cfg: BenchConfig, i: int,
     headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
     body = {"text": cfg.text, "format": cfg.fmt, "streaming": True, "max_new_tokens": cfg.frames_of(i),
             "seed": cfg.seed + i, "latency": "low"}
+    trace = RequestTrace()
     t0 = time.perf_counter()
     first = None
     nbytes = 0
     play = Playback()
     try:
-        async with client.stream("POST", f"{cfg.url}/v1/tts", json=body, headers=headers) as resp:
+        async with client.stream("POST", f"{cfg.url}/v1/tts", json=body, headers=headers,
+                                 extensions={"trace": trace}) as resp:
             if resp.status_code != 200:
                 await resp.aread()
                 return Sample(False, resp.status_code, 0.0, time.perf_counter() - t0, 0.0, start_s=t0)
@@ -232,7 +254,8 @@ async def _request(client: Any, cfg: BenchConfig, i: int,
     seconds = (nbytes / 2 / rate) if cfg.fmt == "pcm" else 0.0
     return Sample(True, 200, (first or end) - t0, end - t0, seconds * fps, seconds, start_s=t0,
                   stalls=play.stalls, stall_s=play.stall_s, first_stall_at_s=play.first_stall_at_s,
-                  headers_s=headers, app_s=app)
+                  headers_s=headers, app_s=app, sent_s=trace.sent_s(t0), new_connection=trace.new_connection,
+                  connect_s=trace.connect_s())
 
 
 async def _run_level(cfg: BenchConfig, c: int, n: int, edges: EdgeReads | None = None,
@@ -240,18 +263,17 @@ async def _run_level(cfg: BenchConfig, c: int, n: int, edges: EdgeReads | None =
     """``c`` clients sending ``n`` requests in all, each its next once the last one ended; ``edges``
     hears of the first wave's first audios and of the first client leaving; ``lag`` times this
     client's own event loop meanwhile."""
-    import httpx
-
-    limits = httpx.Limits(max_connections=c + 4, max_keepalive_connections=c + 4)
     samples: list[Sample] = []
     counter = iter(range(n))
     if lag is not None:
         lag.start()
-    async with httpx.AsyncClient(timeout=cfg.timeout_s, limits=limits) as client:
+    async with ListenerClients(cfg.connections, cfg.timeout_s, limit=c + 4) as clients:
+        own = [clients.take() for _ in range(c)]  # made before the clock starts
+
         async def worker(k: int) -> None:
             sent = 0
             for wave, i in enumerate(counter):  # the level's shared counter: each worker's draws
-                samples.append(await _one(client, cfg, i, k, wave, edges))
+                samples.append(await _one(own[k], cfg, i, k, wave, edges))
                 sent += 1
             if sent and edges is not None:
                 edges.client_left()
@@ -312,16 +334,21 @@ def arrivals(rate: float, n: int, seed: int) -> list[float]:
 
 
 async def _run_open(cfg: BenchConfig, rate: float, n: int) -> tuple[list[Sample], float]:
-    """``n`` requests sent at Poisson arrival times (each its own client), whatever is in flight."""
-    import httpx
+    """``n`` requests sent at Poisson arrival times (each its own listener: a client and connection of
+    its own, reused once free), whatever is in flight."""
+    async with ListenerClients(cfg.connections, cfg.timeout_s) as clients:
+        async def listener(i: int) -> Sample:
+            client = clients.take()
+            try:
+                return await _one(client, cfg, i, worker=i)
+            finally:
+                clients.give(client)
 
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
-    async with httpx.AsyncClient(timeout=cfg.timeout_s, limits=limits) as client:
         t0 = time.perf_counter()
         tasks = []
         for i, at in enumerate(arrivals(rate, n, cfg.seed)):
             await asyncio.sleep(max(0.0, t0 + at - time.perf_counter()))
-            tasks.append(asyncio.create_task(_one(client, cfg, i, worker=i)))
+            tasks.append(asyncio.create_task(listener(i)))
         samples = list(await asyncio.gather(*tasks))
         wall = time.perf_counter() - t0
     return samples, wall
@@ -392,8 +419,30 @@ def _headers(timed: list[Sample]) -> dict[str, float]:
     """The :class:`Level` fields of the timed requests' wait for the response headers."""
     waits = [s.headers_s for s in timed if s.ok and not math.isnan(s.headers_s)]
     outside = [s.headers_s - s.app_s for s in timed if s.ok and not math.isnan(s.headers_s - s.app_s)]
+    sent = [s.sent_s for s in timed if s.ok and not math.isnan(s.sent_s)]
+    connects = [s.connect_s for s in timed if s.ok and s.new_connection]
     return {"headers_p50_s": _pct(waits, 50), "headers_p99_s": _pct(waits, 99),
-            "outside_p50_s": _pct(outside, 50), "outside_p99_s": _pct(outside, 99)}
+            "outside_p50_s": _pct(outside, 50), "outside_p99_s": _pct(outside, 99),
+            "sent_p50_s": _pct(sent, 50), "sent_p99_s": _pct(sent, 99), "new_connections": len(connects),
+            "connect_max_s": float(np.nanmax(connects)) if connects and not all(map(math.isnan, connects))
+            else math.nan, "slowest_headers": slowest_headers(timed)}
+
+
+def slowest_headers(timed: list[Sample], count: int = 8) -> list[dict[str, Any]]:
+    """The ``count`` timed requests that waited longest for the headers: when each started (s after the
+    first timed one), its client and wave, and its wait split (ms): the client's own until written, the
+    app's, the rest outside the app, its new connection's connect (or none) and its first audio."""
+    waited = sorted((s for s in timed if s.ok and not math.isnan(s.headers_s)), key=lambda s: -s.headers_s)
+    t0 = min((s.start_s for s in timed), default=0.0)
+
+    def ms(x: float) -> float | None:
+        return None if math.isnan(x) else round(x * 1000, 1)
+
+    return [{"at_s": round(s.start_s - t0, 3), "client": s.client, "wave": s.wave,
+             "headers_ms": ms(s.headers_s), "sent_ms": ms(s.sent_s), "app_ms": ms(s.app_s),
+             "outside_ms": ms(s.headers_s - s.app_s),
+             "connect_ms": ms(s.connect_s) if s.new_connection else None, "ttfa_ms": ms(s.ttfa_s)}
+            for s in waited[:count]]
 
 
 def _underruns(timed: list[Sample]) -> dict[str, float]:
@@ -736,8 +785,16 @@ def _headers_line(lv: dict[str, Any]) -> str:
     outside = lv.get("outside_p99_s", math.nan)
     if math.isnan(outside):
         return line + " (the server's first audio starts where its app receives the request)"
-    return (line + f"; outside the server's app p50 {lv['outside_p50_s'] * 1000:.0f} / p99 "
-            f"{outside * 1000:.0f} ms (its way in before the app received it, the headers' way out)")
+    line += (f"; outside the server's app p50 {lv['outside_p50_s'] * 1000:.0f} / p99 "
+             f"{outside * 1000:.0f} ms (its way in before the app received it, the headers' way out)")
+    sent = lv.get("sent_p99_s", math.nan)
+    if math.isnan(sent):
+        return line
+    connect = lv.get("connect_max_s", math.nan)
+    longest = "" if math.isnan(connect) else f", the longest connect {connect * 1000:.0f} ms"
+    return (line + f"; of it the client's own, until the request was written: p50 "
+            f"{lv['sent_p50_s'] * 1000:.0f} / p99 {sent * 1000:.0f} ms ({lv['new_connections']} new "
+            f"connections{longest})")
 
 
 def _client_gc_words(pauses: dict[str, Any]) -> str:

@@ -4,10 +4,9 @@ connect timed apart) and when the request was fully written.
 
 Why: on an H100 at c=128 (2026-12-07e) the client's wait for the headers reached a p99 of 1.1-6.2 s while
 the server's app, by its own ``Server-Timing``, spent at most ~0.2 s on any request before them: the
-rest lies between the client and the app. A new TCP connection whose SYN is dropped (a full accept
-queue) is retried after 1 s, then 3 s, 7 s in all, and a request waiting for a free pooled connection
-waits on the client, so the split says which: the pool and the connect, or the server's way in (its
-event loop reading and parsing the request) and the headers' way out.
+rest lies between the client and the app. The split says which side: the client's pool and connect
+(it was the bench's one shared httpx pool, :mod:`.bench_clients`), or the server's way in (its event
+loop reading and parsing the request) and the headers' way out.
 """
 
 from __future__ import annotations

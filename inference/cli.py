@@ -157,9 +157,12 @@ def bench_serve(
     seed: int = typer.Option(1, help="Base sampling seed (request i uses seed + i)."),
     repeats: int = typer.Option(1, help="Runs per level: median frames/s and its spread (the gate needs 3)."),
     frames_spread: float = typer.Option(0.0, help="Request i asks for max_new_tokens x (1 +- this), seeded."),
+    connections: str = typer.Option("own", help="own: each listener its own connection; shared: one pooled "
+                                    "client for all (whose pool delays requests; for side-by-side runs)."),
 ) -> None:
     """Drive a running server at several concurrencies; report frames/s and time to first audio."""
     from ttsfleet.inference.bench import BenchConfig, run_bench, write_outputs
+    from ttsfleet.inference.bench_clients import CONNECTION_MODES
 
     rates = _rates(rate)
     levels = _levels(concurrency) if concurrency.strip() or not rates else []
@@ -169,10 +172,12 @@ def bench_serve(
         raise UserError("--max-new-tokens, --repeats >= 1, --requests >= 0, --frames-spread in [0, 1) please")
     if per_client < 1 or duration_s <= 0:
         raise UserError("--per-client must be >= 1 and --duration-s > 0")
+    if connections not in CONNECTION_MODES:
+        raise UserError(f"--connections {connections!r} is not {' or '.join(CONNECTION_MODES)}")
     cfg = BenchConfig(url=url.rstrip("/"), levels=levels, requests=requests, text=text,
                       max_new_tokens=max_new_tokens, fmt=fmt, api_key=api_key, timeout_s=timeout_s, seed=seed,
                       repeats=repeats, frames_spread=frames_spread, per_client=per_client, rates=rates,
-                      open_duration_s=duration_s)
+                      open_duration_s=duration_s, connections=connections)
     result = run_bench(cfg)
     print_table(result)
     if out is not None:

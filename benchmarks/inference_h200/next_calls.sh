@@ -310,10 +310,11 @@ TTSFLEET_DEEPGEMM_ROWS=${DG_ROWS:-1-128} TTSFLEET_DEEPGEMM_SHAPES=${DG_SHAPES:-a
      stage ab 440 SERVE_ARGS_A="--no-gc-freeze --preset-text qwen-bpe" SERVE_ARGS_B="--gc-freeze --preset-text qwen-bpe" \
        LEVELS="64:640 128:1280" AB_ROUNDS=1 ab
      first_error ab ;;
-  37) # issue #25: the served path on today's defaults alone, short prompts, c=64 and c=128 -- where the c=128
-      # first-audio tail sits: the server's time to first audio now starts at its app's receipt of the request
-      # (stage intake: dependencies, body read, parse; every dependency async since 2026-12-07e), beside the
-      # client's wait for the response headers; what the headers wait has beyond intake lies before the app
+  37) # issue #25: the served path on today's defaults alone, short prompts, c=64 and c=128, the bench's listeners
+      # on connections of their own (2026-12-07e: the one shared httpx pool held requests for up to 0.6 s at
+      # c=64 and 5.5 s at c=128 before they were written, counted as first audio): the first-audio tails and
+      # c=128's frames/s without it; the server's first audio now from its app's receipt (stage intake), the
+      # client's part traced (until written, new connections, the slowest requests in bench.json)
      stage serve 330 SERVE_ARGS="--preset-text qwen-bpe" LEVELS="64:640 128:1280" serve
      first_error serve ;;
   *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18|19|20|21|22|23|24|25|25s|25c|25t|26|27|28|29|30|30s|31|32|33|33t|34|35|36|37 (see benchmarks/inference_h200/README.md)" >&2

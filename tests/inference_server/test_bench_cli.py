@@ -48,6 +48,11 @@ def test_bench_serve_writes_table_json_png(server, tmp_path):
         assert 0 < lv["headers_p50_s"] <= lv["headers_p99_s"] <= lv["ttfa_p99_s"]
         # the server said its app's part (Server-Timing), so the rest is outside it: less than the wait
         assert 0 <= lv["outside_p50_s"] <= lv["outside_p99_s"] <= lv["headers_p99_s"]
+        # of it the client's own part (pooled connections after the first wave), and the slowest requests
+        assert 0 < lv["sent_p50_s"] <= lv["sent_p99_s"] and lv["new_connections"] <= lv["concurrency"]
+        slowest = lv["slowest_headers"]
+        assert slowest and slowest[0]["headers_ms"] == max(r["headers_ms"] for r in slowest)
+        assert slowest[0]["headers_ms"] >= lv["headers_p99_s"] * 1000 - 0.1  # the longest is past the p99
     assert "c=4 the client's wait for the response headers, timed requests: p50" in proc.stdout
     assert "; outside the server's app p50 " in proc.stdout
     for use in report["engine"]:  # and the server's full collections over each level, 0 or more
@@ -126,6 +131,7 @@ def test_bench_serve_steady_closed_loop_then_open_loop(server, tmp_path):
     (["bench", "serve", "--rate", "fast"], {}, "--rate"),
     (["bench", "serve", "--rate", "-1"], {}, "--rate"),
     (["bench", "serve", "--per-client", "0"], {}, "--per-client"),
+    (["bench", "serve", "--connections", "pooled"], {}, "--connections 'pooled' is not own or shared"),
     (["bench", "serve", "--url", "http://127.0.0.1:9", "--concurrency", "1"], {}, "cannot reach"),
 ])
 def test_cli_bad_input_exits_2(args, env, needle):

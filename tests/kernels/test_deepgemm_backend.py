@@ -98,9 +98,12 @@ def test_the_mlp_is_gate_up_then_codes_then_down_through_deepgemm(gen, kernels_o
     monkeypatch.setitem(sys.modules, "deep_gemm", _stand_in(calls))
     decode.set_decode_gemm("deepgemm")
     d, f = 256, 384
-    gate_up = quantize_weight(randn(gen, 2 * f, d, scale=d ** -0.5), "bsgemm_fp8")
-    down = quantize_weight(randn(gen, d, f, scale=f ** -0.5), "bsgemm_fp8")
-    xq, xs = quantize_activation_ref(randn(gen, 3, d), 128)
+    # on a GPU machine on the GPU: silu(g) * u is quantized by a Triton launch, which (outside the CPU
+    # interpreter) cannot read host tensors (2026-12-07e, H100: "cannot be accessed from Triton")
+    device = "cuda" if CUDA else "cpu"
+    gate_up = quantize_weight(randn(gen, 2 * f, d, scale=d ** -0.5, device=device), "bsgemm_fp8")
+    down = quantize_weight(randn(gen, d, f, scale=f ** -0.5, device=device), "bsgemm_fp8")
+    xq, xs = quantize_activation_ref(randn(gen, 3, d, device=device), 128)
     out = swiglu_mlp_fp8_codes(xq, xs, gate_up, down, torch.bfloat16)
     assert [c[3] for c in calls] == [(2 * f, d), (d, f)], "gate_up, then down, each one call"
     # gate_up leaves in bf16 before silu(g) * u is quantized (as the cuBLAS path): a few codes differ
