@@ -6,7 +6,7 @@
 # {float32,tf32,bf16} x {ncl,channels-last} x Snake {unfused,fused}, audio-s/s + codes' agreement with
 # float32 NCL; ENC_PRECISIONS, ENC_LAYOUTS, ENC_SNAKES, ENC_GRAPHS (off | on | off,on), ENC_AUTOTUNE (auto | on | off | auto,off),
 # ENC_CLIPS, ENC_CLIP_S, ENC_REPEATS, ENC_CODEC, ENC_CORPUS, ENC_TIMEOUT (200)).
-# stages: quicktests (QUICKTESTS: other test files), tests (`TTSFLEET_GEMM_PREFETCH=auto TTSFLEET_ATTN_PREFETCH=auto
+# stages: step (step_bench.py: STEP_BATCHES, STEP_PROFILE), quicktests (QUICKTESTS: other test files), tests (`TTSFLEET_GEMM_PREFETCH=auto TTSFLEET_ATTN_PREFETCH=auto
 # TTSFLEET_ROPE_ATTENTION=fused TTSFLEET_HEAD_GEMM=bf16 speed_run.sh tests`: the same set, the S2 Pro gate
 # included, with the levers on), gate (GATE_K: pytest -k), levers (decode_levers.py: cuBLAS decode rows,
 # top-k kernel, FP8 KV side by side), onelaunch (one_launch.py: the MLP and the fast attention half in one launch
@@ -232,6 +232,10 @@ for stage in "$@"; do
         --codec "${GATE_CODEC:-none}" --device cuda --concurrency "${GATE_LEVELS:-1,64}" --repeats 3 \
         --per-client "${GATE_PER_CLIENT:-10}" --frames "$FRAMES" --frames-spread 0.5 --prompt-tokens 512 \
         --gate --no-breakdown --out "$OUT/benchgate" 2>&1 | tee "$OUT/benchgate.txt" | tail -12 ;;
+    step) # the decode step per batch against its floor, split into parts and kernel families (step_bench.py;
+          # STEP_BATCHES, STEP_PROFILE: the batches profiled kernel by kernel)
+      timeout "${STEP_TIMEOUT:-300}" python3 -m benchmarks.inference_h200.step_bench 2>&1 \
+        | tee "$OUT/step_bench.txt" | tail -30 ;;
     levers) timeout "${LEVERS_TIMEOUT:-240}" python3 -m benchmarks.inference_h200.decode_levers 2>&1 \
               | tee "$OUT/decode_levers.txt" | tail -30 ;;
     onelaunch) timeout "${ONE_TIMEOUT:-420}" python3 -m benchmarks.inference_h200.one_launch 2>&1 \
