@@ -234,7 +234,7 @@ async def _request(client: Any, cfg: BenchConfig, i: int,
             if resp.status_code != 200:
                 await resp.aread()
                 return Sample(False, resp.status_code, 0.0, time.perf_counter() - t0, 0.0, start_s=t0)
-            headers = time.perf_counter() - t0
+            headers_s = time.perf_counter() - t0
             app = server_timing(resp.headers.get("server-timing", ""), "app")
             fps = float(resp.headers.get("x-frames-per-second", "0") or 0)
             rate = int(resp.headers.get("x-sample-rate", "44100"))
@@ -254,8 +254,8 @@ async def _request(client: Any, cfg: BenchConfig, i: int,
     seconds = (nbytes / 2 / rate) if cfg.fmt == "pcm" else 0.0
     return Sample(True, 200, (first or end) - t0, end - t0, seconds * fps, seconds, start_s=t0,
                   stalls=play.stalls, stall_s=play.stall_s, first_stall_at_s=play.first_stall_at_s,
-                  headers_s=headers, app_s=app, sent_s=trace.sent_s(t0), new_connection=trace.new_connection,
-                  connect_s=trace.connect_s())
+                  headers_s=headers_s, app_s=app, sent_s=trace.sent_s(t0),
+                  new_connection=trace.new_connection, connect_s=trace.connect_s())
 
 
 async def _run_level(cfg: BenchConfig, c: int, n: int, edges: EdgeReads | None = None,
@@ -421,11 +421,11 @@ def _headers(timed: list[Sample]) -> dict[str, float]:
     outside = [s.headers_s - s.app_s for s in timed if s.ok and not math.isnan(s.headers_s - s.app_s)]
     sent = [s.sent_s for s in timed if s.ok and not math.isnan(s.sent_s)]
     connects = [s.connect_s for s in timed if s.ok and s.new_connection]
+    completed = [x for x in connects if not math.isnan(x)]
     return {"headers_p50_s": _pct(waits, 50), "headers_p99_s": _pct(waits, 99),
             "outside_p50_s": _pct(outside, 50), "outside_p99_s": _pct(outside, 99),
             "sent_p50_s": _pct(sent, 50), "sent_p99_s": _pct(sent, 99), "new_connections": len(connects),
-            "connect_max_s": float(np.nanmax(connects)) if connects and not all(map(math.isnan, connects))
-            else math.nan, "slowest_headers": slowest_headers(timed)}
+            "connect_max_s": max(completed, default=math.nan), "slowest_headers": slowest_headers(timed)}
 
 
 def slowest_headers(timed: list[Sample], count: int = 8) -> list[dict[str, Any]]:

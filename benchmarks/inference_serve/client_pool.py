@@ -61,32 +61,24 @@ def serve(port: int, chunks: int, every_s: float, chunk_bytes: int) -> None:
                 loop="uvloop", http="httptools")
 
 
-def _cli() -> list[str]:
-    return [sys.executable, *(["-P"] if sys.flags.safe_path else [])]
-
-
 def start_stand_in(args: argparse.Namespace) -> tuple[subprocess.Popen, str]:
-    import httpx
     from ttsfleet.devtools.ports import free_port
+    from ttsfleet.devtools.serve_proc import python_cmd, wait_ready
 
     port = free_port()
-    proc = subprocess.Popen([*_cli(), __file__, "--serve", str(port), "--chunks", str(args.chunks),
+    proc = subprocess.Popen([*python_cmd(), __file__, "--serve", str(port), "--chunks", str(args.chunks),
                              "--every-s", str(args.every_s), "--chunk-bytes", str(args.chunk_bytes), "x"])
     url = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    proc.kill()
-    sys.exit("the stand-in server did not start")
+    wait_ready(proc, url, "the stand-in server", ready_timeout_s=30)
+    return proc, url
 
 
 def bench(url: str, side: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    done = subprocess.run([*_cli(), "-m", "ttsfleet.cli", "bench", "serve", "--url", url, "--concurrency",
-                           args.concurrency, "--per-client", str(args.per_client), "--connections", side,
-                           "--out", str(out)], capture_output=True, text=True)
+    from ttsfleet.devtools.serve_proc import python_cmd
+
+    done = subprocess.run([*python_cmd(), "-m", "ttsfleet.cli", "bench", "serve", "--url", url,
+                           "--concurrency", args.concurrency, "--per-client", str(args.per_client),
+                           "--connections", side, "--out", str(out)], capture_output=True, text=True)
     (out / "bench.txt").write_text(done.stdout + done.stderr)
     if done.returncode != 0:
         sys.exit(f"bench serve --connections {side} failed: {done.stderr[-1500:]}")

@@ -32,8 +32,9 @@ FROZE = re.compile(r"froze (\d+) objects in (\d+) ms")
 
 
 def _cli() -> list[str]:
-    safe = ["-P"] if sys.flags.safe_path else []
-    return [sys.executable, *safe, "-m", "ttsfleet.cli"]
+    from ttsfleet.devtools.serve_proc import python_cmd
+
+    return [*python_cmd(), "-m", "ttsfleet.cli"]
 
 
 def start_server(flags: list[str], log: Path) -> tuple[subprocess.Popen, str]:
