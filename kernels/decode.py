@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ttsfleet.switches import ProcessSwitch, off_auto_or_count, one_of
+from ttsfleet.switches import ProcessSwitch, all_or_count, off_auto_or_count, one_of
 
 from . import dispatch
 
@@ -376,6 +376,21 @@ DEEPGEMM_SHAPES_SWITCH: ProcessSwitch[frozenset[tuple[int, int]] | None] = Proce
 deepgemm_shapes = DEEPGEMM_SHAPES_SWITCH.get
 #: Choose them for this process (tests and benchmarks A/B them).
 set_deepgemm_shapes = DEEPGEMM_SHAPES_SWITCH.set
+
+#: The SMs DeepGEMM's persistent GEMMs size their grids by (``TTSFLEET_DEEPGEMM_SMS``: ``all``, the default,
+#: or a count; handed to ``deep_gemm.set_num_sms``). Why: DeepGEMM launches one program per SM and has each
+#: walk its share of the tiles, so a program whose SM is busy with another process's kernels holds the
+#: whole GEMM back; in the served path the codec process runs its kernels beside the step's under MPS.
+#: On an H100 DeepGEMM's step was 13-15 % shorter than ours at batch 40-64 alone, yet served c=64 ran
+#: 1.7 % slower with it (2026-12-07e): fewer programs than SMs leave room for the codec's kernels.
+#: Unmeasured: ``next_calls.sh 39`` serves it beside all SMs.
+DEEPGEMM_SMS_ENV = "TTSFLEET_DEEPGEMM_SMS"
+DEEPGEMM_SMS_SWITCH: ProcessSwitch[str | int] = ProcessSwitch(
+    DEEPGEMM_SMS_ENV, "all", all_or_count(DEEPGEMM_SMS_ENV, 1024, "all"))
+#: The SM count DeepGEMM is handed (``"all"``: the device's).
+deepgemm_sms = DEEPGEMM_SMS_SWITCH.get
+#: Choose it for this process (tests and benchmarks A/B it).
+set_deepgemm_sms = DEEPGEMM_SMS_SWITCH.set
 
 
 def frame_attention_block(*args: Any, **kwargs: Any) -> Tensor:

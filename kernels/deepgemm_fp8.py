@@ -21,7 +21,11 @@ from typing import Any
 
 import torch
 
+from . import decode
 from .layout import QuantizedWeight
+
+#: The SM counts this process handed DeepGEMM (empty: it keeps its own default, every SM).
+_SMS_HANDED: set[int] = set()
 
 
 @cache
@@ -48,12 +52,27 @@ def supports(qw: QuantizedWeight) -> bool:
     return qw.scheme == "bsgemm_fp8" and n % 128 == 0 and k % 128 == 0
 
 
+def hand_sms(dg: Any, device: torch.device) -> None:
+    """Give DeepGEMM the SM count ``TTSFLEET_DEEPGEMM_SMS`` asks for (at most the device's; ``all``: the
+    device's, which is DeepGEMM's own default, so nothing is called until a count was once asked for).
+    Checked at every eager call, so a switch set between steps holds from the next capture on."""
+    want = decode.deepgemm_sms()
+    if want == "all" and not _SMS_HANDED:
+        return
+    total = decode.sm_count(device)
+    sms = total if want == "all" else min(int(want), total)
+    if dg.get_num_sms() != sms:
+        dg.set_num_sms(sms)
+        _SMS_HANDED.add(sms)
+
+
 def gemm_codes(xq: torch.Tensor, xs: torch.Tensor, qw: QuantizedWeight, out_dtype: torch.dtype,
                bias: torch.Tensor | None = None) -> torch.Tensor:
     """``xq [M, K]`` FP8 codes with 1x128 scales ``xs [M, K/128]`` times ``qw`` -> ``[M, N]``."""
     dg, why = _module()
     if dg is None:
         raise RuntimeError(f"TTSFLEET_DECODE_GEMM=deepgemm, but DeepGEMM cannot run here: {why}")
+    hand_sms(dg, xq.device)
     out = torch.empty(xq.shape[0], qw.shape[0], device=xq.device, dtype=torch.bfloat16)
     dg.fp8_gemm_nt((xq, xs.float()), (qw.qweight, qw.scale), out)
     if bias is not None:

@@ -100,6 +100,12 @@ def off_or_count(env: str, most: int, default: str) -> Callable[[str], str | int
     return _word_or_count(env, ("off",), most, default)
 
 
+def all_or_count(env: str, most: int, default: str) -> Callable[[str], str | int]:
+    """The parse of a switch that is ``all`` or a count ``1 .. most`` (blank: ``default``), else a
+    ``ValueError`` whose one line names the variable and the choices."""
+    return _word_or_count(env, ("all",), most, default)
+
+
 def _word_or_count(env: str, words: tuple[str, ...], most: int, default: str) -> Callable[[str], str | int]:
     def parse(value: str) -> str | int:
         value = value.strip().lower() or default

@@ -320,7 +320,16 @@ TTSFLEET_DEEPGEMM_ROWS=${DG_ROWS:-1-128} TTSFLEET_DEEPGEMM_SHAPES=${DG_SHAPES:-a
   38) # issue #26: the decode step at batch 96 took 14.93 ms beside 12.90 at 128 on an H100 (2026-12-07e), with
       # one tuned GEMM entry for 65-128 rows: the step split into parts and kernel families at 64, 96 and 128
      stage step 320 STEP_TIMEOUT=310 STEP_BATCHES=64,96,128 STEP_PROFILE=96,128 step ;;
-  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18|19|20|21|22|23|24|25|25s|25c|25t|26|27|28|29|30|30s|31|32|33|33t|34|35|36|37|38 (see benchmarks/inference_h200/README.md)" >&2
+  39) # issue #26 -> #25: DeepGEMM's programs on fewer SMs than the GPU's (B: TTSFLEET_DEEPGEMM_SMS=${DG_SMS:-116})
+      # beside all of them (A), both on decode rows ${DG_ROWS:-33-128}: its step was 13-15 % shorter than ours at
+      # batch 40-64 alone yet served c=64 ran 1.7 % slower with it (2026-12-07e) -- one persistent program per SM,
+      # while the codec process's kernels hold some SMs under MPS
+     stage dgbuild 160 DG_BUILD_TIMEOUT=150 deepgemmbuild
+     stage ab 420 SERVE_ARGS_A="TTSFLEET_DECODE_GEMM=deepgemm TTSFLEET_DEEPGEMM_ROWS=${DG_ROWS:-33-128} \
+--preset-text qwen-bpe" SERVE_ARGS_B="TTSFLEET_DECODE_GEMM=deepgemm TTSFLEET_DEEPGEMM_ROWS=${DG_ROWS:-33-128} \
+TTSFLEET_DEEPGEMM_SMS=${DG_SMS:-116} --preset-text qwen-bpe" LEVELS="64:640 128:1280" AB_ROUNDS=1 ab
+     first_error ab ;;
+  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18|19|20|21|22|23|24|25|25s|25c|25t|26|27|28|29|30|30s|31|32|33|33t|34|35|36|37|38|39 (see benchmarks/inference_h200/README.md)" >&2
      exit 2 ;;
 esac
 bundle "$1"

@@ -54,6 +54,8 @@ MODEL_SWITCHES = {  # variable: (default, the parsed default, a bad value, its w
     "TTSFLEET_DEEPGEMM_SHAPES": ("all", None, "6144by2560",
                                  "TTSFLEET_DEEPGEMM_SHAPES='6144by2560': expected all or weight shapes NxK, "
                                  "comma-separated (e.g. 6144x2560,2560x4096)"),
+    "TTSFLEET_DEEPGEMM_SMS": ("all", "all", "0",
+                              "TTSFLEET_DEEPGEMM_SMS='0': expected all or a count 1..1024"),
     "TTSFLEET_HEAD_GEMM": ("bf16", "bf16", "fp8",
                            "TTSFLEET_HEAD_GEMM='fp8': expected one of float32, bf16"),
     "TTSFLEET_CODEC_UNITS": ("fused", "fused", "triton",

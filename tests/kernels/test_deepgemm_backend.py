@@ -41,6 +41,8 @@ def _fresh_module_lookup():
     decode.DECODE_GEMM_SWITCH.reset()
     decode.DEEPGEMM_ROWS_SWITCH.reset()
     decode.DEEPGEMM_SHAPES_SWITCH.reset()
+    decode.DEEPGEMM_SMS_SWITCH.reset()
+    deepgemm_fp8._SMS_HANDED.clear()
 
 
 def _stand_in(calls: list[tuple]) -> types.ModuleType:
@@ -56,6 +58,9 @@ def _stand_in(calls: list[tuple]) -> types.ModuleType:
         out.copy_(linear_fp8_codes_ref(aq, as_.contiguous(), qw, torch.float32))
 
     module.fp8_gemm_nt = fp8_gemm_nt
+    module.num_sms = 132  # DeepGEMM's default: the device's
+    module.get_num_sms = lambda: module.num_sms
+    module.set_num_sms = lambda n: setattr(module, "num_sms", n)
     return module
 
 
@@ -153,6 +158,27 @@ def test_the_rows_window_keeps_the_other_sizes_on_their_usual_kernel(gen, kernel
         out = linear_fp8_codes(xq, xs, qw, torch.float32)
         assert rel_err(out, linear_fp8_codes_ref(xq, xs, qw, torch.float32)) < 1e-2
     assert [c[0][0] for c in calls] == [5], "only the rows inside the window reach DeepGEMM"
+
+
+def test_the_sms_switch_sizes_deepgemms_grid_and_all_gives_the_device_back(gen, kernels_on, monkeypatch):
+    """``TTSFLEET_DEEPGEMM_SMS=100``: DeepGEMM is handed 100 SMs before its GEMM; a count past the device's
+    is cut to the device's; ``all`` after a count hands the device's back (a process A/Bs both)."""
+    calls: list[tuple] = []
+    dg = _stand_in(calls)
+    dg.num_sms = total = decode.sm_count(torch.device("cuda" if CUDA else "cpu"))
+    monkeypatch.setitem(sys.modules, "deep_gemm", dg)
+    decode.set_decode_gemm("deepgemm")
+    device = "cuda" if CUDA else "cpu"
+    qw = quantize_weight(randn(gen, 128, 256, scale=256 ** -0.5, device=device), "bsgemm_fp8")
+    xq, xs = quantize_activation_ref(randn(gen, 4, 256, device=device), 128)
+    seen = []
+    for sms in ("all", "100", str(total + 50), "all"):
+        decode.set_deepgemm_sms(sms)
+        linear_fp8_codes(xq, xs, qw, torch.bfloat16)
+        seen.append(dg.num_sms)
+    assert seen == [total, min(100, total), total, total] and len(calls) == 4
+    with pytest.raises(ValueError, match=r"TTSFLEET_DEEPGEMM_SMS='0': expected all or a count 1..1024"):
+        decode.set_deepgemm_sms("0")
 
 
 def test_the_shapes_list_keeps_the_other_weights_on_their_usual_kernel(gen, kernels_on, monkeypatch):
