@@ -5,7 +5,7 @@ H200 figure, and the step is noisy across calls, so they are timed in one proces
 alternately, against the default step beside them:
 
 * ``cublas@N``: the GPU catalog sends GEMMs of >= N rows to cuBLAS's block-scaled FP8 kernel
-  (``prefill_gemm_min_rows``; today 256, i.e. prefill only) — decode batches included, in graphs;
+  (``prefill_gemm_min_rows``; on the H200 65 since 2026-12-07f) — decode batches included, in graphs;
 * ``topk-torch``: ``TTSFLEET_TOPK_SELECT=torch`` (the sampler's top-k through ``torch.topk``; the
   default, ``kernel``, selects inside the sampler's launch since 2026-12-03b);
 * ``fp8kv``: the FP8 KV cache (e4m3 + one exponent per position and KV head);

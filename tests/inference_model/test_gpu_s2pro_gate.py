@@ -83,7 +83,7 @@ def test_fp8_kv_cache_greedy_decode_equals_the_bf16_cache() -> None:
 
 
 def test_cublas_prefill_greedy_decode_equals_the_triton_prefill() -> None:
-    """Prompts of 300+ tokens, so every prefill GEMM is past ``prefill_gemm_min_rows`` (128): with
+    """Prompts of 300+ tokens, so every prefill GEMM is past ``prefill_gemm_min_rows`` (65 on the H200): with
     cuBLAS's block-scaled FP8 kernel (the same 1x128 / 128x128 scales) greedy frames must be the
     ones the Triton bsgemm prefill gives, and the ones bf16 gives."""
     if torch.cuda.get_device_capability() != (9, 0):

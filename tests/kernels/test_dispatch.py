@@ -89,7 +89,8 @@ def test_cpu_runs_the_reference_unless_interpreting() -> None:
 
 def test_the_built_in_h200_splits_and_the_benchmarks_file_turns_the_split_off() -> None:
     """Built in since 2026-12-02: prefill-sized GEMMs on the H200 go to cuBLAS (and since 2026-12-03
-    decode batches of 128 rows), smaller decode batches stay ours, sm_120 untouched;
+    decode batches of 128 rows, since 2026-12-07f of 65 and more), smaller decode batches stay ours,
+    sm_120 untouched;
     ``benchmarks/inference_h200/catalog_h200_triton_prefill.yaml`` (the
     side-by-side runs' site file) sends the H200's prefill back to Triton."""
     from pathlib import Path
@@ -98,7 +99,7 @@ def test_the_built_in_h200_splits_and_the_benchmarks_file_turns_the_split_off() 
     cat = GpuCatalog.from_file(path)
     split, triton_only = dispatch.plan_for_capability((9, 0)), dispatch.plan_for_capability((9, 0), cat)
     assert triton_only.prefill_gemm == "triton" and not triton_only.large_gemm(4096)
-    assert split.prefill_gemm == "cublas_blockwise" and split.prefill_min_rows == 128
+    assert split.prefill_gemm == "cublas_blockwise" and split.prefill_min_rows == 65
     if split.fused:  # the decision needs the Triton path (a CUDA device or the interpreter)
-        assert split.large_gemm(128) and not split.large_gemm(64)
+        assert split.large_gemm(65) and split.large_gemm(128) and not split.large_gemm(64)
     assert dispatch.plan_for_capability((12, 0)).prefill_gemm == "triton"
