@@ -1,9 +1,10 @@
 """One served A/B call's sides as the markdown table the README's session sections give.
 
 Usage: ``python3 -P benchmarks/inference_h200/ab_table.py FOLDER`` where FOLDER holds the ``ab``
-stage's sides (``a1/``, ``b1/``, ``a2/`` ... each with ``served_c<N>/bench.json``) and its log
-(``run-ab.log``: each side's flags and NVML busy per level). Why: the tables were typed from the
-text output by hand (2026-12-06c), which is slow and can slip a digit; this reads the sides' JSON.
+stage's sides (``a1/``, ``b1/``, ``a2/`` ... each with ``served_c<N>/bench.json``; or a ``serve``
+stage's one side, ``serve/``) and its log (``run-ab.log``: each side's flags and NVML busy per level).
+Why: the tables were typed from the text output by hand (2026-12-06c), which is slow and can slip a
+digit; this reads the sides' JSON.
 Columns: frames/s (and the failed requests, where any failed), first audio p50 / p99, RTF p50 / p99,
 the listener's underruns (share of requests, summed silence p99), the codec's frames a push and busy
 share, NVML busy, and the engine's step interval by phase — with, where the server exported them,
@@ -20,8 +21,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-SIDE = re.compile(r"/(?P<side>[ab]\d+) \[(?P<flags>[^\]]*)\]: server ready")
-NVML = re.compile(r"/(?P<side>[ab]\d+) c=(?P<c>\d+) NVML busy \(middle 80% of the run\): "
+#: An ab stage's sides (a1, b1, a2, ...) or a serve stage's one side (serve).
+SIDE_NAME = r"[ab]\d+|serve"
+SIDE = re.compile(rf"/(?P<side>{SIDE_NAME}) \[(?P<flags>[^\]]*)\]: server ready")
+NVML = re.compile(rf"/(?P<side>{SIDE_NAME}) c=(?P<c>\d+) NVML busy \(middle 80% of the run\): "
                   r"mean (?P<mean>[\d.]+)%")
 HEADER = ("| c | side | frames/s | TTFA p50 / p99 ms | RTF p50 / p99 | underruns, silence p99 | "
           "codec: frames a push, busy | NVML busy | engine step ms: gpu_wait / launch / prefill / other |")
@@ -97,8 +100,8 @@ def table(folder: Path) -> list[str]:
     """The rows, levels in order, each level's sides in the order they ran (a1, b1, a2, b2, ...)."""
     log = (folder / "run-ab.log").read_text() if (folder / "run-ab.log").exists() else ""
     flags, busy = side_flags(log), nvml_busy(log)
-    sides = sorted((p for p in folder.iterdir() if p.is_dir() and re.fullmatch(r"[ab]\d+", p.name)),
-                   key=lambda p: (int(p.name[1:]), p.name[0]))
+    sides = sorted((p for p in folder.iterdir() if p.is_dir() and re.fullmatch(SIDE_NAME, p.name)),
+                   key=lambda p: (int(p.name[1:] or 0) if p.name != "serve" else 0, p.name[0]))
     reports = {(s.name, int(b.parent.name.removeprefix("served_c"))): json.loads(b.read_text())
                for s in sides for b in s.glob("served_c*/bench.json")}
     if not reports:

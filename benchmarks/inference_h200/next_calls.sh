@@ -329,7 +329,13 @@ TTSFLEET_DEEPGEMM_ROWS=${DG_ROWS:-1-128} TTSFLEET_DEEPGEMM_SHAPES=${DG_SHAPES:-a
 --preset-text qwen-bpe" SERVE_ARGS_B="TTSFLEET_DECODE_GEMM=deepgemm TTSFLEET_DEEPGEMM_ROWS=${DG_ROWS:-33-128} \
 TTSFLEET_DEEPGEMM_SMS=${DG_SMS:-116} --preset-text qwen-bpe" LEVELS="64:640 128:1280" AB_ROUNDS=1 ab
      first_error ab ;;
-  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18|19|20|21|22|23|24|25|25s|25c|25t|26|27|28|29|30|30s|31|32|33|33t|34|35|36|37|38|39 (see benchmarks/inference_h200/README.md)" >&2
+  40) # issue #25: the served curve on an H200's defaults (since 2026-12-07f decode batches of 65+ rows on
+      # cuBLAS: c=128 met both capacity bounds in two rounds), c=1 / 64 / 128 in one server, prompts at the
+      # real tokenizer's length: the catalog's H200 capacity curve (tests/served_runs.py SERVED_RUN) and
+      # its slo_concurrency come from one such run; the one of record is still 2026-12-04's run15
+     stage serve 330 SERVE_ARGS="--preset-text qwen-bpe" LEVELS="1:8 64:640 128:1280" serve
+     first_error serve ;;
+  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18|19|20|21|22|23|24|25|25s|25c|25t|26|27|28|29|30|30s|31|32|33|33t|34|35|36|37|38|39|40 (see benchmarks/inference_h200/README.md)" >&2
      exit 2 ;;
 esac
 bundle "$1"

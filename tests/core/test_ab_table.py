@@ -86,3 +86,13 @@ def test_a_side_whose_requests_failed_says_so_in_its_frames_cell():
     assert "(**1,193 of 1,280 requests failed**)" in rows[("| 128", "B: --preset-text qwen-bpe")]
     assert "failed" not in rows[("| 64", "B: --preset-text qwen-bpe")]  # no error at c=64
     assert all("failed" not in line for key, line in rows.items() if key[1].startswith("A"))
+
+
+def test_a_serve_stage_folder_gives_its_one_side():
+    """A ``serve`` stage (one server, no B) reads like a side: call 37 of 2026-12-07f on an H200."""
+    done = _run(str(HERE / "2026-12-07f" / "call37-h200-served" / "serve"))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert [ln.split(" | ")[:3] for ln in lines[2:]] == [["| 64", "S: --preset-text qwen-bpe", "5,558.0"],
+                                                         ["| 128", "S: --preset-text qwen-bpe", "7,105.4"]]
+    assert lines[2].split(" | ")[7] == "95.8 %"  # the NVML line of side "serve" in its log
