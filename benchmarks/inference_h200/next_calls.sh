@@ -335,7 +335,13 @@ TTSFLEET_DEEPGEMM_SMS=${DG_SMS:-116} --preset-text qwen-bpe" LEVELS="64:640 128:
       # its slo_concurrency come from one such run; the one of record is still 2026-12-04's run15
      stage serve 330 SERVE_ARGS="--preset-text qwen-bpe" LEVELS="1:8 64:640 128:1280" serve
      first_error serve ;;
-  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18|19|20|21|22|23|24|25|25s|25c|25t|26|27|28|29|30|30s|31|32|33|33t|34|35|36|37|38|39|40 (see benchmarks/inference_h200/README.md)" >&2
+  41) # issue #26: our decode GEMMs with one 128-row token tile at 65-128 rows (benchmarks/inference_h200/
+      # tuned_h200_bm128.json: the shipped 128-row picks with bm 128 and 8 warps; interpreter-checked) beside
+      # cuBLAS (the default there since 2026-12-07f) and ours on 64-row tiles (which read every weight twice
+      # there): cublas@129 keeps rows 65-128 on ours; the step at 64 (unchanged) to 128
+     stage levers 200 LEVERS_TIMEOUT=190 LEVER_ROUNDS=2 LEVER_BATCHES=64,72,96,120,128 \
+       LEVER_VARIANTS="default,cublas@129,cublas@129+table@benchmarks/inference_h200/tuned_h200_bm128.json" levers ;;
+  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18|19|20|21|22|23|24|25|25s|25c|25t|26|27|28|29|30|30s|31|32|33|33t|34|35|36|37|38|39|40|41 (see benchmarks/inference_h200/README.md)" >&2
      exit 2 ;;
 esac
 bundle "$1"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -58,3 +59,19 @@ def test_a_deepgemm_variant_with_shapes_sets_them_and_a_plain_one_takes_all_agai
     assert decode.deepgemm_shapes() is None, "a plain deepgemm takes every shape"
     with pytest.raises(ValueError, match="TTSFLEET_DEEPGEMM_SHAPES='6144'"):
         levers._variant("deepgemm@1-128@6144")
+
+
+def test_cublas_rows_with_a_pinned_table_keep_rows_65_to_128_on_ours_with_its_tiles(levers):
+    """Call 41's variant: ``cublas@129`` keeps batches of 65-128 rows on our GEMM, and the pinned table
+    (``tuned_h200_bm128.json``) gives them one 128-row token tile; ``default`` drops both."""
+    from ttsfleet.kernels import dispatch, triton_gemm
+
+    table = Path(__file__).resolve().parents[2] / "benchmarks/inference_h200/tuned_h200_bm128.json"
+    levers._variant(f"cublas@129+table@{table}")
+    plan = dispatch.plan_for_capability((9, 0))
+    assert plan.prefill_min_rows == 129 and not plan.large_gemm(128)
+    assert triton_gemm.get_config("swiglu", 96, 19456, 2560).bm == 128
+    assert triton_gemm.get_config("linear", 64, 6144, 2560).bm == 0, "rows <= 64 keep the shipped pick"
+    levers._variant("default")
+    assert dispatch.plan_for_capability((9, 0)).prefill_min_rows == 65
+    assert triton_gemm.get_config("swiglu", 96, 19456, 2560).bm == 0
