@@ -333,7 +333,7 @@ def default_classes() -> dict[str, GpuClass]:
         # 1.17x / 1.11x slower (CUDA-graph replay, side by side, H200, 2026-12-03,
         # benchmarks/inference_h200/2026-12-03b/run3-levers-gemmproto-benchgate/decode_levers.txt)
         # 2026-12-07f (H200, decode_levers, cublas@33 beside the default, batches 40-128): ours is faster
-        # up to 64 rows (cuBLAS 1.03-1.13x the step) and 1.31-1.38x slower from 72 to 120 (13.3-15.2 ms
+        # up to 64 rows (cuBLAS 1.03-1.13x the step) and 1.28-1.38x slower from 72 to 120 (13.3-15.2 ms
         # against cuBLAS's 9.8-11.5): decode batches of 65 rows and more go to cuBLAS
         prefill_gemm_min_rows=65,
         # the codec in a child process under MPS: engine bench c=64 3,399 vs 2,790 frames/s with the

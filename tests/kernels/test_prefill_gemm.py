@@ -35,7 +35,7 @@ def _split_catalog(tmp_path, extra: str = "") -> GpuCatalog:
 def test_built_in_h200_sends_prefill_rows_to_cublas_and_the_rtx_classes_do_not():
     """On since the H200 run of 2026-12-02 (benchmarks/inference_h200/2026-12-02-ab/), from 128 rows
     since 2026-12-03 (decode batches of 128 faster there, of 64 slower: 2026-12-03b/run3), from 65 since
-    2026-12-07f (the step at batch 72-120 1.31-1.38x longer on ours: cublas-rows-h200); sm_120 has no
+    2026-12-07f (the step at batch 72-120 1.28-1.38x longer on ours: cublas-rows-h200); sm_120 has no
     cuBLAS block-scaled path in the catalog."""
     plan = dispatch.plan_for_capability((9, 0), GpuCatalog.default())
     assert plan.fused and plan.prefill_gemm == "cublas_blockwise" and plan.large_gemm(8192)
