@@ -24,9 +24,6 @@ import torch
 from . import decode
 from .layout import QuantizedWeight
 
-#: The SM counts this process handed DeepGEMM (empty: it keeps its own default, every SM).
-_SMS_HANDED: set[int] = set()
-
 
 @cache
 def _module() -> tuple[Any, str]:
@@ -54,16 +51,12 @@ def supports(qw: QuantizedWeight) -> bool:
 
 def hand_sms(dg: Any, device: torch.device) -> None:
     """Give DeepGEMM the SM count ``TTSFLEET_DEEPGEMM_SMS`` asks for (at most the device's; ``all``: the
-    device's, which is DeepGEMM's own default, so nothing is called until a count was once asked for).
-    Checked at every eager call, so a switch set between steps holds from the next capture on."""
-    want = decode.deepgemm_sms()
-    if want == "all" and not _SMS_HANDED:
-        return
-    total = decode.sm_count(device)
+    device's, DeepGEMM's own default, so with ``all`` alone nothing is ever set). Checked at every eager
+    call, so a switch set between steps holds from the next capture on."""
+    want, total = decode.deepgemm_sms(), decode.sm_count(device)
     sms = total if want == "all" else min(int(want), total)
     if dg.get_num_sms() != sms:
         dg.set_num_sms(sms)
-        _SMS_HANDED.add(sms)
 
 
 def gemm_codes(xq: torch.Tensor, xs: torch.Tensor, qw: QuantizedWeight, out_dtype: torch.dtype,

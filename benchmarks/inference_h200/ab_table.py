@@ -101,7 +101,7 @@ def table(folder: Path) -> list[str]:
     log = (folder / "run-ab.log").read_text() if (folder / "run-ab.log").exists() else ""
     flags, busy = side_flags(log), nvml_busy(log)
     sides = sorted((p for p in folder.iterdir() if p.is_dir() and re.fullmatch(SIDE_NAME, p.name)),
-                   key=lambda p: (int(p.name[1:] or 0) if p.name != "serve" else 0, p.name[0]))
+                   key=lambda p: (0, p.name) if p.name == "serve" else (int(p.name[1:]), p.name[0]))
     reports = {(s.name, int(b.parent.name.removeprefix("served_c"))): json.loads(b.read_text())
                for s in sides for b in s.glob("served_c*/bench.json")}
     if not reports:
