@@ -126,8 +126,8 @@ def _variant(name: str) -> dict[str, Any]:
     decode.set_mlp_launch("one" if "mlp1" in parts else "two")
     decode.set_fast_attn_launch("one" if "fastattn1" in parts else "separate")
     gemm = next((p for p in parts if p == "a16" or p.startswith("deepgemm")), "fp8")
-    name, rows, shapes = (gemm.split("@") + ["", ""])[:3]
-    decode.set_decode_gemm(name)
+    gemm_name, rows, shapes = (gemm.split("@") + ["", ""])[:3]
+    decode.set_decode_gemm(gemm_name)
     decode.set_deepgemm_rows(rows or decode.DEEPGEMM_ROWS_SWITCH.default)
     decode.set_deepgemm_shapes(shapes.replace(":", ",") or decode.DEEPGEMM_SHAPES_SWITCH.default)
     model_layers.set_head_gemm("float32" if "head32" in parts else "bf16")

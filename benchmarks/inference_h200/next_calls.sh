@@ -319,7 +319,8 @@ TTSFLEET_DEEPGEMM_ROWS=${DG_ROWS:-1-128} TTSFLEET_DEEPGEMM_SHAPES=${DG_SHAPES:-a
      first_error serve ;;
   38) # issue #26: the decode step at batch 96 took 14.93 ms beside 12.90 at 128 on an H100 (2026-12-07e), with
       # one tuned GEMM entry for 65-128 rows: the step split into parts and kernel families at 64, 96 and 128
-     stage step 320 STEP_TIMEOUT=310 STEP_BATCHES=64,96,128 STEP_PROFILE=96,128 step ;;
+      # (profiles at ${STEP_PROFILE:-64,96}: since 2026-12-07f rows 65+ run cuBLAS, counted as its own family)
+     stage step 320 STEP_TIMEOUT=310 STEP_BATCHES=64,96,128 STEP_PROFILE="${STEP_PROFILE:-64,96}" step ;;
   39) # issue #26 -> #25: DeepGEMM's programs on fewer SMs than the GPU's (B: TTSFLEET_DEEPGEMM_SMS=${DG_SMS:-116})
       # beside all of them (A), both on decode rows ${DG_ROWS:-33-128}: its step was 13-15 % shorter than ours at
       # batch 40-64 alone yet served c=64 ran 1.7 % slower with it (2026-12-07e) -- one persistent program per SM,
@@ -341,7 +342,13 @@ TTSFLEET_DEEPGEMM_SMS=${DG_SMS:-116} --preset-text qwen-bpe" LEVELS="64:640 128:
       # there): cublas@129 keeps rows 65-128 on ours; the step at 64 (unchanged) to 128
      stage levers 200 LEVERS_TIMEOUT=190 LEVER_ROUNDS=2 LEVER_BATCHES=64,72,96,120,128 \
        LEVER_VARIANTS="default,cublas@129,cublas@129+table@benchmarks/inference_h200/tuned_h200_bm128.json" levers ;;
-  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18|19|20|21|22|23|24|25|25s|25c|25t|26|27|28|29|30|30s|31|32|33|33t|34|35|36|37|38|39|40|41 (see benchmarks/inference_h200/README.md)" >&2
+  42) # issue #26: DeepGEMM (flat in M: 0.85x ours at 40-64 rows and 0.69x at 96 on an H100, 2026-12-07e) on
+      # the H200 beside today's split (ours to 64 rows, cuBLAS from 65): on rows 33-64 (ours keeps 1-32, cuBLAS
+      # 65+), on 33-128 and on 65-128 alone; the step at 32 to 128 -- which rows each library should take
+     stage dgbuild 160 DG_BUILD_TIMEOUT=150 deepgemmbuild
+     stage levers 300 LEVERS_TIMEOUT=290 LEVER_ROUNDS=2 LEVER_BATCHES=32,48,64,80,96,128 \
+       LEVER_VARIANTS="default,deepgemm@33-64,deepgemm@33-128,deepgemm@65-128" levers ;;
+  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18|19|20|21|22|23|24|25|25s|25c|25t|26|27|28|29|30|30s|31|32|33|33t|34|35|36|37|38|39|40|41|42 (see benchmarks/inference_h200/README.md)" >&2
      exit 2 ;;
 esac
 bundle "$1"

@@ -75,3 +75,11 @@ def test_cublas_rows_with_a_pinned_table_keep_rows_65_to_128_on_ours_with_its_ti
     levers._variant("default")
     assert dispatch.plan_for_capability((9, 0)).prefill_min_rows == 65
     assert triton_gemm.get_config("swiglu", 96, 19456, 2560).bm == 0
+
+
+@pytest.mark.parametrize("name", ["fp8kv", "fp8kv+deepgemm@33-64", "a16+fp8kv"])
+def test_an_fp8kv_variant_decodes_from_the_fp8_cache_whatever_gemm_it_names(levers, name):
+    """Its cache kind is read from the whole variant name, not from the GEMM part parsed out of it (until
+    2026-12-07 the GEMM's name overwrote the variant's, so ``fp8kv`` timed the bf16 cache)."""
+    assert levers._variant(name)["kv"] == "fp8"
+    assert levers._variant("deepgemm@33-64")["kv"] == "auto"
