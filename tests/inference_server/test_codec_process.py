@@ -99,10 +99,16 @@ def test_the_codec_process_gathering_chunks_decodes_the_same_audio(parts):
 
 
 def test_a_cancel_reaches_the_child_and_ends_the_stream(parts):
+    """The stream ends as cancelled, short of what it would have decoded uncancelled (the context's
+    room after the prompt). How far short depends on how far the engine ran ahead of the codec before
+    the cancel landed: on a loaded 2-core CI machine 287 frames of audio came before the end
+    (2026-12-07), past the half-context bound this test had."""
+    model, _, tok = parts
+    prompt_len = build_prompt(tok, model.config, "Codec process test.").shape[1]
     eng, out = _serve(parts, CodecSource("tiny", "cpu"), [7], long=True, cancel_after=1)
     codes, _, end = out[0]
     assert end.kind == "done" and end.reason == "cancelled"
-    assert sum(c.shape[1] for c in codes) < eng.max_seq_len // 2
+    assert sum(c.shape[1] for c in codes) < eng.max_seq_len - prompt_len
 
 
 def test_a_codec_process_that_cannot_start_fails_requests_with_a_reason(parts, tmp_path):
