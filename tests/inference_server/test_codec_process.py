@@ -47,9 +47,15 @@ async def _collect(eng: Engine, prompt, seed: int, max_new: int = 12, cancel_aft
             eng.cancel(h)
 
 
+def _prompt(parts):
+    """The one prompt every test here serves (the cancel test bounds its stream by this length)."""
+    model, _, tok = parts
+    return build_prompt(tok, model.config, "Codec process test.")
+
+
 def _serve(parts, source: CodecSource | None, seeds: list[int], gather_ms: float = 0.0, **kw):
-    model, codec, tok = parts
-    prompt = build_prompt(tok, model.config, "Codec process test.")
+    model, codec, _ = parts
+    prompt = _prompt(parts)
     eng = Engine(model, codec, _config(source, gather_ms), None, "tiny")
     eng.start()
 
@@ -103,8 +109,7 @@ def test_a_cancel_reaches_the_child_and_ends_the_stream(parts):
     room after the prompt). How far short depends on how far the engine ran ahead of the codec before
     the cancel landed: on a loaded 2-core CI machine 287 frames of audio came before the end
     (2026-12-07), past the half-context bound this test had."""
-    model, _, tok = parts
-    prompt_len = build_prompt(tok, model.config, "Codec process test.").shape[1]
+    prompt_len = _prompt(parts).shape[1]
     eng, out = _serve(parts, CodecSource("tiny", "cpu"), [7], long=True, cancel_after=1)
     codes, _, end = out[0]
     assert end.kind == "done" and end.reason == "cancelled"
@@ -112,10 +117,10 @@ def test_a_cancel_reaches_the_child_and_ends_the_stream(parts):
 
 
 def test_a_codec_process_that_cannot_start_fails_requests_with_a_reason(parts, tmp_path):
-    model, codec, tok = parts
+    model, codec, _ = parts
     eng = Engine(model, codec, _config(CodecSource(str(tmp_path / "missing"), "cpu")), None, "tiny")
     eng.start()
-    prompt = build_prompt(tok, model.config, "Codec process test.")
+    prompt = _prompt(parts)
 
     async def main():
         return await _collect(eng, prompt, 1)
@@ -136,10 +141,10 @@ def test_a_codec_process_that_cannot_start_fails_requests_with_a_reason(parts, t
 
 
 def test_a_killed_codec_process_fails_the_open_requests(parts):
-    model, codec, tok = parts
+    model, codec, _ = parts
     eng = Engine(model, codec, _config(CodecSource("tiny", "cpu")), None, "tiny")
     eng.start()
-    prompt = build_prompt(tok, model.config, "Codec process test.")
+    prompt = _prompt(parts)
     assert eng._codec_proc.ready.wait(60)
 
     async def main():
