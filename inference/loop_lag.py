@@ -8,12 +8,20 @@ thread holding the interpreter, the client's by parsing thousands of chunks a se
 to every first audio that passes through it. A ticker that asks to wake every few milliseconds measures
 that lateness directly: the client keeps its lags (:func:`lag_summary`), the server observes them into
 ``inference_event_loop_lag_seconds``.
+
+A client of threads has no loop, but its threads share one interpreter: the live bench
+(``benchmarks/inference_serve/live_prefix.py``) runs each session as the fish-audio SDK's sync
+websocket, a reader and a sender thread apiece (~190 threads at c=64), and a thread that got its audio
+must win the interpreter lock back before it can time it. :class:`ThreadLag` is the same ticker as a
+thread: a wake-up from ``time.sleep`` is late by the scheduler and by the wait for the lock.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -55,6 +63,43 @@ class LoopLag:
                 self.lags_s.append(lag)
             else:
                 self.on_lag(lag)
+
+
+@dataclass
+class ThreadLag:
+    """A daemon thread that asks to sleep ``tick_s`` again and again (:meth:`start` .. :meth:`stop`)
+    and keeps how late each wake-up came (``lags_s``) and when (``at_s``, ``time.perf_counter``: one
+    clock for every process of a Linux host, so a parent can cut a child's lags to its own window)."""
+
+    tick_s: float = TICK_S
+    lags_s: list[float] = field(default_factory=list)
+    at_s: list[float] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._tick, name="thread-lag", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+
+    def _tick(self) -> None:
+        while not self._stop.is_set():
+            due = time.perf_counter() + self.tick_s
+            time.sleep(self.tick_s)
+            now = time.perf_counter()  # after the lock is back: sleep returns holding it
+            self.at_s.append(now)
+            self.lags_s.append(max(0.0, now - due))
+
+
+def lags_between(at_s: list[float], lags_s: list[float], start: float, end: float) -> list[float]:
+    """The lags of the wake-ups at ``start`` .. ``end`` (one window of a :class:`ThreadLag`'s run)."""
+    return [lag for at, lag in zip(at_s, lags_s, strict=True) if start <= at <= end]
 
 
 def lag_summary(lags_s: list[float]) -> dict[str, float]:

@@ -18,15 +18,31 @@ include the first wave's burst (on the H200, 2026-12-04 run15 at c=64: queue 101
 rounds, where ``bench serve``'s steady window at c=64 shows 0-2 ms), so they cannot say what makes
 the steady first audio slow.
 
+The client's own share: every session is the SDK's sync websocket, a reader and a sender thread
+apiece, so at c=64 ~190 threads share this interpreter, and a first audio is timed only once its
+thread has the interpreter lock back. Its first-audio p99 (313 ms over all sessions on an H100 at
+c=64, 2026-12-05d) sat well above the server's stage p99s, as ``bench serve``'s did before its
+client was found late (:mod:`ttsfleet.inference.loop_lag`). So each client process runs a lag probe
+(:class:`~ttsfleet.inference.loop_lag.ThreadLag`: a thread asking to wake every 5 ms; how late it
+woke is the lock's wait plus the scheduler's), reported per side over the steady windows and the
+whole rounds (``client_thread_lag``: every process's wake-ups merged, and the worst process's p99);
+and ``--client-procs N`` spreads each round's sessions over N spawned processes, each its share of
+``--concurrency`` as threads (sessions still open in order, the first ``concurrency`` together), its
+sessions' open and first-audio events relayed to this process's :class:`SteadyEdges`. A tail that
+shrinks with more client processes was the client's; one that stays is the server's.
+
     python -P benchmarks/inference_serve/live_prefix.py OUT [--checkpoint tiny --device cpu]
     python3 -m benchmarks.inference_serve.live_prefix OUT --checkpoint s2-pro --device cuda  # device
+    ... --concurrency 64 --client-procs 4  # the same round from 4 client processes of 16 threads each
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
+import queue
 import shutil
 import signal
 import statistics
@@ -34,7 +50,9 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -151,8 +169,22 @@ class SteadyEdges:
         return Window(self.moments["start"], self.moments["end"]), (reads["start"], reads["end"])
 
 
-def one_session(url: str, pause_s: float, seed: int, frames: int = 0, edges: SteadyEdges | None = None,
-                index: int = 0) -> dict[str, Any]:
+class EdgeEvents:
+    """:class:`SteadyEdges`' two calls made in a client process (``--client-procs`` above 1): sent to
+    the parent, which owns the round's SteadyEdges and tells it in the order they arrive."""
+
+    def __init__(self, events: Any) -> None:
+        self._events = events  # a multiprocessing queue to the parent
+
+    def opened(self, i: int) -> None:
+        self._events.put(("opened", i))
+
+    def first_audio(self, i: int) -> None:
+        self._events.put(("first_audio", i))
+
+
+def one_session(url: str, pause_s: float, seed: int, frames: int = 0,
+                edges: SteadyEdges | EdgeEvents | None = None, index: int = 0) -> dict[str, Any]:
     """One live session; first audio from the first text handed over to the first chunk received.
     ``frames``: the session's ``max_new_tokens`` per segment (0: the server's cap); ``edges``: told
     when session ``index`` opens and gets its first audio (or ends without)."""
@@ -193,22 +225,189 @@ def one_session(url: str, pause_s: float, seed: int, frames: int = 0, edges: Ste
             "first_stall_at_s": play.first_stall_at_s}
 
 
-def run_round(url: str, args: argparse.Namespace, seed: int) -> tuple[list[dict[str, Any]], Any]:
+#: One client process's lag probe over a round (:class:`~ttsfleet.inference.loop_lag.ThreadLag`):
+#: its wake-ups' times and lags (``at_s``, ``lags_s``).
+ProcLags = tuple[list[float], list[float]]
+
+
+@dataclass
+class Round:
+    """One side's round: its sessions (in index order), the server's /metrics at its steady window's
+    edges (:meth:`SteadyEdges.collect`), each client process's lag probe and the sessions' wall time
+    (from the first wave's start to the last session's end: the codec's busy share is over it)."""
+
+    rows: list[dict[str, Any]]
+    span: Any
+    lags: list[ProcLags]
+    wall_s: float
+
+
+def run_round(url: str, args: argparse.Namespace, seed: int) -> Round:
     """``args.sessions`` sessions, ``args.concurrency`` at a time; the first ``concurrency`` of them
     open together (the first wave), each later one as an earlier one ends (steady state). Session
-    lengths spread by ``--frames-spread`` (:func:`~ttsfleet.inference.bench.spread_frames`).
-    Returns the sessions and the server's /metrics read at the steady window's edges
-    (:meth:`SteadyEdges.collect`)."""
+    lengths spread by ``--frames-spread`` (:func:`~ttsfleet.inference.bench.spread_frames`). The
+    sessions run as threads of this process, or of ``--client-procs`` processes that share the
+    concurrency (:func:`run_in_procs`)."""
+    edges = SteadyEdges(url, args.concurrency, args.sessions)
+    run = run_in_process if args.client_procs == 1 else run_in_procs
+    rows, lags, wall = run(url, args, seed, edges)
+    rows.sort(key=lambda r: r["index"])
+    rows = [{**{k: v for k, v in r.items() if k != "index"}, "first_wave": r["index"] < args.concurrency}
+            for r in rows]
+    return Round(rows, edges.collect(), lags, wall)
+
+
+def take_index(counter: Any, sessions: int) -> int | None:
+    """The next session to open (a ``multiprocessing.Value`` shared by every client thread of the
+    round, whichever process: sessions open in index order as in one pool), None once all have."""
+    with counter.get_lock():
+        i = counter.value
+        if i >= sessions:
+            return None
+        counter.value = i + 1
+    return i
+
+
+def run_share(url: str, args: argparse.Namespace, seed: int, threads: int, counter: Any,
+              edges: SteadyEdges | EdgeEvents) -> list[dict[str, Any]]:
+    """``threads`` of the round's concurrency: each runs sessions one after another, taking the next
+    index each time (:func:`take_index`), so its share stays busy until the round's sessions run out.
+    The sessions' rows, each with its ``index`` and the client process that ran it."""
     from ttsfleet.inference.bench import spread_frames
 
-    edges = SteadyEdges(url, args.concurrency, args.sessions)
-    with ThreadPoolExecutor(args.concurrency) as pool:
-        futures = [pool.submit(one_session, url, args.pause_ms / 1000, seed + i,
-                               spread_frames(args.frames, args.frames_spread, seed, i) if args.frames else 0,
-                               edges, i)
-                   for i in range(args.sessions)]
-        rows = [{**f.result(), "first_wave": i < args.concurrency} for i, f in enumerate(futures)]
-    return rows, edges.collect()
+    def sessions() -> list[dict[str, Any]]:
+        out = []
+        while (i := take_index(counter, args.sessions)) is not None:
+            frames = spread_frames(args.frames, args.frames_spread, seed, i) if args.frames else 0
+            out.append({**one_session(url, args.pause_ms / 1000, seed + i, frames, edges, i), "index": i,
+                        "client_pid": os.getpid()})
+        return out
+
+    with ThreadPoolExecutor(threads) as pool:
+        futures = [pool.submit(sessions) for _ in range(threads)]
+        return [row for f in futures for row in f.result()]
+
+
+def run_in_process(url: str, args: argparse.Namespace, seed: int,
+                   edges: SteadyEdges) -> tuple[list[dict[str, Any]], list[ProcLags], float]:
+    """The round as threads of this one process (``--client-procs 1``), its lag probe beside them."""
+    from ttsfleet.inference.loop_lag import ThreadLag
+
+    lag, counter = ThreadLag(), multiprocessing.get_context("spawn").Value("i", 0)
+    lag.start()
+    t0 = time.perf_counter()
+    try:
+        rows = run_share(url, args, seed, args.concurrency, counter, edges)
+    finally:
+        lag.stop()
+    return rows, [(lag.at_s, lag.lags_s)], time.perf_counter() - t0
+
+
+def shares(concurrency: int, procs: int) -> list[int]:
+    """Each client process's threads: the concurrency split as evenly as it goes."""
+    return [concurrency // procs + (j < concurrency % procs) for j in range(procs)]
+
+
+def client_proc(url: str, args: argparse.Namespace, seed: int, threads: int, counter: Any, events: Any,
+                go: Any) -> None:
+    """One client process of a round (spawned: a top-level function): imports what a session needs,
+    says it is ready and waits for ``go`` (every process ready, so the first wave opens together),
+    then runs its share (:func:`run_share`) with its own lag probe; its sessions' open and
+    first-audio events, then its rows and lags (or the error) go to the parent on ``events``."""
+    try:
+        import fishaudio  # noqa: F401 -- imported before the start, not inside the first wave
+        from ttsfleet.inference.bench_playback import Playback  # noqa: F401
+        from ttsfleet.inference.loop_lag import ThreadLag
+
+        events.put(("ready", None))
+        go.wait()
+        lag = ThreadLag()
+        lag.start()
+        try:
+            rows = run_share(url, args, seed, threads, counter, EdgeEvents(events))
+        finally:
+            lag.stop()
+        events.put(("done", (rows, (lag.at_s, lag.lags_s))))
+    except BaseException:  # the parent raises it: a round missing a process's sessions is no result
+        events.put(("error", traceback.format_exc()))
+
+
+def run_in_procs(url: str, args: argparse.Namespace, seed: int,
+                 edges: SteadyEdges) -> tuple[list[dict[str, Any]], list[ProcLags], float]:
+    """The round over ``--client-procs`` spawned processes (:func:`client_proc`), each its
+    :func:`shares` of the concurrency as threads and its own lag probe. Why: ~190 threads of one
+    interpreter (three a session at c=64) wait for one lock, and a session's first audio is timed
+    only once its thread has it back; spread over processes, that wait is the client's no more.
+    This process only relays their events to ``edges`` (:func:`relay`)."""
+    ctx = multiprocessing.get_context("spawn")
+    counter, events, go = ctx.Value("i", 0), ctx.Queue(), ctx.Event()
+    procs = [ctx.Process(target=client_proc, args=(url, args, seed, n, counter, events, go), daemon=True,
+                         name=f"live-client-{j}")
+             for j, n in enumerate(shares(args.concurrency, args.client_procs))]
+    for p in procs:
+        p.start()
+    try:
+        return relay(events, procs, go, edges)
+    except BaseException:
+        for p in procs:  # a failed round: the other processes' sessions are no result either
+            p.terminate()
+        raise
+    finally:
+        for p in procs:
+            p.join(30)
+            if p.is_alive():
+                p.kill()
+
+
+def relay(events: Any, procs: list[Any], go: Any,
+          edges: SteadyEdges) -> tuple[list[dict[str, Any]], list[ProcLags], float]:
+    """The client processes' events until each has sent its results: ``go`` once all are ready, each
+    session's open and first audio to ``edges`` (in the order they arrive: a ms or so after they
+    happened, the same for every session), then their rows, lags and the wall time from ``go``."""
+    ready, rows, lags, t0 = 0, [], [], time.perf_counter()
+    while len(lags) < len(procs):
+        try:
+            kind, what = events.get(timeout=1.0)
+        except queue.Empty:
+            if dead := [p.name for p in procs if p.exitcode not in (None, 0)]:
+                raise RuntimeError(f"client processes {dead} died without a result") from None
+            continue
+        if kind == "opened":
+            edges.opened(what)
+        elif kind == "first_audio":
+            edges.first_audio(what)
+        elif kind == "ready":
+            ready += 1
+            if ready == len(procs):
+                t0 = time.perf_counter()
+                go.set()
+        elif kind == "done":
+            rows += what[0]
+            lags.append(what[1])
+        else:
+            raise RuntimeError(f"a client process failed:\n{what}")
+    return rows, lags, time.perf_counter() - t0
+
+
+def client_lag(rounds: list[tuple[Any, list[ProcLags]]]) -> dict[str, dict[str, float]]:
+    """The bench client's own lateness (its lag probes, every process's merged), over the rounds'
+    steady windows (those that had one: the wake-ups between its edges) and over the whole rounds,
+    each with the worst single process's p99 (a round's)."""
+    from ttsfleet.inference.loop_lag import lags_between
+
+    whole = [lags for _, procs in rounds for _, lags in procs]
+    steady = [lags_between(at, lags, span[0].start, span[0].end)
+              for span, procs in rounds if span is not None for at, lags in procs]
+    return {"steady": merged_lags(steady), "whole": merged_lags(whole)}
+
+
+def merged_lags(per_proc: list[list[float]]) -> dict[str, float]:
+    """:func:`~ttsfleet.inference.loop_lag.lag_summary` of every process's lags together, and the
+    worst process's p99 beside it (NaN where none ticked)."""
+    from ttsfleet.inference.loop_lag import lag_summary
+
+    worst = max((lag_summary(p)["p99_ms"] for p in per_proc if p), default=float("nan"))
+    return {**lag_summary([x for p in per_proc for x in p]), "worst_proc_p99_ms": worst}
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, float]:
@@ -248,6 +447,9 @@ def main() -> None:
                     help="session i asks for frames x (1 + spread x u_i), u_i uniform in [-1, 1]: "
                          "sessions of one length stay in waves that open together")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--client-procs", type=int, default=1,
+                    help="client processes the sessions are spread over, each its share of --concurrency "
+                         "as threads (1: all threads of this one interpreter)")
     ap.add_argument("--sides", default="reuse,whole",
                     help="which servers: reuse (--prefix-reuse, the default), whole (--no-prefix-reuse)")
     ap.add_argument("--reference-wav", type=Path,
@@ -258,6 +460,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.frames < 0 or not 0 <= args.frames_spread < 1:
         ap.error(f"--frames {args.frames} --frames-spread {args.frames_spread}: frames >= 0, 0 <= spread < 1")
+    if not 1 <= args.client_procs <= args.concurrency:
+        ap.error(f"--client-procs {args.client_procs}: from 1 to --concurrency ({args.concurrency})")
     if args.write_reference:
         if args.reference_wav is None:
             sys.exit("--write-reference needs --reference-wav PATH")
@@ -276,6 +480,7 @@ def main() -> None:
         add_voice(url, voice)
     rows: dict[str, list[dict[str, Any]]] = {k: [] for k in sides}
     spans: dict[str, list[Any]] = {k: [] for k in sides}  # per round: (steady window, its two reads)
+    lags: dict[str, list[Any]] = {k: [] for k in sides}  # per round: (its span, its processes' lags)
     ratios = []
     try:
         from tqdm import tqdm
@@ -292,10 +497,11 @@ def main() -> None:
         for r in tqdm(range(args.rounds), desc=f"rounds ({', then '.join(sides)})"):
             got = {}
             for k in sides:
-                t0 = time.perf_counter()
-                got[k], span = run_round(servers[k][1], args, 1000 * r)
-                walls[k] += time.perf_counter() - t0
-                spans[k].append(span)
+                done = run_round(servers[k][1], args, 1000 * r)
+                got[k] = done.rows
+                walls[k] += done.wall_s
+                spans[k].append(done.span)
+                lags[k].append((done.span, done.lags))
             for k, v in got.items():
                 rows[k] += [{**x, "round": r} for x in v]
             if len(got) == 2:
@@ -321,7 +527,8 @@ def main() -> None:
               "load_avg_1m": os.getloadavg()[0], "args": {k: str(v) for k, v in vars(args).items()},
               "sides": {k: summarize(v) for k, v in rows.items()}, "p50_ratio_per_round": ratios,
               "prefill_tokens_reused": reused, "ttfa_stage_mean_ms": stages, "admission_waits": waits,
-              "codec": codec, **steady_report(whole, steady), "sessions": rows}
+              "codec": codec, **steady_report(whole, steady),
+              "client_thread_lag": {k: client_lag(v) for k, v in lags.items()}, "sessions": rows}
     (args.out / "live_prefix.json").write_text(json.dumps(report, indent=2))
     print_report(report, args.concurrency)
 
@@ -377,8 +584,11 @@ def print_report(report: dict[str, Any], concurrency: int) -> None:
               f"{s['steady_ttfa_p99_ms']:.0f} | {s['steady_stalled_share']:.1%}, "
               f"{s['steady_stall_p99_ms']:.0f}, {s['steady_first_stall_at_p50_ms']:.0f} | {s['failed']} |")
     print(f"prompt tokens reused (server counter): {report['prefill_tokens_reused']}")
+    procs = int(report["args"].get("client_procs", 1))
     for k in report["sides"]:
         print(steady_read_line(k, report.get("steady_reads", {}).get(k)))
+        if lag := report.get("client_thread_lag", {}).get(k):
+            print(client_lag_line(k, lag, procs))
         for key, what, span in SERVER_LINES:
             if values := report.get(key, {}).get(k):
                 print(f"{k}: {what}, {span}: " + ", ".join(f"{name} {v:.0f}" for name, v in values.items()))
@@ -391,6 +601,19 @@ def print_report(report: dict[str, Any], concurrency: int) -> None:
     if ratios := report["p50_ratio_per_round"]:
         print(f"whole / reuse p50 per round: {', '.join(f'{x:.2f}' for x in ratios)} "
               f"(median {statistics.median(ratios):.2f})")
+
+
+def client_lag_line(side: str, lag: dict[str, dict[str, float]], procs: int) -> str:
+    """How late the bench client's own threads woke, over the steady windows where it has them."""
+
+    def words(s: dict[str, float], span: str) -> str:
+        return (f"p50 {s['p50_ms']:.1f} / p99 {s['p99_ms']:.1f} / max {s['max_ms']:.0f} ms {span} "
+                f"({s['ticks']} ticks, worst process p99 {s['worst_proc_p99_ms']:.1f})")
+
+    spans = [words(lag["steady"], "over the steady windows")] if lag["steady"]["ticks"] else []
+    return (f"{side}: the bench client's own threads ({procs} process{'es' if procs > 1 else ''}) "
+            "woke late by " + "; ".join([*spans, words(lag["whole"], "over the whole rounds")])
+            + ": its first audios are read that much late")
 
 
 def steady_read_line(side: str, r: dict[str, Any] | None) -> str:

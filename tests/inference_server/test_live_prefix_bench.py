@@ -70,26 +70,44 @@ def test_a_round_of_one_wave_has_no_window(reads):
     assert span_reading([(Window(0.0, 1.0), None)]) is None and span_reading([]) is None
 
 
+def _run_bench(tmp_path: Path, *flags: str) -> tuple[subprocess.CompletedProcess, float]:
+    """The script against a real tiny server on the CPU (reuse side, 2 sessions at a time, short
+    sessions in a noise voice): its run and wall time (s)."""
+    wav = tmp_path / "voice.wav"
+    rng = np.random.default_rng(0)
+    sf.write(wav, (0.1 * rng.standard_normal(24000 * 2)).astype("float32"), 24000, subtype="PCM_16")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    started = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-P", str(SCRIPT), str(tmp_path / "live"), "--sides", "reuse",
+         "--concurrency", "2", "--pause-ms", "50", "--frames", "12",
+         "--serve-args", "--max-new-tokens 24", "--reference-wav", str(wav), *flags],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    return proc, time.perf_counter() - started
+
+
+def _assert_client_lag(report: dict, stdout: str, procs: int) -> None:
+    """The client's own lag probes reported for the side, over the steady windows and whole rounds."""
+    lag = report["client_thread_lag"]["reuse"]
+    for span in ("steady", "whole"):
+        s = lag[span]
+        assert s["ticks"] > 0 and 0 <= s["p50_ms"] <= s["p99_ms"] <= s["max_ms"], lag
+        assert 0 <= s["worst_proc_p99_ms"] <= s["max_ms"], lag
+    assert lag["steady"]["ticks"] < lag["whole"]["ticks"]  # the windows are parts of the rounds
+    processes = "1 process)" if procs == 1 else f"{procs} processes)"
+    assert f"reuse: the bench client's own threads ({processes} woke late by p50 " in stdout
+
+
 def test_live_prefix_reports_steady_and_whole_round_figures(tmp_path):
     """A real tiny server on the CPU, 2 rounds of 5 sessions 2 at a time: the server counts the
     steady sessions' first audios between each round's reads (6 of 10, none of the first waves'),
     and the steady figures stand beside the whole rounds' (old keys kept)."""
-    wav = tmp_path / "voice.wav"
-    rng = np.random.default_rng(0)
-    sf.write(wav, (0.1 * rng.standard_normal(24000 * 2)).astype("float32"), 24000, subtype="PCM_16")
-    out = tmp_path / "live"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    started = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-P", str(SCRIPT), str(out), "--sides", "reuse", "--sessions", "5",
-         "--concurrency", "2", "--rounds", "2", "--pause-ms", "50", "--frames", "12",
-         "--serve-args", "--max-new-tokens 24", "--reference-wav", str(wav)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    wall = time.perf_counter() - started
+    proc, wall = _run_bench(tmp_path, "--sessions", "5", "--rounds", "2")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads((out / "live_prefix.json").read_text())
+    report = json.loads((tmp_path / "live" / "live_prefix.json").read_text())
     side = report["sides"]["reuse"]
     assert side["n"] == 10 and side["steady_n"] == 6 and side["failed"] == 0
+    assert len({r["client_pid"] for r in report["sessions"]["reuse"]}) == 1  # --client-procs 1: this one
     # the listener's underruns: a share of the sessions that played, and the silence they heard
     assert 0 <= side["steady_stalled_share"] <= 1 and side["steady_stall_p99_ms"] >= 0
     assert all(r["stalls"] >= 0 and r["stall_s"] >= 0 for r in report["sessions"]["reuse"])
@@ -137,3 +155,42 @@ def test_live_prefix_reports_steady_and_whole_round_figures(tmp_path):
     assert f"{stages} p99 ms (server, each its own), steady sessions: " in proc.stdout
     assert f"{stages} mean ms (server), whole rounds, first wave included: " in proc.stdout
     assert "busy" in proc.stdout and "of the steady windows" in proc.stdout
+    _assert_client_lag(report, proc.stdout, 1)
+
+
+def test_live_prefix_spreads_a_round_over_client_processes(tmp_path):
+    """``--client-procs 2``: one round of 4 sessions at c=2 as one thread in each of two spawned
+    processes. The sessions are split between them, the first wave is still the first two, and the
+    steady window (its open and first-audio events relayed to this side's SteadyEdges) is still read:
+    the server counts the steady sessions' first audios between the reads; each process's lag probe
+    is reported."""
+    proc, wall = _run_bench(tmp_path, "--sessions", "4", "--rounds", "1", "--client-procs", "2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((tmp_path / "live" / "live_prefix.json").read_text())
+    side, rows = report["sides"]["reuse"], report["sessions"]["reuse"]
+    assert side["n"] == 4 and side["steady_n"] == 2 and side["failed"] == 0
+    assert [r["first_wave"] for r in rows] == [True, True, False, False]
+    assert [r["seed"] for r in rows] == [0, 1, 2, 3]  # in index order, each session once
+    pids = {r["client_pid"] for r in rows}
+    assert len(pids) == 2 and os.getpid() not in pids, pids
+    assert len({r["client_pid"] for r in rows if r["first_wave"]}) == 2  # one a process: its share
+    r = report["steady_reads"]["reuse"]
+    assert r["read"] and r["whole_requests"] == 4 and 1 <= r["requests"] <= 2
+    assert 0 < r["seconds"] < wall
+    _assert_client_lag(report, proc.stdout, 2)
+
+
+@pytest.mark.parametrize("procs", ["0", "3"])
+def test_client_procs_out_of_range_is_a_usage_error(procs):
+    """No processes, or more than the sessions open at once (one would idle): refused before any
+    server starts, as one argparse error line."""
+    proc = subprocess.run([sys.executable, "-P", str(SCRIPT), "/nonexistent/out", "--concurrency", "2",
+                           "--client-procs", procs], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert f"error: --client-procs {procs}: from 1 to --concurrency (2)" in proc.stderr.splitlines()[-1]
+
+
+def test_the_concurrency_is_split_evenly_over_client_processes():
+    shares = _live_prefix().shares
+    assert shares(64, 4) == [16] * 4 and shares(5, 2) == [3, 2] and shares(2, 2) == [1, 1]
+    assert sum(shares(7, 3)) == 7 and max(shares(7, 3)) - min(shares(7, 3)) == 1
