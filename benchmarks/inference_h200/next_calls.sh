@@ -348,7 +348,15 @@ TTSFLEET_DEEPGEMM_SMS=${DG_SMS:-116} --preset-text qwen-bpe" LEVELS="64:640 128:
      stage dgbuild 160 DG_BUILD_TIMEOUT=150 deepgemmbuild
      stage levers 300 LEVERS_TIMEOUT=290 LEVER_ROUNDS=2 LEVER_BATCHES=32,48,64,80,96,128 \
        LEVER_VARIANTS="default,deepgemm@33-64,deepgemm@33-128,deepgemm@65-128" levers ;;
-  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18|19|20|21|22|23|24|25|25s|25c|25t|26|27|28|29|30|30s|31|32|33|33t|34|35|36|37|38|39|40|41|42 (see benchmarks/inference_h200/README.md)" >&2
+  43) # issue #25: the live route's first-audio tail at c=64 (p99 313 ms on an H100, 2026-12-07c, beside the
+      # server's stage p99s of 25-90 ms): the bench client's ~190 threads in one interpreter (A: LIVE_PROCS=1)
+      # beside 4 client processes of 16 sessions' threads (B), each with its lag probe (client_thread_lag):
+      # a tail that shrinks in B was the client's
+     stage live1 150 LIVE_TIMEOUT=140 LIVE_SIDES=reuse LIVE_SESSIONS=320 LIVE_C=64 LIVE_ROUNDS=1 LIVE_PROCS=1 \
+       SERVE_ARGS="--preset-text qwen-bpe" live
+     stage live4 150 LIVE_TIMEOUT=140 LIVE_SIDES=reuse LIVE_SESSIONS=320 LIVE_C=64 LIVE_ROUNDS=1 LIVE_PROCS=4 \
+       SERVE_ARGS="--preset-text qwen-bpe" live ;;
+  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18|19|20|21|22|23|24|25|25s|25c|25t|26|27|28|29|30|30s|31|32|33|33t|34|35|36|37|38|39|40|41|42|43 (see benchmarks/inference_h200/README.md)" >&2
      exit 2 ;;
 esac
 bundle "$1"
