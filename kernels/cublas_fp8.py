@@ -36,6 +36,15 @@ def supports(qw: QuantizedWeight) -> bool:
             and (k // BS_BLOCK) % ALIGN == 0 and qw.scale.stride(1) == 1)
 
 
+def activation_scales(m: int, groups: int, device: torch.device, dtype: torch.dtype,
+                      outer_major: bool = False) -> torch.Tensor:
+    """An empty ``[m, groups]`` scale tensor for a producer of FP8 codes: row-major, or in cuBLAS's
+    outer-dim-major order (strides ``(1, m)``), which :func:`gemm_codes` then reads without a copy."""
+    if outer_major:
+        return torch.empty(groups, m, device=device, dtype=dtype).t()
+    return torch.empty(m, groups, device=device, dtype=dtype)
+
+
 def _outer_major(xs: torch.Tensor) -> torch.Tensor:
     """``[M, K/128]`` scales with strides ``(1, M)`` (a copy unless they already are)."""
     if xs.stride(0) == 1 and xs.shape[0] > 1 and xs.stride(1) == xs.shape[0]:
@@ -86,7 +95,7 @@ def silu_mul_quant(gu: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     m, two_f = gu.shape
     f = two_f // 2
     q = torch.empty(m, f, device=gu.device, dtype=torch.float8_e4m3fn)
-    s = torch.empty(cdiv(f, BS_BLOCK), m, device=gu.device, dtype=torch.float32).t()
+    s = activation_scales(m, cdiv(f, BS_BLOCK), gu.device, torch.float32, outer_major=True)
     if m:
         silu_mul_quant_kernel[(m, cdiv(f, BS_BLOCK))](gu, q, s, f, gu.stride(0), q.stride(0), s.stride(0),
                                                       s.stride(1), GROUP=BS_BLOCK, EXACT_CVT=INTERPRETING,

@@ -232,6 +232,34 @@ rope_attention_mode = ROPE_ATTENTION_SWITCH.get
 set_rope_attention = ROPE_ATTENTION_SWITCH.set
 
 
+#: Where the FP8 activation scales a cuBLAS block-scaled GEMM reads come from: ``copy`` (the default:
+#: the fused RMSNorm writes them row-major ``[M, K/128]`` and :func:`ttsfleet.kernels.cublas_fp8.gemm_codes`
+#: copies them into the outer-dim-major order cuBLAS wants, strides ``(1, M)``) or ``direct`` (the
+#: RMSNorm writes them in that order where the GEMM that reads them goes to cuBLAS: rows >= the
+#: catalog's ``prefill_gemm_min_rows``). Why: at decode batches of 65+ rows on an H100 (2026-12-08,
+#: ``benchmarks/inference_h200/2026-12-08/call38-h100-step``, batch 96) those copies were 228
+#: ``elementwise_kernel`` launches, 333 us of an 11.5 ms step (3 per layer pass: qkv, o, gate_up; the
+#: RMSNorm feeds two of them). The same values either way; the speed is not measured yet
+#: (``decode_levers.py``'s ``scalesdirect`` variant). Process switch, read once.
+CUBLAS_SCALES_ENV = "TTSFLEET_CUBLAS_SCALES"
+CUBLAS_SCALES = ("copy", "direct")
+
+#: ``copy`` / ``direct`` (blank: ``copy``), else a ``ValueError`` naming the choices.
+parse_cublas_scales = one_of(CUBLAS_SCALES_ENV, CUBLAS_SCALES, "copy")
+
+CUBLAS_SCALES_SWITCH: ProcessSwitch[str] = ProcessSwitch(CUBLAS_SCALES_ENV, "copy", parse_cublas_scales)
+#: This process's scale placement for cuBLAS's GEMMs (``TTSFLEET_CUBLAS_SCALES``, default ``copy``).
+cublas_scales = CUBLAS_SCALES_SWITCH.get
+#: Choose it for this process (tests and benchmarks A/B it).
+set_cublas_scales = CUBLAS_SCALES_SWITCH.set
+
+
+def scales_outer_major(plan: dispatch.KernelPlan, rows: int) -> bool:
+    """Whether a device of ``plan`` writes FP8 activation scales of ``rows`` rows outer-dim-major:
+    ``TTSFLEET_CUBLAS_SCALES=direct`` and the GEMM reading them goes to cuBLAS (``plan.large_gemm``)."""
+    return cublas_scales() == "direct" and plan.large_gemm(rows)
+
+
 #: The FP8 SwiGLU MLP's launches at decode M (<= 64 rows): ``two`` (the default: the gate_up GEMM
 #: with the SwiGLU epilogue, then the down GEMM) or ``one`` (both GEMMs' tiles as work items of one
 #: persistent launch whose down items prefetch their weights into L2 while gate_up runs,

@@ -28,7 +28,9 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .decode import TOPK_CAP, check_kv_cache
+from . import dispatch
+from .cublas_fp8 import activation_scales
+from .decode import TOPK_CAP, check_kv_cache, scales_outer_major
 from .layout import cdiv
 from .triton_gemm import (
     INTERPRETING,
@@ -51,7 +53,7 @@ def quantize_groups(v, BLOCK: tl.constexpr, GROUP: tl.constexpr, MX: tl.constexp
 
 
 @triton.jit
-def _rmsnorm_kernel(x_ptr, r_ptr, w_ptr, y_ptr, h_ptr, s_ptr, D, eps, s_x, s_r, s_y, s_h, s_s,
+def _rmsnorm_kernel(x_ptr, r_ptr, w_ptr, y_ptr, h_ptr, s_ptr, D, eps, s_x, s_r, s_y, s_h, s_s, s_sg,
                     HAS_RES: tl.constexpr, BLOCK: tl.constexpr, QUANT: tl.constexpr, GROUP: tl.constexpr,
                     MX: tl.constexpr, OUT_DTYPE: tl.constexpr, EXACT_CVT: tl.constexpr,
                     USE_PDL: tl.constexpr):
@@ -73,7 +75,7 @@ def _rmsnorm_kernel(x_ptr, r_ptr, w_ptr, y_ptr, h_ptr, s_ptr, D, eps, s_x, s_r, 
         q, sc = quantize_groups(out.to(tl.float32), BLOCK, GROUP, MX, EXACT_CVT)
         tl.store(y_ptr + row * s_y + offs, q, mask=m)
         gi = tl.arange(0, BLOCK // GROUP)
-        tl.store(s_ptr + row * s_s + gi, sc, mask=gi * GROUP < D)
+        tl.store(s_ptr + row * s_s + gi * s_sg, sc, mask=gi * GROUP < D)
     else:
         tl.store(y_ptr + row * s_y + offs, out, mask=m)
 
@@ -82,11 +84,15 @@ _TL_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.floa
 
 
 def rmsnorm(x: Tensor, weight: Tensor, eps: float, residual: Tensor | None = None,
-            quant_group: int = 0) -> tuple[Tensor | tuple[Tensor, Tensor], Tensor]:
+            quant_group: int = 0,
+            outer_scales: bool | None = None) -> tuple[Tensor | tuple[Tensor, Tensor], Tensor]:
     """``x [M, D]`` (+ ``residual``) -> ``(rmsnorm(h) * weight, h)`` with ``h = x + residual`` (or ``x``).
 
     ``quant_group`` 128 (bsgemm) / 32 (mxfp8): the first result is ``(fp8 codes [M, D], scales
-    [M, ceil(D / group)])`` of the normed row instead of the row itself.
+    [M, ceil(D / group)])`` of the normed row instead of the row itself; the scales row-major, or
+    outer-dim-major (strides ``(1, M)``) where the GEMM reading them goes to cuBLAS and
+    ``TTSFLEET_CUBLAS_SCALES=direct`` (:func:`ttsfleet.kernels.decode.scales_outer_major`;
+    ``outer_scales`` True / False decides it instead).
     """
     m, d = x.shape
     if x.stride(1) != 1 or (residual is not None and residual.stride(1) != 1):
@@ -97,17 +103,19 @@ def rmsnorm(x: Tensor, weight: Tensor, eps: float, residual: Tensor | None = Non
     mx = quant_group == 32
     if quant:
         out = torch.empty(m, d, device=x.device, dtype=torch.float8_e4m3fn)
-        scales = torch.empty(m, cdiv(d, quant_group), device=x.device,
-                             dtype=torch.uint8 if mx else torch.float32)
+        scales = activation_scales(m, cdiv(d, quant_group), x.device, torch.uint8 if mx else torch.float32,
+                                   outer_major=not mx and (scales_outer_major(dispatch.plan(x.device), m)
+                                                           if outer_scales is None else outer_scales))
     else:
         out = torch.empty(m, d, device=x.device, dtype=out_dtype)
         scales = out
     h = torch.empty_like(x) if residual is not None else x
     r = residual if residual is not None else x
     _rmsnorm_kernel[(m,)](x, r, weight, out, h, scales, d, eps, x.stride(0), r.stride(0), out.stride(0),
-                          h.stride(0), scales.stride(0), HAS_RES=residual is not None, BLOCK=block,
-                          QUANT=quant, GROUP=max(quant_group, 1), MX=mx, OUT_DTYPE=_TL_DTYPES[out_dtype],
-                          EXACT_CVT=INTERPRETING, USE_PDL=PDL, num_warps=4 if d <= 1024 else 8,
+                          h.stride(0), scales.stride(0), scales.stride(-1), HAS_RES=residual is not None,
+                          BLOCK=block, QUANT=quant, GROUP=max(quant_group, 1), MX=mx,
+                          OUT_DTYPE=_TL_DTYPES[out_dtype], EXACT_CVT=INTERPRETING, USE_PDL=PDL,
+                          num_warps=4 if d <= 1024 else 8,
                           **launch_opts())
     return ((out, scales) if quant else out), h
 

@@ -356,7 +356,14 @@ TTSFLEET_DEEPGEMM_SMS=${DG_SMS:-116} --preset-text qwen-bpe" LEVELS="64:640 128:
        SERVE_ARGS="--preset-text qwen-bpe" live
      stage live4 150 LIVE_TIMEOUT=140 LIVE_SIDES=reuse LIVE_SESSIONS=320 LIVE_C=64 LIVE_ROUNDS=1 LIVE_PROCS=4 \
        SERVE_ARGS="--preset-text qwen-bpe" live ;;
-  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18|19|20|21|22|23|24|25|25s|25c|25t|26|27|28|29|30|30s|31|32|33|33t|34|35|36|37|38|39|40|41|42|43 (see benchmarks/inference_h200/README.md)" >&2
+  44) # issue #26: the RMSNorm's FP8 scales written in cuBLAS's order where cuBLAS reads them (B: scalesdirect,
+      # TTSFLEET_CUBLAS_SCALES=direct) beside the copies cuBLAS's GEMMs make of them (A: default): 2026-12-08 on an
+      # H100 those copies were 228 launches, 333 us of the 11.5 ms step at batch 96 (call38's profile); the step
+      # at 64 (unchanged: ours) to 128, then the S2 Pro greedy gate with it on
+     stage levers 200 LEVERS_TIMEOUT=190 LEVER_ROUNDS=3 LEVER_BATCHES=64,72,96,128 \
+       LEVER_VARIANTS="default,scalesdirect" levers
+     stage gate 300 GATE_TIMEOUT=290 TTSFLEET_CUBLAS_SCALES=direct gate ;;
+  *) echo "usage: next_calls.sh 1|1s|1g|2|3|4|5|6|7|8|8s|8b|9|10|10w|11|12|13|14|15|16|17|18|19|20|21|22|23|24|25|25s|25c|25t|26|27|28|29|30|30s|31|32|33|33t|34|35|36|37|38|39|40|41|42|43|44 (see benchmarks/inference_h200/README.md)" >&2
      exit 2 ;;
 esac
 bundle "$1"

@@ -46,6 +46,8 @@ MODEL_SWITCHES = {  # variable: (default, the parsed default, a bad value, its w
                             "TTSFLEET_MLP_LAUNCH='three': expected one of two, one"),
     "TTSFLEET_FAST_ATTN_LAUNCH": ("separate", "separate", "fused",
                                   "TTSFLEET_FAST_ATTN_LAUNCH='fused': expected one of separate, one"),
+    "TTSFLEET_CUBLAS_SCALES": ("copy", "copy", "inline",
+                               "TTSFLEET_CUBLAS_SCALES='inline': expected one of copy, direct"),
     "TTSFLEET_DECODE_GEMM": ("fp8", "fp8", "w8a8",
                              "TTSFLEET_DECODE_GEMM='w8a8': expected one of fp8, a16, deepgemm"),
     "TTSFLEET_DEEPGEMM_ROWS": ("1-128", (1, 128), "64-16",

@@ -35,6 +35,7 @@ def kernels_on():  # noqa: ANN201
     for switch in (decode.ATTN_SPLITS_SWITCH, decode.ATTN_TILE_SWITCH, decode.ROPE_ATTENTION_SWITCH,
                    decode.GEMM_PREFETCH_SWITCH, decode.ATTN_PREFETCH_SWITCH, decode.TOPK_SELECT_SWITCH,
                    decode.MLP_LAUNCH_SWITCH, decode.FAST_ATTN_LAUNCH_SWITCH, decode.DECODE_GEMM_SWITCH,
+                   decode.CUBLAS_SCALES_SWITCH,
                    decode.DEEPGEMM_ROWS_SWITCH, decode.DEEPGEMM_SHAPES_SWITCH,
                    decode.DEEPGEMM_SMS_SWITCH):
         switch.reset()

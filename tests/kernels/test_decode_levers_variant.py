@@ -32,7 +32,7 @@ def levers(monkeypatch):  # noqa: ANN001, ANN201
                    decode.ATTN_SPLITS_SWITCH,
                    decode.ATTN_TILE_SWITCH, decode.ROPE_ATTENTION_SWITCH, decode.GEMM_PREFETCH_SWITCH,
                    decode.ATTN_PREFETCH_SWITCH, decode.TOPK_SELECT_SWITCH, decode.MLP_LAUNCH_SWITCH,
-                   decode.FAST_ATTN_LAUNCH_SWITCH):
+                   decode.FAST_ATTN_LAUNCH_SWITCH, decode.CUBLAS_SCALES_SWITCH):
         switch.reset()
 
 
