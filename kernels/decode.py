@@ -233,14 +233,14 @@ set_rope_attention = ROPE_ATTENTION_SWITCH.set
 
 
 #: Where the FP8 activation scales a cuBLAS block-scaled GEMM reads come from: ``copy`` (the default:
-#: the fused RMSNorm writes them row-major ``[M, K/128]`` and :func:`ttsfleet.kernels.cublas_fp8.gemm_codes`
-#: copies them into the outer-dim-major order cuBLAS wants, strides ``(1, M)``) or ``direct`` (the
-#: RMSNorm writes them in that order where the GEMM that reads them goes to cuBLAS: rows >= the
-#: catalog's ``prefill_gemm_min_rows``). Why: at decode batches of 65+ rows on an H100 (2026-12-08,
-#: ``benchmarks/inference_h200/2026-12-08/call38-h100-step``, batch 96) those copies were 228
-#: ``elementwise_kernel`` launches, 333 us of an 11.5 ms step (3 per layer pass: qkv, o, gate_up; the
-#: RMSNorm feeds two of them). The same values either way; the speed is not measured yet
-#: (``decode_levers.py``'s ``scalesdirect`` variant). Process switch, read once.
+#: the fused RMSNorm and decode attention write them row-major ``[M, K/128]`` and
+#: :func:`ttsfleet.kernels.cublas_fp8.gemm_codes` copies them into the outer-dim-major order cuBLAS
+#: wants, strides ``(1, M)``) or ``direct`` (they write them in that order where the GEMM that reads
+#: them goes to cuBLAS: rows >= the catalog's ``prefill_gemm_min_rows``). Why: at decode batches of
+#: 65+ rows on an H100 (2026-12-08, ``benchmarks/inference_h200/2026-12-08/call38-h100-step``, batch
+#: 96) those copies were 228 ``elementwise_kernel`` launches, 333 us of an 11.5 ms step (3 per layer
+#: pass: qkv and gate_up after the RMSNorm, o after attention). The same values either way; the speed
+#: is not measured yet (``decode_levers.py``'s ``scalesdirect`` variant). Process switch, read once.
 CUBLAS_SCALES_ENV = "TTSFLEET_CUBLAS_SCALES"
 CUBLAS_SCALES = ("copy", "direct")
 

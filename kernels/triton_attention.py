@@ -23,7 +23,9 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .decode import attention_block_n, attn_tile
+from . import dispatch
+from .cublas_fp8 import activation_scales
+from .decode import attention_block_n, attn_tile, scales_outer_major
 from .triton_decode import _rope_q_head, _rope_table, _store_kv_head, check_rope_inputs, quantize_groups
 from .triton_gemm import INTERPRETING, PDL, _ue8m0_to_f32, l2_prefetch, launch_opts, pdl_entry
 
@@ -122,7 +124,7 @@ def _fused_q(qkv_ptr, qn_ptr, kn_ptr, rope_ptr, pos_ptr, k_ptr, v_ptr, ks_ptr, v
 
 
 @triton.jit
-def _store_heads(out, o_ptr, os_ptr, b, kvh, heads, gmask, di, so_b, so_h, s_osb,
+def _store_heads(out, o_ptr, os_ptr, b, kvh, heads, gmask, di, so_b, so_h, s_osb, s_osg,
                  G: tl.constexpr, BLOCK_G: tl.constexpr, D: tl.constexpr, QUANT: tl.constexpr,
                  GROUP: tl.constexpr, MX: tl.constexpr, EXACT_CVT: tl.constexpr):
     """The KV head's G output rows: bf16, or (QUANT) the FP8 codes + scales the O GEMM reads."""
@@ -133,14 +135,14 @@ def _store_heads(out, o_ptr, os_ptr, b, kvh, heads, gmask, di, so_b, so_h, s_osb
                                     EXACT_CVT)
         tl.store(o_ptrs, tl.reshape(codes, (BLOCK_G, D)), mask=gmask[:, None])
         gl = tl.arange(0, NG)
-        tl.store(os_ptr + b * s_osb + kvh * (G * D // GROUP) + gl, sc, mask=gl < G * D // GROUP)
+        tl.store(os_ptr + b * s_osb + (kvh * (G * D // GROUP) + gl) * s_osg, sc, mask=gl < G * D // GROUP)
     else:
         tl.store(o_ptrs, out, mask=gmask[:, None])
 
 
 @triton.jit
 def _decode_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, os_ptr, slots_ptr, len_ptr, ks_ptr, vs_ptr, scale,
-                             sq_b, sq_h, sk_slot, sk_pos, sk_head, so_b, so_h, s_osb, s_len,
+                             sq_b, sq_h, sk_slot, sk_pos, sk_head, so_b, so_h, s_osb, s_osg, s_len,
                              ss_slot, ss_pos, ss_head,
                              G: tl.constexpr, BLOCK_G: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr,
                              SLOT_IS_ROW: tl.constexpr, KEYS_BOUND: tl.constexpr, QUANT: tl.constexpr,
@@ -159,14 +161,16 @@ def _decode_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, os_ptr, slots_ptr, len_
                      cache_len, 1, BLOCK_N, PREFETCH, KEY_BYTES, SLOT_IS_ROW)
     pdl_entry(USE_PDL)
     attend_row_head(q_ptr, k_ptr, v_ptr, o_ptr, os_ptr, slots_ptr, len_ptr, ks_ptr, vs_ptr, scale, b, kvh,
-                    sq_b, sq_h, sk_slot, sk_pos, sk_head, so_b, so_h, s_osb, s_len, ss_slot, ss_pos, ss_head,
+                    sq_b, sq_h, sk_slot, sk_pos, sk_head, so_b, so_h, s_osb, s_osg, s_len, ss_slot, ss_pos,
+                    ss_head,
                     qn_ptr, kn_ptr, rope_ptr, pos_ptr, pos_stride, eps, G, BLOCK_G, D, BLOCK_N, SLOT_IS_ROW,
                     KEYS_BOUND, QUANT, GROUP, MX, OUT_DTYPE, EXACT_CVT, KV_FP8, ROPE_FUSED, N_KV, QK_NORM)
 
 
 @triton.jit
 def attend_row_head(q_ptr, k_ptr, v_ptr, o_ptr, os_ptr, slots_ptr, len_ptr, ks_ptr, vs_ptr, scale, b, kvh,
-                    sq_b, sq_h, sk_slot, sk_pos, sk_head, so_b, so_h, s_osb, s_len, ss_slot, ss_pos, ss_head,
+                    sq_b, sq_h, sk_slot, sk_pos, sk_head, so_b, so_h, s_osb, s_osg, s_len, ss_slot, ss_pos,
+                    ss_head,
                     qn_ptr, kn_ptr, rope_ptr, pos_ptr, pos_stride, eps, G: tl.constexpr,
                     BLOCK_G: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr, SLOT_IS_ROW: tl.constexpr,
                     KEYS_BOUND: tl.constexpr, QUANT: tl.constexpr, GROUP: tl.constexpr, MX: tl.constexpr,
@@ -192,8 +196,8 @@ def attend_row_head(q_ptr, k_ptr, v_ptr, o_ptr, os_ptr, slots_ptr, len_ptr, ks_p
                                  slot * ss_slot + kvh * ss_head, sk_pos, ss_pos, di, 0, n_keys, scale,
                                  m_i, l_i, acc, BLOCK_N, KEYS_BOUND, KV_FP8)
     out = (acc / l_i[:, None]).to(OUT_DTYPE)
-    _store_heads(out, o_ptr, os_ptr, b, kvh, heads, gmask, di, so_b, so_h, s_osb, G, BLOCK_G, D, QUANT, GROUP,
-                 MX, EXACT_CVT)
+    _store_heads(out, o_ptr, os_ptr, b, kvh, heads, gmask, di, so_b, so_h, s_osb, s_osg, G, BLOCK_G, D, QUANT,
+                 GROUP, MX, EXACT_CVT)
 
 
 _TL = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
@@ -204,16 +208,22 @@ def block_g(g: int) -> int:
     return max(16, 1 << (g - 1).bit_length())
 
 
-def output_buffers(q: Tensor, quant_group: int) -> tuple[Tensor, Tensor]:
+def output_buffers(q: Tensor, quant_group: int, outer_scales: bool | None = False) -> tuple[Tensor, Tensor]:
     """The kernel's output: bf16 like ``q`` (twice: no scales), or (``quant_group`` > 0) the FP8
-    codes ``[bs, H, D]`` and their scales ``[bs, H * D / group]`` the output projection reads."""
+    codes ``[bs, H, D]`` and their scales ``[bs, H * D / group]`` the output projection reads: row-major,
+    or in cuBLAS's outer-dim-major order where ``outer_scales`` says so (None: where the output
+    projection goes to cuBLAS and ``TTSFLEET_CUBLAS_SCALES=direct``,
+    :func:`ttsfleet.kernels.decode.scales_outer_major`)."""
     if quant_group <= 0:
         out = torch.empty_like(q)
         return out, out
     bs, h, d = q.shape
+    mx = quant_group == 32
+    if outer_scales is None:
+        outer_scales = not mx and scales_outer_major(dispatch.plan(q.device), bs)
     return (torch.empty(bs, h, d, device=q.device, dtype=torch.float8_e4m3fn),
-            torch.empty(bs, h * d // quant_group, device=q.device,
-                        dtype=torch.uint8 if quant_group == 32 else torch.float32))
+            activation_scales(bs, h * d // quant_group, q.device, torch.uint8 if mx else torch.float32,
+                              outer_major=outer_scales))
 
 
 def cache_scale_args(k_scale: Tensor | None, v_scale: Tensor | None,
@@ -306,14 +316,15 @@ def decode_attention_triton(q: Tensor | FusedRope, k_cache: Tensor, v_cache: Ten
     bs, h, d = q.shape
     g = h // kv
     quant = quant_group > 0
-    out, osc = output_buffers(q, quant_group)
+    out, osc = output_buffers(q, quant_group, outer_scales=None)
     fp8 = k_scale is not None
     ks, vs, s_st = cache_scale_args(k_scale, v_scale, lengths)
     _decode_attention_kernel[(bs, kv)](
         q_ptr, k_cache, v_cache, out, osc, lengths if slots is None else slots, lengths, ks, vs,
         1.0 / math.sqrt(d),
         sq_b, sq_h, k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        out.stride(0), out.stride(1), osc.stride(0), 0 if lengths.numel() == 1 else lengths.stride(0), *s_st,
+        out.stride(0), out.stride(1), osc.stride(0), osc.stride(-1),
+        0 if lengths.numel() == 1 else lengths.stride(0), *s_st,
         G=g, BLOCK_G=block_g(g), D=d, BLOCK_N=attention_block_n(k_cache.shape[1]),
         SLOT_IS_ROW=slots is None, KEYS_BOUND=k_cache.shape[1] if INTERPRETING else 0,
         QUANT=quant, GROUP=max(quant_group, 1), MX=quant_group == 32, OUT_DTYPE=_TL[q.dtype],

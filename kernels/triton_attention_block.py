@@ -138,7 +138,7 @@ def attention_block_one_launch_kernel(
             pair = item - QKV_ITEMS
             attend_row_head(qkv_ptr, k_ptr, v_ptr, att_ptr, atts_ptr, len_ptr, len_ptr, len_ptr, len_ptr,
                             scale, pair // N_KV, pair % N_KV, s_qkv, HEAD_D, sk_slot, sk_pos, sk_head, s_att,
-                            s_att_h, s_atts, s_len, 0, 0, 0, qn_ptr, kn_ptr, rope_ptr, pos_ptr, pos_stride,
+                            s_att_h, s_atts, 1, s_len, 0, 0, 0, qn_ptr, kn_ptr, rope_ptr, pos_ptr, pos_stride,
                             eps, G, BLOCK_G, HEAD_D, BLOCK_N, True, KEYS_BOUND, ATT_CODES, A_GROUP, MX,
                             OUT_DTYPE, EXACT_CVT, False, True, N_KV, QK_NORM)
             count_done(counters + 2)

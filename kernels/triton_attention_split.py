@@ -91,7 +91,7 @@ def _split_partial_kernel(q_ptr, k_ptr, v_ptr, m_ptr, l_ptr, acc_ptr, slots_ptr,
 
 
 @triton.jit
-def _split_merge_kernel(m_ptr, l_ptr, acc_ptr, o_ptr, os_ptr, so_b, so_h, s_osb,
+def _split_merge_kernel(m_ptr, l_ptr, acc_ptr, o_ptr, os_ptr, so_b, so_h, s_osb, s_osg,
                         G: tl.constexpr, BLOCK_G: tl.constexpr, D: tl.constexpr, SPLITS: tl.constexpr,
                         QUANT: tl.constexpr, GROUP: tl.constexpr, MX: tl.constexpr, OUT_DTYPE: tl.constexpr,
                         EXACT_CVT: tl.constexpr, USE_PDL: tl.constexpr):
@@ -113,8 +113,8 @@ def _split_merge_kernel(m_ptr, l_ptr, acc_ptr, o_ptr, os_ptr, so_b, so_h, s_osb,
         total += w * tl.load(l_ptr + row + gi)
         acc += w[:, None] * tl.load(acc_ptr + (row + gi[:, None]) * D + di[None, :])
     out = (acc / total[:, None]).to(OUT_DTYPE)
-    _store_heads(out, o_ptr, os_ptr, b, kvh, kvh * G + gi, gi < G, di, so_b, so_h, s_osb, G, BLOCK_G, D,
-                 QUANT, GROUP, MX, EXACT_CVT)
+    _store_heads(out, o_ptr, os_ptr, b, kvh, kvh * G + gi, gi < G, di, so_b, so_h, s_osb, s_osg, G, BLOCK_G,
+                 D, QUANT, GROUP, MX, EXACT_CVT)
 
 
 def decode_attention_split(q: Tensor | FusedRope, k_cache: Tensor, v_cache: Tensor, slots: Tensor | None,
@@ -127,7 +127,7 @@ def decode_attention_split(q: Tensor | FusedRope, k_cache: Tensor, v_cache: Tens
     bs, h, d = q.shape
     g = h // kv
     rows_g = block_g(g)
-    out, osc = output_buffers(q, quant_group)
+    out, osc = output_buffers(q, quant_group, outer_scales=None)
     m = torch.empty(bs, kv, splits, rows_g, device=q.device, dtype=torch.float32)
     total = torch.empty_like(m)
     acc = torch.empty(bs, kv, splits, rows_g, d, device=q.device, dtype=torch.float32)
@@ -144,7 +144,7 @@ def decode_attention_split(q: Tensor | FusedRope, k_cache: Tensor, v_cache: Tens
         num_warps=attn_tile()[0], **launch_opts(),
     )
     _split_merge_kernel[(bs, kv)](
-        m, total, acc, out, osc, out.stride(0), out.stride(1), osc.stride(0),
+        m, total, acc, out, osc, out.stride(0), out.stride(1), osc.stride(0), osc.stride(-1),
         G=g, BLOCK_G=rows_g, D=d, SPLITS=splits, QUANT=quant_group > 0, GROUP=max(quant_group, 1),
         MX=quant_group == 32, OUT_DTYPE=_TL[q.dtype], EXACT_CVT=INTERPRETING, USE_PDL=PDL, **launch_opts(),
     )

@@ -23,9 +23,9 @@ alternately, against the default step beside them:
   down weights prefetched into L2 while gate_up runs; 76 MLPs per frame); ``fastattn1``: the fast
   model's QKV GEMM, RoPE + store, attention and O GEMM in one launch (``TTSFLEET_FAST_ATTN_LAUNCH=one``;
   40 per frame);
-* ``scalesdirect``: the fused RMSNorm writes its FP8 codes' scales in cuBLAS's outer-dim-major order
-  where the GEMM reading them goes to cuBLAS (``TTSFLEET_CUBLAS_SCALES=direct``: two scale copies per
-  layer pass fewer at batches of 65+ rows on an H200);
+* ``scalesdirect``: the fused RMSNorm and decode attention write their FP8 codes' scales in cuBLAS's
+  outer-dim-major order where the GEMM reading them goes to cuBLAS (``TTSFLEET_CUBLAS_SCALES=direct``:
+  three scale copies per layer pass fewer at batches of 65+ rows on an H200);
 * ``head32``: the sampling heads' float32 GEMM (``TTSFLEET_HEAD_GEMM=float32``, the default until
   2026-12-05, when ``headbf16`` — cuBLAS's bf16 GEMM with float32 output, the same products, half
   the bytes — timed 0.95-0.98x the step and became the default; ``headbf16`` names the default);

@@ -356,7 +356,7 @@ TTSFLEET_DEEPGEMM_SMS=${DG_SMS:-116} --preset-text qwen-bpe" LEVELS="64:640 128:
        SERVE_ARGS="--preset-text qwen-bpe" live
      stage live4 150 LIVE_TIMEOUT=140 LIVE_SIDES=reuse LIVE_SESSIONS=320 LIVE_C=64 LIVE_ROUNDS=1 LIVE_PROCS=4 \
        SERVE_ARGS="--preset-text qwen-bpe" live ;;
-  44) # issue #26: the RMSNorm's FP8 scales written in cuBLAS's order where cuBLAS reads them (B: scalesdirect,
+  44) # issue #26: the RMSNorm's and attention's FP8 scales in cuBLAS's order where cuBLAS reads them (B: scalesdirect,
       # TTSFLEET_CUBLAS_SCALES=direct) beside the copies cuBLAS's GEMMs make of them (A: default): 2026-12-08 on an
       # H100 those copies were 228 launches, 333 us of the 11.5 ms step at batch 96 (call38's profile); the step
       # at 64 (unchanged: ours) to 128, then the S2 Pro greedy gate with it on

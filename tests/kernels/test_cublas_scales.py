@@ -28,7 +28,8 @@ def test_scales_go_outer_major_only_where_cublas_reads_them_and_only_when_asked(
 
     h200 = dispatch.plan_for_capability((9, 0), GpuCatalog.default())
     rtx = dispatch.plan_for_capability((12, 0), GpuCatalog.default())
-    assert [decode.scales_outer_major(h200, m) for m in (1, 64, 65, 96, 2048)] == [False, False, True, True, True]
+    outer = [decode.scales_outer_major(h200, m) for m in (1, 64, 65, 96, 2048)]
+    assert outer == [False, False, True, True, True]
     assert not decode.scales_outer_major(rtx, 96), "sm_120 has no cuBLAS block-scaled path in the catalog"
     decode.set_cublas_scales("copy")
     assert not decode.scales_outer_major(h200, 96)
@@ -55,8 +56,9 @@ def test_rmsnorm_writes_the_same_codes_and_scales_in_cublas_order_which_cublas_r
 
 
 def test_the_lever_variant_switches_the_scales_and_the_default_switches_them_back():
-    from tests.scripts import load_script
     from ttsfleet.kernels import decode, dispatch
+
+    from tests.scripts import load_script
 
     levers = load_script("benchmarks/inference_h200/decode_levers.py")
     try:
@@ -67,3 +69,33 @@ def test_the_lever_variant_switches_the_scales_and_the_default_switches_them_bac
     finally:
         dispatch.use_catalog(None)
         decode.CUBLAS_SCALES_SWITCH.reset()
+
+
+@pytest.mark.parametrize("splits", [1, 3])
+def test_attention_writes_the_o_gemms_codes_and_scales_in_cublas_order_where_cublas_reads_them(
+        kernels_on, monkeypatch, gen, splits):
+    """Decode attention's FP8 output (the o GEMM's input), one pass and split: the same codes and
+    scales either way; the order follows :func:`decode.scales_outer_major` (forced here: on the CPU no
+    plan sends a GEMM to cuBLAS)."""
+    from ttsfleet.kernels import cublas_fp8, triton_attention
+    from ttsfleet.kernels.triton_attention_split import decode_attention_split
+
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = torch.bfloat16 if dev == "cuda" else torch.float32
+    rows, kv, g, d = 6, 2, 4, 128
+    kc = torch.randn(rows, 40, kv, d, generator=gen).to(dev, dtype)
+    vc = torch.randn(rows, 40, kv, d, generator=gen).to(dev, dtype)
+    q = torch.randn(rows, kv * g, d, generator=gen).to(dev, dtype)
+    slots, lengths = torch.arange(rows, device=dev), torch.tensor([1, 5, 17, 33, 40, 9], device=dev)
+
+    def attend():  # noqa: ANN202
+        if splits == 1:
+            return triton_attention.decode_attention_triton(q, kc, vc, slots, lengths, 128)
+        return decode_attention_split(q, kc, vc, slots, lengths, splits, 128)
+
+    (c_row, s_row) = attend()
+    monkeypatch.setattr(triton_attention, "scales_outer_major", lambda plan, m: True)
+    (c_out, s_out) = attend()
+    assert s_row.stride() == (kv * g, 1) and s_out.stride() == (1, rows)
+    assert torch.equal(c_row.view(torch.uint8), c_out.view(torch.uint8)) and torch.equal(s_row, s_out)
+    assert cublas_fp8._outer_major(s_out) is s_out
