@@ -17,6 +17,10 @@ Capacity curves are piecewise-linear in concurrency (requests decoding at once o
 Seed figures come from the source write-up (H200 bsgemm FP8 8,006 frames/s at c=64, ~52x
 scaling from c=1, time to first audio 73 ms at c=1 and 110 ms at c=64; RTX 5090 mxfp8 5,869
 frames/s at c=64). They are replaced by measured curves with :func:`GpuCatalog.with_measured`.
+
+Provenance: a curve says where it comes from in its ``source``; a class's other figures (memory,
+load time, cost, ...) in :attr:`GpuClass.sources`, one line per field, starting with its kind
+(:data:`SOURCE_KINDS`: measured, spec, estimate, borrowed or assumed).
 """
 
 from __future__ import annotations
@@ -36,12 +40,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ttsfleet.errors import UserError, one_line, validation_text
 from ttsfleet.quantization import BF16, SCHEME_LAYOUTS, QuantScheme, QuantSchemeField
 
-__all__ = ["NAMED_CURVES", "NODE_LABEL_KEY", "CapacityCurve", "CapacityPoint", "DeviceDispatch", "GpuCatalog",
-           "GpuClass", "KernelBackend", "QuantScheme", "ServingDefaults", "UnknownGpuClass",
-           "compute_capability", "cuda_graph_max_bs", "default_classes"]
+__all__ = ["NAMED_CURVES", "NODE_LABEL_KEY", "SOURCE_KINDS", "CapacityCurve", "CapacityPoint",
+           "DeviceDispatch", "GpuCatalog", "GpuClass", "KernelBackend", "QuantScheme", "ServingDefaults",
+           "UnknownGpuClass", "compute_capability", "cuda_graph_max_bs", "default_classes"]
 
 #: The node label key whose value (a class's ``node_label``) says which GPU class a node has.
 NODE_LABEL_KEY = "ttsfleet.io/gpu-class"
+
+#: How a figure of the catalog is known, the first word of its provenance line (``GpuClass.sources``,
+#: ``CapacityCurve.source``): ``measured`` (a run of ours: file, date, machine), ``spec`` (the
+#: vendor's data sheet), ``estimate`` (derived, and how), ``borrowed`` (the source write-up or
+#: another outside figure), ``assumed`` (a placeholder no run or document backs).
+SOURCE_KINDS = ("measured", "spec", "estimate", "borrowed", "assumed")
 
 #: Which GEMM/attention kernels a class runs: the Triton FP8 kernels, or the torch reference.
 KernelBackend = Literal["triton", "reference"]
@@ -204,6 +214,31 @@ class GpuClass(BaseModel):
     node_label: str = Field(default="", pattern=r"^$|^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
                             description=f"value of the node label {NODE_LABEL_KEY}; defaults to "
                                         "the name")
+    sources: dict[str, str] = Field(
+        default_factory=dict,
+        description="provenance: for a field of this class (memory_gb, model_load_s, relative_cost, "
+                    "...), where its value comes from, starting with its kind: "
+                    + ", ".join(f"'{k}:'" for k in SOURCE_KINDS)
+                    + " (e.g. 'spec: NVIDIA data sheet, 141 GB HBM3e'); the capacity curve carries "
+                      "its own (capacity.source). Optional: a field without an entry states none")
+
+    @field_validator("sources")
+    @classmethod
+    def _provenance(cls, sources: dict[str, str]) -> dict[str, str]:
+        """Keys are fields of the class; values name their kind (:data:`SOURCE_KINDS`) and say more."""
+        fields = sorted(set(cls.model_fields) - {"sources", "capacity"})
+        for key, text in sources.items():
+            if key == "capacity":
+                raise ValueError("'capacity' carries its own provenance: set capacity.source, not "
+                                 "sources.capacity")
+            if key not in fields:
+                raise ValueError(f"{key!r} is not a field of a GPU class (one of: {', '.join(fields)})")
+            kind, colon, rest = text.partition(":")
+            if not colon or kind.strip() not in SOURCE_KINDS or not rest.strip():
+                raise ValueError(f"{key}: {text!r} must start with its kind, one of "
+                                 f"{', '.join(k + ':' for k in SOURCE_KINDS)}, and say where it "
+                                 "comes from")
+        return sources
 
     @model_validator(mode="before")
     @classmethod
@@ -295,6 +330,18 @@ def _served(scale: float, source: str, max_concurrency: int = 128) -> CapacityCu
 #: used only to estimate an RTX 5090 curve from our H200 measurement (no RTX 5090 here).
 _WRITEUP_5090_PER_H200 = 5869 / 8006
 
+#: RTX PRO 6000 Blackwell / RTX 5090 memory bandwidth: 1.0. Both are 1,792 GB/s by NVIDIA's spec
+#: sheets (512-bit GDDR7 at 28 Gbps), so a bandwidth-scaled estimate of the RTX PRO 6000 is the RTX
+#: 5090's. (An earlier ratio 6,300 / 5,869 had no source.)
+_RTX6000PRO_PER_5090_BANDWIDTH = 1792 / 1792
+
+#: Provenance of the RTX classes' load time and cost (no RTX GPU here).
+_RTX_LOAD_ASSUMED = ("assumed: not measured (no {gpu} here), a placeholder with no recorded origin; "
+                     "measure pod start to ready on the card and replace it")
+_RTX_COST_ASSUMED = ("assumed: {cost} x an H200's GPU-hour, from no price list; informational for site "
+                     "operators: no ttsfleet code reads relative_cost (the policy and the simulator "
+                     "count GPU-hours)")
+
 #: Capacity curves by name and class, selectable with ``ttsfleet simulate --measured CLASS=NAME``
 #: (:meth:`GpuCatalog.with_named_curve`). ``served``: ours, the built-in default; ``writeup``: the
 #: source write-up's figures (borrowed, kept as a named alternative, out of the defaults).
@@ -357,6 +404,20 @@ def default_classes() -> dict[str, GpuClass]:
         model_load_s=96,
         relative_cost=1.0,
         node_label="h200",
+        sources={
+            "memory_gb": "spec: NVIDIA H200 SXM data sheet, 141 GB HBM3e",
+            "model_load_s": "measured: pod start to ready on a fresh H200 with these defaults (cold "
+                            "Triton cache, random weights from local disk: no image pull, no checkpoint "
+                            "read), 2026-12-04 (benchmarks/inference_h200/2026-12-04/"
+                            "run15-served-curve-final-defaults)",
+            "relative_cost": "assumed: 1.0 by definition (relative_cost is per GPU-hour relative to "
+                             "an H200), not a price",
+            "prefill_gemm_min_rows": "measured: the decode step with cuBLAS from 33 rows beside the "
+                                     "default, batches 40-128, side by side on an H200, 2026-12-07f "
+                                     "(benchmarks/inference_h200/2026-12-07f/cublas-rows-h200/levers/"
+                                     "decode_levers.txt): cuBLAS 1.03-1.13x the step up to 64 rows, "
+                                     "0.72-0.78x from 72 to 120, so 65 rows and up go to cuBLAS",
+        },
     )
     rtx5090 = GpuClass(
         name="rtx5090",
@@ -371,6 +432,11 @@ def default_classes() -> dict[str, GpuClass]:
         model_load_s=75,
         relative_cost=0.25,
         node_label="rtx5090",
+        sources={
+            "memory_gb": "spec: NVIDIA GeForce RTX 5090 spec sheet, 32 GB GDDR7",
+            "model_load_s": _RTX_LOAD_ASSUMED.format(gpu="RTX 5090"),
+            "relative_cost": _RTX_COST_ASSUMED.format(cost=0.25),
+        },
     )
     rtx6000pro = GpuClass(
         name="rtx6000pro",
@@ -381,11 +447,18 @@ def default_classes() -> dict[str, GpuClass]:
         activation_block=(1, 32),
         weight_block=(1, 32),
         scale_format="ue8m0",
-        capacity=_served(_WRITEUP_5090_PER_H200 * 6300 / 5869,
-                         "estimate: the RTX 5090 estimate scaled by memory bandwidth", max_concurrency=64),
+        capacity=_served(_WRITEUP_5090_PER_H200 * _RTX6000PRO_PER_5090_BANDWIDTH,
+                         "estimate: the RTX 5090 estimate (our served H200 curve x the write-up's RTX "
+                         "5090/H200 ratio) x the memory bandwidth ratio, 1.0: both cards 1,792 GB/s "
+                         "by NVIDIA's spec sheets (no RTX PRO 6000 measured here)", max_concurrency=64),
         model_load_s=80,
         relative_cost=0.45,
         node_label="rtx6000pro",
+        sources={
+            "memory_gb": "spec: NVIDIA RTX PRO 6000 Blackwell data sheet, 96 GB GDDR7",
+            "model_load_s": _RTX_LOAD_ASSUMED.format(gpu="RTX PRO 6000"),
+            "relative_cost": _RTX_COST_ASSUMED.format(cost=0.45),
+        },
     )
     return {c.name: c for c in (h200, rtx5090, rtx6000pro)}
 
@@ -400,6 +473,16 @@ class UnknownGpuClass(ValueError):
 
 
 _LAYOUT_FIELDS = ("activation_block", "weight_block", "scale_format")
+
+
+def _sources_after(sources: Mapping[str, str], change: Mapping[str, Any]) -> Any:
+    """A class's ``sources`` once ``change`` replaces some of its fields: the lines of the fields it
+    replaces go (their figures are no longer the ones sourced), ``change``'s own ``sources`` add
+    to the rest (anything but a mapping is passed on for validation to reject)."""
+    new = change.get("sources", {})
+    if not isinstance(new, Mapping):
+        return new
+    return {**{k: v for k, v in sources.items() if k not in change}, **new}
 
 
 class GpuCatalog(BaseModel):
@@ -441,7 +524,9 @@ class GpuCatalog(BaseModel):
         """Load overrides (JSON or YAML: ``{classes: {name: {...}}}``) merged over the defaults.
 
         A new class is one entry with every field that has no default; an entry for a built-in
-        class changes only the fields it names. Raises ``ValueError`` for a malformed file.
+        class changes only the fields it names, and a figure it changes drops the built-in's
+        ``sources`` line for it (the file's own ``sources`` add to the rest). Raises ``ValueError``
+        for a malformed file.
         """
         try:
             raw = yaml.safe_load(Path(path).read_text())
@@ -457,7 +542,8 @@ class GpuCatalog(BaseModel):
             if "quantization" in override:  # a new scheme brings its own block layout
                 for key in _LAYOUT_FIELDS:
                     base.pop(key, None)
-            base.update(override)
+            base["sources"] = _sources_after(base.get("sources") or {}, override)
+            base.update({k: v for k, v in override.items() if k != "sources"})
             merged[name] = base
         classes = {}
         for key, value in merged.items():
@@ -567,7 +653,9 @@ class GpuCatalog(BaseModel):
     def with_class(self, name: str, **fields: Any) -> GpuCatalog:
         """A copy whose ``name`` class has ``fields`` replaced (a side-by-side run's one change)."""
         classes = dict(self.classes)
-        classes[name] = self.get(name).model_copy(update=fields)
+        cls = self.get(name)
+        fields = {**fields, "sources": _sources_after(cls.sources, fields)}
+        classes[name] = cls.model_copy(update=fields)
         return GpuCatalog(classes=classes)
 
     # ------------------------------------------------------------------ measured curves

@@ -49,9 +49,11 @@ MIXED = {"h200": 48, "rtx5090": 8, "rtx6000pro": 8}
 BIG = {"h200": 256, "rtx5090": 192, "rtx6000pro": 64}
 #: Each calibrated case's peak load (share of its fleet's peak decode capacity: each class's curve
 #: peak, since 2026-12-04 the H200's at c=128 and the RTX classes' at c=64), as calibrate_load.py
-#: solved it for 50% inference-only GPU-busy: load-calibration-2026-12-04c.json, on the H200 curve of
+#: solved it for 50% inference-only GPU-busy: load-calibration-2026-12-08.json, on the H200 curve of
 #: run15 (the final defaults: split-KV attention, channels-last codec; the default case's is
-#: EMBEDDED_PEAK_LOAD, the CLI's default). bursty is the one capped at its peak-minute limit (its
+#: EMBEDDED_PEAK_LOAD, the CLI's default) and, since 2026-12-08, the RTX 6000 PRO estimate equal to the
+#: RTX 5090's (the same memory bandwidth; multi-day 0.466 -> 0.463, speed 0.54 -> 0.537; the rest as in
+#: load-calibration-2026-12-04c.json). bursty is the one capped at its peak-minute limit (its
 #: 2.2x bursts would take the peak minute past the fleet's capacity at the solved 0.426; at 0.32 its
 #: inference-only run reads 39.5%). Before, each was chosen by hand on 2026-12-01's curve and
 #: sizing: default, multi-day, speed 0.3; bursty 0.225; flat 0.2; the two conversation hours 0.3.
@@ -59,9 +61,9 @@ PEAK_LOAD = {
     "default": EMBEDDED_PEAK_LOAD,
     "bursty": 0.32,
     "flat": 0.262,
-    "multi-day": 0.466,
+    "multi-day": 0.463,
     "writeup-curves": 0.521,
-    "speed": 0.54,
+    "speed": 0.537,
     "azure-conv-1h": 0.264,
     "mooncake-conv-1h": 0.245,
 }
