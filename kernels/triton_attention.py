@@ -208,7 +208,7 @@ def block_g(g: int) -> int:
     return max(16, 1 << (g - 1).bit_length())
 
 
-def output_buffers(q: Tensor, quant_group: int, outer_scales: bool | None = False) -> tuple[Tensor, Tensor]:
+def output_buffers(q: Tensor, quant_group: int, outer_scales: bool | None = None) -> tuple[Tensor, Tensor]:
     """The kernel's output: bf16 like ``q`` (twice: no scales), or (``quant_group`` > 0) the FP8
     codes ``[bs, H, D]`` and their scales ``[bs, H * D / group]`` the output projection reads: row-major,
     or in cuBLAS's outer-dim-major order where ``outer_scales`` says so (None: where the output
@@ -316,7 +316,7 @@ def decode_attention_triton(q: Tensor | FusedRope, k_cache: Tensor, v_cache: Ten
     bs, h, d = q.shape
     g = h // kv
     quant = quant_group > 0
-    out, osc = output_buffers(q, quant_group, outer_scales=None)
+    out, osc = output_buffers(q, quant_group)
     fp8 = k_scale is not None
     ks, vs, s_st = cache_scale_args(k_scale, v_scale, lengths)
     _decode_attention_kernel[(bs, kv)](

@@ -187,7 +187,9 @@ def attention_block_one_launch(aq: torch.Tensor, as_: torch.Tensor, wqkv: Quanti
                          "output dtype")
     qkv = torch.empty(m, wqkv.shape[0], device=aq.device, dtype=out_dtype)
     codes = fa.head_dim % grp == 0  # else the attention writes q's dtype and the O GEMM quantizes it
-    att, atts = output_buffers(qkv.new_empty(m, fa.n_head, fa.head_dim), grp if codes else 0)
+    # row-major scales: this launch's own O tiles read them, not cuBLAS
+    att, atts = output_buffers(qkv.new_empty(m, fa.n_head, fa.head_dim), grp if codes else 0,
+                               outer_scales=False)
     out = torch.empty(m, wo.shape[0], device=aq.device, dtype=out_dtype)
     qkv_part_n = plan.qkv_tiles * plan.qkv_split * plan.bm * plan.qkv_bn if plan.qkv_split > 1 else 0
     o_part_n = plan.o_tiles * plan.o_split * plan.bm * plan.o_bn if plan.o_split > 1 else 0

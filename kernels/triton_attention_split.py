@@ -127,7 +127,7 @@ def decode_attention_split(q: Tensor | FusedRope, k_cache: Tensor, v_cache: Tens
     bs, h, d = q.shape
     g = h // kv
     rows_g = block_g(g)
-    out, osc = output_buffers(q, quant_group, outer_scales=None)
+    out, osc = output_buffers(q, quant_group)
     m = torch.empty(bs, kv, splits, rows_g, device=q.device, dtype=torch.float32)
     total = torch.empty_like(m)
     acc = torch.empty(bs, kv, splits, rows_g, d, device=q.device, dtype=torch.float32)
