@@ -21,6 +21,8 @@ import torch
 import triton
 import triton.language as tl
 
+from . import dispatch
+from .decode import scales_outer_major
 from .layout import BS_BLOCK, QuantizedWeight, cdiv
 from .triton_gemm import INTERPRETING, quantize_group_rows
 
@@ -37,9 +39,14 @@ def supports(qw: QuantizedWeight) -> bool:
 
 
 def activation_scales(m: int, groups: int, device: torch.device, dtype: torch.dtype,
-                      outer_major: bool = False) -> torch.Tensor:
+                      outer_major: bool | None = False) -> torch.Tensor:
     """An empty ``[m, groups]`` scale tensor for a producer of FP8 codes: row-major, or in cuBLAS's
-    outer-dim-major order (strides ``(1, m)``), which :func:`gemm_codes` then reads without a copy."""
+    outer-dim-major order (strides ``(1, m)``), which :func:`gemm_codes` then reads without a copy.
+    ``outer_major`` None: cuBLAS's order where the GEMM reading these ``m`` rows goes to cuBLAS and
+    ``TTSFLEET_CUBLAS_SCALES=direct`` (:func:`~ttsfleet.kernels.decode.scales_outer_major`; float32
+    scales only: mxfp8's uint8 exponents never go to cuBLAS)."""
+    if outer_major is None:
+        outer_major = dtype == torch.float32 and scales_outer_major(dispatch.plan(device), m)
     if outer_major:
         return torch.empty(groups, m, device=device, dtype=dtype).t()
     return torch.empty(m, groups, device=device, dtype=dtype)

@@ -23,9 +23,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from . import dispatch
 from .cublas_fp8 import activation_scales
-from .decode import attention_block_n, attn_tile, scales_outer_major
+from .decode import attention_block_n, attn_tile
 from .triton_decode import _rope_q_head, _rope_table, _store_kv_head, check_rope_inputs, quantize_groups
 from .triton_gemm import INTERPRETING, PDL, _ue8m0_to_f32, l2_prefetch, launch_opts, pdl_entry
 
@@ -218,12 +217,9 @@ def output_buffers(q: Tensor, quant_group: int, outer_scales: bool | None = None
         out = torch.empty_like(q)
         return out, out
     bs, h, d = q.shape
-    mx = quant_group == 32
-    if outer_scales is None:
-        outer_scales = not mx and scales_outer_major(dispatch.plan(q.device), bs)
     return (torch.empty(bs, h, d, device=q.device, dtype=torch.float8_e4m3fn),
-            activation_scales(bs, h * d // quant_group, q.device, torch.uint8 if mx else torch.float32,
-                              outer_major=outer_scales))
+            activation_scales(bs, h * d // quant_group, q.device,
+                              torch.uint8 if quant_group == 32 else torch.float32, outer_major=outer_scales))
 
 
 def cache_scale_args(k_scale: Tensor | None, v_scale: Tensor | None,

@@ -28,9 +28,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from . import dispatch
 from .cublas_fp8 import activation_scales
-from .decode import TOPK_CAP, check_kv_cache, scales_outer_major
+from .decode import TOPK_CAP, check_kv_cache
 from .layout import cdiv
 from .triton_gemm import (
     INTERPRETING,
@@ -104,8 +103,7 @@ def rmsnorm(x: Tensor, weight: Tensor, eps: float, residual: Tensor | None = Non
     if quant:
         out = torch.empty(m, d, device=x.device, dtype=torch.float8_e4m3fn)
         scales = activation_scales(m, cdiv(d, quant_group), x.device, torch.uint8 if mx else torch.float32,
-                                   outer_major=not mx and (scales_outer_major(dispatch.plan(x.device), m)
-                                                           if outer_scales is None else outer_scales))
+                                   outer_major=outer_scales)
     else:
         out = torch.empty(m, d, device=x.device, dtype=out_dtype)
         scales = out

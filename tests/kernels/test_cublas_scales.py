@@ -94,7 +94,7 @@ def test_attention_writes_the_o_gemms_codes_and_scales_in_cublas_order_where_cub
         return decode_attention_split(q, kc, vc, slots, lengths, splits, 128)
 
     (c_row, s_row) = attend()
-    monkeypatch.setattr(triton_attention, "scales_outer_major", lambda plan, m: True)
+    monkeypatch.setattr(cublas_fp8, "scales_outer_major", lambda plan, m: True)
     (c_out, s_out) = attend()
     assert s_row.stride() == (kv * g, 1) and s_out.stride() == (1, rows)
     assert torch.equal(c_row.view(torch.uint8), c_out.view(torch.uint8)) and torch.equal(s_row, s_out)
